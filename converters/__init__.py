@@ -1,0 +1,1 @@
+"""litenpu converters: ONNX / MindIR / MindSpore Lite (.ms) graph formats, no runtime."""

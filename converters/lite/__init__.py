@@ -1,0 +1,1 @@
+"""The MindSpore Lite model format (.ms): schema, IR, reader and writer."""

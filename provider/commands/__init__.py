@@ -1,0 +1,1 @@
+"""CLI subcommands, one module each; importing this package registers them all."""
