@@ -1,0 +1,106 @@
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from converters.errors import InvalidModelError
+from converters.graph_view import from_onnx
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                             producer_name="t")
+
+
+def test_view_of_small_graph_has_symbolic_shapes_and_inferred_types():
+    w = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "w")
+    m = _model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+         helper.make_node("Relu", ["y"], ["z"], name="r")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 2])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", 3])],
+        [w])
+    v = from_onnx(m)
+    assert [n.op_type for n in v.nodes] == ["MatMul", "Relu"]
+    assert v.inputs[0].shape == ("n", 2) and v.inputs[0].dtype == np.float32
+    assert v.value_info["y"].shape == ("n", 3)
+    np.testing.assert_array_equal(v.initializers["w"], np.arange(6).reshape(2, 3))
+    assert not v.initializers["w"].flags.writeable  # a view over raw_data, not a copy
+    assert v.opset == {"": 17}
+    assert v.header.producer_name == "t" and len(v.header.graph.node) == 0
+    assert v.nodes[0].proto().name == "mm"
+
+
+def test_attrs_are_plain_python_values():
+    t = numpy_helper.from_array(np.array([1.5], np.float32))
+    m = _model([helper.make_node("Constant", [], ["c"], value=t),
+                helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0]),
+                helper.make_node("LeakyRelu", ["y"], ["z"], alpha=0.5)],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+               [helper.make_tensor_value_info("z", TensorProto.FLOAT, [3, 2]),
+                helper.make_tensor_value_info("c", TensorProto.FLOAT, [1])])
+    v = from_onnx(m)
+    assert v.nodes[1].attrs["perm"] == [1, 0]
+    assert v.nodes[2].attrs["alpha"] == 0.5
+    np.testing.assert_array_equal(v.nodes[0].attrs["value"], [1.5])
+
+
+def test_unsorted_nodes_are_sorted_when_unchecked():
+    m = _model([helper.make_node("Relu", ["y"], ["z"], name="second"),
+                helper.make_node("Relu", ["x"], ["y"], name="first")],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+               [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1])])
+    assert [n.name for n in from_onnx(m, check=False).nodes] == ["first", "second"]
+
+
+def test_cycle_names_a_node():
+    m = _model([helper.make_node("Add", ["x", "b"], ["a"], name="n1"),
+                helper.make_node("Relu", ["a"], ["b"], name="n2")],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+               [helper.make_tensor_value_info("b", TensorProto.FLOAT, [1])])
+    with pytest.raises(InvalidModelError, match="n1|n2"):
+        from_onnx(m, check=False)
+
+
+def test_missing_input_names_the_node():
+    m = _model([helper.make_node("Add", ["x", "nowhere"], ["y"], name="adder")],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    with pytest.raises(InvalidModelError, match="adder"):
+        from_onnx(m, check=False)
+    with pytest.raises(InvalidModelError, match="checker"):
+        from_onnx(m)
+
+
+def test_outer_scope_values_of_subgraphs_are_implicit_inputs():
+    then = helper.make_graph([helper.make_node("Identity", ["a"], ["o"])], "then", [],
+                             [helper.make_tensor_value_info("o", TensorProto.FLOAT, [1])])
+    other = helper.make_graph([helper.make_node("Identity", ["b"], ["o2"])], "else", [],
+                              [helper.make_tensor_value_info("o2", TensorProto.FLOAT, [1])])
+    m = _model([helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+               [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                helper.make_tensor_value_info("a", TensorProto.FLOAT, [1]),
+                helper.make_tensor_value_info("b", TensorProto.FLOAT, [1])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    node = from_onnx(m).nodes[0]
+    assert sorted(node.implicit_inputs) == ["a", "b"]
+    assert isinstance(node.attrs["then_branch"], onnx.GraphProto)
+
+
+def test_external_data_is_resolved(tmp_path):
+    w = numpy_helper.from_array(np.arange(4096, dtype=np.float32), "w")
+    m = _model([helper.make_node("Add", ["x", "w"], ["y"])],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4096])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4096])], [w])
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path, save_as_external_data=True, location="w.bin", size_threshold=0)
+    v = from_onnx(path)
+    np.testing.assert_array_equal(v.initializers["w"], np.arange(4096, dtype=np.float32))
+
+
+def test_garbage_file_is_invalid_model(tmp_path):
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(b"\xff\xfe not a protobuf")
+    with pytest.raises(InvalidModelError, match="bad.onnx"):
+        from_onnx(path)
