@@ -1,0 +1,346 @@
+"""The Program: what the NPU compiler produces and the executor runs, and its file format.
+
+A Program is static: every slot has a concrete dtype and shape, weights are packed into one
+blob, internal tensors have arena offsets planned at compile time (`planner.place`).
+
+File format (little endian), version `FORMAT_VERSION`:
+
+    header  magic "LNPUPROG", u32 format version, u32 reserved (0),
+            u64 metadata offset, u64 metadata size, u64 weights offset, u64 weights size,
+            16-byte BLAKE2b of the metadata, 16-byte BLAKE2b of the weights,
+            u32 CRC-32 of all preceding header bytes
+    metadata  UTF-8 JSON (never pickle: a tampered cache file must not run code)
+    padding   zeros up to `WEIGHTS_ALIGNMENT` (a page), so an mmap of the file sees the
+              weights page-aligned and the executor uses them in place
+    weights   the blob; slot offsets are relative to its start
+
+`load(path)` maps the file read-only (no populate: pages come in when a kernel touches
+them) and the Program's `weights` is a uint8 view of that map. Every defect (bad magic,
+unknown version, truncation, checksum mismatch, inconsistent metadata) raises
+`CacheError` naming the source; `verify=False` skips hashing the weights (the cache-hit
+path, where the entry's manifest already vouches for them), never the metadata.
+
+Note for JSON round trips: tuples inside `Step.attrs` come back as lists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import mmap as _mmap
+import os
+import struct
+import tempfile
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import numpy as np
+
+from provider.errors import CacheError, InvalidModelError
+
+__all__ = [
+    "MAGIC",
+    "FORMAT_VERSION",
+    "WEIGHTS_ALIGNMENT",
+    "SLOT_KINDS",
+    "Slot",
+    "Step",
+    "Program",
+    "view_slot",
+    "to_bytes",
+    "from_bytes",
+    "save",
+    "load",
+]
+
+MAGIC = b"LNPUPROG"
+FORMAT_VERSION = 1
+WEIGHTS_ALIGNMENT = 4096
+SLOT_KINDS = ("input", "output", "weight", "internal")
+
+_PREFIX = struct.Struct("<8sII")
+_HEADER = struct.Struct("<8sII4Q16s16s")
+_HEADER_SIZE = _HEADER.size + 4  # + CRC-32
+
+Blob = Union[bytes, bytearray, memoryview, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One tensor of a Program: where it lives (weight blob, arena, or bound I/O)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    kind: str
+    offset: int
+    nbytes: int
+
+    @classmethod
+    def of(cls, name: str, dtype: Any, shape: Sequence[int], kind: str, offset: int = -1) -> Slot:
+        """A slot with a normalised dtype name and `nbytes` computed from dtype and shape."""
+        dt = np.dtype(dtype)
+        shape = tuple(int(d) for d in shape)
+        return cls(name, dt.name, shape, kind, offset, math.prod(shape) * dt.itemsize)
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        """The slot's dtype as a numpy dtype."""
+        return np.dtype(self.dtype)
+
+
+@dataclass
+class Step:
+    """One kernel call: registry key, JSON-able attributes, input/output slot indices."""
+
+    kernel: str
+    attrs: dict[str, Any]
+    inputs: list[int]
+    outputs: list[int]
+
+
+@dataclass
+class Program:
+    """A compiled NPU subgraph: slots, steps, packed weights and the arena size."""
+
+    slots: list[Slot]
+    steps: list[Step]
+    inputs: list[int]
+    outputs: list[int]
+    weights: Blob = b""
+    internal_bytes: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+    name: str = ""
+
+    @property
+    def weight_bytes(self) -> int:
+        """Size of the packed weight blob."""
+        return memoryview(self.weights).nbytes
+
+    @property
+    def io_bytes(self) -> int:
+        """Bytes of all graph inputs and outputs together."""
+        return sum(self.slots[i].nbytes for i in (*self.inputs, *self.outputs))
+
+    def weights_array(self) -> np.ndarray:
+        """The weight blob as a flat uint8 array (no copy; read-only when the blob is)."""
+        if isinstance(self.weights, np.ndarray):
+            return self.weights.reshape(-1).view(np.uint8)
+        return np.frombuffer(self.weights, dtype=np.uint8)
+
+    def validate(self) -> None:
+        """Raise InvalidModelError naming the first inconsistency between slots, steps and sizes."""
+        _validate(self)
+
+
+def view_slot(region: np.ndarray, slot: Slot) -> np.ndarray:
+    """The slot's typed array inside a flat uint8 `region` (weight blob or arena), no copy."""
+    flat = region[slot.offset : slot.offset + slot.nbytes]
+    return flat.view(slot.np_dtype).reshape(slot.shape)
+
+
+def _validate_slot(index: int, slot: Slot, weight_bytes: int, internal_bytes: int) -> None:
+    """Check one slot's kind, dtype, shape, size and placement."""
+    where = f"slot {index} ({slot.name!r})"
+    if slot.kind not in SLOT_KINDS:
+        raise InvalidModelError(f"{where}: kind {slot.kind!r}, expected one of {SLOT_KINDS}")
+    try:
+        dt = np.dtype(slot.dtype)
+    except TypeError as exc:
+        raise InvalidModelError(f"{where}: unknown dtype {slot.dtype!r}") from exc
+    if dt.hasobject or not all(isinstance(d, int) and d >= 0 for d in slot.shape):
+        raise InvalidModelError(f"{where}: dtype {slot.dtype!r} shape {slot.shape} not concrete")
+    expected = math.prod(slot.shape) * dt.itemsize
+    if slot.nbytes != expected:
+        raise InvalidModelError(f"{where}: nbytes {slot.nbytes}, expected {expected}")
+    if slot.kind in ("input", "output"):
+        if slot.offset != -1:
+            raise InvalidModelError(f"{where}: I/O slots have offset -1, got {slot.offset}")
+        return
+    limit = weight_bytes if slot.kind == "weight" else internal_bytes
+    region = "weight blob" if slot.kind == "weight" else "arena"
+    if slot.offset < 0 or slot.offset + slot.nbytes > limit or slot.offset % dt.itemsize:
+        raise InvalidModelError(
+            f"{where}: [{slot.offset}, {slot.offset + slot.nbytes}) is not an "
+            f"{dt.itemsize}-byte aligned range inside the {limit}-byte {region}"
+        )
+
+
+def _validate_io(program: Program, attr: str) -> None:
+    """Graph inputs (outputs) are distinct slots of kind input (output), all of them listed."""
+    kind = attr[:-1]
+    indices = getattr(program, attr)
+    for i in indices:
+        if not 0 <= i < len(program.slots) or program.slots[i].kind != kind:
+            raise InvalidModelError(f"program {attr} lists slot {i}, which is not an {kind} slot")
+    declared = [i for i, s in enumerate(program.slots) if s.kind == kind]
+    if sorted(indices) != declared:
+        raise InvalidModelError(f"program {attr} {indices} do not match the {kind} slots {declared}")
+
+
+def _validate(program: Program) -> None:
+    """See Program.validate."""
+    if program.internal_bytes < 0:
+        raise InvalidModelError(f"internal_bytes {program.internal_bytes} is negative")
+    weight_bytes = program.weight_bytes
+    for index, slot in enumerate(program.slots):
+        _validate_slot(index, slot, weight_bytes, program.internal_bytes)
+    _validate_io(program, "inputs")
+    _validate_io(program, "outputs")
+    n = len(program.slots)
+    for index, step in enumerate(program.steps):
+        if not isinstance(step.kernel, str) or not step.kernel:
+            raise InvalidModelError(f"step {index}: kernel must be a non-empty string")
+        for i in (*step.inputs, *step.outputs):
+            if not 0 <= i < n:
+                raise InvalidModelError(f"step {index} ({step.kernel}) uses slot {i}, have {n}")
+        for i in step.outputs:
+            if program.slots[i].kind in ("input", "weight"):
+                raise InvalidModelError(
+                    f"step {index} ({step.kernel}) writes {program.slots[i].kind} slot {i}"
+                )
+
+
+def _metadata(program: Program) -> bytes:
+    """The JSON metadata of a Program (everything but the weights)."""
+    doc = {
+        "name": program.name,
+        "options": program.options,
+        "internal_bytes": program.internal_bytes,
+        "inputs": list(program.inputs),
+        "outputs": list(program.outputs),
+        "slots": [[s.name, s.dtype, list(s.shape), s.kind, s.offset, s.nbytes] for s in program.slots],
+        "steps": [[s.kernel, s.attrs, list(s.inputs), list(s.outputs)] for s in program.steps],
+    }
+    try:
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+    except (TypeError, ValueError) as exc:
+        raise InvalidModelError(f"program {program.name!r}: metadata is not JSON-able: {exc}") from exc
+
+
+def _digest(data: Blob) -> bytes:
+    """16-byte BLAKE2b of a bytes-like object."""
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def _encode(program: Program) -> tuple[bytes, bytes, memoryview]:
+    """Header, metadata + padding, and the weights, ready to be written one after the other."""
+    program.validate()
+    meta = _metadata(program)
+    weights = memoryview(program.weights_array())
+    meta_offset = _HEADER_SIZE
+    weights_offset = -(-(meta_offset + len(meta)) // WEIGHTS_ALIGNMENT) * WEIGHTS_ALIGNMENT
+    header = _HEADER.pack(
+        MAGIC, FORMAT_VERSION, 0, meta_offset, len(meta), weights_offset, weights.nbytes,
+        _digest(meta), _digest(weights),
+    )
+    header += struct.pack("<I", zlib.crc32(header))
+    padding = bytes(weights_offset - meta_offset - len(meta))
+    return header, meta + padding, weights
+
+
+def to_bytes(program: Program) -> bytes:
+    """Serialize a Program (validated first) to the litenpu Program format."""
+    header, meta, weights = _encode(program)
+    return b"".join((header, meta, weights))
+
+
+def _check_header(buf: memoryview, source: str) -> tuple[int, int, int, int, bytes, bytes]:
+    """Validate magic, version, header checksum and section bounds; return the header fields."""
+    if buf.nbytes < _PREFIX.size:
+        raise CacheError(f"{source}: truncated: {buf.nbytes} bytes, not even a header")
+    magic, version, _ = _PREFIX.unpack_from(buf)
+    if magic != MAGIC:
+        raise CacheError(f"{source}: bad magic {bytes(magic)!r}, not a litenpu Program ({MAGIC!r})")
+    if version != FORMAT_VERSION:
+        raise CacheError(
+            f"{source}: format version {version}, this litenpu reads version {FORMAT_VERSION}"
+        )
+    if buf.nbytes < _HEADER_SIZE:
+        raise CacheError(f"{source}: truncated: {buf.nbytes} bytes, header needs {_HEADER_SIZE}")
+    (crc,) = struct.unpack_from("<I", buf, _HEADER.size)
+    if zlib.crc32(buf[: _HEADER.size]) != crc:
+        raise CacheError(f"{source}: header checksum mismatch")
+    _, _, _, meta_off, meta_size, w_off, w_size, meta_digest, w_digest = _HEADER.unpack_from(buf)
+    end = max(meta_off + meta_size, w_off + w_size)
+    if end > buf.nbytes:
+        raise CacheError(f"{source}: truncated: {buf.nbytes} bytes, header promises {end}")
+    if w_off % 64:
+        raise CacheError(f"{source}: weights offset {w_off} is not 64-byte aligned")
+    return meta_off, meta_size, w_off, w_size, meta_digest, w_digest
+
+
+def _program_from_doc(doc: dict[str, Any], weights: np.ndarray) -> Program:
+    """Build a Program from decoded metadata (KeyError/TypeError/ValueError on a bad shape)."""
+    return Program(
+        slots=[Slot(str(n), str(d), tuple(int(x) for x in sh), str(k), int(o), int(nb))
+               for n, d, sh, k, o, nb in doc["slots"]],
+        steps=[Step(str(k), dict(a), [int(i) for i in ins], [int(o) for o in outs])
+               for k, a, ins, outs in doc["steps"]],
+        inputs=[int(i) for i in doc["inputs"]],
+        outputs=[int(i) for i in doc["outputs"]],
+        weights=weights,
+        internal_bytes=int(doc["internal_bytes"]),
+        options=dict(doc["options"]),
+        name=str(doc["name"]),
+    )
+
+
+def from_bytes(buf: Blob | _mmap.mmap, *, verify: bool = True, source: str = "<bytes>") -> Program:
+    """Decode a Program; its weights are a read-only view of `buf` (no copy)."""
+    view = memoryview(buf).cast("B")
+    meta_off, meta_size, w_off, w_size, meta_digest, w_digest = _check_header(view, source)
+    meta = view[meta_off : meta_off + meta_size]
+    if _digest(meta) != meta_digest:
+        raise CacheError(f"{source}: metadata checksum mismatch")
+    if w_size:
+        weights = np.frombuffer(buf, dtype=np.uint8, count=w_size, offset=w_off)
+    else:
+        weights = np.empty(0, dtype=np.uint8)
+    weights.flags.writeable = False
+    if verify and _digest(weights) != w_digest:
+        raise CacheError(f"{source}: weights checksum mismatch")
+    try:
+        program = _program_from_doc(json.loads(bytes(meta)), weights)
+        program.validate()
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CacheError(f"{source}: inconsistent metadata: {exc}") from exc
+    return program
+
+
+def save(program: Program, path: str | os.PathLike[str]) -> None:
+    """Write a Program atomically: a temp file in the same directory, fsynced, then renamed."""
+    header, meta, weights = _encode(program)
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".program-", dir=directory)
+    except OSError as exc:
+        raise CacheError(f"{path}: cannot write: {exc}") from exc
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for part in (header, meta, weights):
+                f.write(part)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        os.unlink(tmp)
+        raise CacheError(f"{path}: cannot write: {exc}") from exc
+
+
+def load(path: str | os.PathLike[str], mmap: bool = True, *, verify: bool = True) -> Program:
+    """Read a Program file; with `mmap` the weights stay in the read-only file mapping."""
+    try:
+        with open(path, "rb") as f:
+            if not mmap:
+                data: Blob | _mmap.mmap = f.read()
+            elif os.fstat(f.fileno()).st_size == 0:
+                data = b""
+            else:
+                data = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ)
+    except OSError as exc:
+        raise CacheError(f"{path}: cannot read: {exc}") from exc
+    return from_bytes(data, verify=verify, source=os.fspath(path))

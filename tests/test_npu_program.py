@@ -1,0 +1,192 @@
+"""The Program format: round trips, in-place weights from an mmap, every corruption detected."""
+
+import mmap
+import struct
+
+import numpy as np
+import pytest
+
+from provider.errors import CacheError, InvalidModelError
+from provider.npu import program as fmt
+from provider.npu.program import Program, Slot, Step
+
+
+def make_program() -> Program:
+    """y = relu(x @ w + b) with a scratch tensor in the arena; weights packed at 64 B."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 3)).astype(np.float32)
+    b = rng.standard_normal(3).astype(np.float32)
+    blob = np.zeros(128, np.uint8)
+    blob[: w.nbytes] = w.view(np.uint8).ravel()
+    blob[64 : 64 + b.nbytes] = b.view(np.uint8)
+    slots = [
+        Slot.of("x", "float32", (2, 4), "input"),
+        Slot.of("w", "float32", (4, 3), "weight", 0),
+        Slot.of("b", np.float32, (3,), "weight", 64),
+        Slot.of("t", "float32", (2, 3), "internal", 0),
+        Slot.of("y", "float32", (2, 3), "output"),
+    ]
+    steps = [
+        Step("matmul", {"transpose_b": False, "alpha": 1.5, "axes": [0, 1]}, [0, 1], [3]),
+        Step("add_relu", {"activation_type": "RELU"}, [3, 2], [4]),
+    ]
+    return Program(slots, steps, [0], [4], blob.tobytes(), 64, {"enable_fp16": False}, "mlp")
+
+
+def assert_same_program(a: Program, b: Program) -> None:
+    """Everything but the weights' container type is equal."""
+    assert a.slots == b.slots
+    assert a.steps == b.steps
+    assert (a.inputs, a.outputs, a.internal_bytes, a.options, a.name) == (
+        b.inputs, b.outputs, b.internal_bytes, b.options, b.name)
+    assert a.weights_array().tobytes() == b.weights_array().tobytes()
+
+
+def test_slot_of_and_sizes():
+    p = make_program()
+    assert p.slots[2] == Slot("b", "float32", (3,), "weight", 64, 12)
+    assert p.weight_bytes == 128
+    assert p.io_bytes == 2 * 4 * 4 + 2 * 3 * 4
+
+
+def test_round_trip_bytes():
+    p = make_program()
+    q = fmt.from_bytes(fmt.to_bytes(p))
+    assert_same_program(p, q)
+    assert not q.weights_array().flags.writeable
+
+
+def test_weights_start_page_aligned_and_views_are_typed():
+    data = fmt.to_bytes(make_program())
+    (w_off,) = struct.unpack_from("<Q", data, 32)
+    assert w_off % fmt.WEIGHTS_ALIGNMENT == 0
+    q = fmt.from_bytes(data)
+    w = fmt.view_slot(q.weights_array(), q.slots[1])
+    assert w.shape == (4, 3) and w.dtype == np.float32
+    expected = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    np.testing.assert_array_equal(w, expected)
+
+
+def test_save_load_mmap_uses_weights_in_place(tmp_path):
+    path = tmp_path / "p.lnp"
+    fmt.save(make_program(), path)
+    assert [f.name for f in tmp_path.iterdir()] == ["p.lnp"]  # no temp file left behind
+    q = fmt.load(path)
+    assert_same_program(make_program(), q)
+    base = q.weights
+    while not isinstance(base, mmap.mmap):  # ndarray.base -> memoryview.obj -> the map
+        base = base.obj if isinstance(base, memoryview) else base.base
+    whole = np.frombuffer(base, np.uint8)
+    assert np.shares_memory(fmt.view_slot(q.weights_array(), q.slots[1]), whole)
+    assert fmt.load(path, mmap=False).weights_array().tobytes() == q.weights_array().tobytes()
+
+
+def test_empty_program_round_trips(tmp_path):
+    p = Program([], [], [], [], b"", 0, {}, "empty")
+    fmt.save(p, tmp_path / "e")
+    q = fmt.load(tmp_path / "e")
+    assert_same_program(p, q)
+    assert q.weight_bytes == 0
+
+
+def test_attrs_keep_json_types():
+    q = fmt.from_bytes(fmt.to_bytes(make_program()))
+    attrs = q.steps[0].attrs
+    assert attrs == {"transpose_b": False, "alpha": 1.5, "axes": [0, 1]}
+    assert isinstance(attrs["transpose_b"], bool)
+
+
+def corrupt(data: bytes, at: int) -> bytes:
+    buf = bytearray(data)
+    buf[at] ^= 0x40
+    return bytes(buf)
+
+
+def header_field(data: bytes, offset: int) -> int:
+    return struct.unpack_from("<Q", data, offset)[0]
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: b"NOTAPROG" + d[8:], "bad magic"),
+        (lambda d: d[:8] + struct.pack("<I", 2) + d[12:], "format version 2"),
+        (lambda d: d[:5], "truncated"),
+        (lambda d: d[:40], "truncated"),
+        (lambda d: d[:-1], "truncated"),
+        (lambda d: corrupt(d, 20), "header checksum"),
+        (lambda d: corrupt(d, header_field(d, 16) + 5), "metadata checksum"),
+        (lambda d: corrupt(d, header_field(d, 32) + 70), "weights checksum"),
+        (lambda d: b"", "truncated"),
+    ],
+)
+def test_corruption_is_detected(mutate, message):
+    data = mutate(fmt.to_bytes(make_program()))
+    with pytest.raises(CacheError, match=message):
+        fmt.from_bytes(data)
+
+
+def test_verify_false_skips_only_the_weight_hash():
+    data = fmt.to_bytes(make_program())
+    flipped = corrupt(data, header_field(data, 32) + 70)
+    fmt.from_bytes(flipped, verify=False)  # cache-hit path: the manifest vouches for weights
+    with pytest.raises(CacheError, match="metadata checksum"):
+        fmt.from_bytes(corrupt(data, header_field(data, 16) + 5), verify=False)
+
+
+def test_corrupt_file_names_the_path(tmp_path):
+    path = tmp_path / "bad.lnp"
+    path.write_bytes(b"LNPUPROG")
+    with pytest.raises(CacheError, match="bad.lnp.*truncated"):
+        fmt.load(path)
+    path.write_bytes(b"")
+    with pytest.raises(CacheError, match="truncated"):
+        fmt.load(path)
+    with pytest.raises(CacheError, match="cannot read"):
+        fmt.load(tmp_path / "missing.lnp")
+
+
+def test_save_into_missing_directory_is_a_cache_error(tmp_path):
+    with pytest.raises(CacheError, match="cannot write"):
+        fmt.save(make_program(), tmp_path / "no" / "such" / "p.lnp")
+
+
+def broken(**changes) -> Program:
+    p = make_program()
+    for key, value in changes.items():
+        setattr(p, key, value)
+    return p
+
+
+@pytest.mark.parametrize(
+    "program, message",
+    [
+        (broken(internal_bytes=10), r"slot 3 \('t'\).*arena"),
+        (broken(weights=b"\0" * 64), r"slot 2 \('b'\).*weight blob"),
+        (broken(inputs=[4]), "not an input slot"),
+        (broken(outputs=[]), "do not match the output slots"),
+        (broken(steps=[Step("k", {}, [0], [9])]), "uses slot 9"),
+        (broken(steps=[Step("k", {}, [3], [1])]), "writes weight slot 1"),
+        (broken(steps=[Step("", {}, [], [])]), "non-empty string"),
+        (broken(slots=[Slot("x", "float32", (2,), "input", -1, 4)]), "nbytes 4, expected 8"),
+        (broken(slots=[Slot("x", "float32", (2,), "bogus", -1, 8)]), "kind 'bogus'"),
+        (broken(slots=[Slot("x", "nope", (2,), "input", -1, 8)]), "unknown dtype"),
+        (broken(slots=[Slot("x", "float32", (2,), "input", 0, 8)]), "offset -1"),
+        (broken(steps=[Step("k", {"f": object()}, [0], [4])]), "JSON"),
+    ],
+)
+def test_inconsistent_programs_are_rejected(program, message):
+    with pytest.raises(InvalidModelError, match=message):
+        fmt.to_bytes(program)
+
+
+def test_inconsistent_metadata_in_a_file_is_a_cache_error():
+    data = bytearray(fmt.to_bytes(make_program()))
+    meta_off, meta_size = header_field(data, 16), header_field(data, 24)
+    meta = bytes(data[meta_off : meta_off + meta_size]).replace(b'"internal_bytes":64', b'"internal_bytes":10')
+    data[meta_off : meta_off + meta_size] = meta
+    digest = fmt._digest(meta)
+    struct.pack_into("<16s", data, 48, digest)
+    struct.pack_into("<I", data, 80, fmt.zlib.crc32(bytes(data[:80])))
+    with pytest.raises(CacheError, match="inconsistent metadata.*arena"):
+        fmt.from_bytes(bytes(data))
