@@ -98,14 +98,14 @@ requests_strategy = st.lists(
 @given(requests_strategy, st.sampled_from([1, 16, 64, 256]))
 def test_property_live_tensors_never_overlap(requests, alignment):
     offsets, arena = place(requests, alignment)
-    for offset, (nbytes, _, _) in zip(offsets, requests):
+    for offset, (nbytes, _, _) in zip(offsets, requests, strict=True):
         assert offset % alignment == 0
         assert offset + nbytes <= arena
-    live = [(o, r) for o, r in zip(offsets, requests) if r[0] > 0]
+    live = [(o, r) for o, r in zip(offsets, requests, strict=True) if r[0] > 0]
     # replay the timeline: at every step, the live tensors' byte ranges are disjoint
     for step in range(max((r[2] for r in requests), default=-1) + 1):
         ranges = sorted((o, o + r[0]) for o, r in live if r[1] <= step <= r[2])
-        for (_, end), (start, _) in zip(ranges, ranges[1:]):
+        for (_, end), (start, _) in zip(ranges, ranges[1:], strict=False):
             assert end <= start
     assert arena == max((o + r[0] for o, r in live), default=0)
     assert arena <= sum(align_up(r[0], alignment) for r in requests)

@@ -35,7 +35,7 @@ import tempfile
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
@@ -65,7 +65,7 @@ _PREFIX = struct.Struct("<8sII")
 _HEADER = struct.Struct("<8sII4Q16s16s")
 _HEADER_SIZE = _HEADER.size + 4  # + CRC-32
 
-Blob = Union[bytes, bytearray, memoryview, np.ndarray]
+Blob = bytes | bytearray | memoryview | np.ndarray
 
 
 @dataclass(frozen=True)
