@@ -1,0 +1,206 @@
+"""Activation functions (Lite `Activation` and the fused activation_type of Conv/MatMul/Add...).
+
+`apply(kind, x, y, ...)` computes y = f(x) elementwise; y may be the same memory as x, which
+is how the fused activations of other kernels run in place on their output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from provider.errors import UnsupportedError
+from provider.npu.kernels.registry import register
+
+_SQRT1_2 = 0.7071067811865476
+_GELU_TANH_C = 0.7978845608028654  # sqrt(2 / pi)
+
+# Numerical Recipes' Chebyshev fit of erfc(z) = t * exp(-z^2 + P(t)), t = 1 / (1 + z/2):
+# fractional error below 1.2e-7 for every z >= 0 (so |erf error| <= 1.2e-7 everywhere).
+_ERFC_COEFFS = (
+    0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807,
+    -0.18628806, 0.09678418, 0.37409196, 1.00002368, -1.26551223,
+)
+
+
+def erf(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Vectorised erf (numpy has none), absolute error <= 1.2e-7, computed in float64."""
+    z = np.abs(x, dtype=np.float64)
+    t = 1.0 / (1.0 + 0.5 * z)
+    poly = np.full_like(t, _ERFC_COEFFS[0])
+    for c in _ERFC_COEFFS[1:]:
+        poly *= t
+        poly += c
+    erfc = t * np.exp(poly - z * z)
+    res = np.copysign(1.0 - erfc, x)
+    if out is None:
+        return res.astype(x.dtype, copy=False)
+    np.copyto(out, res, casting="same_kind")
+    return out
+
+
+def _relu6(x: np.ndarray, y: np.ndarray) -> None:
+    np.clip(x, 0.0, 6.0, out=y)
+
+
+def _sigmoid(x: np.ndarray, y: np.ndarray) -> None:
+    with np.errstate(over="ignore"):
+        np.negative(x, out=y)
+        np.exp(y, out=y)
+        y += 1.0
+        np.reciprocal(y, out=y)
+
+
+def _hsigmoid(x: np.ndarray, y: np.ndarray, alpha: float, beta: float) -> None:
+    np.multiply(x, alpha, out=y)
+    y += beta
+    np.clip(y, 0.0, 1.0, out=y)
+
+
+def _hswish(x: np.ndarray, y: np.ndarray) -> None:
+    tmp = x + 3.0
+    _relu6(tmp, tmp)
+    tmp *= 1.0 / 6.0
+    np.multiply(x, tmp, out=y)
+
+
+def _gelu(x: np.ndarray, y: np.ndarray, approximate: bool) -> None:
+    if approximate:
+        inner = x * x
+        inner *= 0.044715
+        inner += 1.0
+        inner *= x
+        inner *= _GELU_TANH_C
+        np.tanh(inner, out=inner)
+    else:
+        inner = erf(x * _SQRT1_2)
+    inner += 1.0
+    inner *= 0.5
+    np.multiply(x, inner, out=y)
+
+
+def _elu(x: np.ndarray, y: np.ndarray, alpha: float) -> None:
+    neg = np.minimum(x, 0.0)
+    np.expm1(neg, out=neg)
+    neg *= alpha
+    np.maximum(x, 0.0, out=y)
+    y += neg
+
+
+def _leaky_relu(x: np.ndarray, y: np.ndarray, alpha: float) -> None:
+    scaled = x * alpha
+    if alpha <= 1.0:
+        np.maximum(x, scaled, out=y)
+    else:
+        np.minimum(x, scaled, out=y)
+
+
+def _softplus(x: np.ndarray, y: np.ndarray) -> None:
+    np.logaddexp(x, 0.0, out=y)
+
+
+def _swish(x: np.ndarray, y: np.ndarray) -> None:
+    s = np.empty_like(x)
+    _sigmoid(x, s)
+    np.multiply(x, s, out=y)
+
+
+def _softsign(x: np.ndarray, y: np.ndarray) -> None:
+    den = np.abs(x)
+    den += 1.0
+    np.divide(x, den, out=y)
+
+
+def _thresholded_relu(x: np.ndarray, y: np.ndarray, alpha: float) -> None:
+    keep = x > alpha
+    np.multiply(x, keep, out=y)
+
+
+# Activation types the NPU runs (capability.py publishes this set).
+ACTIVATIONS = (
+    "NO_ACTIVATION", "RELU", "RELU6", "SIGMOID", "TANH", "LEAKY_RELU", "HSWISH", "HSIGMOID",
+    "GELU", "ELU", "SOFTPLUS", "SWISH", "SOFTSIGN", "ABS", "SIGN", "HARD_TANH",
+    "THRESHOLDRELU",
+)
+
+
+def apply(
+    kind: str,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    alpha: float = 0.0,
+    beta: float = 0.0,
+    min_val: float = 0.0,
+    max_val: float = 0.0,
+    approximate: bool = False,
+) -> None:
+    """y = kind(x) elementwise; y may be x. Parameters use the Lite Activation field names.
+
+    HSIGMOID is clip(alpha*x + beta, 0, 1) when alpha is non-zero (ONNX HardSigmoid), and
+    MindSpore's fixed relu6(x + 3) / 6 when alpha is 0 (the schema default).
+    """
+    if kind == "NO_ACTIVATION":
+        if y is not x:
+            np.copyto(y, x)
+    elif kind == "RELU":
+        np.maximum(x, 0.0, out=y)
+    elif kind == "RELU6":
+        _relu6(x, y)
+    elif kind == "SIGMOID":
+        _sigmoid(x, y)
+    elif kind == "TANH":
+        np.tanh(x, out=y)
+    elif kind == "LEAKY_RELU":
+        _leaky_relu(x, y, alpha)
+    elif kind == "HSWISH":
+        _hswish(x, y)
+    elif kind == "HSIGMOID":
+        if alpha == 0.0:
+            _hsigmoid(x, y, 1.0 / 6.0, 0.5)
+        else:
+            _hsigmoid(x, y, alpha, beta)
+    elif kind == "GELU":
+        _gelu(x, y, approximate)
+    elif kind == "ELU":
+        _elu(x, y, alpha)
+    elif kind == "SOFTPLUS":
+        _softplus(x, y)
+    elif kind == "SWISH":
+        _swish(x, y)
+    elif kind == "SOFTSIGN":
+        _softsign(x, y)
+    elif kind == "ABS":
+        np.abs(x, out=y)
+    elif kind == "SIGN":
+        np.sign(x, out=y)
+    elif kind == "HARD_TANH":
+        np.clip(x, min_val, max_val, out=y)
+    elif kind == "THRESHOLDRELU":
+        _thresholded_relu(x, y, alpha)
+    else:
+        raise UnsupportedError(f"activation_type {kind!r}; supported: {', '.join(ACTIVATIONS)}")
+
+
+def fused(y: np.ndarray, attrs: dict[str, Any]) -> None:
+    """Apply a kernel's fused `activation` attr (absent or NO_ACTIVATION: nothing) to y in place."""
+    kind = attrs.get("activation", "NO_ACTIVATION")
+    if kind != "NO_ACTIVATION":
+        apply(kind, y, y)
+
+
+@register("activation", inplace=True)
+def activation(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """Lite Activation: outputs[0] = activation_type(inputs[0])."""
+    apply(
+        attrs["activation_type"],
+        inputs[0],
+        outputs[0],
+        alpha=attrs.get("alpha", 0.0),
+        beta=attrs.get("beta", 0.0),
+        min_val=attrs.get("min_val", 0.0),
+        max_val=attrs.get("max_val", 0.0),
+        approximate=attrs.get("approximate", False),
+    )

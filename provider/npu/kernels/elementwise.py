@@ -1,0 +1,127 @@
+"""Elementwise kernels with numpy broadcasting: binary arithmetic, unary math, comparisons,
+Where, Clip, Cast, AddN and the plain copy the compiler inserts for aliased graph outputs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from provider.npu.kernels import activation
+from provider.npu.kernels.registry import register
+
+BINARY = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "pow": np.power,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+}
+UNARY = {
+    "sqrt": np.sqrt,
+    "exp": np.exp,
+    "neg": np.negative,
+    "abs": np.abs,
+    "log": np.log,
+    "reciprocal": np.reciprocal,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "square": np.square,
+    "sin": np.sin,
+    "cos": np.cos,
+    "erf": activation.erf,
+}
+COMPARE = {
+    "equal": np.equal,
+    "less": np.less,
+    "greater": np.greater,
+    "less_equal": np.less_equal,
+    "greater_equal": np.greater_equal,
+    "not_equal": np.not_equal,
+}
+
+
+@register("binary", inplace=True)
+def binary(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = op(a, b) with broadcasting, then the fused activation (attrs: op, activation)."""
+    y = outputs[0]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        BINARY[attrs["op"]](inputs[0], inputs[1], out=y)
+    activation.fused(y, attrs)
+
+
+@register("unary", inplace=True)
+def unary(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = op(x) (attrs: op), e.g. Sqrt, ExpFusion, Neg, Abs, Erf."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        UNARY[attrs["op"]](inputs[0], out=outputs[0])
+
+
+@register("exp_affine", inplace=True)
+def exp_affine(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """ExpFusion with non-default fields: base ** (shift + scale * x) (base -1 means e)."""
+    y = outputs[0]
+    np.multiply(inputs[0], attrs["scale"], out=y)
+    y += attrs["shift"]
+    if attrs["base"] != -1.0:
+        y *= np.log(attrs["base"])
+    np.exp(y, out=y)
+
+
+@register("compare")
+def compare(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] (bool) = op(a, b) with broadcasting (attrs: op)."""
+    COMPARE[attrs["op"]](inputs[0], inputs[1], out=outputs[0])
+
+
+@register("where")
+def where(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = cond ? a : b with broadcasting of all three."""
+    y = outputs[0]
+    np.copyto(y, inputs[2])
+    np.copyto(y, inputs[1], where=inputs[0])
+
+
+@register("clip", inplace=True)
+def clip(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = clip(x, min, max) (attrs: min, max; None = unbounded)."""
+    x, y = inputs[0], outputs[0]
+    lo, hi = attrs["min"], attrs["max"]
+    if lo is None and hi is None:
+        if y is not x:
+            np.copyto(y, x)
+        return
+    np.clip(x, lo, hi, out=y)
+
+
+@register("cast")
+def cast(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = x converted to the output's dtype (unsafe casting, as ONNX Cast)."""
+    np.copyto(outputs[0], inputs[0], casting="unsafe")
+
+
+@register("copy")
+def copy(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = x in the output's shape (element order kept; the output is contiguous)."""
+    np.copyto(outputs[0].reshape(inputs[0].shape), inputs[0])
+
+
+@register("add_n", inplace=True)
+def add_n(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = sum of all inputs, with broadcasting (AddN, ONNX Sum)."""
+    y = outputs[0]
+    np.add(inputs[0], inputs[1], out=y)
+    for x in inputs[2:]:
+        y += x
+
+
+@register("scale_shift", inplace=True)
+def scale_shift(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = x * scale + shift, per channel on axis 1 (a BatchNorm not foldable into a
+    conv; inputs: x, scale, shift with shapes broadcastable over NC...)."""
+    y = outputs[0]
+    np.multiply(inputs[0], inputs[1], out=y)
+    y += inputs[2]
+    activation.fused(y, attrs)

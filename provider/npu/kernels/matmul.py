@@ -1,0 +1,29 @@
+"""MatMulFusion and FullConnection: one broadcasting (batched) GEMM plus bias and activation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from provider.npu.kernels import activation, gemm
+from provider.npu.kernels.registry import register
+
+
+@register("matmul")
+def matmul(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = op(a) @ op(b) [+ bias]; attrs transpose_a, transpose_b, activation.
+
+    The compiler stores constant B already transposed as needed (transpose_b False then), and
+    reshapes FullConnection's input to 2-D, so this one kernel serves both primitives.
+    """
+    a, b = inputs[0], inputs[1]
+    if attrs["transpose_a"]:
+        a = np.swapaxes(a, -1, -2)
+    if attrs["transpose_b"]:
+        b = np.swapaxes(b, -1, -2)
+    y = outputs[0]
+    gemm.matmul(a, b, y)
+    if len(inputs) > 2:
+        y += inputs[2]
+    activation.fused(y, attrs)
