@@ -1,0 +1,390 @@
+"""Device memory of the reference NPU: one shared-memory pool per process.
+
+The pool is a `memfd_create` file mapped MAP_SHARED (an anonymous mapping where memfd is
+unavailable), sized at creation (default 1 GiB) and committed lazily: the file is sparse,
+so a page costs memory only once something writes it. Buffers are carved from it by a
+best-fit allocator with coalescing; every block is a multiple of 64 bytes and 64-byte
+aligned. A buffer's numpy view *is* the device memory (host-accessible, like RKNN's
+virt_addr), so a caller who fills a view has uploaded the data with zero copies.
+
+Buffers can leave the process as (fd, offset, size), like dma-buf, and memory made
+elsewhere can be imported from an fd (`import_fd`, cf. `rknn_create_mem_from_fd`) or by
+wrapping an aligned host array without copying (`wrap`). Imported and wrapped buffers are
+not pool memory (they do not count in `in_use`) but `contains`/`find` know them, so the
+executor uses them in place.
+
+Lifetimes are explicit: a buffer starts with one reference, `retain()` adds one,
+`release()` drops one, and at zero its block returns to the pool. As with the C APIs this
+imitates, numpy views taken from a buffer must not be used after its last release.
+All methods are thread-safe. After `fork()` the child gets a fresh default pool, because
+the parent's MAP_SHARED mapping would otherwise be shared by both processes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import mmap
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from provider.errors import BindingError, DeviceMemoryError, LitenpuError, UnsupportedError
+
+__all__ = ["ALIGNMENT", "DEFAULT_CAPACITY", "PoolStats", "DeviceBuffer", "DevicePool", "default_pool"]
+
+log = logging.getLogger("litenpu.npu")
+
+ALIGNMENT = 64
+DEFAULT_CAPACITY = 1 << 30
+
+
+def _align_up(value: int, alignment: int) -> int:
+    """Round up to a multiple of a power of two."""
+    return (value + alignment - 1) & ~(alignment - 1)
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    """A snapshot of a pool: bytes reserved by live buffers, their peak, live buffer count."""
+
+    in_use: int
+    peak: int
+    allocations: int
+    largest_free: int
+    capacity: int
+
+
+class DeviceBuffer:
+    """A reference-counted region of device memory (pool block, imported fd, or wrapped array)."""
+
+    def __init__(
+        self,
+        pool: DevicePool,
+        mem: np.ndarray,
+        address: int,
+        export: tuple[int, int, int] | None,
+        on_free: Callable[[DeviceBuffer], None],
+        owner: Any = None,
+    ):
+        self.pool = pool
+        self.nbytes = mem.nbytes
+        self.address = address  # explicit: numpy reports no pointer for empty slices
+        self._mem = mem
+        self._export = export
+        self._on_free = on_free
+        self._owner = owner  # keeps an imported mapping or a wrapped array alive
+        self._refs = 1
+
+    def __repr__(self) -> str:
+        return f"DeviceBuffer(nbytes={self.nbytes}, address={self.address:#x}, refs={self._refs})"
+
+    @property
+    def refcount(self) -> int:
+        """Number of outstanding references (0 once freed)."""
+        return self._refs
+
+    def view(self, dtype: Any = np.uint8, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        """A numpy array over this device memory (no copy); default: all bytes as uint8."""
+        if self._refs == 0:
+            raise LitenpuError(f"{self!r} was released; its memory may belong to someone else")
+        dt = np.dtype(dtype)
+        if shape is None:
+            return self._mem[: self.nbytes - self.nbytes % dt.itemsize].view(dt)
+        count = int(np.prod(shape, dtype=np.int64))
+        if count * dt.itemsize > self.nbytes:
+            raise BindingError(
+                f"device buffer of {self.nbytes} bytes is too small for {dt.name}{list(shape)} "
+                f"({count * dt.itemsize} bytes)"
+            )
+        return self._mem[: count * dt.itemsize].view(dt).reshape(shape)
+
+    def export(self) -> tuple[int, int, int]:
+        """(fd, offset, size) another mapping of this memory can be made from.
+
+        The fd belongs to the pool (or to the import); dup it to keep it past their lifetime.
+        """
+        if self._export is None:
+            raise UnsupportedError(f"{self!r} has no file descriptor (wrapped host memory or "
+                                   "a pool without memfd_create)")
+        return self._export
+
+    def retain(self) -> DeviceBuffer:
+        """Add a reference; returns self for chaining."""
+        with self.pool._lock:
+            if self._refs == 0:
+                raise LitenpuError(f"cannot retain {self!r}: already released")
+            self._refs += 1
+        return self
+
+    def release(self) -> None:
+        """Drop a reference; the memory goes back at zero."""
+        with self.pool._lock:
+            if self._refs == 0:
+                raise LitenpuError(f"double release of {self!r}")
+            self._refs -= 1
+            if self._refs == 0:
+                self._on_free(self)
+
+    def __enter__(self) -> DeviceBuffer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class DevicePool:
+    """A memfd-backed region with an aligned best-fit allocator, refcounted buffers and stats."""
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY, *, name: str = "litenpu-npu"):
+        if not isinstance(capacity, int) or capacity <= 0:
+            raise DeviceMemoryError(f"pool capacity must be a positive int, got {capacity!r}")
+        self.capacity = _align_up(capacity, mmap.PAGESIZE)
+        self._lock = threading.RLock()
+        self.fd = -1
+        try:
+            self.fd = os.memfd_create(name, os.MFD_CLOEXEC)
+            os.ftruncate(self.fd, self.capacity)
+            self._mm = mmap.mmap(self.fd, self.capacity)
+        except (AttributeError, OSError) as exc:
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
+            log.info("memfd_create unavailable (%s): anonymous pool, no fd export", exc)
+            self._mm = mmap.mmap(-1, self.capacity)
+        self._array = np.frombuffer(self._mm, dtype=np.uint8)
+        self.base_address = self._array.ctypes.data
+        self._free_offsets = [0]  # sorted starts of free blocks
+        self._free_size = {0: self.capacity}
+        self._used_offsets: list[int] = []  # sorted starts of live blocks
+        self._used: dict[int, tuple[int, DeviceBuffer]] = {}  # start -> (block size, buffer)
+        self._external: list[DeviceBuffer] = []
+        self._in_use = 0
+        self._peak = 0
+
+    def __repr__(self) -> str:
+        return f"DevicePool(capacity={self.capacity}, fd={self.fd})"
+
+    # allocation ---------------------------------------------------------------------------
+
+    def allocate(self, nbytes: int, alignment: int = ALIGNMENT) -> DeviceBuffer:
+        """A new buffer of `nbytes` (>= 0) at a multiple of `alignment` (power of two)."""
+        if not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
+            raise DeviceMemoryError(f"cannot allocate {nbytes!r} bytes: expected an int >= 0")
+        if alignment <= 0 or alignment & (alignment - 1):
+            raise DeviceMemoryError(f"alignment {alignment} is not a positive power of two")
+        nbytes = int(nbytes)
+        alignment = max(alignment, ALIGNMENT)
+        size = _align_up(max(nbytes, 1), ALIGNMENT)
+        with self._lock:
+            start = self._take(size, alignment)
+            if start < 0:
+                largest = self._largest_free()
+                raise DeviceMemoryError(
+                    f"device pool exhausted: requested {nbytes} bytes (alignment {alignment}), "
+                    f"largest free block {largest}, {self.capacity - self._in_use} of "
+                    f"{self.capacity} bytes free",
+                    requested=nbytes,
+                    available=largest,
+                )
+            mem = self._array[start : start + nbytes]
+            export = (self.fd, start, nbytes) if self.fd >= 0 else None
+            buffer = DeviceBuffer(self, mem, self.base_address + start, export, self._free_block)
+            bisect.insort(self._used_offsets, start)
+            self._used[start] = (size, buffer)
+            self._in_use += size
+            self._peak = max(self._peak, self._in_use)
+        return buffer
+
+    def _take(self, size: int, alignment: int) -> int:
+        """Carve `size` bytes from the best-fitting free block; -1 if none fits."""
+        best, best_size = -1, 0
+        for start in self._free_offsets:
+            block = self._free_size[start]
+            pad = _align_up(start, alignment) - start
+            if pad + size <= block and (best < 0 or block < best_size):
+                best, best_size = start, block
+                if block == size + pad:
+                    break
+        if best < 0:
+            return -1
+        begin = _align_up(best, alignment)
+        self._remove_free(best)
+        if begin > best:
+            self._add_free(best, begin - best)
+        if best + best_size > begin + size:
+            self._add_free(begin + size, best + best_size - begin - size)
+        return begin
+
+    def _add_free(self, start: int, size: int) -> None:
+        bisect.insort(self._free_offsets, start)
+        self._free_size[start] = size
+
+    def _remove_free(self, start: int) -> None:
+        del self._free_offsets[bisect.bisect_left(self._free_offsets, start)]
+        del self._free_size[start]
+
+    def _free_block(self, buffer: DeviceBuffer) -> None:
+        """Return a pool buffer's block, merging it with free neighbours (lock held)."""
+        start = buffer.address - self.base_address
+        size, _ = self._used.pop(start)
+        del self._used_offsets[bisect.bisect_left(self._used_offsets, start)]
+        self._in_use -= size
+        following = start + size
+        if following in self._free_size:
+            size += self._free_size[following]
+            self._remove_free(following)
+        i = bisect.bisect_left(self._free_offsets, start)
+        if i > 0:
+            prev = self._free_offsets[i - 1]
+            if prev + self._free_size[prev] == start:
+                self._free_size[prev] += size
+                return
+        self._add_free(start, size)
+
+    def _largest_free(self) -> int:
+        return max(self._free_size.values(), default=0)
+
+    # external memory ----------------------------------------------------------------------
+
+    def import_fd(self, fd: int, offset: int, size: int) -> DeviceBuffer:
+        """Map `size` bytes at `offset` of another process's or driver's fd as a buffer."""
+        if offset < 0 or size <= 0:
+            raise BindingError(f"import_fd: offset {offset} / size {size}: expected >= 0 / > 0")
+        try:
+            file_size = os.fstat(fd).st_size
+        except OSError as exc:
+            raise BindingError(f"import_fd: fd {fd} is not usable: {exc}") from exc
+        if offset + size > file_size:
+            raise BindingError(
+                f"import_fd: fd {fd} holds {file_size} bytes, too small for "
+                f"[{offset}, {offset + size})"
+            )
+        base = offset - offset % mmap.ALLOCATIONGRANULARITY
+        if (offset - base) % ALIGNMENT:
+            raise BindingError(f"import_fd: offset {offset} is not {ALIGNMENT}-byte aligned")
+        own_fd = os.dup(fd)
+        try:
+            mapping = mmap.mmap(own_fd, offset - base + size, offset=base)
+        except OSError as exc:
+            os.close(own_fd)
+            raise BindingError(f"import_fd: cannot map fd {fd}: {exc}") from exc
+        mem = np.frombuffer(mapping, dtype=np.uint8, count=size, offset=offset - base)
+        return self._register(mem, (own_fd, offset, size), owner=mapping)
+
+    def wrap(self, array: np.ndarray, nbytes: int | None = None) -> DeviceBuffer:
+        """Use an aligned, C-contiguous host array as device memory, without copying."""
+        if not isinstance(array, np.ndarray):
+            raise BindingError(f"wrap: expected a numpy array, got {type(array).__name__}")
+        if not array.flags.c_contiguous:
+            raise BindingError("wrap: array is not C-contiguous")
+        if array.ctypes.data % ALIGNMENT:
+            raise BindingError(
+                f"wrap: array at {array.ctypes.data:#x} is not {ALIGNMENT}-byte aligned"
+            )
+        if nbytes is not None and array.nbytes < nbytes:
+            raise BindingError(f"wrap: array has {array.nbytes} bytes, need {nbytes}")
+        mem = array.reshape(-1).view(np.uint8)
+        return self._register(mem, None, owner=array)
+
+    def _register(self, mem: np.ndarray, export: tuple[int, int, int] | None, owner: Any) -> DeviceBuffer:
+        buffer = DeviceBuffer(self, mem, mem.ctypes.data, export, self._forget_external, owner)
+        with self._lock:
+            self._external.append(buffer)
+        return buffer
+
+    def _forget_external(self, buffer: DeviceBuffer) -> None:
+        """Unregister an imported/wrapped buffer (lock held); its fd closes, its map follows GC."""
+        self._external.remove(buffer)
+        if buffer._export is not None:
+            os.close(buffer._export[0])
+        buffer._owner = None
+
+    # queries --------------------------------------------------------------------------------
+
+    def find(self, address: int) -> DeviceBuffer | None:
+        """The live buffer (pool or external) holding `address`, if any."""
+        with self._lock:
+            start = address - self.base_address
+            if 0 <= start < self.capacity:
+                i = bisect.bisect_right(self._used_offsets, start) - 1
+                if i >= 0:
+                    _, buffer = self._used[self._used_offsets[i]]
+                    if start < self._used_offsets[i] + buffer.nbytes:
+                        return buffer
+                return None
+            for buffer in self._external:
+                if buffer.address <= address < buffer.address + buffer.nbytes:
+                    return buffer
+        return None
+
+    def contains(self, address: int, nbytes: int) -> bool:
+        """True when [address, address + nbytes) lies inside one live buffer."""
+        buffer = self.find(address)
+        return buffer is not None and address + nbytes <= buffer.address + buffer.nbytes
+
+    def stats(self) -> PoolStats:
+        """Bytes reserved by live pool buffers (64-byte blocks), peak, count, largest free."""
+        with self._lock:
+            return PoolStats(self._in_use, self._peak, len(self._used), self._largest_free(),
+                             self.capacity)
+
+    def close(self) -> None:
+        """Unmap the pool and close its fd; refuses while buffers are live."""
+        with self._lock:
+            live = len(self._used) + len(self._external)
+            if live:
+                raise LitenpuError(f"{self!r}: cannot close with {live} live buffers")
+            self._array = np.empty(0, np.uint8)
+            try:
+                self._mm.close()
+            except BufferError:
+                log.debug("pool views still referenced; the mapping is freed when they are")
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
+
+    def __enter__(self) -> DevicePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_default_lock = threading.Lock()
+_default: DevicePool | None = None
+
+
+def default_pool(capacity: int | None = None) -> DevicePool:
+    """The process's device pool, created on first use with `capacity` (default 1 GiB).
+
+    A later call with a different capacity is an error: the pool cannot be resized.
+    """
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = DevicePool(DEFAULT_CAPACITY if capacity is None else capacity)
+            log.info("device pool: %d bytes (lazily committed), fd %d", _default.capacity,
+                     _default.fd)
+        elif capacity is not None and _align_up(capacity, mmap.PAGESIZE) != _default.capacity:
+            raise DeviceMemoryError(
+                f"the device pool already exists with {_default.capacity} bytes; "
+                f"configure its capacity ({capacity}) before first use",
+                requested=capacity,
+                available=_default.capacity,
+            )
+        return _default
+
+
+def _forget_default_in_child() -> None:
+    """A forked child must not allocate from its parent's shared mapping."""
+    global _default, _default_lock
+    _default = None
+    _default_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_default_in_child)

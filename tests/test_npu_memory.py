@@ -1,0 +1,319 @@
+"""The device memory pool: allocator, refcounts, stats, fd export/import, wrapping, threads."""
+
+import mmap
+import os
+import random
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from provider.errors import BindingError, DeviceMemoryError, LitenpuError, UnsupportedError
+from provider.npu import memory
+from provider.npu.memory import DevicePool, default_pool
+
+KIB = 1024
+
+
+@pytest.fixture
+def pool():
+    p = DevicePool(256 * KIB)
+    yield p
+    assert p.stats().in_use == 0, "test leaked device memory"
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_allocations_are_aligned_and_counted(pool):
+    a = pool.allocate(100)
+    b = pool.allocate(1)
+    c = pool.allocate(1000, alignment=4096)
+    assert [x.address % 64 for x in (a, b)] == [0, 0]
+    assert c.address % 4096 == 0
+    assert (a.nbytes, b.nbytes, c.nbytes) == (100, 1, 1000)
+    s = pool.stats()
+    assert s.in_use == 128 + 64 + 1024 and s.allocations == 3 and s.peak == s.in_use
+    for x in (a, b, c):
+        x.release()
+    s = pool.stats()
+    assert (s.in_use, s.allocations, s.peak, s.largest_free) == (0, 0, 1216, pool.capacity)
+
+
+def test_best_fit_and_coalescing(pool):
+    a, gap1, b, gap2, c = (pool.allocate(n) for n in (64, 1024, 64, 256, 64))
+    gap1.release()
+    gap2.release()
+    small = pool.allocate(200)  # best fit: the 256-byte hole, not the first (1024) one
+    assert small.address == gap2.address
+    small.release()
+    b.release()  # merges with both neighbouring holes into one 1344-byte block
+    merged = pool.allocate(1024 + 64 + 256)
+    assert merged.address == gap1.address
+    tail = c.address + 64 - pool.base_address
+    assert pool._free_size == {tail: pool.capacity - tail}  # the only hole left is the tail
+    for x in (a, c, merged):
+        x.release()
+    assert pool._free_size == {0: pool.capacity}  # everything coalesced again
+
+
+def test_zero_sized_buffer_gets_its_own_address(pool):
+    a, b = pool.allocate(0), pool.allocate(0)
+    assert a.address != b.address and a.view().size == 0
+    a.release()
+    b.release()
+
+
+def test_views_are_the_device_memory(pool):
+    with pool.allocate(4 * 6) as buf:
+        v = buf.view(np.float32, (2, 3))
+        v[:] = np.arange(6).reshape(2, 3)
+        assert np.shares_memory(v, buf.view())
+        np.testing.assert_array_equal(buf.view(np.float32), np.arange(6, dtype=np.float32))
+        assert pool.contains(v.ctypes.data, v.nbytes)
+        assert not pool.contains(v.ctypes.data, v.nbytes + 1)
+        assert pool.find(v.ctypes.data + 5) is buf
+        with pytest.raises(BindingError, match="too small"):
+            buf.view(np.float32, (7,))
+    assert not pool.contains(v.ctypes.data, 4)
+
+
+def test_exhaustion_is_clear_and_leaves_the_pool_usable(pool):
+    held = pool.allocate(200 * KIB)
+    before = pool.stats()
+    with pytest.raises(DeviceMemoryError, match="requested 131072 bytes") as info:
+        pool.allocate(128 * KIB)
+    assert info.value.requested == 128 * KIB
+    assert info.value.available == pool.capacity - 200 * KIB
+    assert pool.stats() == before
+    held.release()
+    pool.allocate(128 * KIB).release()
+
+
+def test_bad_requests(pool):
+    with pytest.raises(DeviceMemoryError, match="int >= 0"):
+        pool.allocate(-1)
+    with pytest.raises(DeviceMemoryError, match="power of two"):
+        pool.allocate(8, alignment=96)
+    with pytest.raises(DeviceMemoryError, match="positive int"):
+        DevicePool(0)
+
+
+def test_refcounts(pool):
+    buf = pool.allocate(64)
+    assert buf.retain() is buf and buf.refcount == 2
+    buf.release()
+    assert pool.stats().allocations == 1
+    buf.release()
+    assert buf.refcount == 0 and pool.stats().allocations == 0
+    with pytest.raises(LitenpuError, match="double release"):
+        buf.release()
+    with pytest.raises(LitenpuError, match="already released"):
+        buf.retain()
+    with pytest.raises(LitenpuError, match="released"):
+        buf.view()
+
+
+def test_export_import_round_trip(pool):
+    with pool.allocate(4096 + 256) as buf:
+        buf.view()[:] = np.arange(buf.nbytes) % 251
+        fd, offset, size = buf.export()
+        # another mapping of the exported fd sees the same bytes, and writes go both ways
+        other = mmap.mmap(fd, offset + size)
+        assert other[offset : offset + size] == buf.view().tobytes()
+        other[offset] = 77
+        assert buf.view()[0] == 77
+        del other
+        imported = pool.import_fd(fd, offset, size)
+        assert imported.address != buf.address
+        np.testing.assert_array_equal(imported.view(), buf.view())
+        assert pool.contains(imported.address, size)
+        assert imported.export()[1:] == (offset, size)
+        imported.release()
+        assert not pool.contains(imported.address, size)
+
+
+def test_import_from_a_foreign_fd(pool):
+    fd = os.memfd_create("foreign")
+    try:
+        os.ftruncate(fd, 3 * mmap.ALLOCATIONGRANULARITY)
+        os.pwrite(fd, b"\x01\x02\x03\x04", mmap.ALLOCATIONGRANULARITY + 128)
+        with pool.import_fd(fd, mmap.ALLOCATIONGRANULARITY + 128, 64) as buf:
+            assert buf.address % 64 == 0
+            assert buf.view()[:4].tolist() == [1, 2, 3, 4]
+        with pytest.raises(BindingError, match="too small"):
+            pool.import_fd(fd, 0, 4 * mmap.ALLOCATIONGRANULARITY)
+        with pytest.raises(BindingError, match="aligned"):
+            pool.import_fd(fd, 8, 64)
+        with pytest.raises(BindingError, match="not usable"):
+            pool.import_fd(10_000, 0, 64)
+    finally:
+        os.close(fd)
+
+
+def aligned_array(nbytes: int, misalign: int = 0) -> np.ndarray:
+    raw = np.zeros(nbytes + 128, np.uint8)
+    start = -raw.ctypes.data % 64 + misalign
+    return raw[start : start + nbytes]
+
+
+def test_wrap_host_memory_without_copy(pool):
+    host = aligned_array(256).view(np.float32)
+    with pool.wrap(host, nbytes=256) as buf:
+        assert buf.address == host.ctypes.data
+        buf.view(np.float32)[:] = 5
+        assert (host == 5).all()
+        assert pool.contains(host.ctypes.data, host.nbytes)
+        with pytest.raises(UnsupportedError, match="no file descriptor"):
+            buf.export()
+    assert not pool.contains(host.ctypes.data, host.nbytes)
+    with pytest.raises(BindingError, match="not 64-byte aligned"):
+        pool.wrap(aligned_array(256, misalign=8))
+    with pytest.raises(BindingError, match="has 256 bytes, need 512"):
+        pool.wrap(aligned_array(256), nbytes=512)
+    with pytest.raises(BindingError, match="C-contiguous"):
+        pool.wrap(aligned_array(256)[::2])
+    with pytest.raises(BindingError, match="numpy array"):
+        pool.wrap(b"abc")
+
+
+def test_anonymous_fallback_without_memfd(monkeypatch):
+    def no_memfd(*args):
+        raise OSError("memfd_create not supported")
+
+    monkeypatch.setattr(memory.os, "memfd_create", no_memfd)
+    p = DevicePool(64 * KIB)
+    assert p.fd == -1
+    with p.allocate(64) as buf:
+        buf.view()[:] = 1
+        with pytest.raises(UnsupportedError):
+            buf.export()
+    p.close()
+
+
+def test_capacity_is_committed_lazily():
+    before = rss_bytes()
+    p = DevicePool(1 << 30)
+    buf = p.allocate(512 << 20)
+    buf.view()[:: 1 << 20] = 1  # touch one byte per MiB: 512 pages
+    assert rss_bytes() - before < 64 << 20
+    buf.release()
+    p.close()
+
+
+def test_close_refuses_live_buffers():
+    p = DevicePool(64 * KIB)
+    buf = p.allocate(64)
+    with pytest.raises(LitenpuError, match="1 live buffers"):
+        p.close()
+    buf.release()
+    p.close()
+    assert p.fd == -1
+
+
+def test_default_pool_is_a_configurable_singleton():
+    p = default_pool()
+    assert default_pool() is p and default_pool(p.capacity) is p
+    with pytest.raises(DeviceMemoryError, match="already exists"):
+        default_pool(p.capacity // 2)
+
+
+def test_forked_child_gets_its_own_default_pool():
+    parent = default_pool()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: report whether the singleton was reset, then leave at once
+        ok = default_pool(64 * KIB) is not parent
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"1"
+    os.close(read)
+    os.waitpid(pid, 0)
+
+
+def test_threads_allocate_and_free_concurrently(pool):
+    errors = []
+
+    def worker(tag: int) -> None:
+        rng = random.Random(tag)
+        held = []
+        try:
+            for _ in range(300):
+                if held and rng.random() < 0.5:
+                    buf, value = held.pop(rng.randrange(len(held)))
+                    assert (buf.view() == value).all(), "another thread overwrote my buffer"
+                    buf.release()
+                else:
+                    buf = pool.allocate(rng.randrange(1, 2048))
+                    buf.view()[:] = tag
+                    held.append((buf, tag))
+            for buf, value in held:
+                assert (buf.view() == value).all()
+                buf.release()
+        except Exception as exc:  # collected for the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert pool.stats().allocations == 0 and pool.stats().largest_free == pool.capacity
+
+
+def test_shared_buffer_refcount_across_threads(pool):
+    buf = pool.allocate(64)
+    barrier = threading.Barrier(8)
+
+    def worker() -> None:
+        barrier.wait()
+        for _ in range(1000):
+            buf.retain()
+            buf.release()
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert buf.refcount == 1
+    buf.release()
+
+
+ops = st.lists(st.tuples(st.booleans(), st.integers(0, 9000), st.sampled_from([64, 128, 4096])),
+               max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops)
+def test_property_allocator_invariants(sequence):
+    p = DevicePool(64 * KIB)
+    live = []
+    for free, nbytes, alignment in sequence:
+        if free and live:
+            live.pop(nbytes % len(live)).release()
+            continue
+        try:
+            live.append(p.allocate(nbytes, alignment))
+        except DeviceMemoryError as exc:
+            assert exc.available < nbytes or exc.available < nbytes + alignment
+            continue
+        assert live[-1].address % alignment == 0
+        spans = sorted((b.address, b.address + max(b.nbytes, 1)) for b in live)
+        assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:], strict=False))
+        s = p.stats()
+        assert s.in_use == sum(-(-max(b.nbytes, 1) // 64) * 64 for b in live)
+        assert s.in_use + sum(p._free_size.values()) <= p.capacity
+    for b in live:
+        b.release()
+    assert p._free_size == {0: p.capacity}
+    p.close()
