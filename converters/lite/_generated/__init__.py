@@ -1,0 +1,1 @@
+"""flatc output for schema/*.fbs: regenerate with ../regenerate.sh, never edit by hand."""
