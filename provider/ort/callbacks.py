@@ -1,0 +1,101 @@
+"""C callbacks written in Python: exception-proof wrappers and deliberate lifetimes.
+
+Every function onnxruntime may call goes through `status_callback` (OrtStatus*-returning:
+an exception becomes an ORT_EP_FAIL status carrying the message) or `value_callback` (plain
+return: an exception is logged and a safe default returned). Nothing escapes into C, where
+ctypes would print it and return NULL, which onnxruntime reads as success.
+
+ctypes function objects and every buffer whose address is handed to onnxruntime must outlive
+every call onnxruntime can make; `keep` holds them for the life of the process.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import logging
+import threading
+from collections.abc import Callable
+
+from provider.ort import abi
+
+log = logging.getLogger("litenpu.ort")
+
+_KEPT: list[object] = []
+_KEPT_LOCK = threading.Lock()
+_ORT: abi.Ort | None = None
+
+
+def keep(obj: object) -> object:
+    """Keep `obj` alive for the life of the process (it was handed to C)."""
+    with _KEPT_LOCK:
+        _KEPT.append(obj)
+    return obj
+
+
+def set_ort(ort: abi.Ort) -> None:
+    """Record the onnxruntime tables negotiated in CreateEpFactories (one runtime per process)."""
+    global _ORT
+    _ORT = ort
+
+
+def ort() -> abi.Ort:
+    """The negotiated onnxruntime tables; only valid once onnxruntime has loaded the EP."""
+    if _ORT is None:
+        raise RuntimeError("onnxruntime has not loaded the NPU execution provider library yet")
+    return _ORT
+
+
+def address(cfunc) -> int:
+    """Address of a ctypes function object, to store in a function table."""
+    return C.cast(cfunc, C.c_void_p).value
+
+
+def error_status(where: str, error: BaseException) -> int | None:
+    """An ORT_EP_FAIL status describing `error` raised in callback `where`."""
+    log.error("NPUExecutionProvider %s failed: %s: %s", where, type(error).__name__, error,
+              exc_info=error)
+    if _ORT is None:
+        return None
+    return _ORT.status(abi.ORT_EP_FAIL,
+                       f"NPUExecutionProvider {where}: {type(error).__name__}: {error}")
+
+
+def status_callback(prototype, where: str) -> Callable[[Callable], object]:
+    """Decorator: `fn(*args) -> None` as an OrtStatus*-returning C function (kept alive)."""
+
+    def wrap(fn: Callable) -> object:
+        def thunk(*args):
+            try:
+                fn(*args)
+            except BaseException as e:  # noqa: BLE001 - nothing may escape into C
+                return error_status(where, e)
+            return None
+
+        return keep(prototype(thunk))
+
+    return wrap
+
+
+def value_callback(prototype, where: str, default=None) -> Callable[[Callable], object]:
+    """Decorator: `fn(*args) -> value` as a C function returning `default` on an exception."""
+
+    def wrap(fn: Callable) -> object:
+        def thunk(*args):
+            try:
+                return fn(*args)
+            except BaseException as e:  # noqa: BLE001 - nothing may escape into C
+                log.error("NPUExecutionProvider %s failed: %s: %s", where, type(e).__name__, e,
+                          exc_info=e)
+                return default
+
+        return keep(prototype(thunk))
+
+    return wrap
+
+
+class CString:
+    """A NUL-terminated buffer at a stable address, for `const char*` returns."""
+
+    def __init__(self, text: str):
+        self._buf = C.create_string_buffer(text.encode())
+        self.address: int = C.addressof(self._buf)

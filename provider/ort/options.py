@@ -1,0 +1,99 @@
+"""Provider options of the NPU execution provider: one typed, validated dataclass.
+
+Users write them as onnxruntime users do (`provider_options=[{"min_partition_nodes": "2"}]`
+or `add_provider_for_devices(devices, {...})`); onnxruntime hands them to the EP as session
+config entries `ep.npuexecutionprovider.<key>`. They are parsed once, here, into `NpuOptions`,
+and turned back into strings only at the ABI edge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from provider.errors import LitenpuError
+
+CONFIG_PREFIX = "ep.npuexecutionprovider."
+
+
+class InvalidOptionError(LitenpuError, ValueError):
+    """A provider option is unknown or has a value of the wrong kind."""
+
+
+@dataclass(frozen=True)
+class NpuOptions:
+    """What the NPU execution provider can be told per session."""
+
+    min_partition_nodes: int = 1  # smaller NPU partitions stay on onnxruntime's CPU kernels
+    disable_ops: tuple[str, ...] = ()  # ONNX op types never claimed (e.g. ("Conv", "Gemm"))
+    enable_fp16: bool = False  # compile NPU programs with fp16 storage between ops
+
+    @classmethod
+    def valid_keys(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    @classmethod
+    def parse(cls, options: dict[str, Any] | None) -> NpuOptions:
+        """Validate `options` (strings or typed values) into NpuOptions; InvalidOptionError names the bad key."""
+        options = dict(options or {})
+        unknown = sorted(set(options) - set(cls.valid_keys()))
+        if unknown:
+            raise InvalidOptionError(
+                f"unknown NPUExecutionProvider option(s) {', '.join(map(repr, unknown))}; "
+                f"valid options: {', '.join(cls.valid_keys())}")
+        values: dict[str, Any] = {}
+        for key, raw in options.items():
+            values[key] = _PARSERS[key](key, raw)
+        return cls(**values)
+
+    def to_strings(self) -> dict[str, str]:
+        """The options as the strings onnxruntime carries (only those differing from defaults)."""
+        default = NpuOptions()
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value != getattr(default, f.name):
+                out[f.name] = _to_string(value)
+        return out
+
+
+def _to_string(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(value)
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def _int_at_least_1(key: str, raw: Any) -> int:
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise InvalidOptionError(f"option {key}={raw!r}: expected an integer >= 1") from None
+    if isinstance(raw, bool) or value < 1:
+        raise InvalidOptionError(f"option {key}={raw!r}: expected an integer >= 1")
+    return value
+
+
+def _op_list(key: str, raw: Any) -> tuple[str, ...]:
+    if isinstance(raw, str):
+        items = [s.strip() for s in raw.split(",")]
+    elif isinstance(raw, (list, tuple, set, frozenset)) and all(isinstance(s, str) for s in raw):
+        items = [s.strip() for s in raw]
+    else:
+        raise InvalidOptionError(f"option {key}={raw!r}: expected op types, comma-separated")
+    return tuple(sorted(s for s in items if s))
+
+
+def _bool(key: str, raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise InvalidOptionError(f"option {key}={raw!r}: expected true/false (or 1/0)")
+
+
+_PARSERS = {"min_partition_nodes": _int_at_least_1, "disable_ops": _op_list, "enable_fp16": _bool}
