@@ -1,0 +1,306 @@
+"""Runs a Program on device memory and counts every byte it has to copy.
+
+An Executor owns one arena (the Program's `internal_bytes`, planned at compile time) and
+binds graph inputs/outputs per run. Zero-copy rule (cf. the onert I/O-copies discussion):
+an input or output that already lives in device memory (`pool.contains`, including
+imported and wrapped buffers) with the Program's dtype and shape, C-contiguous, is used in
+place. A host array with the right dtype and shape is copied once, into (or out of) a
+staging buffer in device memory, and counted in `CopyStats`; the documented reasons for a
+copy are "not in device memory" and "not C-contiguous". A wrong dtype, wrong shape or a too
+small buffer is a `BindingError` naming the input/output and what was expected.
+
+Weights: a Program loaded with `program.load(..., mmap=True)` keeps its weights in the
+file mapping and the executor reads them there, in place (nothing is copied or populated
+up front). A Program whose blob is ordinary host memory (fresh from the compiler) is
+uploaded once into a device buffer, so the caller may drop the compiler's bytes. A caller
+can pass its own `weights` buffer (shared across sessions, or allocated outside) and its
+own `arena` (an internal memory group); the executor retains both and releases them on
+close. Runs of one executor are serialized by its lock (pass a shared `lock` when several
+executors share an arena); use one executor per thread for parallelism.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import threading
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from provider.errors import BindingError, LitenpuError, UnsupportedError
+from provider.npu.memory import DeviceBuffer, DevicePool, default_pool
+from provider.npu.program import Program, Slot, view_slot
+
+__all__ = ["CopyStats", "Executor", "upload_weights", "weights_are_mapped"]
+
+log = logging.getLogger("litenpu.npu")
+
+IOValue = np.ndarray | DeviceBuffer
+
+
+@dataclass(frozen=True)
+class CopyStats:
+    """Bytes copied into device memory for inputs and out of it for outputs."""
+
+    bytes_copied_in: int = 0
+    bytes_copied_out: int = 0
+
+    def __add__(self, other: CopyStats) -> CopyStats:
+        return CopyStats(self.bytes_copied_in + other.bytes_copied_in,
+                         self.bytes_copied_out + other.bytes_copied_out)
+
+
+def weights_are_mapped(program: Program) -> bool:
+    """True when the Program's weight blob is a view of an mmap (a loaded Program file)."""
+    obj: Any = program.weights
+    while obj is not None and not isinstance(obj, mmap.mmap):
+        obj = obj.obj if isinstance(obj, memoryview) else getattr(obj, "base", None)
+    return obj is not None
+
+
+def upload_weights(program: Program, pool: DevicePool | None = None) -> DeviceBuffer:
+    """Copy the Program's weight blob into a new device buffer (to share between executors)."""
+    buffer = (pool or default_pool()).allocate(program.weight_bytes)
+    buffer.view()[:] = program.weights_array()
+    return buffer
+
+
+def _release_all(buffers: list[DeviceBuffer]) -> None:
+    """Release every buffer an executor holds (also run by the GC if close() was forgotten)."""
+    while buffers:
+        buffers.pop().release()
+
+
+def _describe(slot: Slot) -> str:
+    return f"{slot.dtype}{list(slot.shape)} ({slot.nbytes} bytes)"
+
+
+class Executor:
+    """Runs one Program: an arena from the pool, weights in place or uploaded, per-run I/O."""
+
+    def __init__(
+        self,
+        program: Program,
+        pool: DevicePool | None = None,
+        *,
+        kernels: Mapping[str, Any] | None = None,
+        weights: DeviceBuffer | None = None,
+        arena: DeviceBuffer | None = None,
+        lock: threading.Lock | None = None,
+    ):
+        program.validate()
+        if kernels is None:
+            from provider.npu.kernels import KERNELS as kernels
+        self.program = program
+        self.pool = pool or default_pool()
+        self._lock = lock or threading.Lock()
+        self._plan = self._resolve_kernels(kernels)
+        self._held: list[DeviceBuffer] = []
+        self._close = weakref.finalize(self, _release_all, self._held)
+        try:
+            weight_region = self._place_weights(weights)
+            arena_region = self._hold(arena, program.internal_bytes, "arena")
+            self._views: list[np.ndarray | None] = [None] * len(program.slots)
+            for index, slot in enumerate(program.slots):
+                if slot.kind == "weight":
+                    view = view_slot(weight_region, slot)
+                    view.flags.writeable = False
+                    self._views[index] = view
+                elif slot.kind == "internal":
+                    self._views[index] = view_slot(arena_region, slot)
+        except BaseException:
+            self._close()
+            raise
+        self._staging: dict[int, np.ndarray] = {}
+        self.copy_stats = CopyStats()
+        self.total_copy_stats = CopyStats()
+
+    def _resolve_kernels(self, kernels: Mapping[str, Any]) -> list[tuple[Callable, list[int], list[int], dict]]:
+        """(run, inputs, outputs, attrs) per step; an unknown kernel lists the known ones."""
+        plan = []
+        for index, step in enumerate(self.program.steps):
+            kernel = kernels.get(step.kernel)
+            if kernel is None:
+                known = ", ".join(sorted(kernels))
+                raise UnsupportedError(
+                    f"step {index}: no NPU kernel {step.kernel!r}; known kernels: {known}")
+            plan.append((kernel.run, list(step.inputs), list(step.outputs), step.attrs))
+        return plan
+
+    def _hold(self, given: DeviceBuffer | None, nbytes: int, what: str) -> np.ndarray:
+        """Retain a caller's buffer (checking its size) or allocate one; its bytes as uint8."""
+        if given is None:
+            buffer = self.pool.allocate(nbytes)
+        elif given.nbytes < nbytes:
+            raise BindingError(f"{what} buffer has {given.nbytes} bytes, the program needs {nbytes}")
+        else:
+            buffer = given.retain()
+        self._held.append(buffer)
+        return buffer.view()
+
+    def _place_weights(self, weights: DeviceBuffer | None) -> np.ndarray:
+        """The weight region: caller's buffer, the mapped file in place, or a fresh upload."""
+        program = self.program
+        if weights is not None:
+            return self._hold(weights, program.weight_bytes, "weight")
+        if weights_are_mapped(program):
+            log.debug("program %r: %d weight bytes used in place from the mapped file",
+                      program.name, program.weight_bytes)
+            return program.weights_array()
+        if not program.weight_bytes:
+            return np.empty(0, np.uint8)
+        buffer = upload_weights(program, self.pool)
+        self._held.append(buffer)
+        return buffer.view()
+
+    # binding ---------------------------------------------------------------------------------
+
+    def _staging_view(self, index: int, slot: Slot) -> np.ndarray:
+        """A device buffer for slot `index` used when the caller's memory cannot be (lazy)."""
+        view = self._staging.get(index)
+        if view is None:
+            buffer = self.pool.allocate(slot.nbytes)
+            self._held.append(buffer)
+            view = self._staging[index] = buffer.view(slot.np_dtype, slot.shape)
+        return view
+
+    def _check(self, what: str, slot: Slot, value: IOValue) -> np.ndarray | None:
+        """Validate one bound value; its in-place view when it is device memory, else None."""
+        if isinstance(value, DeviceBuffer):
+            if value.nbytes < slot.nbytes:
+                raise BindingError(f"{what} {slot.name!r}: device buffer of {value.nbytes} bytes "
+                                   f"is too small, expected {_describe(slot)}")
+            return value.view(slot.np_dtype, slot.shape)
+        if not isinstance(value, np.ndarray):
+            raise BindingError(f"{what} {slot.name!r}: expected a numpy array or DeviceBuffer, "
+                               f"got {type(value).__name__}")
+        if value.dtype != slot.np_dtype or value.shape != slot.shape:
+            raise BindingError(f"{what} {slot.name!r}: got {value.dtype}{list(value.shape)}, "
+                               f"expected {_describe(slot)}")
+        if value.flags.c_contiguous and self.pool.contains(value.ctypes.data, value.nbytes):
+            return value
+        return None
+
+    def _bind_inputs(self, inputs: Sequence[IOValue]) -> int:
+        """Point input slots at the caller's memory or a filled staging copy; bytes copied."""
+        copied = 0
+        for index, value in zip(self.program.inputs, inputs, strict=True):
+            slot = self.program.slots[index]
+            view = self._check("input", slot, value)
+            if view is None:
+                view = self._staging_view(index, slot)
+                np.copyto(view, value)
+                copied += slot.nbytes
+            self._views[index] = view
+        return copied
+
+    def _bind_outputs(self, outputs: Sequence[IOValue | None]) -> list[np.ndarray | None]:
+        """Point output slots at the caller's device memory or staging; host targets per output."""
+        targets: list[np.ndarray | None] = []
+        for index, value in zip(self.program.outputs, outputs, strict=True):
+            slot = self.program.slots[index]
+            view = None if value is None else self._check("output", slot, value)
+            if isinstance(value, np.ndarray) and not value.flags.writeable:
+                raise BindingError(f"output {slot.name!r}: the array is read-only")
+            host = None
+            if view is None:
+                view = self._staging_view(index, slot)
+                host = np.empty(slot.shape, slot.np_dtype) if value is None else value
+            self._views[index] = view
+            targets.append(host)
+        return targets
+
+    # running ---------------------------------------------------------------------------------
+
+    def run(self, inputs: Sequence[IOValue],
+            outputs: Sequence[IOValue | None] | None = None) -> list[np.ndarray]:
+        """Run every step once; returns the outputs (caller's arrays/views, or new arrays)."""
+        program = self.program
+        if len(inputs) != len(program.inputs):
+            raise BindingError(f"program {program.name!r} takes {len(program.inputs)} inputs "
+                               f"{self.input_names}, got {len(inputs)}")
+        if outputs is None:
+            outputs = [None] * len(program.outputs)
+        elif len(outputs) != len(program.outputs):
+            raise BindingError(f"program {program.name!r} has {len(program.outputs)} outputs "
+                               f"{self.output_names}, got {len(outputs)} buffers")
+        with self._lock:
+            if not self._close.alive:
+                raise LitenpuError(f"executor of program {program.name!r} is closed")
+            try:
+                copied_in = self._bind_inputs(inputs)
+                targets = self._bind_outputs(outputs)
+                self._execute()
+                results, copied_out = self._collect(targets)
+            finally:
+                for index in (*program.inputs, *program.outputs):
+                    self._views[index] = None  # hold no reference to caller memory
+            self.copy_stats = CopyStats(copied_in, copied_out)
+            self.total_copy_stats += self.copy_stats
+        return results
+
+    def _execute(self) -> None:
+        views = self._views
+        for number, (run, ins, outs, attrs) in enumerate(self._plan):
+            try:
+                run([views[i] for i in ins], [views[i] for i in outs], attrs)
+            except LitenpuError:
+                raise
+            except Exception as exc:
+                kernel = self.program.steps[number].kernel
+                raise LitenpuError(f"program {self.program.name!r} step {number} ({kernel}) "
+                                   f"failed: {type(exc).__name__}: {exc}") from exc
+
+    def _collect(self, targets: list[np.ndarray | None]) -> tuple[list[np.ndarray], int]:
+        """Copy staged outputs to their host targets; results and bytes copied out."""
+        results, copied = [], 0
+        for index, host in zip(self.program.outputs, targets, strict=True):
+            view = self._views[index]
+            if host is not None:
+                np.copyto(host, view)
+                copied += view.nbytes
+                view = host
+            results.append(view)
+        return results, copied
+
+    def run_named(self, feeds: Mapping[str, IOValue],
+                  outputs: Mapping[str, IOValue] | None = None) -> dict[str, np.ndarray]:
+        """`run` with inputs (and optionally output buffers) by name; results by name."""
+        names = self.input_names
+        missing = [n for n in names if n not in feeds]
+        unknown = [n for n in feeds if n not in names]
+        out_names = self.output_names
+        unknown += [n for n in (outputs or {}) if n not in out_names]
+        if missing or unknown:
+            raise BindingError(f"program {self.program.name!r}: missing inputs {missing}, "
+                               f"unknown names {unknown}; inputs are {names}, outputs {out_names}")
+        bound = [None if outputs is None else outputs.get(n) for n in out_names]
+        results = self.run([feeds[n] for n in names], bound)
+        return dict(zip(out_names, results, strict=True))
+
+    @property
+    def input_names(self) -> list[str]:
+        """Graph input names in order."""
+        return [self.program.slots[i].name for i in self.program.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        """Graph output names in order."""
+        return [self.program.slots[i].name for i in self.program.outputs]
+
+    def close(self) -> None:
+        """Release the arena, staging and weight buffers (idempotent)."""
+        with self._lock:
+            self._close()
+            self._views = []
+            self._staging.clear()
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
