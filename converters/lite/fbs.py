@@ -82,6 +82,23 @@ class Schema:
     file_identifier: str = ""
     root_type: str = ""
 
+    def raw_default(self, f: Field) -> bool | int | float:
+        """The wire value a reader sees when scalar or enum field `f` is absent."""
+        enum = self.enums.get(f.type)
+        if f.default is None:
+            return False if f.type == "bool" else 0
+        if enum is not None and f.default in enum.members:
+            return enum.members[f.default]
+        if f.type == "bool":
+            return f.default == "true"
+        if f.type in ("float", "double"):
+            return float(f.default)
+        return int(f.default)
+
+    def fields(self, table: str) -> dict[str, Field]:
+        """Field name -> field of `table`."""
+        return {f.name: f for f in self.tables[table].fields}
+
 
 _TOKEN = re.compile(r'\s*(?:(//[^\n]*|/\*.*?\*/)|("(?:[^"\\]|\\.)*")|([A-Za-z_][\w.]*|-?[\d.][\w.+-]*)|(\S))', re.S)
 

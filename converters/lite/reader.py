@@ -59,23 +59,7 @@ def loads(data: bytes, source: str = "<bytes>", base_dir: str | os.PathLike | No
 
 @functools.cache
 def _fields(table: str) -> dict[str, fbs.Field]:
-    """Field name -> schema field of a table."""
-    return {f.name: f for f in fbs.schema().tables[table].fields}
-
-
-@functools.cache
-def _raw_default(f: fbs.Field) -> Any:
-    """The wire value a reader sees when scalar field `f` is absent."""
-    enum = fbs.schema().enums.get(f.type)
-    if f.default is None:
-        return False if f.type == "bool" else 0
-    if enum is not None and f.default in enum.members:
-        return enum.members[f.default]
-    if f.type == "bool":
-        return f.default == "true"
-    if f.type in ("float", "double"):
-        return float(f.default)
-    return int(f.default)
+    return fbs.schema().fields(table)
 
 
 class _Decoder:
@@ -98,7 +82,7 @@ class _Decoder:
         f = _fields(tab.name)[name]
         enum = self.schema.enums.get(f.type)
         wire = enum.base if enum else f.type
-        value = tab.scalar(f.slot, wire, _raw_default(f), name)
+        value = tab.scalar(f.slot, wire, self.schema.raw_default(f), name)
         if wire in ("float", "double"):
             return ops.round_float(value, wire)
         if enum is None:
