@@ -156,6 +156,22 @@ def enum_members(enum: str) -> dict[str, int]:
     return dict(fbs.schema().enums[enum].members)
 
 
+def check_scalar(wire: str, value: Any, where: str) -> int | float | bool:
+    """`value` checked to fit scalar wire type `wire`; InvalidModelError naming `where`."""
+    if wire == "bool":
+        if isinstance(value, bool | np.bool_):
+            return bool(value)
+        raise InvalidModelError(f"{where}: expected a bool, got {value!r}")
+    if wire in _FLOATS:
+        if isinstance(value, int | float | np.number) and not isinstance(value, bool):
+            return float(value)
+        raise InvalidModelError(f"{where}: expected a number ({wire}), got {value!r}")
+    lo, hi = _INT_RANGES[wire]
+    if isinstance(value, int | np.integer) and not isinstance(value, bool) and lo <= value <= hi:
+        return int(value)
+    raise InvalidModelError(f"{where}: expected an integer in [{lo}, {hi}] ({wire}), got {value!r}")
+
+
 def complete(op: str, attrs: dict[str, Any]) -> dict[str, Any]:
     """`attrs` checked, normalised to wire precision and filled with defaults, in schema order.
 

@@ -21,7 +21,6 @@ import importlib.metadata
 import logging
 import os
 import secrets
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -177,7 +176,7 @@ class _Encoder:
             self.b.PrependUOffsetTRelative(off)
         return self.b.EndVector()
 
-    def table(self, name: str, values: dict[str, Any]) -> int:
+    def table(self, name: str, values: dict[str, Any], where: str = "") -> int:
         """Table `name` from field values: scalars as wire numbers, other fields as offsets.
 
         Offsets must already be built (flatbuffers forbids nesting); None means absent.
@@ -196,6 +195,7 @@ class _Encoder:
                 b.PrependUOffsetTRelativeSlot(f.slot, value, 0)
             else:
                 wire = enum.base if enum else f.type
+                value = ops.check_scalar(wire, value, f"{where or name}.{key}")
                 getattr(b, _SLOT_METHODS[wire])(f.slot, value, self.schema.raw_default(f))
         return b.EndObject()
 
@@ -228,7 +228,7 @@ class _Encoder:
                 values[f.name] = self.offsets([
                     self.table("Attribute", {"name": self.string(k), "data": self.numbers(np.frombuffer(d, np.uint8), "ubyte")})
                     for k, d in v.items()])
-        return self.table(spec.name, values)
+        return self.table(spec.name, values, where)
 
     def vec2d(self, rows: list[list[int]]) -> int:
         vecs = [self.table("Vec", {"data": self.numbers(row, "long")}) for row in rows]
@@ -252,7 +252,7 @@ class _Encoder:
             "outputIndex": self.numbers(node.outputs, "uint"),
             "quantType": self.enum("QuantType", node.quant_type, f"{where}.quant_type"),
             "deviceType": node.device_type,
-        })
+        }, where)
 
     # -- tensors ----------------------------------------------------------------------------
 
@@ -278,7 +278,7 @@ class _Encoder:
             "narrowRange": q.narrow_range, "numBits": q.num_bits, "inited": q.inited,
             "varCorr": q.var_corr, "meanCorr": q.mean_corr, "dstDtype": q.dst_dtype,
             "roundType": q.round_type, "multiplier": q.multiplier,
-        }) for q in t.quant_params])
+        }, f"{where}.quant_params[{k}]") for k, q in enumerate(t.quant_params)])
         return self.table("Tensor", {
             "nodeType": node_type,
             "dataType": t.type_id,
@@ -289,7 +289,7 @@ class _Encoder:
             "quantClusters": self.numbers(t.quant_clusters, "float"),
             "name": self.string(t.name),
             "externalData": ext,
-        })
+        }, where)
 
     def subgraph(self, g: LiteSubGraph, n_tensors: int, n_nodes: int) -> int:
         where = f"subgraph {g.name!r}"
@@ -322,14 +322,7 @@ def _check_indices(indices: list[int], bound: int, what: str) -> None:
 
 
 def _encode(model: LiteModel, external: dict[int, ExternalData]) -> memoryview:
-    """The finished flatbuffer (weights of `external` tensors left out)."""
-    try:
-        return _encode_unchecked(model, external)
-    except struct.error as e:  # a scalar that does not fit its wire type
-        raise InvalidModelError(f"model {model.name!r}: a value does not fit its field: {e}") from None
-
-
-def _encode_unchecked(model: LiteModel, external: dict[int, ExternalData]) -> memoryview:
+    """The finished flatbuffer (weights of `external` tensors left out of it)."""
     inline = sum(t.data.nbytes for i, t in enumerate(model.tensors)
                  if isinstance(t.data, np.ndarray) and i not in external)
     enc = _Encoder(inline + (DATA_ALIGNMENT + 256) * (len(model.tensors) + 1) + (1 << 16))
@@ -352,6 +345,6 @@ def _encode_unchecked(model: LiteModel, external: dict[int, ExternalData]) -> me
         "nodes": enc.offsets(nodes),
         "allTensors": enc.offsets(tensors),
         "subGraph": enc.offsets(graphs),
-    })
+    }, "model")
     enc.b.Finish(root, file_identifier=IDENTIFIER.encode())
     return memoryview(enc.b.Bytes)[enc.b.Head():]
