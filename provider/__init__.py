@@ -3,6 +3,7 @@
 __version__ = "0.1.0"
 
 from provider.registration import ep_devices, register, unregister  # noqa: E402
+from provider.session import InferenceSession  # noqa: E402
 from provider.tensors import (  # noqa: E402
     bind_output,
     copy_stats,
@@ -14,6 +15,7 @@ from provider.tensors import (  # noqa: E402
 
 __all__ = [
     "__version__",
+    "InferenceSession",
     "register",
     "unregister",
     "ep_devices",

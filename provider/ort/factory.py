@@ -14,7 +14,9 @@ import threading
 
 import provider
 from provider.ort import abi
+from provider.ort.allocator import PoolAllocator
 from provider.ort.callbacks import CString, address, keep, set_ort, status_callback, value_callback
+from provider.ort.ep import NpuEp
 from provider.ort.options import CONFIG_PREFIX
 from provider.ort.transfer import DataTransfer
 
@@ -100,8 +102,6 @@ class EpFactory:
             api.ReleaseKeyValuePairs(pairs)
 
     def create_ep(self, session_options: int) -> int:
-        from provider.ort.ep import NpuEp
-
         config = self.session_config(session_options)
         options = {k[len(CONFIG_PREFIX):]: v for k, v in config.items() if k.startswith(CONFIG_PREFIX)}
         ep = NpuEp(self, options, config)
@@ -116,8 +116,6 @@ class EpFactory:
             ep.close()
 
     def create_allocator(self, memory_info: int) -> int:
-        from provider.ort.allocator import PoolAllocator
-
         name = self.ort.string("MemoryInfoGetName", memory_info)
         if name != MEMORY_NAME:
             raise ValueError(f"no allocator for memory {name!r} (only {MEMORY_NAME!r})")

@@ -1,0 +1,129 @@
+"""GetCapability's decisions: which nodes the NPU takes, grouped into fusable partitions.
+
+Each candidate node is imported alone (OrtGraph node -> GraphView -> Lite IR) and every Lite
+node it becomes is checked with `provider.npu.capability.check`. Supported nodes are then
+grouped into partitions onnxruntime accepts (`group`): each partition is convex, i.e. no path
+leaves it through a CPU node and comes back, so fusing it cannot create a cycle.
+Nothing here raises for a node: a node that cannot go to the NPU gets a reason instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from converters.onnx_import import import_onnx
+from provider.npu import capability as npu_capability
+from provider.ort import abi
+from provider.ort.graph import OrtGraphContents, OrtNode, read_graph
+from provider.ort.options import NpuOptions
+
+log = logging.getLogger("litenpu.ort")
+
+
+@dataclass
+class Placement:
+    """Where the nodes of one graph went: NPU partitions, and why the rest stayed on CPU."""
+
+    graph: str = ""
+    partitions: list[list[str]] = field(default_factory=list)  # node names per NPU partition
+    cpu: dict[str, str] = field(default_factory=dict)  # node name -> reason it is not on the NPU
+    op_types: dict[str, str] = field(default_factory=dict)  # node name -> op type
+
+    @property
+    def npu_nodes(self) -> int:
+        return sum(len(p) for p in self.partitions)
+
+
+def node_reason(contents: OrtGraphContents, node: OrtNode, options: NpuOptions) -> str | None:
+    """Why `node` cannot run on the NPU, or None when it can."""
+    view = node.view
+    if view.op_type in options.disable_ops:
+        return "disabled by provider option disable_ops"
+    if node.has_subgraphs:
+        return "has subgraph attributes (control flow stays on CPU)"
+    if view.domain:
+        return f"domain {view.domain!r} is not ONNX's default"
+    try:
+        lite, report = import_onnx(contents.node_graph(node))
+    except Exception as e:  # noqa: BLE001 - any import failure only means "not on the NPU"
+        return f"import failed: {type(e).__name__}: {e}"
+    if report.custom:
+        return f"no Lite primitive: {report.custom[0].reason}"
+    if not lite.nodes:
+        return "imports to no NPU operation"
+    for index in range(len(lite.nodes)):
+        try:
+            reason = npu_capability.check(lite, index)
+        except Exception as e:  # noqa: BLE001 - a checker crash only means "not on the NPU"
+            reason = f"capability check failed: {type(e).__name__}: {e}"
+        if reason is not None:
+            return f"{lite.nodes[index].op}: {reason}"
+    return None
+
+
+def group(inputs: Sequence[Sequence[str]], outputs: Sequence[Sequence[str]],
+          supported: Sequence[bool]) -> list[list[int]]:
+    """Convex partitions of the supported nodes of a topologically ordered graph.
+
+    Walk the nodes in order and grow one open partition; a node "depends on" the partition
+    when a path from the partition reaches it. A supported node joins the open partition
+    unless one of its inputs comes from an unsupported node that depends on it (joining would
+    make a cycle through the CPU); then the partition closes and a new one opens.
+    """
+    producer = {name: i for i, names in enumerate(outputs) for name in names if name}
+    groups: list[list[int]] = []
+    current: list[int] = []
+    member: set[int] = set()
+    tainted: set[int] = set()  # nodes outside `current` reachable from it
+    for i, ok in enumerate(supported):
+        preds = {producer[n] for n in inputs[i] if n in producer}
+        if ok and not (preds & tainted):
+            current.append(i)
+            member.add(i)
+            continue
+        if ok:  # joining would close a cycle through the CPU: start a new partition
+            groups.append(current)
+            current, member, tainted = [i], {i}, set()
+            continue
+        if preds & (member | tainted):
+            tainted.add(i)
+    if current:
+        groups.append(current)
+    return [g for g in groups if g]
+
+
+def claim(ort: abi.Ort, graph: int, options: NpuOptions) -> tuple[Placement, list[list[int]]]:
+    """(Placement, [[node addresses], ...]) for one OrtGraph offered to GetCapability."""
+    contents = read_graph(ort, graph, copy_initializers=False)
+    placement = Placement(graph=contents.name)
+    reasons = []
+    for node in contents.nodes:
+        reason = node_reason(contents, node, options)
+        reasons.append(reason)
+        placement.op_types[_label(node)] = node.view.op_type
+    groups = group([n.view.inputs for n in contents.nodes],
+                   [n.view.outputs for n in contents.nodes],
+                   [r is None for r in reasons])
+    chosen = []
+    for indices in groups:
+        labels = [_label(contents.nodes[i]) for i in indices]
+        if len(indices) < options.min_partition_nodes:
+            why = (f"partition of {len(indices)} node(s) < "
+                   f"min_partition_nodes={options.min_partition_nodes}")
+            placement.cpu.update(dict.fromkeys(labels, why))
+            continue
+        placement.partitions.append(labels)
+        chosen.append([contents.nodes[i].address for i in indices])
+    for node, reason in zip(contents.nodes, reasons, strict=True):
+        if reason is not None:
+            placement.cpu[_label(node)] = reason
+            log.debug("node %s (%s) stays on CPU: %s", _label(node), node.view.op_type, reason)
+    log.info("NPUExecutionProvider GetCapability(%s): %d of %d nodes in %d NPU partition(s)",
+             contents.name or "graph", placement.npu_nodes, len(contents.nodes), len(chosen))
+    return placement, chosen
+
+
+def _label(node: OrtNode) -> str:
+    return node.view.name or f"{node.view.op_type}@{node.address:#x}"

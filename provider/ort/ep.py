@@ -1,0 +1,120 @@
+"""OrtEp: one per session; claims NPU partitions (GetCapability) and compiles them (Compile).
+
+GetCapability never fails a session: a node the NPU cannot take stays on onnxruntime's CPU
+kernels and the reason is recorded (`NpuEp.placement`) and logged. Compile turns each fused
+partition into a `provider.ort.compute.FusedKernel` (Lite IR -> NPU Program -> Executor).
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import logging
+import threading
+
+from provider.ort import abi
+from provider.ort.callbacks import address, status_callback, value_callback
+from provider.ort.capability import Placement, claim
+from provider.ort.compute import FusedKernel
+from provider.ort.options import NpuOptions
+
+log = logging.getLogger("litenpu.ort")
+
+SESSION_TAG_KEY = "litenpu.session_tag"  # session config entry tying an OrtEp to its session
+
+
+class NpuEp:
+    """The execution provider instance onnxruntime creates for one session."""
+
+    def __init__(self, factory, options: dict[str, str], config: dict[str, str]):
+        self.factory = factory
+        self.ort: abi.Ort = factory.ort
+        self.options = NpuOptions.parse(options)
+        self.session_tag = config.get(SESSION_TAG_KEY, "")
+        self.placements: list[Placement] = []
+        self.kernels: dict[int, object] = {}  # OrtNodeComputeInfo address -> FusedKernel
+        self._lock = threading.Lock()
+        s = self.struct = abi.OrtEp()
+        s.ort_version_supported = self.ort.api_version
+        s.GetName = address(_get_name)
+        s.GetCapability = address(_get_capability)
+        s.Compile = address(_compile)
+        s.ReleaseNodeComputeInfos = address(_release_node_compute_infos)
+        self.address: int = C.addressof(s)
+        _EPS[self.address] = self
+        _register_tag(self)
+
+    def close(self) -> None:
+        _EPS.pop(self.address, None)
+
+    def get_capability(self, graph: int, support_info: int) -> None:
+        placement, groups = claim(self.ort, graph, self.options)
+        with self._lock:
+            self.placements.append(placement)
+        fusion = abi.OrtNodeFusionOptions(self.ort.api_version, True)
+        for nodes in groups:
+            array = (abi.vp * len(nodes))(*nodes)
+            self.ort.ep.EpGraphSupportInfo_AddNodesToFuse(support_info, array, len(nodes),
+                                                          C.byref(fusion))
+
+    def compile(self, graphs: list[int], fused_nodes: list[int], infos, ep_context_nodes) -> None:
+        for i, (graph, fused) in enumerate(zip(graphs, fused_nodes, strict=True)):
+            kernel = FusedKernel(self, graph, fused)
+            with self._lock:
+                self.kernels[kernel.address] = kernel
+            infos[i] = kernel.address
+
+    def release_kernels(self, addresses: list[int]) -> None:
+        with self._lock:
+            for a in addresses:
+                kernel = self.kernels.pop(a, None)
+                if kernel is not None:
+                    kernel.close()
+
+
+_EPS: dict[int, NpuEp] = {}
+_BY_TAG: dict[str, list] = {}
+_TAG_LOCK = threading.Lock()
+
+
+def _register_tag(ep: NpuEp) -> None:
+    if ep.session_tag:
+        with _TAG_LOCK:
+            _BY_TAG.setdefault(ep.session_tag, []).append(ep)
+
+
+def eps_for_session(tag: str) -> list[NpuEp]:
+    """The OrtEp instances onnxruntime created for the session tagged `tag`."""
+    with _TAG_LOCK:
+        return list(_BY_TAG.get(tag, ()))
+
+
+def forget_session(tag: str) -> None:
+    with _TAG_LOCK:
+        _BY_TAG.pop(tag, None)
+
+
+def _ep(this: int) -> NpuEp:
+    return _EPS[this]
+
+
+@value_callback(abi.P_STRING, "Ep.GetName")
+def _get_name(this):
+    return _ep(this).factory.string("name")
+
+
+@status_callback(abi.P_GET_CAPABILITY, "Ep.GetCapability")
+def _get_capability(this, graph, support_info):
+    _ep(this).get_capability(graph, support_info)
+
+
+@status_callback(abi.P_COMPILE, "Ep.Compile")
+def _compile(this, graphs, fused_nodes, count, infos, ep_context_nodes):
+    _ep(this).compile([graphs[i] for i in range(count)], [fused_nodes[i] for i in range(count)],
+                      infos, ep_context_nodes)
+
+
+@value_callback(abi.P_RELEASE_NODE_COMPUTE_INFOS, "Ep.ReleaseNodeComputeInfos")
+def _release_node_compute_infos(this, infos, count):
+    ep = _EPS.get(this)
+    if ep is not None:
+        ep.release_kernels([infos[i] for i in range(count)])

@@ -1,0 +1,218 @@
+"""`provider.InferenceSession`: onnxruntime's InferenceSession with the NPU provider wired in.
+
+It is a real `onnxruntime.InferenceSession` subclass. It accepts the provider list and options
+as onnxruntime users write them (`providers=["NPUExecutionProvider", "CPUExecutionProvider"]`,
+`provider_options=[{...}, {}]`), validates the NPU options once (unknown keys list the valid
+ones), registers the library, and selects the NPU device with `add_provider_for_devices`.
+`.ms` models are converted to ONNX in memory first. Extras over onnxruntime:
+
+- EP errors surface: onnxruntime's silent retry on CPU after an EP failure is disabled;
+- feeds and bound buffers are checked up front (`BindingError` names the input);
+- `partition()` says which nodes run on the NPU and why the others don't, and is logged at
+  INFO once the session exists; `copy_stats()` gives the CPU<->NPU bytes copied.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from provider.errors import BindingError, UnsupportedError
+from provider.ort.capability import Placement
+from provider.ort.ep import SESSION_TAG_KEY, eps_for_session, forget_session
+from provider.ort.factory import EP_NAME
+from provider.ort.options import InvalidOptionError, NpuOptions
+from provider.registration import ep_devices, register
+from provider.tensors import _ORT_TYPES, copy_stats, npu_device
+
+log = logging.getLogger("litenpu.ort")
+
+CPU_EP = "CPUExecutionProvider"
+
+
+@dataclass(frozen=True)
+class NodePlacement:
+    """Where one node runs: "NPU" (and in which partition) or "CPU" (and why)."""
+
+    name: str
+    op_type: str
+    device: str
+    partition: int | None = None
+    reason: str = ""
+
+
+def normalize_providers(providers: Sequence | None, provider_options: Sequence[dict] | None
+                        ) -> tuple[NpuOptions | None, list[str]]:
+    """(NPU options or None when the NPU is not asked for, the other provider names).
+
+    Accepts onnxruntime's forms: names, or (name, options) tuples, with or without a parallel
+    `provider_options` list. InvalidOptionError for bad NPU options, UnsupportedError for a
+    provider the NPU cannot be combined with.
+    """
+    providers = list(providers or [])
+    if provider_options is not None and len(provider_options) != len(providers):
+        raise InvalidOptionError(f"provider_options has {len(provider_options)} entries for "
+                                 f"{len(providers)} providers; give one dict per provider")
+    npu, others = None, []
+    for i, entry in enumerate(providers):
+        name, options = (entry if isinstance(entry, tuple) else (entry, None))
+        if provider_options is not None:
+            options = {**(options or {}), **provider_options[i]}
+        if name == EP_NAME:
+            npu = NpuOptions.parse(options)
+        else:
+            others.append(name)
+    if npu is not None and any(name != CPU_EP for name in others):
+        raise UnsupportedError(f"{EP_NAME} can be combined only with {CPU_EP}; got "
+                               f"{[n for n in others if n != CPU_EP]}")
+    return npu, others
+
+
+def _model_source(path_or_bytes: Any) -> Any:
+    """The model as onnxruntime takes it; `.ms` files are converted to ONNX bytes."""
+    if isinstance(path_or_bytes, (str, os.PathLike)) and os.fspath(path_or_bytes).endswith(".ms"):
+        from converters.lite.reader import load
+        from converters.onnx_export import export_onnx
+
+        return export_onnx(load(path_or_bytes)).SerializeToString()
+    return path_or_bytes
+
+
+class InferenceSession(ort.InferenceSession):
+    """onnxruntime.InferenceSession that can run partitions on the NPU (see module docstring)."""
+
+    def __init__(self, path_or_bytes: str | bytes | os.PathLike, sess_options: ort.SessionOptions | None = None,
+                 providers: Sequence | None = None, provider_options: Sequence[dict] | None = None,
+                 **kwargs: Any):
+        npu, others = normalize_providers(providers, provider_options)
+        self._npu_tag = ""
+        model = _model_source(path_or_bytes)
+        if npu is None:
+            super().__init__(model, sess_options, providers, provider_options, **kwargs)
+            return
+        register()
+        options = sess_options if sess_options is not None else ort.SessionOptions()
+        self._npu_tag = uuid.uuid4().hex
+        options.add_session_config_entry(SESSION_TAG_KEY, self._npu_tag)
+        options.add_provider_for_devices(ep_devices(), npu.to_strings())
+        # onnxruntime adds its CPU provider itself; naming providers here would drop the NPU.
+        super().__init__(model, options, None, None, **kwargs)
+        self.disable_fallback()
+        for line in self.partition_summary().splitlines():
+            log.info("%s", line)
+
+    def __del__(self) -> None:
+        if getattr(self, "_npu_tag", ""):
+            forget_session(self._npu_tag)
+
+    # ---- placement --------------------------------------------------------------------
+    def _placements(self) -> list[Placement]:
+        placements: list[Placement] = []
+        for ep in eps_for_session(self._npu_tag):
+            placements.extend(ep.placements)
+        return placements
+
+    def partition(self) -> list[NodePlacement]:
+        """Every node GetCapability saw: on the NPU (partition index) or on CPU (reason)."""
+        result: list[NodePlacement] = []
+        placements = self._placements()
+        if not placements:
+            return result
+        last = placements[-1]  # onnxruntime may ask again; the final answer is what ran
+        for number, names in enumerate(last.partitions):
+            result += [NodePlacement(n, last.op_types[n], "NPU", number) for n in names]
+        result += [NodePlacement(n, last.op_types[n], "CPU", None, why) for n, why in last.cpu.items()]
+        return result
+
+    def partition_summary(self) -> str:
+        """Human-readable placement: counts, partitions, and why nodes stayed on CPU."""
+        nodes = self.partition()
+        npu = [n for n in nodes if n.device == "NPU"]
+        lines = [f"{EP_NAME}: {len(npu)} of {len(nodes)} nodes on the NPU in "
+                 f"{len({n.partition for n in npu})} partition(s)"]
+        lines += [f"  CPU: {n.name} ({n.op_type}): {n.reason}" for n in nodes if n.device == "CPU"]
+        return "\n".join(lines)
+
+    def copy_stats(self):
+        """Bytes copied between CPU and NPU memory so far, process-wide (subtract snapshots)."""
+        return copy_stats()
+
+    # ---- checked feeds and bindings ----------------------------------------------------
+    def run(self, output_names, input_feed, run_options=None):
+        """onnxruntime's run(), with feeds checked first (BindingError names the input)."""
+        check_feeds(self.get_inputs(), input_feed)
+        return super().run(output_names, input_feed, run_options)
+
+    def io_binding(self) -> CheckedIOBinding:
+        """An IOBinding whose bind calls check shape/dtype/size against the model."""
+        return CheckedIOBinding(self)
+
+
+class CheckedIOBinding(ort.IOBinding):
+    """IOBinding that rejects mismatched buffers with BindingError, plus `bind_npu_output`."""
+
+    def __init__(self, session: InferenceSession):
+        super().__init__(session)
+        self._inputs = {i.name: i for i in session.get_inputs()}
+        self._outputs = {o.name: o for o in session.get_outputs()}
+
+    def bind_ortvalue_input(self, name: str, ortvalue: ort.OrtValue) -> None:
+        _check(self._inputs, "input", name, _ORT_TYPES.get(ortvalue.data_type()), ortvalue.shape())
+        super().bind_ortvalue_input(name, ortvalue)
+
+    def bind_cpu_input(self, name: str, arr_on_cpu: np.ndarray) -> None:
+        _check(self._inputs, "input", name, arr_on_cpu.dtype, arr_on_cpu.shape)
+        super().bind_cpu_input(name, arr_on_cpu)
+
+    def bind_ortvalue_output(self, name: str, ortvalue: ort.OrtValue) -> None:
+        _check(self._outputs, "output", name, _ORT_TYPES.get(ortvalue.data_type()), ortvalue.shape())
+        super().bind_ortvalue_output(name, ortvalue)
+
+    def bind_npu_output(self, name: str) -> None:
+        """Let onnxruntime allocate output `name` in NPU memory at run time."""
+        if name not in self._outputs:
+            raise BindingError(f"unknown output {name!r}; outputs are {list(self._outputs)}")
+        self._iobinding.bind_output(name, npu_device()._get_c_device())
+
+
+def check_feeds(inputs: Sequence, feeds: dict) -> None:
+    """BindingError for an unknown or missing input or a feed of the wrong dtype/shape."""
+    metas = {i.name: i for i in inputs}
+    unknown = [n for n in feeds if n not in metas]
+    if unknown:
+        raise BindingError(f"unknown input(s) {unknown}; the model's inputs are {list(metas)}")
+    missing = [n for n in metas if n not in feeds]
+    if missing:
+        raise BindingError(f"missing input(s) {missing}; the model's inputs are {list(metas)}")
+    for name, value in feeds.items():
+        if isinstance(value, ort.OrtValue):
+            _check(metas, "input", name, _ORT_TYPES.get(value.data_type()), value.shape())
+        else:
+            array = np.asarray(value)
+            _check(metas, "input", name, array.dtype, array.shape)
+
+
+def _check(metas: dict, kind: str, name: str, dtype, shape: Sequence[int]) -> None:
+    meta = metas.get(name)
+    if meta is None:
+        raise BindingError(f"unknown {kind} {name!r}; the model's {kind}s are {list(metas)}")
+    expected = _ORT_TYPES.get(meta.type)
+    if expected is not None and (dtype is None or np.dtype(dtype) != np.dtype(expected)):
+        raise BindingError(f"{kind} {name!r}: expected dtype {np.dtype(expected)}, got "
+                           f"{np.dtype(dtype) if dtype is not None else 'a non-tensor value'}")
+    want = meta.shape
+    shape = tuple(shape)
+    if len(want) != len(shape) or any(isinstance(w, int) and w >= 0 and w != s
+                                      for w, s in zip(want, shape, strict=True)):
+        spec = [w if isinstance(w, int) else "?" for w in want]
+        raise BindingError(f"{kind} {name!r}: expected shape {spec}, got {list(shape)}"
+                           + (" (buffer too small)" if kind == "output"
+                              and int(np.prod(shape)) < int(np.prod([w for w in want if isinstance(w, int)]))
+                              else ""))

@@ -1,0 +1,234 @@
+"""End to end through onnxruntime with the registered NPU EP: results, placement, copies, errors."""
+
+import threading
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import provider
+from provider.errors import BindingError
+from provider.ort import compute
+from provider.ort.options import InvalidOptionError
+from provider.session import InferenceSession
+
+NPU = ["NPUExecutionProvider", "CPUExecutionProvider"]
+RNG = np.random.default_rng(0)
+
+
+def _model(nodes, inputs, outputs, initializers=()) -> bytes:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def _f(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+W = RNG.standard_normal((3, 4)).astype(np.float32)
+# y = relu(x + b) @ W * 2  -- all NPU-capable
+MLP = _model(
+    [helper.make_node("Add", ["x", "b"], ["s"], name="add"),
+     helper.make_node("Relu", ["s"], ["r"], name="relu"),
+     helper.make_node("MatMul", ["r", "W"], ["m"], name="matmul"),
+     helper.make_node("Mul", ["m", "two"], ["y"], name="scale")],
+    [_f("x", ["N", 3]), _f("b", [3])], [_f("y", ["N", 4])],
+    [numpy_helper.from_array(W, "W"), numpy_helper.from_array(np.array(2, np.float32), "two")])
+# y = relu(x) + 1, all on the NPU, static shape
+STATIC = _model(
+    [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+     helper.make_node("Add", ["r", "one"], ["y"], name="add")],
+    [_f("x", [2, 8])], [_f("y", [2, 8])], [numpy_helper.from_array(np.ones(8, np.float32), "one")])
+
+
+def _feeds():
+    return {"x": RNG.standard_normal((5, 3)).astype(np.float32),
+            "b": RNG.standard_normal(3).astype(np.float32)}
+
+
+def _reference(model: bytes, feeds: dict) -> list[np.ndarray]:
+    return ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    provider.register()
+
+
+def test_results_match_cpu_and_nodes_run_on_the_npu():
+    sess = InferenceSession(MLP, providers=NPU)
+    feeds = _feeds()
+    (y,) = sess.run(None, feeds)
+    np.testing.assert_allclose(y, _reference(MLP, feeds)[0], atol=1e-4, rtol=1e-3)
+    placed = {p.name: p.device for p in sess.partition()}
+    assert placed == dict.fromkeys(["add", "relu", "matmul", "scale"], "NPU")
+
+
+def test_plain_onnxruntime_selects_the_npu_through_ep_devices():
+    options = ort.SessionOptions()
+    options.add_provider_for_devices(provider.ep_devices(), {})
+    sess = ort.InferenceSession(STATIC, options)
+    x = RNG.standard_normal((2, 8)).astype(np.float32)
+    before = compute_calls()
+    (y,) = sess.run(None, {"x": x})
+    assert compute_calls() == before + 1
+    np.testing.assert_allclose(y, np.maximum(x, 0) + 1, rtol=1e-6)
+
+
+def compute_calls() -> int:
+    return sum(k.calls for k in list(compute._KERNELS.values()))
+
+
+def test_disabled_op_stays_on_cpu_with_its_reason():
+    sess = InferenceSession(MLP, providers=NPU, provider_options=[{"disable_ops": "Relu"}, {}])
+    feeds = _feeds()
+    np.testing.assert_allclose(sess.run(None, feeds)[0], _reference(MLP, feeds)[0],
+                               atol=1e-4, rtol=1e-3)
+    placed = {p.name: p for p in sess.partition()}
+    assert placed["relu"].device == "CPU" and "disable_ops" in placed["relu"].reason
+    assert placed["matmul"].device == "NPU"
+
+
+def test_min_partition_nodes_keeps_small_partitions_on_cpu():
+    sess = InferenceSession(STATIC, providers=NPU, provider_options=[{"min_partition_nodes": 3}, {}])
+    assert {p.device for p in sess.partition()} == {"CPU"}
+    assert "min_partition_nodes" in sess.partition()[0].reason
+
+
+def test_dynamic_batch_compiles_one_program_per_shape():
+    sess = InferenceSession(MLP, providers=NPU)
+    for batch in (1, 4, 1):
+        feeds = {"x": RNG.standard_normal((batch, 3)).astype(np.float32),
+                 "b": RNG.standard_normal(3).astype(np.float32)}
+        np.testing.assert_allclose(sess.run(None, feeds)[0], _reference(MLP, feeds)[0],
+                                   atol=1e-4, rtol=1e-3)
+
+
+def test_numpy_feeds_copy_exactly_the_io_bytes():
+    sess = InferenceSession(STATIC, providers=NPU)
+    x = RNG.standard_normal((2, 8)).astype(np.float32)
+    sess.run(None, {"x": x})
+    before = sess.copy_stats()
+    sess.run(None, {"x": x})
+    delta = sess.copy_stats() - before
+    assert (delta.bytes_to_device, delta.bytes_to_host) == (x.nbytes, x.nbytes)
+
+
+def test_npu_bound_inputs_and_outputs_copy_nothing():
+    sess = InferenceSession(STATIC, providers=NPU)
+    x = provider.empty((2, 8), "float32")
+    provider.view(x)[...] = RNG.standard_normal((2, 8))
+    y = provider.empty((2, 8), "float32")
+    binding = sess.io_binding()
+    binding.bind_ortvalue_input("x", x)
+    binding.bind_ortvalue_output("y", y)
+    sess.run_with_iobinding(binding)
+    before = sess.copy_stats()
+    sess.run_with_iobinding(binding)
+    assert (sess.copy_stats() - before).total_bytes == 0
+    np.testing.assert_allclose(provider.view(y), np.maximum(provider.view(x), 0) + 1, rtol=1e-6)
+
+
+def test_two_sessions_chained_on_the_npu_copy_nothing():
+    first, second = InferenceSession(STATIC, providers=NPU), InferenceSession(STATIC, providers=NPU)
+    x = provider.ortvalue_from_numpy(RNG.standard_normal((2, 8)).astype(np.float32))
+    a, b = first.io_binding(), second.io_binding()
+    a.bind_ortvalue_input("x", x)
+    a.bind_npu_output("y")
+    before = provider.copy_stats()
+    first.run_with_iobinding(a)
+    middle = a.get_outputs()[0]
+    assert middle.device_name().lower() == "npu"
+    b.bind_ortvalue_input("x", middle)
+    out = provider.empty((2, 8), "float32")
+    b.bind_ortvalue_output("y", out)
+    second.run_with_iobinding(b)
+    assert (provider.copy_stats() - before).total_bytes == 0
+    expected = np.maximum(np.maximum(provider.view(x), 0) + 1, 0) + 1
+    np.testing.assert_allclose(provider.view(out), expected, rtol=1e-6)
+
+
+def test_bind_output_helper_allocates_in_npu_memory():
+    sess = ort.InferenceSession(STATIC, _npu_options())
+    binding = sess.io_binding()
+    binding.bind_ortvalue_input("x", provider.ortvalue_from_numpy(np.ones((2, 8), np.float32)))
+    provider.bind_output(binding, "y")
+    sess.run_with_iobinding(binding)
+    out = binding.get_outputs()[0]
+    assert out.device_name().lower() == "npu"
+    np.testing.assert_allclose(provider.view(out), 2.0)
+
+
+def _npu_options() -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.add_provider_for_devices(provider.ep_devices(), {})
+    return options
+
+
+def test_cpu_to_npu_edge_is_uploaded_and_counted():
+    # Relu runs on CPU (disabled); Add on the NPU receives it in CPU memory and uploads it.
+    sess = InferenceSession(STATIC, providers=NPU, provider_options=[{"disable_ops": "Relu"}, {}])
+    x = RNG.standard_normal((2, 8)).astype(np.float32)
+    sess.run(None, {"x": x})
+    before = sess.copy_stats()
+    (y,) = sess.run(None, {"x": x})
+    delta = sess.copy_stats() - before
+    np.testing.assert_allclose(y, np.maximum(x, 0) + 1, rtol=1e-6)
+    assert delta.bytes_to_device == x.nbytes and delta.bytes_to_host == y.nbytes
+
+
+def test_eight_threads_share_one_session():
+    sess = InferenceSession(MLP, providers=NPU)
+    cases = [_feeds() for _ in range(8)]
+    expected = [_reference(MLP, f)[0] for f in cases]
+    errors = []
+
+    def worker(i):
+        try:
+            for _ in range(100):
+                np.testing.assert_allclose(sess.run(None, cases[i])[0], expected[i],
+                                           atol=1e-4, rtol=1e-3)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:1]
+
+
+def test_exception_in_compute_reaches_the_caller(monkeypatch):
+    sess = InferenceSession(STATIC, providers=NPU)
+
+    def boom(self, context):
+        raise RuntimeError("simulated NPU failure")
+
+    monkeypatch.setattr(compute.FusedKernel, "compute", boom)
+    with pytest.raises(Exception, match="simulated NPU failure") as info:
+        sess.run(None, {"x": np.zeros((2, 8), np.float32)})
+    assert "NodeComputeInfo.Compute" in str(info.value)
+
+
+def test_bad_feeds_and_bindings_raise_binding_error():
+    sess = InferenceSession(STATIC, providers=NPU)
+    with pytest.raises(BindingError, match="input 'x'.*shape"):
+        sess.run(None, {"x": np.zeros((3, 8), np.float32)})
+    with pytest.raises(BindingError, match="input 'x'.*dtype"):
+        sess.run(None, {"x": np.zeros((2, 8), np.float64)})
+    binding = sess.io_binding()
+    with pytest.raises(BindingError, match="output 'y'.*too small"):
+        binding.bind_ortvalue_output("y", provider.empty((2, 4), "float32"))
+    with pytest.raises(BindingError, match="input 'x'"):
+        binding.bind_ortvalue_input("x", provider.empty((2, 8), "int32"))
+
+
+def test_unknown_provider_option_is_a_clear_error():
+    with pytest.raises(InvalidOptionError, match="valid options: min_partition_nodes"):
+        InferenceSession(STATIC, providers=NPU, provider_options=[{"cache_size": "1"}, {}])
