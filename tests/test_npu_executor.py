@@ -86,6 +86,11 @@ def test_device_resident_io_copies_nothing(pool):
         # device arrays (views of pool buffers) are in place too
         ex.run([xb.view(np.float32, (2, 3))], [yb.view(np.float32, (2, 3)), zb])
         assert ex.total_copy_stats == CopyStats(0, 0)
+        gone = pool.allocate(24)
+        ex.run([xb], [gone, zb])
+        gone.release()  # a buffer released since the last run is refused, not reused
+        with pytest.raises(LitenpuError, match="released"):
+            ex.run([xb], [gone, zb])
 
 
 def test_host_io_copies_exactly_the_io_bytes(pool):

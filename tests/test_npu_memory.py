@@ -313,6 +313,7 @@ def test_property_allocator_invariants(sequence):
         s = p.stats()
         assert s.in_use == sum(-(-max(b.nbytes, 1) // 64) * 64 for b in live)
         assert s.in_use + sum(p._free_size.values()) <= p.capacity
+        assert p._by_size == sorted((size, start) for start, size in p._free_size.items())
     for b in live:
         b.release()
     assert p._free_size == {0: p.capacity}

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 import mmap
 import os
 import threading
@@ -95,13 +96,13 @@ class DeviceBuffer:
         dt = np.dtype(dtype)
         if shape is None:
             return self._mem[: self.nbytes - self.nbytes % dt.itemsize].view(dt)
-        count = int(np.prod(shape, dtype=np.int64))
-        if count * dt.itemsize > self.nbytes:
+        nbytes = math.prod(shape) * dt.itemsize
+        if nbytes > self.nbytes:
             raise BindingError(
                 f"device buffer of {self.nbytes} bytes is too small for {dt.name}{list(shape)} "
-                f"({count * dt.itemsize} bytes)"
+                f"({nbytes} bytes)"
             )
-        return self._mem[: count * dt.itemsize].view(dt).reshape(shape)
+        return self._mem[:nbytes].view(dt).reshape(shape)
 
     def export(self) -> tuple[int, int, int]:
         """(fd, offset, size) another mapping of this memory can be made from.
@@ -158,8 +159,9 @@ class DevicePool:
             self._mm = mmap.mmap(-1, self.capacity)
         self._array = np.frombuffer(self._mm, dtype=np.uint8)
         self.base_address = self._array.ctypes.data
-        self._free_offsets = [0]  # sorted starts of free blocks
-        self._free_size = {0: self.capacity}
+        self._free_offsets = [0]  # sorted starts of free blocks (to find neighbours)
+        self._free_size = {0: self.capacity}  # start -> size
+        self._by_size = [(self.capacity, 0)]  # sorted (size, start): best fit by bisection
         self._used_offsets: list[int] = []  # sorted starts of live blocks
         self._used: dict[int, tuple[int, DeviceBuffer]] = {}  # start -> (block size, buffer)
         self._external: list[DeviceBuffer] = []
@@ -201,16 +203,18 @@ class DevicePool:
         return buffer
 
     def _take(self, size: int, alignment: int) -> int:
-        """Carve `size` bytes from the best-fitting free block; -1 if none fits."""
-        best, best_size = -1, 0
-        for start in self._free_offsets:
-            block = self._free_size[start]
-            pad = _align_up(start, alignment) - start
-            if pad + size <= block and (best < 0 or block < best_size):
-                best, best_size = start, block
-                if block == size + pad:
-                    break
-        if best < 0:
+        """Carve `size` bytes from the best-fitting free block; -1 if none fits.
+
+        Best fit = the smallest block that holds `size` at an aligned start (lowest address
+        among equals); blocks are 64-aligned, so only larger alignments ever skip one.
+        """
+        i = bisect.bisect_left(self._by_size, (size, -1))
+        while i < len(self._by_size):
+            best_size, best = self._by_size[i]
+            if _align_up(best, alignment) - best + size <= best_size:
+                break
+            i += 1
+        else:
             return -1
         begin = _align_up(best, alignment)
         self._remove_free(best)
@@ -222,11 +226,12 @@ class DevicePool:
 
     def _add_free(self, start: int, size: int) -> None:
         bisect.insort(self._free_offsets, start)
+        bisect.insort(self._by_size, (size, start))
         self._free_size[start] = size
 
     def _remove_free(self, start: int) -> None:
         del self._free_offsets[bisect.bisect_left(self._free_offsets, start)]
-        del self._free_size[start]
+        del self._by_size[bisect.bisect_left(self._by_size, (self._free_size.pop(start), start))]
 
     def _free_block(self, buffer: DeviceBuffer) -> None:
         """Return a pool buffer's block, merging it with free neighbours (lock held)."""
@@ -242,12 +247,12 @@ class DevicePool:
         if i > 0:
             prev = self._free_offsets[i - 1]
             if prev + self._free_size[prev] == start:
-                self._free_size[prev] += size
-                return
+                start, size = prev, size + self._free_size[prev]
+                self._remove_free(prev)
         self._add_free(start, size)
 
     def _largest_free(self) -> int:
-        return max(self._free_size.values(), default=0)
+        return self._by_size[-1][0] if self._by_size else 0
 
     # external memory ----------------------------------------------------------------------
 
