@@ -1,0 +1,195 @@
+"""Lite IR -> ONNX.
+
+`export_onnx` writes each Lite node with the function registered for its primitive in
+`onnx_ops.exporters.EXPORTERS`, reproducing MindSpore Lite's semantics: NHWC layers (as
+MindSpore Lite's own converter writes them) are wrapped in Transposes, OHWI conv weights
+are transposed to OIHW, fused activations become a following activation node. `Custom`
+nodes of type "onnx:<domain>:<op>" are restored from the NodeProto they carry. When the
+model came from ONNX, the header tensor (see `onnx_import`) restores opset imports,
+producer, metadata, graph inputs/outputs and initializers MindSpore cannot type.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from converters.errors import InvalidModelError, UnsupportedError
+from converters.lite import dtypes
+from converters.lite.ir import LiteModel, LiteNode, LiteTensor
+from converters.onnx_import import HEADER_TENSOR
+from converters.onnx_ops.export_base import LAYOUT_OPS, TO_NCHW, TO_NHWC, ExportContext
+from converters.onnx_ops.export_math import activation
+from converters.onnx_ops.exporters import EXPORTERS
+
+DEFAULT_OPSET = 17
+DEFAULT_IR_VERSION = 8  # what opset 17 needs; loadable by every onnxruntime we support
+NO_ACT = "NO_ACTIVATION"
+
+
+def export_onnx(model: LiteModel) -> onnx.ModelProto:
+    """The ONNX model computing what `model` computes (passes onnx.checker)."""
+    header, header_index = _header(model)
+    opset = _default_opset(header)
+    ctx = ExportContext(model, opset, skip={header_index} if header_index is not None else set())
+    for node in model.nodes:
+        _export_node(ctx, node)
+    graph = _graph(ctx, model, header)
+    out = helper.make_model(graph, opset_imports=_opsets(header, opset))
+    if header is not None:
+        _restore_model_fields(out, header)
+    else:
+        out.ir_version = DEFAULT_IR_VERSION
+        out.producer_name = "litenpu"
+    try:
+        onnx.checker.check_model(out)
+    except onnx.checker.ValidationError as e:
+        raise InvalidModelError(f"exported ONNX model of {model.name!r} is invalid: {e}") from e
+    return out
+
+
+def _header(model: LiteModel) -> tuple[onnx.ModelProto | None, int | None]:
+    for i, t in enumerate(model.tensors):
+        if t.name == HEADER_TENSOR and t.data is not None:
+            try:
+                return onnx.ModelProto.FromString(np.asarray(t.data).tobytes()), i
+            except Exception as e:  # noqa: BLE001 - protobuf's DecodeError
+                raise InvalidModelError(f"tensor {HEADER_TENSOR!r} is not an ONNX header: {e}"
+                                        ) from e
+    return None, None
+
+
+def _default_opset(header: onnx.ModelProto | None) -> int:
+    if header is not None:
+        for o in header.opset_import:
+            if o.domain in ("", "ai.onnx"):
+                return o.version
+    return DEFAULT_OPSET
+
+
+def _opsets(header: onnx.ModelProto | None, opset: int) -> list[onnx.OperatorSetIdProto]:
+    if header is not None and len(header.opset_import):
+        return list(header.opset_import)
+    return [helper.make_opsetid("", opset)]
+
+
+def _restore_model_fields(out: onnx.ModelProto, header: onnx.ModelProto) -> None:
+    for f in ("ir_version", "producer_name", "producer_version", "domain", "model_version",
+              "doc_string"):
+        setattr(out, f, getattr(header, f))
+    out.metadata_props.extend(header.metadata_props)
+    out.functions.extend(header.functions)
+    out.graph.name = header.graph.name
+    out.graph.doc_string = header.graph.doc_string
+
+
+def _export_node(ctx: ExportContext, node: LiteNode) -> None:
+    if node.op == "Custom":
+        _export_custom(ctx, node)
+        return
+    fn = EXPORTERS.lookup(node.op)
+    if fn is None:
+        raise UnsupportedError(f"node {node.name!r}: Lite op {node.op} has no ONNX export "
+                               f"(exportable: {', '.join(EXPORTERS.ops())})")
+    ins = [ctx.name(i) for i in node.inputs]
+    outs = [ctx.name(i) for i in node.outputs]
+    final = list(outs)
+    nhwc = node.op in LAYOUT_OPS and _is_nhwc(ctx, node)
+    if nhwc:
+        ins[0] = ctx.add("Transpose", [ins[0]], perm=TO_NCHW, name=f"{node.name}/to_nchw")
+        outs = [ctx.fresh(f"{o}/nchw") for o in outs]
+    act = node.attrs.get("activation_type", NO_ACT) if node.op != "Activation" else NO_ACT
+    pre_act = [ctx.fresh(f"{outs[0]}/pre_act")] + outs[1:] if act != NO_ACT else outs
+    fn(ctx, node, ins, pre_act)
+    if act != NO_ACT:
+        activation(ctx, act, {}, pre_act[0], outs[0], ctx.np_dtype(node.outputs[0]),
+                   f"{node.name}/act")
+    if nhwc:
+        for tmp, out in zip(outs, final, strict=True):
+            ctx.add("Transpose", [tmp], [out], perm=TO_NHWC, name=f"{node.name}/to_nhwc")
+
+
+def _is_nhwc(ctx: ExportContext, node: LiteNode) -> bool:
+    fmt = node.attrs.get("format")
+    if fmt is not None:
+        return fmt == "NHWC"
+    first = ctx.model.tensors[node.inputs[0]]
+    return first.format == "NHWC" and len(first.shape) == 4
+
+
+def _export_custom(ctx: ExportContext, node: LiteNode) -> None:
+    kind = node.attrs.get("type", "")
+    blob = node.attrs.get("attr", {}).get("onnx_node")
+    if not kind.startswith("onnx:") or blob is None:
+        raise UnsupportedError(f"node {node.name!r}: Custom op {kind!r} did not come from ONNX "
+                               "and has no ONNX export")
+    proto = onnx.NodeProto.FromString(blob)
+    # Naming every input also emits the constants that subgraphs read from outer scope.
+    ins = iter([ctx.name(i) for i in node.inputs])
+    outs = iter([ctx.name(i) for i in node.outputs])
+    # Lite inputs are the NodeProto's non-empty inputs (then outer-scope values): re-link them.
+    proto.input[:] = [next(ins, n) if n else "" for n in proto.input]
+    proto.output[:] = [next(outs, n) if n else "" for n in proto.output]
+    ctx.nodes.append(proto)
+
+
+def _graph(ctx: ExportContext, model: LiteModel, header: onnx.ModelProto | None
+           ) -> onnx.GraphProto:
+    out_names = [ctx.names[i] for i in model.outputs]
+    _materialise_const_outputs(ctx, model)
+    if header is not None and _io_matches(header, ctx, model):
+        inputs, outputs = list(header.graph.input), list(header.graph.output)
+    else:
+        inputs = [_value_info(ctx.names[i], model.tensors[i]) for i in model.inputs]
+        outputs = [_value_info(n, model.tensors[i]) for n, i in zip(out_names, model.outputs,
+                                                                       strict=True)]
+    listed = {vi.name for vi in inputs}
+    for i, t in enumerate(model.tensors):
+        if t.data is not None and ctx.names[i] in listed:
+            ctx.name(i)  # initializers the source lists as graph inputs, used or not
+    used = _referenced_names(ctx.nodes) | listed
+    initializers = [t for name, t in ctx.initializers.items() if name in used]
+    if header is not None:
+        initializers += list(header.graph.initializer)
+    return helper.make_graph(ctx.nodes, model.name or "litenpu", inputs, outputs, initializers)
+
+
+def _referenced_names(nodes) -> set[str]:
+    """Every value name read by `nodes` or by nodes of their subgraphs (any depth)."""
+    names: set[str] = set()
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        names.update(node.input)
+        for attr in node.attribute:
+            for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs):
+                stack.extend(g.node)
+                names.update(vi.name for vi in g.output)
+    return names
+
+
+def _materialise_const_outputs(ctx: ExportContext, model: LiteModel) -> None:
+    """A graph output that is a constant is produced by a Constant node, not an initializer."""
+    for i in model.outputs:
+        t = model.tensors[i]
+        if t.data is not None:
+            name = ctx.names[i]
+            ctx.initializers.pop(name, None)
+            value = onnx.numpy_helper.from_array(np.asarray(t.data), name)
+            ctx.nodes.insert(0, helper.make_node("Constant", [], [name], value=value))
+
+
+def _io_matches(header: onnx.ModelProto, ctx: ExportContext, model: LiteModel) -> bool:
+    graph_inputs = {vi.name for vi in header.graph.input}
+    return ({ctx.names[i] for i in model.inputs} <= graph_inputs
+            and [vi.name for vi in header.graph.output] == [ctx.names[i] for i in model.outputs])
+
+
+def _value_info(name: str, tensor: LiteTensor) -> onnx.ValueInfoProto:
+    if not dtypes.has_numpy(tensor.type_id):
+        raise UnsupportedError(f"graph input/output {name!r}: MindSpore TypeId "
+                               f"{tensor.type_id} has no ONNX type")
+    elem = helper.np_dtype_to_tensor_dtype(dtypes.to_numpy(tensor.type_id))
+    dims = [d if isinstance(d, str) else (d if d >= 0 else None) for d in tensor.shape]
+    return helper.make_tensor_value_info(name, elem, dims)

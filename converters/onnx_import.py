@@ -1,0 +1,227 @@
+"""ONNX -> Lite IR.
+
+`import_onnx` walks a `GraphView` (see `converters.graph_view`) in topological order and
+converts each node with the function registered for its op in `onnx_ops.importers.IMPORTERS`.
+A node with no exact Lite mapping (unknown op, unsupported attribute value, non-default
+domain) becomes `Custom` with `type = "onnx:<domain>:<op>"` ("ai.onnx" for the default
+domain) and `attr = {"onnx_node": <serialized NodeProto>}`; the report says why.
+
+What ONNX needs to come back that the Lite format has no field for is kept in one constant
+uint8 tensor named `HEADER_TENSOR`, used by no node: a serialized `onnx.ModelProto` holding
+the model without its nodes, initializers and value_info (opset imports, ir_version,
+producer, metadata, local functions, graph name, graph inputs/outputs with their symbolic
+dims), plus any initializer whose dtype MindSpore has no TypeId for.
+Layout stays NCHW, as in ONNX.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+import onnx
+
+from converters.errors import InvalidModelError, UnsupportedError
+from converters.graph_view import GraphView, ValueInfo, from_onnx
+from converters.lite import dtypes
+from converters.lite.ir import LiteModel, LiteNode, LiteTensor
+from converters.onnx_ops.importers import IMPORTERS
+from converters.onnx_ops.registry import Unmappable
+from converters.report import ConversionReport, CustomNode
+
+log = logging.getLogger("litenpu.converters")
+
+HEADER_TENSOR = "litenpu.onnx_header"
+FMK_ONNX = 2  # MindSpore's converter::FmkType::kFmkTypeOnnx
+DEFAULT_DOMAIN = "ai.onnx"
+
+
+def custom_type(domain: str, op_type: str) -> str:
+    """The Custom `type` string for an ONNX node carried losslessly."""
+    return f"onnx:{domain or DEFAULT_DOMAIN}:{op_type}"
+
+
+class ImportContext:
+    """State of one import: the Lite model under construction and ONNX value lookups.
+
+    Op functions call `tensor`, `const`, `const_value`, `shape`, `rank` and `alias`; they
+    never touch the model's lists directly.
+    """
+
+    def __init__(self, view: GraphView, model: LiteModel):
+        self.view = view
+        self.model = model
+        self.opset = view.opset.get("", 1)
+        self.graph_outputs = {vi.name for vi in view.outputs}
+        self._index: dict[str, int] = {}
+        self._info: dict[str, ValueInfo] = dict(view.value_info)
+        self._info.update({vi.name: vi for vi in (*view.inputs, *view.outputs)})
+        self._consts: dict[str, np.ndarray] = {}
+        self._read = {n for node in view.nodes for n in (*node.inputs, *node.implicit_inputs)}
+        self._read |= self.graph_outputs
+        self._used_names = {n for node in view.nodes for n in (*node.inputs, *node.outputs)}
+        self._used_names.update(view.initializers)
+
+    # ---- tensors ------------------------------------------------------------------------
+    def tensor(self, name: str) -> int:
+        """Index of the Lite tensor for ONNX value `name` (created on first use)."""
+        if name in self._index:
+            return self._index[name]
+        info = self._info.get(name)
+        type_id = _type_id(info.dtype if info else None)
+        shape = tuple(-1 if d is None else d for d in (info.shape or ())) if info else ()
+        if info is None or info.shape is None:
+            shape = ()
+        index = self.model.add_tensor(LiteTensor(name, type_id, shape))
+        self._index[name] = index
+        return index
+
+    def add_initializer(self, name: str, array: np.ndarray) -> int:
+        """Register a constant under its ONNX name; its tensor index."""
+        self._consts[name] = array
+        index = self.model.add_tensor(LiteTensor.of(name, array.dtype, array.shape, array))
+        self._index[name] = index
+        return index
+
+    def const(self, hint: str, array: np.ndarray, fmt: str = "NCHW") -> int:
+        """Add a new constant tensor (an attribute turned into an input); its index."""
+        name = self.fresh_name(hint)
+        index = self.add_initializer(name, np.asarray(array))
+        self.model.tensors[index].format = fmt
+        return index
+
+    def fresh_name(self, hint: str) -> str:
+        """A tensor name based on `hint` that no ONNX value uses."""
+        name, k = hint, 0
+        while name in self._used_names:
+            k += 1
+            name = f"{hint}_{k}"
+        self._used_names.add(name)
+        return name
+
+    def alias(self, output: str, source: str) -> None:
+        """Make ONNX value `output` the same Lite tensor as `source` (Identity-like ops)."""
+        self._index[output] = self.tensor(source)
+        if source in self._consts:
+            self._consts[output] = self._consts[source]
+
+    def set_format(self, name: str, fmt: str) -> None:
+        """Record the layout of a constant (e.g. conv weights "KCHW")."""
+        self.model.tensors[self.tensor(name)].format = fmt
+
+    # ---- facts about ONNX values --------------------------------------------------------
+    def const_value(self, name: str) -> np.ndarray | None:
+        """The value of `name` when it is a constant (initializer or Constant output)."""
+        if not name:
+            return None
+        return self._consts.get(name)
+
+    def shape(self, name: str) -> tuple | None:
+        """Shape of `name` (ints, str symbolic dims, None unknown); None if rank unknown."""
+        value = self._consts.get(name)
+        if value is not None:
+            return tuple(value.shape)
+        info = self._info.get(name)
+        return info.shape if info else None
+
+    def rank(self, name: str) -> int | None:
+        shape = self.shape(name)
+        return None if shape is None else len(shape)
+
+    def dtype(self, name: str) -> np.dtype | None:
+        value = self._consts.get(name)
+        if value is not None:
+            return value.dtype
+        info = self._info.get(name)
+        return info.dtype if info else None
+
+    def is_read(self, name: str) -> bool:
+        """Whether any node or the graph's outputs read value `name`."""
+        return name in self._read
+
+    def is_known(self, name: str) -> bool:
+        return name in self._index
+
+
+def _type_id(dtype: np.dtype | None) -> int:
+    if dtype is None:
+        return dtypes.UNKNOWN
+    try:
+        return dtypes.from_numpy(dtype)
+    except UnsupportedError:
+        return dtypes.UNKNOWN
+
+
+def import_onnx(model: onnx.ModelProto | GraphView | str | os.PathLike
+                ) -> tuple[LiteModel, ConversionReport]:
+    """Convert an ONNX model (proto, path or GraphView) to Lite IR and say what was carried."""
+    source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else "<model>"
+    view = model if isinstance(model, GraphView) else from_onnx(model)
+    lite = LiteModel(name=view.name, fmk_type=FMK_ONNX)
+    report = ConversionReport(source=source)
+    ctx = ImportContext(view, lite)
+    header = onnx.ModelProto()
+    if view.header is not None:
+        header.CopyFrom(view.header)
+    _add_initializers(ctx, view, header)
+    lite.inputs = [ctx.tensor(vi.name) for vi in view.inputs if vi.name not in view.initializers]
+    for node in view.nodes:
+        _import_node(ctx, node, report)
+    for vi in view.outputs:
+        if not ctx.is_known(vi.name):
+            raise InvalidModelError(f"{source}: graph output {vi.name!r} is produced by no node")
+    lite.outputs = [ctx.tensor(vi.name) for vi in view.outputs]
+    if view.header is not None or len(header.graph.initializer):
+        data = np.frombuffer(header.SerializeToString(), dtype=np.uint8)
+        lite.add_tensor(LiteTensor.of(HEADER_TENSOR, np.uint8, data.shape, data))
+    report.weight_bytes = sum(t.data.nbytes for t in lite.tensors
+                              if t.data is not None and t.name != HEADER_TENSOR)
+    lite.finalize_subgraph()
+    return lite, report
+
+
+def _add_initializers(ctx: ImportContext, view: GraphView, header: onnx.ModelProto) -> None:
+    for name, array in view.initializers.items():
+        if dtypes_supported(array.dtype):
+            ctx.add_initializer(name, array)
+        else:
+            # No MindSpore TypeId: keep the ONNX tensor in the header, losslessly.
+            header.graph.initializer.append(onnx.numpy_helper.from_array(array, name))
+            ctx.tensor(name)
+
+
+def dtypes_supported(dtype: np.dtype) -> bool:
+    """Whether a numpy dtype has a MindSpore TypeId."""
+    try:
+        dtypes.from_numpy(dtype)
+    except (UnsupportedError, TypeError):
+        return False
+    return True
+
+
+def _import_node(ctx: ImportContext, node, report: ConversionReport) -> None:
+    fn = IMPORTERS.lookup(node.op_type, ctx.opset) if node.domain == "" else None
+    if fn is None:
+        reason = (f"domain {node.domain!r} is not ONNX's default" if node.domain
+                  else f"no Lite mapping for {node.op_type} at opset {ctx.opset}")
+        _custom(ctx, node, report, reason)
+        return
+    try:
+        produced = fn(ctx, node)
+    except Unmappable as e:
+        _custom(ctx, node, report, str(e))
+        return
+    for lite_node in produced:
+        ctx.model.add_node(lite_node)
+    report.mapped[node.op_type] += 1
+
+
+def _custom(ctx: ImportContext, node, report: ConversionReport, reason: str) -> None:
+    inputs = [ctx.tensor(n) for n in (*node.inputs, *node.implicit_inputs) if n]
+    outputs = [ctx.tensor(n) for n in node.outputs if n]
+    attrs = {"type": custom_type(node.domain, node.op_type),
+             "attr": {"onnx_node": node.proto().SerializeToString()}}
+    ctx.model.add_node(LiteNode(node.name, "Custom", attrs, inputs, outputs))
+    report.custom.append(CustomNode(node.name, node.op_type, reason))
+    log.debug("node %r (%s) carried as Custom: %s", node.name, node.op_type, reason)

@@ -1,0 +1,127 @@
+"""The ONNX export table and the context its op functions write through.
+
+An export function takes `(ctx: ExportContext, node: LiteNode, ins: list[str], outs: list[str])`
+and appends ONNX nodes computing `outs` from `ins` (ONNX value names of the node's inputs
+and outputs, in Lite order). Layout (NHWC) and fused activations are handled around it by
+the driver, so the function sees NCHW tensors and writes the un-activated result.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from converters.errors import UnsupportedError
+from converters.lite import dtypes
+from converters.lite.ir import LiteModel, LiteNode
+from converters.onnx_ops.registry import OpTable
+
+EXPORTERS: OpTable = OpTable("onnx export")
+
+# Ops whose `format` attribute (or input layout) says NHWC: exported between transposes.
+LAYOUT_OPS = {"Conv2DFusion", "Conv2dTransposeFusion", "MaxPoolFusion", "AvgPoolFusion",
+              "Resize", "FusedBatchNorm", "BatchNorm", "InstanceNorm", "PReLUFusion"}
+TO_NCHW = [0, 3, 1, 2]
+TO_NHWC = [0, 2, 3, 1]
+
+
+class ExportContext:
+    """State of one export: tensor names, emitted nodes and initializers, target opset."""
+
+    def __init__(self, model: LiteModel, opset: int, skip: set[int]):
+        self.model = model
+        self.opset = opset
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: dict[str, onnx.TensorProto] = {}
+        self.names = _unique_names(model)
+        self._taken = set(self.names)
+        self._skip = skip
+
+    # ---- names -------------------------------------------------------------------------
+    def name(self, index: int) -> str:
+        """ONNX name of Lite tensor `index`; a constant becomes an initializer on first use."""
+        tensor = self.model.tensors[index]
+        name = self.names[index]
+        if tensor.data is not None and name not in self.initializers and index not in self._skip:
+            self.initializers[name] = numpy_helper.from_array(np.asarray(tensor.data), name)
+        return name
+
+    def fresh(self, hint: str) -> str:
+        """A value name no tensor uses, based on `hint`."""
+        name, k = hint, 0
+        while name in self._taken:
+            k += 1
+            name = f"{hint}_{k}"
+        self._taken.add(name)
+        return name
+
+    # ---- emitting ----------------------------------------------------------------------
+    def add(self, op_type: str, inputs: list[str], outputs: list[str] | None = None,
+            name: str = "", domain: str = "", **attrs) -> str:
+        """Append an ONNX node; its first output (a fresh name when `outputs` is None)."""
+        if outputs is None:
+            outputs = [self.fresh(f"{name or op_type}/out")]
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        self.nodes.append(helper.make_node(op_type, inputs, outputs, name=name, domain=domain,
+                                           **attrs))
+        return outputs[0]
+
+    def const(self, array, hint: str) -> str:
+        """A new initializer holding `array`; its name."""
+        name = self.fresh(hint)
+        self.initializers[name] = numpy_helper.from_array(np.asarray(array), name)
+        return name
+
+    # ---- facts about Lite tensors ------------------------------------------------------
+    def value(self, index: int) -> np.ndarray | None:
+        return self.model.tensors[index].data
+
+    def shape(self, index: int) -> tuple:
+        return self.model.tensors[index].shape
+
+    def rank(self, index: int) -> int | None:
+        """Rank of a tensor, None when unknown (activations written with an empty shape)."""
+        t = self.model.tensors[index]
+        if t.data is not None:
+            return t.data.ndim
+        return len(t.shape) if t.shape else None
+
+    def np_dtype(self, index: int, default=np.float32) -> np.dtype:
+        t = self.model.tensors[index]
+        return dtypes.to_numpy(t.type_id) if dtypes.has_numpy(t.type_id) else np.dtype(default)
+
+    def int64(self, index: int, hint: str) -> str:
+        """Tensor `index` as int64 (ONNX shape-like inputs): converted constant or a Cast."""
+        data = self.value(index)
+        if data is not None:
+            if data.dtype == np.int64:
+                return self.name(index)
+            return self.const(data.astype(np.int64), hint)
+        return self.add("Cast", [self.name(index)], to=onnx.TensorProto.INT64)
+
+    def const_ints(self, index: int, what: str, node: LiteNode) -> list[int]:
+        data = self.value(index)
+        if data is None:
+            raise UnsupportedError(f"node {node.name!r} ({node.op}): {what} must be constant "
+                                   "to export to ONNX")
+        return [int(v) for v in np.asarray(data).reshape(-1)]
+
+
+def _unique_names(model: LiteModel) -> list[str]:
+    """Tensor names made unique and non-empty (MindSpore files may repeat names)."""
+    seen: set[str] = set()
+    names = []
+    for i, t in enumerate(model.tensors):
+        name = t.name or f"tensor_{i}"
+        base, k = name, 0
+        while name in seen:
+            k += 1
+            name = f"{base}_{k}"
+        seen.add(name)
+        names.append(name)
+    return names
+
+
+def unsupported(node: LiteNode, why: str) -> UnsupportedError:
+    return UnsupportedError(f"node {node.name!r} ({node.op}): {why} has no ONNX export")

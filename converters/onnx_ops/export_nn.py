@@ -1,0 +1,193 @@
+"""Lite -> ONNX for neural-network layers: convolutions, pooling, dense, normalisation."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from converters.onnx_ops.export_base import EXPORTERS, TO_NCHW, unsupported
+
+WEIGHTS_OHWI = ("NHWC", "KHWC")
+
+
+def conv_attrs(a: dict) -> dict:
+    """Lite kernel/stride/dilation/pad fields -> ONNX Conv-style attributes."""
+    attrs = {"kernel_shape": list(a["kernel_size"]) or None,
+             "strides": list(a.get("stride", [1, 1])) or None,
+             "dilations": list(a.get("dilation", [1, 1])) or None,
+             "group": a.get("group", 1)}
+    attrs.update(pad_attrs(a.get("pad_mode", "PAD"), a.get("pad_list", [])))
+    return attrs
+
+
+def pad_attrs(pad_mode: str, pad_list: list[int]) -> dict:
+    """Lite pad mode and [top, bottom, left, right] -> ONNX auto_pad / pads."""
+    if pad_mode == "SAME":
+        return {"auto_pad": "SAME_UPPER"}
+    if pad_mode == "VALID":
+        return {"auto_pad": "VALID"}
+    if not pad_list:
+        return {}
+    top, bottom, left, right = pad_list
+    return {"pads": [top, left, bottom, right]}
+
+
+def _weight(ctx, node, name: str) -> str:
+    """The conv weight in OIHW: MindSpore's OHWI (NHWC/KHWC) constants are transposed."""
+    index = node.inputs[1]
+    if ctx.model.tensors[index].format not in WEIGHTS_OHWI:
+        return name
+    data = ctx.value(index)
+    if data is None:
+        return ctx.add("Transpose", [name], perm=TO_NCHW)
+    return ctx.const(np.ascontiguousarray(data.transpose(TO_NCHW)), f"{name}/oihw")
+
+
+@EXPORTERS.register("Conv2DFusion")
+def conv(ctx, node, ins, outs):
+    if len(node.attrs.get("kernel_size", [])) != 2:
+        raise unsupported(node, "a convolution that is not 2-D")
+    w = _weight(ctx, node, ins[1])
+    ctx.add("Conv", [ins[0], w, *ins[2:]], outs, name=node.name, **conv_attrs(node.attrs))
+
+
+@EXPORTERS.register("Conv2dTransposeFusion")
+def conv_transpose(ctx, node, ins, outs):
+    if ctx.model.tensors[node.inputs[1]].format in WEIGHTS_OHWI:
+        raise unsupported(node, "a transposed convolution with NHWC weights")
+    attrs = conv_attrs(node.attrs)
+    if any(node.attrs.get("output_paddings", [])):
+        attrs["output_padding"] = list(node.attrs["output_paddings"])
+    ctx.add("ConvTranspose", ins, outs, name=node.name, **attrs)
+
+
+@EXPORTERS.register("FullConnection")
+def full_connection(ctx, node, ins, outs):
+    a = node.attrs
+    axis = a.get("axis", 1) if a.get("use_axis", False) else 1
+    x = ins[0]
+    rank = ctx.rank(node.inputs[0])
+    if axis != 1:
+        raise unsupported(node, f"use_axis with axis={axis}")
+    if rank != 2:
+        x = ctx.add("Flatten", [x], axis=1, name=f"{node.name}/flatten")
+    bias = ins[2:3] if a.get("has_bias", len(ins) > 2) else []
+    ctx.add("Gemm", [x, ins[1], *bias], outs, name=node.name, transB=1)
+
+
+@EXPORTERS.register("MatMulFusion")
+def matmul(ctx, node, ins, outs):
+    a = node.attrs
+    ta, tb = a.get("transpose_a", False), a.get("transpose_b", False)
+    ra, rb = ctx.rank(node.inputs[0]), ctx.rank(node.inputs[1])
+    bias = ins[2:3]
+    bias_rank = ctx.rank(node.inputs[2]) if bias else 1
+    if ra == 2 and rb == 2 and bias_rank == 1:
+        ctx.add("Gemm", [*ins[:2], *bias], outs, name=node.name,
+                transA=int(ta) or None, transB=int(tb) or None)
+        return
+    a_name = _swap_last(ctx, node, ins[0], ra) if ta else ins[0]
+    b_name = _swap_last(ctx, node, ins[1], rb) if tb else ins[1]
+    if not bias:
+        ctx.add("MatMul", [a_name, b_name], outs, name=node.name)
+        return
+    product = ctx.add("MatMul", [a_name, b_name], name=node.name)
+    ctx.add("Add", [product, bias[0]], outs, name=f"{node.name}/bias")
+
+
+def _swap_last(ctx, node, name: str, rank: int | None) -> str:
+    if rank is None or rank < 2:
+        raise unsupported(node, "a transposed operand of unknown rank")
+    perm = list(range(rank - 2)) + [rank - 1, rank - 2]
+    return ctx.add("Transpose", [name], perm=perm, name=f"{node.name}/transpose")
+
+
+def _pool(ctx, node, ins, outs, onnx_op: str, global_op: str, extra: dict):
+    a = node.attrs
+    if a.get("global", False):
+        ctx.add(global_op, ins[:1], outs, name=node.name)
+        return
+    attrs = {"kernel_shape": list(a["kernel_size"]), "strides": list(a.get("strides", [])) or None}
+    attrs.update(pad_attrs(a.get("pad_mode", "PAD"), a.get("pad", [])))
+    if a.get("round_mode", "FLOOR") == "CEIL":
+        if ctx.opset < 10:
+            raise unsupported(node, "ceil rounding before opset 10")
+        attrs["ceil_mode"] = 1
+    ctx.add(onnx_op, ins[:1], outs, name=node.name, **attrs, **extra)
+
+
+@EXPORTERS.register("MaxPoolFusion")
+def max_pool(ctx, node, ins, outs):
+    _pool(ctx, node, ins, outs, "MaxPool", "GlobalMaxPool", {})
+
+
+@EXPORTERS.register("AvgPoolFusion")
+def avg_pool(ctx, node, ins, outs):
+    _pool(ctx, node, ins, outs, "AveragePool", "GlobalAveragePool", {})
+
+
+@EXPORTERS.register("FusedBatchNorm")
+def fused_batch_norm(ctx, node, ins, outs):
+    a = node.attrs
+    ctx.add("BatchNormalization", ins[:5], outs[:1], name=node.name,
+            epsilon=float(a.get("epsilon", 1e-4)), momentum=float(a.get("momentum", 0.9)))
+
+
+@EXPORTERS.register("InstanceNorm")
+def instance_norm(ctx, node, ins, outs):
+    ctx.add("InstanceNormalization", ins, outs, name=node.name,
+            epsilon=float(node.attrs.get("epsilon", 0.0)))
+
+
+@EXPORTERS.register("LayerNormFusion")
+def layer_norm(ctx, node, ins, outs):
+    a = node.attrs
+    axis = a.get("begin_norm_axis", 0)
+    if ctx.opset < 17:
+        raise unsupported(node, "LayerNormalization before opset 17")
+    if not a.get("elementwise_affine", False) or a.get("begin_params_axis", axis) != axis \
+            or len(ins) != 3:
+        raise unsupported(node, "layer norm without (gamma, beta) over the normalised axes")
+    ctx.add("LayerNormalization", ins, outs[:1], name=node.name, axis=axis,
+            epsilon=float(a.get("epsilon", 1e-5)))
+
+
+def _softmax_axis(ctx, node, axis: int) -> int:
+    rank = ctx.rank(node.inputs[0])
+    if ctx.opset < 13 and axis != -1 and (rank is None or axis != rank - 1):
+        raise unsupported(node, "softmax over a non-last axis before opset 13")
+    return axis
+
+
+@EXPORTERS.register("Softmax")
+def softmax(ctx, node, ins, outs):
+    axes = node.attrs.get("axis", [-1]) or [-1]
+    if len(axes) != 1:
+        raise unsupported(node, "softmax over several axes")
+    ctx.add("Softmax", ins, outs, name=node.name, axis=_softmax_axis(ctx, node, axes[0]))
+
+
+@EXPORTERS.register("LogSoftmax")
+def log_softmax(ctx, node, ins, outs):
+    axis = _softmax_axis(ctx, node, node.attrs.get("axis", -1))
+    ctx.add("LogSoftmax", ins, outs, name=node.name, axis=axis)
+
+
+@EXPORTERS.register("PReLUFusion")
+def prelu(ctx, node, ins, outs):
+    slope = ctx.value(node.inputs[1])
+    rank = ctx.rank(node.inputs[0])
+    name = ins[1]
+    if slope is not None and slope.ndim == 1 and slope.size > 1 and rank and rank > 2:
+        # Lite's per-channel slope is a vector; ONNX broadcasts from the right.
+        name = ctx.const(slope.reshape((-1,) + (1,) * (rank - 2)), f"{name}/per_channel")
+    ctx.add("PRelu", [ins[0], name], outs, name=node.name)
+
+
+@EXPORTERS.register("LRN")
+def lrn(ctx, node, ins, outs):
+    a = node.attrs
+    if a.get("norm_region", "ACROSS_CHANNELS") != "ACROSS_CHANNELS":
+        raise unsupported(node, f"LRN norm_region {a['norm_region']}")
+    size = 2 * a.get("depth_radius", 0) + 1
+    ctx.add("LRN", ins, outs, name=node.name, size=size, alpha=float(a.get("alpha", 0.0)) * size,
+            beta=float(a.get("beta", 0.0)), bias=float(a.get("bias", 0.0)))

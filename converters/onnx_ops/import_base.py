@@ -1,0 +1,72 @@
+"""The ONNX import table and the helpers its op functions share.
+
+An import function takes `(ctx: ImportContext, node: NodeView)` and returns the list of
+`LiteNode`s that compute the node's outputs (possibly empty, e.g. for Constant). It raises
+`Unmappable(reason)` *before* adding any tensor when the node has no exact Lite mapping;
+the importer then carries it as Custom.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from converters.lite.ir import LiteNode
+from converters.onnx_ops.registry import OpTable, Unmappable
+
+IMPORTERS: OpTable = OpTable("onnx import")
+
+
+def emit(ctx, node, op: str, attrs: dict[str, Any], inputs: Sequence[str | int],
+         outputs: Sequence[str] | None = None) -> LiteNode:
+    """A LiteNode named after `node`; inputs are ONNX value names or tensor indices."""
+    ins = [i if isinstance(i, int) else ctx.tensor(i) for i in inputs]
+    outs = [ctx.tensor(o) for o in (node.outputs if outputs is None else outputs) if o]
+    return LiteNode(node.name, op, dict(attrs), ins, outs)
+
+
+def present(node, i: int) -> str:
+    """Name of optional input `i`, "" when absent."""
+    return node.inputs[i] if len(node.inputs) > i else ""
+
+
+def const_input(ctx, node, i: int, what: str) -> np.ndarray | None:
+    """The constant value of optional input `i` (None when absent); Unmappable if not const."""
+    name = present(node, i)
+    if not name:
+        return None
+    value = ctx.const_value(name)
+    if value is None:
+        raise Unmappable(f"{what} ({name!r}) is not a constant")
+    return value
+
+
+def attr_or_input(ctx, node, attr: str, i: int, since: int) -> list[int] | None:
+    """Ints given as attribute before opset `since` and as constant input from it on."""
+    if ctx.opset >= since:
+        value = const_input(ctx, node, i, attr)
+        return None if value is None else [int(v) for v in value.reshape(-1)]
+    value = node.attrs.get(attr)
+    return None if value is None else [int(v) for v in value]
+
+
+def single_output(ctx, node) -> None:
+    """Unmappable unless only the first output is used (named extras nobody reads are fine)."""
+    if any(ctx.is_read(o) for o in node.outputs[1:] if o):
+        raise Unmappable("optional extra outputs are used")
+
+
+def static_ints(values, what: str) -> list[int]:
+    """`values` as ints; Unmappable when any is symbolic or unknown."""
+    if values is None or any(not isinstance(v, (int, np.integer)) for v in values):
+        raise Unmappable(f"{what} is not static")
+    return [int(v) for v in values]
+
+
+def no_attrs_except(node, allowed: set[str]) -> None:
+    """Unmappable when the node carries an attribute this mapping does not understand."""
+    extra = set(node.attrs) - allowed
+    if extra:
+        raise Unmappable(f"attribute(s) {sorted(extra)} have no Lite equivalent")

@@ -1,0 +1,198 @@
+"""ONNX -> Lite for element-wise math, activations, comparisons, reductions and casts."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper
+
+from converters.errors import UnsupportedError
+from converters.lite import dtypes
+from converters.onnx_ops.import_base import (
+    IMPORTERS,
+    attr_or_input,
+    const_input,
+    emit,
+)
+from converters.onnx_ops.registry import Unmappable
+
+NO_ACT = "NO_ACTIVATION"
+
+# ONNX op -> Lite primitive for ops whose inputs, outputs and semantics agree exactly.
+_BINARY_FUSION = {"Add": "AddFusion", "Sub": "SubFusion", "Mul": "MulFusion",
+                  "Div": "DivFusion"}
+_SAME = {"Sqrt": "Sqrt", "Erf": "Erf", "Neg": "Neg", "Abs": "Abs", "Sin": "Sin",
+         "Cos": "Cos", "Log": "Log", "Floor": "Floor", "Ceil": "Ceil",
+         "Reciprocal": "Reciprocal", "Equal": "Equal", "Less": "Less", "Greater": "Greater",
+         "LessOrEqual": "LessEqual", "GreaterOrEqual": "GreaterEqual", "Not": "LogicalNot",
+         "And": "LogicalAnd", "Or": "LogicalOr", "Where": "Where"}
+_ACTIVATIONS = {"Relu": "RELU", "Sigmoid": "SIGMOID", "Tanh": "TANH", "Softsign": "SOFTSIGN",
+                "Softplus": "SOFTPLUS"}
+
+
+def _no_legacy_broadcast(node) -> None:
+    if "broadcast" in node.attrs or "axis" in node.attrs:
+        raise Unmappable("legacy broadcast attributes")
+
+
+def _binary_fusion(ctx, node):
+    _no_legacy_broadcast(node)
+    op = _BINARY_FUSION[node.op_type]
+    return [emit(ctx, node, op, {"activation_type": NO_ACT}, node.inputs)]
+
+
+def _same(ctx, node):
+    _no_legacy_broadcast(node)
+    return [emit(ctx, node, _SAME[node.op_type], {}, node.inputs)]
+
+
+def _activation(ctx, node):
+    return [emit(ctx, node, "Activation", {"activation_type": _ACTIVATIONS[node.op_type]},
+                 node.inputs)]
+
+
+for _op in _BINARY_FUSION:
+    IMPORTERS.register(_op, since=7)(_binary_fusion)
+for _op in _SAME:
+    IMPORTERS.register(_op)(_same)
+for _op in _ACTIVATIONS:
+    IMPORTERS.register(_op)(_activation)
+
+
+@IMPORTERS.register("Pow", since=7)
+def pow_(ctx, node):
+    return [emit(ctx, node, "PowFusion", {"scale": 1.0, "shift": 0.0}, node.inputs)]
+
+
+@IMPORTERS.register("Exp")
+def exp(ctx, node):
+    return [emit(ctx, node, "ExpFusion", {"base": -1.0, "scale": 1.0, "shift": 0.0},
+                 node.inputs)]
+
+
+@IMPORTERS.register("Sum", since=8)
+def sum_(ctx, node):
+    if len(node.inputs) != 2:
+        raise Unmappable("Sum of other than two inputs")
+    return [emit(ctx, node, "AddFusion", {"activation_type": NO_ACT}, node.inputs)]
+
+
+@IMPORTERS.register("Max", "Min", since=8)
+def max_min(ctx, node):
+    if len(node.inputs) != 2:
+        raise Unmappable("Max/Min of other than two inputs")
+    return [emit(ctx, node, "Maximum" if node.op_type == "Max" else "Minimum", {},
+                 node.inputs)]
+
+
+@IMPORTERS.register("LeakyRelu")
+def leaky_relu(ctx, node):
+    attrs = {"activation_type": "LEAKY_RELU", "alpha": float(node.attrs.get("alpha", 0.01))}
+    return [emit(ctx, node, "Activation", attrs, node.inputs)]
+
+
+@IMPORTERS.register("Elu")
+def elu(ctx, node):
+    attrs = {"activation_type": "ELU", "alpha": float(node.attrs.get("alpha", 1.0))}
+    return [emit(ctx, node, "Activation", attrs, node.inputs)]
+
+
+@IMPORTERS.register("HardSwish", since=14)
+def hard_swish(ctx, node):
+    return [emit(ctx, node, "Activation", {"activation_type": "HSWISH"}, node.inputs)]
+
+
+@IMPORTERS.register("HardSigmoid")
+def hard_sigmoid(ctx, node):
+    # Lite's HSIGMOID is relu6(x + 3) / 6: ONNX's with alpha = 1/6, beta = 1/2 only.
+    alpha = np.float32(node.attrs.get("alpha", 0.2))
+    beta = np.float32(node.attrs.get("beta", 0.5))
+    if alpha != np.float32(1 / 6) or beta != np.float32(0.5):
+        raise Unmappable("HardSigmoid other than relu6(x + 3) / 6")
+    return [emit(ctx, node, "Activation", {"activation_type": "HSIGMOID"}, node.inputs)]
+
+
+@IMPORTERS.register("Gelu", since=20)
+def gelu(ctx, node):
+    approximate = node.attrs.get("approximate", "none")
+    attrs = {"activation_type": "GELU", "approximate": approximate == "tanh"}
+    return [emit(ctx, node, "Activation", attrs, node.inputs)]
+
+
+@IMPORTERS.register("PRelu", since=7)
+def prelu(ctx, node):
+    slope = ctx.const_value(node.inputs[1])
+    rank = ctx.rank(node.inputs[0])
+    if slope is None:
+        raise Unmappable("slope is not a constant")
+    channel_shared = slope.size == 1
+    per_channel = (rank is not None and rank >= 2 and slope.ndim == rank - 1
+                   and all(d == 1 for d in slope.shape[1:]))
+    if not channel_shared and not per_channel:
+        raise Unmappable("slope is neither shared nor per channel (axis 1)")
+    return [emit(ctx, node, "PReLUFusion", {"channel_shared": channel_shared}, node.inputs)]
+
+
+def _clip_bounds(ctx, node) -> tuple[float, float]:
+    if ctx.opset < 11:
+        return (float(node.attrs.get("min", -np.inf)), float(node.attrs.get("max", np.inf)))
+    lo = const_input(ctx, node, 1, "min")
+    hi = const_input(ctx, node, 2, "max")
+    return (-np.inf if lo is None else float(lo), np.inf if hi is None else float(hi))
+
+
+@IMPORTERS.register("Clip")
+def clip(ctx, node):
+    lo, hi = _clip_bounds(ctx, node)
+    dtype = ctx.dtype(node.inputs[0])
+    if dtype is None or dtype.kind != "f":
+        raise Unmappable("Clip on a non-float (or unknown) type")
+    if (lo, hi) == (0.0, 6.0):
+        return [emit(ctx, node, "Activation", {"activation_type": "RELU6"}, node.inputs[:1])]
+    return [emit(ctx, node, "Clip", {"min": lo, "max": hi}, node.inputs[:1])]
+
+
+_REDUCE = {"ReduceMean": ("ReduceMean", 18), "ReduceSum": ("ReduceSum", 13),
+           "ReduceMax": ("ReduceMax", 18), "ReduceMin": ("ReduceMin", 18),
+           "ReduceProd": ("ReduceProd", 18), "ReduceSumSquare": ("ReduceSumSquare", 18),
+           "ReduceL2": ("ReduceL2", 18)}
+
+
+def _reduce(ctx, node):
+    mode, since = _REDUCE[node.op_type]
+    axes = attr_or_input(ctx, node, "axes", 1, since)
+    if not axes and node.attrs.get("noop_with_empty_axes", 0):
+        raise Unmappable("noop_with_empty_axes=1 without axes")
+    attrs = {"keep_dims": bool(node.attrs.get("keepdims", 1)), "mode": mode,
+             "reduce_to_end": False, "coeff": 1.0}
+    inputs = [node.inputs[0]]
+    if axes:
+        inputs.append(ctx.const(f"{node.outputs[0]}/axes", np.array(axes, np.int32)))
+    return [emit(ctx, node, "ReduceFusion", attrs, inputs)]
+
+
+for _op in _REDUCE:
+    IMPORTERS.register(_op)(_reduce)
+
+
+def _arg(ctx, node):
+    if node.attrs.get("select_last_index", 0):
+        raise Unmappable("select_last_index=1")
+    attrs = {"axis": node.attrs.get("axis", 0), "top_k": 1,
+             "keep_dims": bool(node.attrs.get("keepdims", 1)), "out_max_value": False}
+    return [emit(ctx, node, node.op_type + "Fusion", attrs, node.inputs)]
+
+
+IMPORTERS.register("ArgMax", "ArgMin")(_arg)
+
+
+@IMPORTERS.register("Cast", since=6)
+def cast(ctx, node):
+    try:
+        type_id = dtypes.from_numpy(helper.tensor_dtype_to_np_dtype(node.attrs["to"]))
+    except (UnsupportedError, KeyError, TypeError, ValueError):
+        raise Unmappable("target type has no MindSpore TypeId") from None
+    source = ctx.dtype(node.inputs[0])
+    if source is None or source.kind not in "biuf":
+        raise Unmappable("source type is not numeric (or unknown)")
+    to = ctx.const(f"{node.outputs[0]}/to", np.array([type_id], np.int32))
+    return [emit(ctx, node, "Cast", {}, [node.inputs[0], to])]

@@ -1,0 +1,214 @@
+"""ONNX -> Lite for neural-network layers: convolutions, pooling, dense, normalisation."""
+
+from __future__ import annotations
+
+from converters.onnx_ops.import_base import (
+    IMPORTERS,
+    emit,
+    present,
+    single_output,
+    static_ints,
+)
+from converters.onnx_ops.registry import Unmappable
+
+NO_ACT = "NO_ACTIVATION"
+
+
+def pad_fields(attrs: dict, spatial: int = 2) -> tuple[str, list[int]]:
+    """ONNX auto_pad/pads -> Lite (pad_mode, [top, bottom, left, right])."""
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    if auto_pad == "SAME_UPPER":
+        return "SAME", [0, 0, 0, 0]
+    if auto_pad == "VALID":
+        return "VALID", [0, 0, 0, 0]
+    if auto_pad != "NOTSET":
+        raise Unmappable(f"auto_pad={auto_pad} has no Lite pad mode")
+    pads = list(attrs.get("pads", [0] * 2 * spatial))
+    return "PAD", [pads[0], pads[2], pads[1], pads[3]]
+
+
+def _weight_shape(ctx, node) -> list[int]:
+    shape = ctx.shape(node.inputs[1])
+    if shape is None or len(shape) != 4:
+        raise Unmappable("only 2-D convolutions (4-D weights) map to Lite")
+    return static_ints(shape, "weight shape")
+
+
+@IMPORTERS.register("Conv")
+def conv(ctx, node):
+    w = _weight_shape(ctx, node)
+    a = node.attrs
+    group = a.get("group", 1)
+    pad_mode, pad_list = pad_fields(a)
+    if ctx.const_value(node.inputs[1]) is not None:
+        ctx.set_format(node.inputs[1], "KCHW")
+    attrs = {"format": "NCHW", "kernel_size": list(a.get("kernel_shape", w[2:])),
+             "stride": list(a.get("strides", [1, 1])),
+             "dilation": list(a.get("dilations", [1, 1])),
+             "pad_mode": pad_mode, "pad_list": pad_list, "group": group,
+             "in_channel": w[1] * group, "out_channel": w[0], "activation_type": NO_ACT}
+    return [emit(ctx, node, "Conv2DFusion", attrs, [i for i in node.inputs if i])]
+
+
+@IMPORTERS.register("ConvTranspose")
+def conv_transpose(ctx, node):
+    w = _weight_shape(ctx, node)
+    a = node.attrs
+    if "output_shape" in a:
+        raise Unmappable("output_shape has no Lite equivalent")
+    if a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        raise Unmappable(f"auto_pad={a['auto_pad']} has no exact Lite equivalent")
+    group = a.get("group", 1)
+    pad_mode, pad_list = pad_fields(a)
+    if ctx.const_value(node.inputs[1]) is not None:
+        ctx.set_format(node.inputs[1], "CKHW")
+    attrs = {"format": "NCHW", "kernel_size": list(a.get("kernel_shape", w[2:])),
+             "stride": list(a.get("strides", [1, 1])),
+             "dilation": list(a.get("dilations", [1, 1])),
+             "pad_mode": pad_mode, "pad_list": pad_list, "group": group,
+             "in_channel": w[0], "out_channel": w[1] * group, "activation_type": NO_ACT,
+             "output_paddings": list(a.get("output_padding", [0, 0]))}
+    return [emit(ctx, node, "Conv2dTransposeFusion", attrs, [i for i in node.inputs if i])]
+
+
+@IMPORTERS.register("Gemm")
+def gemm(ctx, node):
+    a = node.attrs
+    if a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0:
+        raise Unmappable("alpha/beta other than 1")
+    trans_a, trans_b = bool(a.get("transA", 0)), bool(a.get("transB", 0))
+    bias = present(node, 2)
+    if bias:
+        b_shape = ctx.shape(node.inputs[1])
+        c_shape = ctx.shape(bias)
+        n = None if b_shape is None else b_shape[0 if trans_b else 1]
+        if c_shape is None or len(c_shape) != 1 or not isinstance(n, int) or c_shape[0] != n:
+            raise Unmappable("bias C is not a vector of the output width")
+    inputs = [i for i in node.inputs if i]
+    if not trans_a and trans_b:
+        attrs = {"has_bias": bool(bias), "use_axis": False, "activation_type": NO_ACT}
+        return [emit(ctx, node, "FullConnection", attrs, inputs)]
+    attrs = {"transpose_a": trans_a, "transpose_b": trans_b, "activation_type": NO_ACT}
+    return [emit(ctx, node, "MatMulFusion", attrs, inputs)]
+
+
+@IMPORTERS.register("MatMul")
+def matmul(ctx, node):
+    attrs = {"transpose_a": False, "transpose_b": False, "activation_type": NO_ACT}
+    return [emit(ctx, node, "MatMulFusion", attrs, node.inputs)]
+
+
+def _pool_fields(ctx, node) -> dict:
+    a = node.attrs
+    kernel = a["kernel_shape"]
+    if len(kernel) != 2:
+        raise Unmappable("only 2-D pooling maps to Lite")
+    if any(d != 1 for d in a.get("dilations", [1, 1])):
+        raise Unmappable("dilated pooling")
+    single_output(ctx, node)
+    pad_mode, pad_list = pad_fields(a)
+    return {"kernel_size": list(kernel), "strides": list(a.get("strides", [1, 1])),
+            "pad": pad_list, "pad_mode": pad_mode,
+            "round_mode": "CEIL" if a.get("ceil_mode", 0) else "FLOOR",
+            "format": "NCHW", "global": False, "activation_type": NO_ACT}
+
+
+@IMPORTERS.register("MaxPool")
+def max_pool(ctx, node):
+    if node.attrs.get("storage_order", 0):
+        raise Unmappable("storage_order=1")
+    return [emit(ctx, node, "MaxPoolFusion", _pool_fields(ctx, node), node.inputs[:1],
+                 node.outputs[:1])]
+
+
+@IMPORTERS.register("AveragePool")
+def average_pool(ctx, node):
+    if node.attrs.get("count_include_pad", 0):
+        raise Unmappable("count_include_pad=1 (Lite averages over valid elements)")
+    return [emit(ctx, node, "AvgPoolFusion", _pool_fields(ctx, node), node.inputs[:1],
+                 node.outputs[:1])]
+
+
+def _global_pool(ctx, node, op: str):
+    if ctx.rank(node.inputs[0]) != 4:
+        raise Unmappable("global pooling maps to Lite for 4-D NCHW inputs only")
+    attrs = {"format": "NCHW", "global": True, "activation_type": NO_ACT}
+    return [emit(ctx, node, op, attrs, node.inputs)]
+
+
+@IMPORTERS.register("GlobalAveragePool")
+def global_average_pool(ctx, node):
+    return _global_pool(ctx, node, "AvgPoolFusion")
+
+
+@IMPORTERS.register("GlobalMaxPool")
+def global_max_pool(ctx, node):
+    return _global_pool(ctx, node, "MaxPoolFusion")
+
+
+@IMPORTERS.register("BatchNormalization")
+def batch_norm(ctx, node):
+    a = node.attrs
+    single_output(ctx, node)
+    if a.get("training_mode", 0) or not a.get("spatial", 1):
+        raise Unmappable("training mode / non-spatial batch norm")
+    attrs = {"epsilon": float(a.get("epsilon", 1e-5)), "momentum": float(a.get("momentum", 0.9)),
+             "mode": 0}
+    return [emit(ctx, node, "FusedBatchNorm", attrs, node.inputs, node.outputs[:1])]
+
+
+@IMPORTERS.register("InstanceNormalization")
+def instance_norm(ctx, node):
+    attrs = {"epsilon": float(node.attrs.get("epsilon", 1e-5))}
+    return [emit(ctx, node, "InstanceNorm", attrs, node.inputs)]
+
+
+@IMPORTERS.register("LayerNormalization", since=17)
+def layer_norm(ctx, node):
+    single_output(ctx, node)
+    if not present(node, 2):
+        raise Unmappable("LayerNormalization without bias B")
+    if node.attrs.get("stash_type", 1) != 1:
+        raise Unmappable("stash_type other than float")
+    axis = node.attrs.get("axis", -1)
+    attrs = {"begin_norm_axis": axis, "begin_params_axis": axis,
+             "epsilon": float(node.attrs.get("epsilon", 1e-5)), "elementwise_affine": True}
+    return [emit(ctx, node, "LayerNormFusion", attrs, node.inputs, node.outputs[:1])]
+
+
+def _softmax_axis(ctx, node, default: int) -> int:
+    axis = node.attrs.get("axis", default)
+    if ctx.opset < 13:
+        # Before opset 13 the input is coerced to 2-D at `axis`: equal to a per-axis
+        # softmax only when `axis` is the last dimension.
+        rank = ctx.rank(node.inputs[0])
+        if axis != -1 and (rank is None or axis != rank - 1):
+            raise Unmappable("pre-13 softmax over more than the last axis")
+    return axis
+
+
+@IMPORTERS.register("Softmax")
+def softmax(ctx, node):
+    axis = _softmax_axis(ctx, node, 1 if ctx.opset < 13 else -1)
+    return [emit(ctx, node, "Softmax", {"axis": [axis]}, node.inputs)]
+
+
+@IMPORTERS.register("LogSoftmax")
+def log_softmax(ctx, node):
+    axis = _softmax_axis(ctx, node, 1 if ctx.opset < 13 else -1)
+    return [emit(ctx, node, "LogSoftmax", {"axis": axis}, node.inputs)]
+
+
+@IMPORTERS.register("LRN")
+def lrn(ctx, node):
+    # ONNX divides alpha by `size` and sums over `size` channels; Lite (as TF) takes a radius.
+    a = node.attrs
+    size = a["size"]
+    if size % 2 == 0:
+        raise Unmappable("even LRN size has no radius")
+    attrs = {"depth_radius": (size - 1) // 2, "bias": float(a.get("bias", 1.0)),
+             "alpha": float(a.get("alpha", 1e-4)) / size, "beta": float(a.get("beta", 0.75)),
+             "norm_region": "ACROSS_CHANNELS"}
+    return [emit(ctx, node, "LRN", attrs, node.inputs)]

@@ -1,0 +1,270 @@
+"""ONNX -> Lite for shape and data-movement ops, constants and identities."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from converters.errors import UnsupportedError
+from converters.lite import dtypes
+from converters.onnx_ops.import_base import (
+    IMPORTERS,
+    attr_or_input,
+    const_input,
+    emit,
+    present,
+    single_output,
+)
+from converters.onnx_ops.registry import Unmappable
+
+
+@IMPORTERS.register("Concat")
+def concat(ctx, node):
+    return [emit(ctx, node, "Concat", {"axis": node.attrs.get("axis", 1)}, node.inputs)]
+
+
+@IMPORTERS.register("Split", since=2)
+def split(ctx, node):
+    sizes = attr_or_input(ctx, node, "split", 1, 13)
+    axis = node.attrs.get("axis", 0)
+    n = len(node.outputs)
+    if sizes is None and "num_outputs" in node.attrs:
+        # Opset 18 allows an uneven last chunk; Lite splits evenly only.
+        dim = (ctx.shape(node.inputs[0]) or [None] * (abs(axis) + 1))[axis]
+        if not isinstance(dim, int) or dim % n:
+            raise Unmappable("num_outputs split of a dimension not known to divide evenly")
+    attrs = {"output_num": n, "size_splits": sizes or [], "axis": axis}
+    return [emit(ctx, node, "Split", attrs, node.inputs[:1])]
+
+
+@IMPORTERS.register("Slice", since=1)
+def slice_v1(ctx, node):
+    a = node.attrs
+    starts, ends = a["starts"], a["ends"]
+    axes = a.get("axes", list(range(len(starts))))
+    return _strided_slice(ctx, node, starts, ends, axes, [1] * len(starts))
+
+
+@IMPORTERS.register("Slice", since=10)
+def slice_v10(ctx, node):
+    starts = const_input(ctx, node, 1, "starts")
+    ends = const_input(ctx, node, 2, "ends")
+    axes = const_input(ctx, node, 3, "axes")
+    steps = const_input(ctx, node, 4, "steps")
+    n = len(starts)
+    return _strided_slice(ctx, node, starts, ends,
+                          list(range(n)) if axes is None else axes,
+                          [1] * n if steps is None else steps)
+
+
+def _strided_slice(ctx, node, starts, ends, axes, steps):
+    """Lite StridedSlice in its ONNX form: inputs (x, starts, ends, axes, steps), no masks."""
+    out = node.outputs[0]
+    inputs = [node.inputs[0]] + [ctx.const(f"{out}/{what}", np.asarray(v, np.int64))
+                                 for what, v in (("starts", starts), ("ends", ends),
+                                                 ("axes", axes), ("steps", steps))]
+    attrs = {"begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0, "new_axis_mask": 0,
+             "shrink_axis_mask": 0}
+    return [emit(ctx, node, "StridedSlice", attrs, inputs)]
+
+
+@IMPORTERS.register("Reshape", since=5)
+def reshape(ctx, node):
+    if node.attrs.get("allowzero", 0):
+        raise Unmappable("allowzero=1")
+    return [emit(ctx, node, "Reshape", {}, node.inputs)]
+
+
+@IMPORTERS.register("Flatten")
+def flatten(ctx, node):
+    return [emit(ctx, node, "Flatten", {"axis": node.attrs.get("axis", 1)}, node.inputs)]
+
+
+@IMPORTERS.register("Squeeze")
+def squeeze(ctx, node):
+    axes = attr_or_input(ctx, node, "axes", 1, 13)
+    return [emit(ctx, node, "Squeeze", {"axis": axes or []}, node.inputs[:1])]
+
+
+@IMPORTERS.register("Unsqueeze")
+def unsqueeze(ctx, node):
+    axes = attr_or_input(ctx, node, "axes", 1, 13)
+    return [emit(ctx, node, "Unsqueeze", {"axis": axes}, node.inputs[:1])]
+
+
+@IMPORTERS.register("Transpose")
+def transpose(ctx, node):
+    perm = node.attrs.get("perm")
+    if perm is None:
+        rank = ctx.rank(node.inputs[0])
+        if rank is None:
+            raise Unmappable("default perm of an input of unknown rank")
+        perm = list(range(rank))[::-1]
+    perm_index = ctx.const(f"{node.outputs[0]}/perm", np.array(perm, np.int32))
+    return [emit(ctx, node, "Transpose", {}, [node.inputs[0], perm_index])]
+
+
+_PAD_MODES = {"constant": "CONSTANT", "reflect": "REFLECT"}
+
+
+@IMPORTERS.register("Pad", since=2)
+def pad(ctx, node):
+    mode = node.attrs.get("mode", "constant")
+    if mode not in _PAD_MODES:
+        raise Unmappable(f"mode={mode} has no Lite padding mode")
+    if present(node, 3):
+        raise Unmappable("axes input")
+    if ctx.opset >= 11:
+        pads = const_input(ctx, node, 1, "pads")
+        value = const_input(ctx, node, 2, "constant_value")
+    else:
+        pads, value = node.attrs["pads"], node.attrs.get("value", 0.0)
+    pads = np.asarray(pads, np.int64).reshape(-1)
+    if (pads < 0).any():
+        raise Unmappable("negative pads (cropping)")
+    value = 0.0 if value is None else float(np.asarray(value).reshape(-1)[0])
+    paddings = pads.reshape(2, -1).T.astype(np.int32)
+    attrs = {"padding_mode": _PAD_MODES[mode], "constant_value": value}
+    index = ctx.const(f"{node.outputs[0]}/paddings", paddings)
+    return [emit(ctx, node, "PadFusion", attrs, [node.inputs[0], index])]
+
+
+_COORD = {"asymmetric": "ASYMMETRIC", "align_corners": "ALIGN_CORNERS",
+          "half_pixel": "HALF_PIXEL"}
+_METHOD = {"nearest": "NEAREST", "linear": "LINEAR", "cubic": "CUBIC"}
+_NEAREST = {"round_prefer_floor": "ROUND_HALF_DOWN", "round_prefer_ceil": "ROUND_HALF_UP",
+            "floor": "FLOOR", "ceil": "CEIL"}
+
+
+@IMPORTERS.register("Resize", since=11)
+def resize(ctx, node):
+    a = node.attrs
+    coord = a.get("coordinate_transformation_mode", "half_pixel")
+    if coord not in _COORD:
+        raise Unmappable(f"coordinate_transformation_mode={coord}")
+    if a.get("antialias", 0) or a.get("keep_aspect_ratio_policy", "stretch") != "stretch" \
+            or "axes" in a:
+        raise Unmappable("antialias / aspect-ratio policy / axes")
+    new_hw = _resize_output_hw(ctx, node)
+    attrs = {"format": "NCHW", "method": _METHOD[a.get("mode", "nearest")],
+             "new_height": new_hw[0], "new_width": new_hw[1],
+             "preserve_aspect_ratio": False, "coordinate_transform_mode": _COORD[coord],
+             "cubic_coeff": float(a.get("cubic_coeff_a", -0.75)),
+             "exclude_outside": int(a.get("exclude_outside", 0)),
+             "extrapolation_value": float(a.get("extrapolation_value", 0.0)),
+             "nearest_mode": _NEAREST[a.get("nearest_mode", "round_prefer_floor")]}
+    return [emit(ctx, node, "Resize", attrs, node.inputs[:1])]
+
+
+def _resize_output_hw(ctx, node) -> tuple[int, int]:
+    """Output (H, W) of a 4-D resize that keeps N and C; Unmappable otherwise."""
+    sizes = const_input(ctx, node, 3, "sizes")
+    if sizes is not None and sizes.size:
+        shape = ctx.shape(node.inputs[0])
+        if sizes.size != 4 or shape is None or list(sizes[:2]) != list(shape[:2]):
+            raise Unmappable("sizes change N or C, or the input is not 4-D")
+        return int(sizes[2]), int(sizes[3])
+    scales = const_input(ctx, node, 2, "scales")
+    shape = ctx.shape(node.inputs[0])
+    if scales is None or scales.size != 4 or list(scales[:2]) != [1, 1] or shape is None \
+            or not all(isinstance(d, int) for d in shape[2:]):
+        raise Unmappable("scales that do not map to a static 4-D output size")
+    hw = [float(s) * d for s, d in zip(scales[2:], shape[2:], strict=True)]
+    if any(v != int(v) for v in hw):
+        raise Unmappable("scales giving a fractional output size")
+    return int(hw[0]), int(hw[1])
+
+
+@IMPORTERS.register("Gather")
+def gather(ctx, node):
+    axis = ctx.const(f"{node.outputs[0]}/axis", np.array([node.attrs.get("axis", 0)], np.int32))
+    return [emit(ctx, node, "Gather", {}, [node.inputs[0], node.inputs[1], axis])]
+
+
+@IMPORTERS.register("Shape")
+def shape(ctx, node):
+    if node.attrs.get("start", 0) != 0 or "end" in node.attrs:
+        raise Unmappable("start/end")
+    return [emit(ctx, node, "Shape", {}, node.inputs)]
+
+
+@IMPORTERS.register("Expand", since=8)
+def expand(ctx, node):
+    return [emit(ctx, node, "BroadcastTo", {}, node.inputs)]
+
+
+@IMPORTERS.register("Tile", since=6)
+def tile(ctx, node):
+    return [emit(ctx, node, "TileFusion", {"dims": []}, node.inputs)]
+
+
+@IMPORTERS.register("TopK")
+def top_k(ctx, node):
+    a = node.attrs
+    if ctx.opset < 10:
+        k = ctx.const(f"{node.outputs[0]}/k", np.array([a["k"]], np.int64))
+    else:
+        k = node.inputs[1]
+    attrs = {"sorted": bool(a.get("sorted", 1)), "axis": a.get("axis", -1),
+             "largest": a.get("largest", 1)}
+    return [emit(ctx, node, "TopKFusion", attrs, [node.inputs[0], k])]
+
+
+@IMPORTERS.register("Identity")
+def identity(ctx, node):
+    # Lite has no identity primitive: alias the value, unless its name must survive.
+    if node.outputs[0] in ctx.graph_outputs:
+        raise Unmappable("Identity producing a graph output keeps its own name")
+    ctx.alias(node.outputs[0], node.inputs[0])
+    return []
+
+
+@IMPORTERS.register("Dropout")
+def dropout(ctx, node):
+    single_output(ctx, node)
+    ratio = node.attrs.get("ratio", 0.5)
+    if ctx.opset >= 12:
+        value = const_input(ctx, node, 1, "ratio")
+        ratio = 0.5 if value is None else float(value)
+        training = const_input(ctx, node, 2, "training_mode")
+        if training is not None and bool(training):
+            raise Unmappable("training_mode=true")
+    return [emit(ctx, node, "Dropout", {"keep_prob": 1.0 - ratio}, node.inputs[:1],
+                 node.outputs[:1])]
+
+
+_VALUE_ATTRS = {"value_float": np.float32, "value_floats": np.float32,
+                "value_int": np.int64, "value_ints": np.int64}
+
+
+@IMPORTERS.register("Constant")
+def constant(ctx, node):
+    if node.outputs[0] in ctx.graph_outputs:
+        raise Unmappable("Constant producing a graph output")
+    (name, value), = node.attrs.items()
+    if name in _VALUE_ATTRS:
+        value = np.array(value, _VALUE_ATTRS[name])
+    elif name != "value":
+        raise Unmappable(f"{name} constants")
+    _check_typeid(value.dtype)
+    ctx.add_initializer(node.outputs[0], value)
+    return []
+
+
+@IMPORTERS.register("ConstantOfShape", since=9)
+def constant_of_shape(ctx, node):
+    value = node.attrs.get("value", np.zeros(1, np.float32))
+    type_id = _check_typeid(value.dtype)
+    as_float = np.float32(value.reshape(-1)[0])
+    if as_float.astype(value.dtype) != value.reshape(-1)[0]:
+        raise Unmappable("value not exactly representable as float32")
+    attrs = {"data_type": type_id, "value": [float(as_float)]}
+    return [emit(ctx, node, "ConstantOfShape", attrs, node.inputs)]
+
+
+def _check_typeid(dtype) -> int:
+    try:
+        return dtypes.from_numpy(dtype)
+    except (UnsupportedError, TypeError):
+        raise Unmappable(f"dtype {dtype} has no MindSpore TypeId") from None
+
+
