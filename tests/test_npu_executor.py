@@ -9,7 +9,13 @@ import pytest
 
 from provider.errors import BindingError, DeviceMemoryError, LitenpuError, UnsupportedError
 from provider.npu import program as fmt
-from provider.npu.executor import CopyStats, Executor, upload_weights, weights_are_mapped
+from provider.npu.executor import (
+    CopyStats,
+    Executor,
+    MemoryInfo,
+    upload_weights,
+    weights_are_mapped,
+)
 from provider.npu.memory import DevicePool
 from provider.npu.program import Program, Slot, Step
 
@@ -100,6 +106,7 @@ def test_host_io_copies_exactly_the_io_bytes(pool):
         check(ex.run([x]), x)
         assert ex.copy_stats == CopyStats(24, 48)
         assert program.io_bytes == 72
+        assert ex.memory_info() == MemoryInfo(24, 64, 72, 72, False)
         y, z = np.empty((2, 3), np.float32), np.zeros((2, 3), np.float32)
         results = ex.run([seeded_input(1)], [y, z])
         assert results[0] is y and results[1] is z  # caller's outputs written in place
@@ -159,7 +166,24 @@ def test_too_small_or_read_only_output_buffer(pool):
         frozen.flags.writeable = False
         with pytest.raises(BindingError, match="'z'.*read-only"):
             ex.run([x], [None, frozen])
+        with pool.allocate(24) as zb:
+            frozen_device = zb.view(np.float32, (2, 3))
+            frozen_device.flags.writeable = False
+            with pytest.raises(BindingError, match="'z'.*read-only"):
+                ex.run([x], [None, frozen_device])
         check(ex.run([x]), x)  # still usable after binding errors
+
+
+def test_in_place_outputs_must_not_alias_inputs_or_each_other(pool):
+    with Executor(make_program(), pool, kernels=KERNELS) as ex, pool.allocate(24) as xb, \
+            pool.allocate(24) as yb:
+        with pytest.raises(BindingError, match="output 'y' shares memory with input 'x'"):
+            ex.run([xb], [xb, None])
+        with pytest.raises(BindingError, match="output 'z' shares memory with output 'y'"):
+            ex.run([xb], [yb, yb])
+        x = seeded_input()
+        ex.run([x], [np.empty_like(x), x])  # host I/O is staged: z may overwrite x afterwards
+        np.testing.assert_allclose(x, expected(seeded_input())[1], rtol=1e-6)
 
 
 def test_run_named(pool):
@@ -184,6 +208,7 @@ def test_weights_uploaded_or_used_in_place_from_a_mapped_program(pool, tmp_path)
     assert weights_are_mapped(loaded) and not weights_are_mapped(fmt.load(tmp_path / "toy.lnp", False))
     with Executor(loaded, pool, kernels=KERNELS) as ex:
         assert pool.stats().in_use == 64  # the arena only: weights stay in the file mapping
+        assert ex.memory_info() == MemoryInfo(24, 64, 72, 0, True)
         assert np.shares_memory(ex._views[1], loaded.weights)
         assert not ex._views[1].flags.writeable
         check(ex.run([seeded_input()]), seeded_input())

@@ -148,6 +148,11 @@ def test_import_from_a_foreign_fd(pool):
         with pool.import_fd(fd, mmap.ALLOCATIONGRANULARITY + 128, 64) as buf:
             assert buf.address % 64 == 0
             assert buf.view()[:4].tolist() == [1, 2, 3, 4]
+        read_only = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
+        with pool.import_fd(read_only, mmap.ALLOCATIONGRANULARITY + 128, 64) as buf:
+            assert buf.view()[:4].tolist() == [1, 2, 3, 4]
+            assert not buf.view().flags.writeable
+        os.close(read_only)
         with pytest.raises(BindingError, match="too small"):
             pool.import_fd(fd, 0, 4 * mmap.ALLOCATIONGRANULARITY)
         with pytest.raises(BindingError, match="aligned"):

@@ -35,7 +35,7 @@ from provider.errors import BindingError, LitenpuError, UnsupportedError
 from provider.npu.memory import DeviceBuffer, DevicePool, default_pool
 from provider.npu.program import Program, Slot, view_slot
 
-__all__ = ["CopyStats", "Executor", "upload_weights", "weights_are_mapped"]
+__all__ = ["CopyStats", "MemoryInfo", "Executor", "upload_weights", "weights_are_mapped"]
 
 log = logging.getLogger("litenpu.npu")
 
@@ -52,6 +52,21 @@ class CopyStats:
     def __add__(self, other: CopyStats) -> CopyStats:
         return CopyStats(self.bytes_copied_in + other.bytes_copied_in,
                          self.bytes_copied_out + other.bytes_copied_out)
+
+
+@dataclass(frozen=True)
+class MemoryInfo:
+    """Memory of one executor, like RKNN_QUERY_MEM_SIZE: sizes exact, from the Program.
+
+    `staging` is the device memory allocated so far for host I/O copies; `weights_mapped`
+    says the weights are read in place from the Program file instead of device memory.
+    """
+
+    weights: int
+    internal: int
+    io: int
+    staging: int
+    weights_mapped: bool
 
 
 def weights_are_mapped(program: Program) -> bool:
@@ -115,6 +130,7 @@ class Executor:
         except BaseException:
             self._close()
             raise
+        self._weights_mapped = weights is None and weights_are_mapped(program)
         self._staging: dict[int, np.ndarray] = {}
         self._buffer_views: dict[int, tuple[DeviceBuffer, np.ndarray]] = {}
         self.copy_stats = CopyStats()
@@ -211,15 +227,28 @@ class Executor:
         for index, value in zip(self.program.outputs, outputs, strict=True):
             slot = self.program.slots[index]
             view = None if value is None else self._check("output", index, value)
-            if isinstance(value, np.ndarray) and not value.flags.writeable:
-                raise BindingError(f"output {slot.name!r}: the array is read-only")
+            target = value if view is None else view
+            if isinstance(target, np.ndarray) and not target.flags.writeable:
+                raise BindingError(f"output {slot.name!r}: the memory is read-only")
             host = None
             if view is None:
                 view = self._staging_view(index, slot)
                 host = np.empty(slot.shape, slot.np_dtype) if value is None else value
+            else:
+                self._check_overlap(slot, view, len(targets))
             self._views[index] = view
             targets.append(host)
         return targets
+
+    def _check_overlap(self, slot: Slot, view: np.ndarray, position: int) -> None:
+        """An in-place output must not share memory with an input or an earlier output:
+        a step could overwrite data a later step still reads."""
+        bound = [*self.program.inputs, *self.program.outputs[:position]]
+        for other in bound:
+            if np.may_share_memory(view, self._views[other]):
+                raise BindingError(f"output {slot.name!r} shares memory with "
+                                   f"{self.program.slots[other].kind} "
+                                   f"{self.program.slots[other].name!r}; bind separate buffers")
 
     # running ---------------------------------------------------------------------------------
 
@@ -288,6 +317,12 @@ class Executor:
         bound = [None if outputs is None else outputs.get(n) for n in out_names]
         results = self.run([feeds[n] for n in names], bound)
         return dict(zip(out_names, results, strict=True))
+
+    def memory_info(self) -> MemoryInfo:
+        """Weight, arena, I/O and staging bytes of this executor."""
+        program = self.program
+        return MemoryInfo(program.weight_bytes, program.internal_bytes, program.io_bytes,
+                          sum(v.nbytes for v in self._staging.values()), self._weights_mapped)
 
     @property
     def input_names(self) -> list[str]:

@@ -257,7 +257,10 @@ class DevicePool:
     # external memory ----------------------------------------------------------------------
 
     def import_fd(self, fd: int, offset: int, size: int) -> DeviceBuffer:
-        """Map `size` bytes at `offset` of another process's or driver's fd as a buffer."""
+        """Map `size` bytes at `offset` of another process's or driver's fd as a buffer.
+
+        The mapping is shared and writable, or read-only when the fd was opened read-only.
+        """
         if offset < 0 or size <= 0:
             raise BindingError(f"import_fd: offset {offset} / size {size}: expected >= 0 / > 0")
         try:
@@ -274,7 +277,11 @@ class DevicePool:
             raise BindingError(f"import_fd: offset {offset} is not {ALIGNMENT}-byte aligned")
         own_fd = os.dup(fd)
         try:
-            mapping = mmap.mmap(own_fd, offset - base + size, offset=base)
+            try:
+                mapping = mmap.mmap(own_fd, offset - base + size, offset=base)
+            except PermissionError:  # a read-only fd: the buffer can feed inputs, not outputs
+                mapping = mmap.mmap(own_fd, offset - base + size, offset=base,
+                                    access=mmap.ACCESS_READ)
         except OSError as exc:
             os.close(own_fd)
             raise BindingError(f"import_fd: cannot map fd {fd}: {exc}") from exc
