@@ -25,13 +25,14 @@ def pad_into(x: np.ndarray, buf: np.ndarray, pads: Sequence[int], value: float) 
 
     The border is rewritten every run because the arena memory is shared with other tensors.
     """
-    t, b, l, r = pads
+    top, left = pads[0], pads[2]
     h, w = x.shape[2], x.shape[3]
-    buf[:, :, :t, :] = value
-    buf[:, :, t + h:, :] = value
-    buf[:, :, t:t + h, :l] = value
-    buf[:, :, t:t + h, l + w:] = value
-    buf[:, :, t:t + h, l:l + w] = x
+    buf[:, :, :top, :] = value
+    buf[:, :, top + h:, :] = value
+    rows = buf[:, :, top:top + h]
+    rows[:, :, :, :left] = value
+    rows[:, :, :, left + w:] = value
+    rows[:, :, :, left:left + w] = x
     return buf
 
 
@@ -85,7 +86,7 @@ def deconv2d(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs:
     kh, kw = attrs["kernel"]
     sh, sw = attrs["stride"]
     dh, dw = attrs["dilation"]
-    t, _, l, _ = attrs["pads"]
+    top, _, left, _ = attrs["pads"]
     cols = s["cols"].reshape(n, g, o // g * kh * kw, h * wd)
     gemm.matmul(w, x.reshape(n, g, c // g, h * wd), cols)
     taps = cols.reshape(n, o, kh, kw, h, wd)
@@ -95,7 +96,7 @@ def deconv2d(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs:
         for j in range(kw):
             r0, c0 = i * dh, j * dw
             full[:, :, r0:r0 + (h - 1) * sh + 1:sh, c0:c0 + (wd - 1) * sw + 1:sw] += taps[:, :, i, j]
-    np.copyto(y, full[:, :, t:t + oh, l:l + ow], casting="same_kind")
+    np.copyto(y, full[:, :, top:top + oh, left:left + ow], casting="same_kind")
     if len(inputs) > 2:
         y.reshape(n, o, oh * ow)[...] += inputs[2]
     activation.fused(y, attrs)

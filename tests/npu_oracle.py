@@ -1,0 +1,96 @@
+"""Shared helpers of the NPU compiler/kernel tests: onnxruntime as the oracle.
+
+`one_node_onnx` builds a one-node ONNX model, `lite_graph` the equivalent hand-written Lite
+model; `run_ort` and `run_npu` run them on the same seeded inputs and `assert_matches`
+compares shape, then dtype, then values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper, numpy_helper
+
+from converters.lite.ir import LiteModel, LiteNode, LiteTensor
+from provider.npu.compiler import compile_model
+from provider.npu.executor import Executor
+from provider.npu.memory import DevicePool
+
+ATOL, RTOL = 1e-4, 1e-3
+_POOL: DevicePool | None = None
+
+
+def pool() -> DevicePool:
+    """One device pool for the whole test session (256 MiB, lazily committed)."""
+    global _POOL
+    if _POOL is None:
+        _POOL = DevicePool(capacity=1 << 28)
+    return _POOL
+
+
+def rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def one_node_onnx(op: str, feeds: Mapping[str, np.ndarray], consts: Mapping[str, np.ndarray],
+                  attrs: Mapping | None = None, n_outputs: int = 1, opset: int = 17,
+                  input_order: Sequence[str] | None = None, domain: str = "") -> onnx.ModelProto:
+    """A model with one `op` node: runtime inputs `feeds`, initializers `consts`."""
+    order = list(input_order) if input_order is not None else [*feeds, *consts]
+    outs = [f"y{i}" for i in range(n_outputs)]
+    node = helper.make_node(op, order, outs, domain=domain, **dict(attrs or {}))
+    graph = helper.make_graph(
+        [node], "one_node",
+        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+         for k, v in feeds.items()],
+        [onnx.ValueInfoProto(name=o) for o in outs],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def run_ort(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
+            outputs: Sequence[str] | None = None) -> list[np.ndarray]:
+    """onnxruntime CPU outputs (all graph outputs, or the named ones)."""
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return sess.run(outputs, dict(feeds))
+
+
+def lite_graph(op: str, attrs: Mapping, inputs: Sequence[tuple[str, np.ndarray, bool]],
+               out_dtypes: Sequence = (np.float32,), name: str = "one_node") -> LiteModel:
+    """A Lite model with one `op` node; inputs are (name, array, is_constant)."""
+    m = LiteModel(name=name)
+    idx = []
+    for n, arr, is_const in inputs:
+        t = LiteTensor.of(n, arr.dtype, arr.shape, arr if is_const else None)
+        idx.append(m.add_tensor(t))
+        if not is_const:
+            m.inputs.append(idx[-1])
+    outs = [m.add_tensor(LiteTensor.of(f"y{i}", dt, (-1,))) for i, dt in enumerate(out_dtypes)]
+    m.add_node(LiteNode("n0", op, dict(attrs), idx, outs))
+    m.outputs = outs
+    return m
+
+
+def run_npu(model: LiteModel, feeds: Mapping[str, np.ndarray], *, enable_fp16: bool = False,
+            input_shapes: Mapping[str, Sequence[int]] | None = None) -> list[np.ndarray]:
+    """Compile `model` for the shapes of `feeds` and run it through the Executor once."""
+    shapes = dict(input_shapes or {k: v.shape for k, v in feeds.items()})
+    program = compile_model(model, shapes, enable_fp16=enable_fp16)
+    with Executor(program, pool()) as ex:
+        return [np.array(r) for r in ex.run_named(dict(feeds)).values()]
+
+
+def assert_matches(got: np.ndarray, want: np.ndarray, atol: float = ATOL, rtol: float = RTOL,
+                   what: str = "") -> None:
+    """Shape, then dtype, then values (NaNs must match)."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    np.testing.assert_allclose(got, want, atol=atol, rtol=rtol, err_msg=what)
