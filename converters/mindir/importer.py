@@ -26,7 +26,7 @@ from converters.mindir.builder import Builder, TupleValue
 from converters.mindir.external import ExternalDataReader
 from converters.mindir.graph import Const, MsGraph, MsNode, parse_graph
 from converters.mindir.ops import OPS
-from converters.mindir.values import MONAD
+from converters.mindir.values import MONAD, check_text
 from converters.report import ConversionReport, CustomNode
 
 log = logging.getLogger("litenpu.converters.mindir")
@@ -43,7 +43,7 @@ class MindirImportReport(ConversionReport):
     producer, side-effect plumbing removed, external data files read."""
 
     producer: str = ""
-    producer_version: str = ""
+    model_version: str = ""  # MindSpore writes its own version here
     mind_ir_version: int = 0
     removed: Counter = field(default_factory=Counter)
     external_files: list[str] = field(default_factory=list)
@@ -65,7 +65,7 @@ def import_mindir(source: str | os.PathLike | bytes, *, base_dir: str | os.PathL
         label, root = str(path), pathlib.Path(base_dir) if base_dir is not None else path.parent
     model = _parse(data, label)
     report = MindirImportReport(source=label, producer=model.producer_name,
-                                producer_version=model.producer_version,
+                                model_version=model.model_version,
                                 mind_ir_version=model.mind_ir_version)
     if model.HasField("little_endian") and not model.little_endian:
         raise InvalidModelError(f"{label}: exported on a big-endian device; litenpu loads little-endian MindIR only")
@@ -88,6 +88,7 @@ def _parse(data: bytes, label: str) -> pb.ModelProto:
         raise InvalidModelError(f"{label}: not a MindIR protobuf ({e})") from e
     if not model.HasField("graph") or not model.graph.output:
         raise InvalidModelError(f"{label}: not a MindIR model (no graph with outputs)")
+    check_text(model, label)
     return model
 
 

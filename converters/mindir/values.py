@@ -123,7 +123,7 @@ def decode_attr(a: pb.AttributeProto, what: str) -> Any:
     if kind == AttrType.DOUBLE:
         return _scalar_or_tuple(a.HasField("d"), a.d, a.doubles, float)
     if kind == AttrType.STRING:
-        return _scalar_or_tuple(a.HasField("s"), a.s, a.strings, lambda b: b.decode("utf-8"))
+        return _scalar_or_tuple(a.HasField("s"), a.s, a.strings, lambda b: _utf8(b, a.name, what))
     if kind in (AttrType.TUPLE, AttrType.LIST):
         return tuple(decode_attr(v, what) for v in a.values)
     if kind == AttrType.TENSORS and len(a.tensors) == 1:
@@ -135,6 +135,13 @@ def decode_attr(a: pb.AttributeProto, what: str) -> Any:
     if kind in _MONADS:
         return MONAD
     raise UnsupportedError(f"{what}: attribute {a.name!r} of type {AttrType.Name(kind)} is not supported")
+
+
+def _utf8(data: bytes, name: str, what: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidModelError(f"{what}: string attribute {name!r} is not valid UTF-8") from None
 
 
 def _const_tensor(t: pb.TensorProto, what: str) -> np.ndarray:
@@ -156,3 +163,23 @@ def decode_abstract(a: pb.AttributeProto, what: str) -> list[TensorInfo] | None:
             infos.append(tensor_info(v.tensors[0], what))
         return infos
     return None
+
+
+def _repeated(fd) -> bool:
+    is_repeated = getattr(fd, "is_repeated", None)  # protobuf >= 5.x; `label` is gone in 7.x
+    return is_repeated if is_repeated is not None else fd.label == fd.LABEL_REPEATED
+
+
+def check_text(msg, label: str) -> None:
+    """InvalidModelError if any string field of `msg` is not valid UTF-8.
+
+    protobuf keeps undecodable proto2 strings as bytes instead of failing the parse, which
+    would surface later as a TypeError deep in the importer.
+    """
+    for fd, value in msg.ListFields():
+        items = value if _repeated(fd) else (value,)
+        if fd.type == fd.TYPE_MESSAGE:
+            for item in items:
+                check_text(item, label)
+        elif fd.type == fd.TYPE_STRING and not all(isinstance(v, str) for v in items):
+            raise InvalidModelError(f"{label}: field {fd.full_name} is not valid UTF-8 text")
