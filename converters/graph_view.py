@@ -11,8 +11,8 @@ Contract a second adapter must meet (nothing else is read):
 - `NodeView`: `name`, `op_type`, `domain` ("" for the default ONNX domain; "ai.onnx" is
   normalised to ""), `inputs` / `outputs` as tuples of value names with "" for a missing
   optional input/output, `implicit_inputs` (outer-scope values read by subgraph attributes,
-  () when none), `attrs` as a dict of plain Python values (int, float, str, bytes, lists of
-  those, numpy arrays for TENSOR attributes, `onnx.GraphProto` / other protos for GRAPH,
+  () when none), `attrs` as a dict of plain Python values (int, float, str (bytes when a STRING attribute is not
+  UTF-8), lists of those, numpy arrays for TENSOR attributes, `onnx.GraphProto` / other protos for GRAPH,
   SPARSE_TENSOR and TYPE_PROTO attributes), and `proto()` returning the node as an
   `onnx.NodeProto` (used to carry unmapped nodes losslessly).
 - `GraphView.inputs` / `outputs`: tuples of `ValueInfo` for the graph's inputs (initializers
@@ -142,11 +142,21 @@ def attribute_value(attr: onnx.AttributeProto) -> Any:
         return tensor_array(attr.t)
     if kind == A.TENSORS:
         return [tensor_array(t) for t in attr.tensors]
-    if kind in (A.FLOAT, A.INT, A.STRING, A.FLOATS, A.INTS, A.STRINGS):
-        value = helper.get_attribute_value(attr)
-        return list(value) if isinstance(value, (list, tuple)) or kind in (
-            A.FLOATS, A.INTS, A.STRINGS) else value
+    if kind == A.STRING:
+        return _text(attr.s)
+    if kind == A.STRINGS:
+        return [_text(s) for s in attr.strings]
+    if kind in (A.FLOATS, A.INTS):
+        return list(helper.get_attribute_value(attr))
     return helper.get_attribute_value(attr)
+
+
+def _text(raw: bytes) -> str | bytes:
+    """ONNX string attributes are text; bytes that are not UTF-8 stay bytes."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
 
 
 def tensor_array(tensor: onnx.TensorProto, base_dir: str = "") -> np.ndarray:

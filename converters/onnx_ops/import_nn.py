@@ -17,8 +17,6 @@ NO_ACT = "NO_ACTIVATION"
 def pad_fields(attrs: dict, spatial: int = 2) -> tuple[str, list[int]]:
     """ONNX auto_pad/pads -> Lite (pad_mode, [top, bottom, left, right])."""
     auto_pad = attrs.get("auto_pad", "NOTSET")
-    if isinstance(auto_pad, bytes):
-        auto_pad = auto_pad.decode()
     if auto_pad == "SAME_UPPER":
         return "SAME", [0, 0, 0, 0]
     if auto_pad == "VALID":
