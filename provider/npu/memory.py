@@ -339,6 +339,19 @@ class DevicePool:
         buffer = self.find(address)
         return buffer is not None and address + nbytes <= buffer.address + buffer.nbytes
 
+    def trim(self) -> int:
+        """Give the pages of free blocks back to the OS (they are committed again on next
+        touch); returns the bytes released. Call after closing big sessions."""
+        released = 0
+        with self._lock:
+            for start, size in self._free_size.items():
+                first = _align_up(start, mmap.PAGESIZE)
+                length = (start + size - first) // mmap.PAGESIZE * mmap.PAGESIZE
+                if length > 0:
+                    self._mm.madvise(mmap.MADV_REMOVE, first, length)  # shmem: frees the pages
+                    released += length
+        return released
+
     def stats(self) -> PoolStats:
         """Bytes reserved by live pool buffers (64-byte blocks), peak, count, largest free."""
         with self._lock:
