@@ -79,7 +79,7 @@ def weights_are_mapped(program: Program) -> bool:
 
 def upload_weights(program: Program, pool: DevicePool | None = None) -> DeviceBuffer:
     """Copy the Program's weight blob into a new device buffer (to share between executors)."""
-    buffer = (pool or default_pool()).allocate(program.weight_bytes)
+    buffer = (pool if pool is not None else default_pool()).allocate(program.weight_bytes)
     buffer.view()[:] = program.weights_array()
     return buffer
 
@@ -111,8 +111,8 @@ class Executor:
         if kernels is None:
             from provider.npu.kernels import KERNELS as kernels
         self.program = program
-        self.pool = pool or default_pool()
-        self._lock = lock or threading.Lock()
+        self.pool = pool if pool is not None else default_pool()
+        self._lock = lock if lock is not None else threading.Lock()
         self._plan = self._resolve_kernels(kernels)
         self._held: list[DeviceBuffer] = []
         self._close = weakref.finalize(self, _release_all, self._held)
@@ -310,7 +310,7 @@ class Executor:
         missing = [n for n in names if n not in feeds]
         unknown = [n for n in feeds if n not in names]
         out_names = self.output_names
-        unknown += [n for n in (outputs or {}) if n not in out_names]
+        unknown += [n for n in (outputs if outputs is not None else {}) if n not in out_names]
         if missing or unknown:
             raise BindingError(f"program {self.program.name!r}: missing inputs {missing}, "
                                f"unknown names {unknown}; inputs are {names}, outputs {out_names}")

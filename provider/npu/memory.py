@@ -15,7 +15,8 @@ executor uses them in place.
 
 Lifetimes are explicit: a buffer starts with one reference, `retain()` adds one,
 `release()` drops one, and at zero its block returns to the pool. As with the C APIs this
-imitates, numpy views taken from a buffer must not be used after its last release.
+imitates, numpy views taken from a buffer must not be used after its last release, and a
+buffer never released stays allocated (the pool keeps it: `find(address)` still returns it).
 All methods are thread-safe. After `fork()` the child gets a fresh default pool, because
 the parent's MAP_SHARED mapping would otherwise be shared by both processes.
 """
@@ -314,7 +315,7 @@ class DevicePool:
         self._external.remove(buffer)
         if buffer._export is not None:
             os.close(buffer._export[0])
-        buffer._owner = None
+        buffer._mem = buffer._owner = None  # the mapping goes once no view is left
 
     # queries --------------------------------------------------------------------------------
 
