@@ -250,6 +250,8 @@ def test_default_pool_is_a_configurable_singleton():
         default_pool(p.capacity // 2)
 
 
+# the child only builds a pool and exits, so threads of the parent (onnxruntime's) are harmless
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_forked_child_gets_its_own_default_pool():
     parent = default_pool()
     read, write = os.pipe()
