@@ -400,3 +400,16 @@ def test_sub_graph_calls_are_unsupported():
     gm.output("g:y")
     with pytest.raises(UnsupportedError, match="sub-graph 'inner'"):
         import_mindir(gm.bytes())
+
+
+def test_undecodable_constant_fails_only_when_a_converter_needs_it():
+    gm = GraphMaker()
+    x = gm.input("x", [2, 3])
+    odd = gm.const(0)
+    gm.g.node[0].attribute[0].type = A.DICT  # a constant litenpu cannot decode
+    gm.output(gm.op("MyOp", [x, odd], [2, 3]))  # Custom keeps it serialized
+    model, _ = import_mindir(gm.bytes())
+    assert A.FromString(model.nodes[0].attrs["attr"]["input:1"]).type == A.DICT
+    gm.output(gm.op("Softmax", [x, odd], [2, 3]))
+    with pytest.raises(UnsupportedError, match="DICT"):
+        import_mindir(gm.bytes())

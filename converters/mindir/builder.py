@@ -85,7 +85,7 @@ class Builder:
         """The compile-time value of input `pos`; UnsupportedError if it is computed at run time."""
         v = self.value(node.inputs[pos])
         if isinstance(v, Const):
-            return v.value
+            return _checked(v)
         if isinstance(v, int) and self.model.tensors[v].is_const:
             return self.model.tensors[v].data
         raise UnsupportedError(
@@ -111,7 +111,7 @@ class Builder:
         if isinstance(v, int):
             return v
         if isinstance(v, Const):
-            return self.constant(self._const_array(node, pos, v.value, dtype), f"{node.name}/in{pos}")
+            return self.constant(self._const_array(node, pos, _checked(v), dtype), f"{node.name}/in{pos}")
         raise InvalidModelError(
             f"node {node.name!r} ({node.prim}): input {pos} ({self.short(node.inputs[pos])!r}) is "
             f"{'a tuple' if isinstance(v, TupleValue) else 'a side-effect token'}, a tensor is expected")
@@ -144,9 +144,11 @@ class Builder:
         return self.model.add_tensor(LiteTensor.of(self.short(name), data.dtype, data.shape, data))
 
     def shape_of(self, idx: int) -> tuple:
+        """Shape of Lite tensor `idx` (dims may be -1 or symbolic)."""
         return self.model.tensors[idx].shape
 
     def single_use(self, name: str) -> bool:
+        """Whether exactly one node (or graph output) reads MindIR value `name` (fusion is safe)."""
         return self.uses[name] == 1
 
     # -- nodes ------------------------------------------------------------------------
@@ -168,6 +170,7 @@ class Builder:
         return self.emit_raw(name, op, attrs, inputs, [out])[0]
 
     def emit_raw(self, name: str, op: str, attrs: dict[str, Any], inputs: list[int], outs: list[int]) -> list[int]:
+        """Add a Lite node over existing tensors and remember it as their producer."""
         lite = LiteNode(self.short(name), op, attrs, list(inputs), outs)
         self.model.add_node(lite)
         for o in outs:
@@ -175,8 +178,15 @@ class Builder:
         return outs
 
     def _activation(self, name: str, info: TensorInfo | None, inputs: list[int]) -> int:
+        # No "shape" attribute: the type follows the first input; the unknown shape is left as ().
         if info is not None:
             return self.model.add_tensor(LiteTensor.of(name, info.dtype, info.shape))
         first = self.model.tensors[inputs[0]] if inputs else None
         type_id = first.type_id if first is not None else dtypes.FLOAT32
         return self.model.add_tensor(LiteTensor(name, type_id, ()))
+
+
+def _checked(c: Const) -> Any:
+    if c.error is not None:
+        raise UnsupportedError(c.error)
+    return c.value

@@ -22,10 +22,15 @@ _IGNORED_ATTRS = {"input_names", "output_names"}
 
 @dataclass(frozen=True)
 class Const:
-    """A compile-time value feeding a node (a `Constant` node), with its serialized proto."""
+    """A compile-time value feeding a node (a `Constant` node), with its serialized proto.
+
+    `error` is set instead of `value` for a constant litenpu cannot decode; it is raised only
+    if a converter needs the value (a Custom node carries `raw` regardless).
+    """
 
     value: Any
     raw: bytes
+    error: str | None = None
 
 
 @dataclass
@@ -69,8 +74,9 @@ def parse_graph(model: pb.ModelProto) -> MsGraph:
         if len(n.output) != 1:
             raise InvalidModelError(f"{what}: has {len(n.output)} outputs, MindIR nodes have one")
         if n.op_type == "Constant":
-            value = n.attribute[0] if n.attribute else pb.AttributeProto(type=pb.AttributeProto.NONE)
-            constants[n.output[0]] = Const(decode_attr(value, what), value.SerializeToString())
+            if n.output[0] in constants:
+                raise InvalidModelError(f"{what}: constant {n.output[0]!r} is defined twice")
+            constants[n.output[0]] = _constant(n, what)
         else:
             nodes.append(_node(n, prims, functions, what))
     defined = {name for name, _ in inputs} | set(parameters) | set(constants)
@@ -81,6 +87,14 @@ def parse_graph(model: pb.ModelProto) -> MsGraph:
         if name not in produced:
             raise InvalidModelError(f"graph output {name!r} is not produced by any node")
     return MsGraph(g.name, inputs, parameters, constants, ordered, outputs)
+
+
+def _constant(n: pb.NodeProto, what: str) -> Const:
+    value = n.attribute[0] if n.attribute else pb.AttributeProto(type=pb.AttributeProto.NONE)
+    try:
+        return Const(decode_attr(value, what), value.SerializeToString())
+    except UnsupportedError as e:
+        return Const(None, value.SerializeToString(), str(e))
 
 
 def _input_info(v: pb.ValueInfoProto) -> TensorInfo:
