@@ -5,6 +5,8 @@ import struct
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from provider.errors import CacheError, InvalidModelError
 from provider.npu import program as fmt
@@ -190,3 +192,29 @@ def test_inconsistent_metadata_in_a_file_is_a_cache_error():
     struct.pack_into("<I", data, 80, fmt.zlib.crc32(bytes(data[:80])))
     with pytest.raises(CacheError, match="inconsistent metadata.*arena"):
         fmt.from_bytes(bytes(data))
+
+
+ENCODED = fmt.to_bytes(make_program())
+META_END = header_field(ENCODED, 16) + header_field(ENCODED, 24)
+WEIGHTS_AT = header_field(ENCODED, 32)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.integers(0, META_END - 1), st.integers(WEIGHTS_AT, len(ENCODED) - 1),
+                 st.integers(META_END, WEIGHTS_AT - 1)),
+       st.integers(1, 255))
+def test_property_any_flipped_byte_is_detected_or_harmless(at, xor):
+    data = bytearray(ENCODED)
+    data[at] ^= xor
+    try:
+        q = fmt.from_bytes(bytes(data))
+    except CacheError:
+        return
+    assert_same_program(make_program(), q)  # only the zero padding is not checksummed
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, len(ENCODED) - 1))
+def test_property_every_truncation_is_a_cache_error(length):
+    with pytest.raises(CacheError):
+        fmt.from_bytes(ENCODED[:length])
