@@ -34,7 +34,7 @@ log = logging.getLogger("litenpu.converters.mindir")
 CUSTOM_PREFIX = "mindir:"
 # MindIR's fmk_type in MindSpore Lite's converter (FmkType: TF 0, CAFFE 1, ONNX 2, MS 3, TFLITE 4).
 FMK_MINDIR = 3
-_PLUMBING = {"Load", "UpdateState", "Depend", "MakeTuple", "TupleGetItem", "Return", "identity"}
+_PLUMBING = {"Load", "UpdateState", "Depend", "MakeTuple", "TupleGetItem"}
 
 
 @dataclass
@@ -137,7 +137,7 @@ def _plumbing(b: Builder, n: MsNode) -> Any:
         return TupleValue(items, len(items), n.name)
     if not n.inputs:
         raise InvalidModelError(f"node {n.name!r} ({n.prim}): has no inputs")
-    if n.prim != "TupleGetItem":  # Load / Depend / Return / identity pass their first input on
+    if n.prim != "TupleGetItem":  # Load / Depend pass their first input on
         return b.value(n.inputs[0])
     tup, index = b.value(n.inputs[0]), b.arg(n, 1, "index")
     if not isinstance(tup, TupleValue) or not isinstance(index, int):
