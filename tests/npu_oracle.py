@@ -84,7 +84,7 @@ def run_npu(model: LiteModel, feeds: Mapping[str, np.ndarray], *, enable_fp16: b
     shapes = dict(input_shapes or {k: v.shape for k, v in feeds.items()})
     program = compile_model(model, shapes, enable_fp16=enable_fp16)
     with Executor(program, pool()) as ex:
-        return [np.array(r) for r in ex.run_named(dict(feeds)).values()]
+        return [np.array(r) for r in ex.run([feeds[n] for n in ex.input_names])]
 
 
 def assert_matches(got: np.ndarray, want: np.ndarray, atol: float = ATOL, rtol: float = RTOL,

@@ -8,8 +8,9 @@ Pipeline (each stage returns new data, the input model is never mutated):
    folding of weight-only subgraphs, e.g. ConstantOfShape -> Reshape); every other node
    becomes one kernel step, or an alias for reshape-like ops (no kernel, shared buffer).
 3. Graph outputs are bound to output slots: the producing step writes straight into the
-   caller's buffer. An output that is a graph input, a constant, an alias of another
-   tensor, listed twice, or stored in another dtype (fp16 mode) gets one copy/cast step.
+   caller's buffer. An output that is a graph input, a constant, listed twice, or stored in
+   another dtype (fp16 mode) gets one copy/cast step; an output made by an alias op (and an
+   alias of a caller's buffer) turns that alias into the one copy.
 4. Unused steps are dropped; aliases and in-place elementwise steps (the input's last use,
    same shape and dtype) merge tensors into buffer groups; `planner.lifetimes` / `place`
    give each group (and each step's scratch) an arena offset, so `internal_bytes` is exact.
@@ -247,7 +248,7 @@ def _bind_outputs(b: _Builder, model: LiteModel, env: dict[int, int]) -> list[in
         declared = declared.dtype if lite_dtypes.has_numpy(declared.type_id) else val.dtype
         io_dtype = F32 if b.fp16 and declared == F32 and val.dtype == F16 else val.dtype
         step = producer.get(v)
-        if step is not None and step.kernel and not val.io and val.dtype == io_dtype:
+        if step is not None and not val.io and val.dtype == io_dtype:  # aliases become copies
             val.io = "output"
             outputs.append(v)
             continue

@@ -1,0 +1,297 @@
+"""compile_model: arena plan, aliases, in-place steps, output binding edge cases, BatchNorm
+and constant folding, fp16 storage bound, capability reasons and errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+from converters.lite.ir import LiteModel, LiteNode, LiteTensor
+from npu_oracle import assert_matches, pool, rng, run_npu, run_ort
+from provider.errors import InvalidModelError, UnsupportedError
+from provider.npu import capability, planner
+from provider.npu.compiler import compile_model
+from provider.npu.executor import Executor
+from provider.npu.program import from_bytes, to_bytes
+
+F32 = np.float32
+CONV = {"format": "NCHW", "kernel_size": [3, 3], "stride": [1, 1], "dilation": [1, 1],
+        "pad_mode": "PAD", "pad_list": [1, 1, 1, 1], "group": 1, "activation_type": "NO_ACTIVATION"}
+
+
+class Graph:
+    """A tiny Lite graph builder: tensors by name, nodes appended in order."""
+
+    def __init__(self, name: str = "g"):
+        self.m = LiteModel(name=name)
+        self.ids: dict[str, int] = {}
+
+    def input(self, name: str, shape, dtype=F32) -> str:
+        self.ids[name] = self.m.add_tensor(LiteTensor.of(name, dtype, shape))
+        self.m.inputs.append(self.ids[name])
+        return name
+
+    def const(self, name: str, value) -> str:
+        value = np.asarray(value)
+        self.ids[name] = self.m.add_tensor(LiteTensor.of(name, value.dtype, value.shape, value))
+        return name
+
+    def node(self, op: str, inputs, attrs=None, outputs=1, dtype=F32) -> str | list[str]:
+        names = [f"{op}{len(self.m.nodes)}_{i}" for i in range(outputs)]
+        for n in names:
+            self.ids[n] = self.m.add_tensor(LiteTensor.of(n, dtype, (-1,)))
+        self.m.add_node(LiteNode(f"{op}{len(self.m.nodes)}", op, dict(attrs or {}),
+                                 [self.ids[i] for i in inputs], [self.ids[n] for n in names]))
+        return names[0] if outputs == 1 else names
+
+    def outputs(self, *names: str) -> LiteModel:
+        self.m.outputs = [self.ids[n] for n in names]
+        return self.m
+
+
+def conv_relu_net(r) -> tuple[LiteModel, onnx.ModelProto]:
+    """x -> conv -> relu -> reshape -> add(const) -> reshape -> conv, as Lite and as ONNX."""
+    w1, b1, w2 = (r.standard_normal(s).astype(F32) * 0.3 for s in ((4, 3, 3, 3), (4,), (2, 4, 3, 3)))
+    c = r.standard_normal((4, 36)).astype(F32)
+    g = Graph("net")
+    x = g.input("x", (1, 3, 6, 6))
+    h = g.node("Conv2DFusion", [x, g.const("w1", w1), g.const("b1", b1)], CONV)
+    h = g.node("Activation", [h], {"activation_type": "RELU"})
+    h = g.node("Reshape", [h, g.const("s1", np.array([1, 4, 36], np.int64))])
+    h = g.node("AddFusion", [h, g.const("c", c)], {"activation_type": "NO_ACTIVATION"})
+    h = g.node("Reshape", [h, g.const("s2", np.array([1, 4, 6, 6], np.int64))])
+    y = g.node("Conv2DFusion", [h, g.const("w2", w2)], CONV)
+    lite = g.outputs(y)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["h1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["h1"], ["h2"]),
+             helper.make_node("Reshape", ["h2", "s1"], ["h3"]),
+             helper.make_node("Add", ["h3", "c"], ["h4"]),
+             helper.make_node("Reshape", ["h4", "s2"], ["h5"]),
+             helper.make_node("Conv", ["h5", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    inits = {"w1": w1, "b1": b1, "s1": np.array([1, 4, 36], np.int64), "c": c,
+             "s2": np.array([1, 4, 6, 6], np.int64), "w2": w2}
+    graph = helper.make_graph(nodes, "net", [helper.make_tensor_value_info("x", 1, (1, 3, 6, 6))],
+                              [helper.make_tensor_value_info("y", 1, None)],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return lite, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def internal_slots(program):
+    return [(i, s) for i, s in enumerate(program.slots) if s.kind == "internal"]
+
+
+# ---- arena plan -------------------------------------------------------------------------
+
+
+def test_arena_is_exact_and_live_tensors_never_overlap():
+    lite, _ = conv_relu_net(rng(0))
+    program = compile_model(lite)
+    slots = internal_slots(program)
+    assert program.internal_bytes == max(s.offset + s.nbytes for _, s in slots)
+    distinct = {s.name: s.nbytes for _, s in slots}
+    assert program.internal_bytes <= sum(distinct.values())
+    spans = planner.lifetimes([(s.inputs, s.outputs) for s in program.steps], len(program.slots))
+    for a, sa in slots:
+        for b, sb in slots:
+            if a >= b or spans[a] is None or spans[b] is None:
+                continue
+            overlap_mem = sa.offset < sb.offset + sb.nbytes and sb.offset < sa.offset + sa.nbytes
+            overlap_time = spans[a][0] <= spans[b][1] and spans[b][0] <= spans[a][1]
+            if overlap_mem and overlap_time:  # only an alias / in-place pair may share bytes
+                assert sa.offset == sb.offset and sa.nbytes == sb.nbytes, (sa, sb)
+
+
+def test_aliases_and_inplace_share_buffers_and_results_match_onnxruntime():
+    lite, onnx_model = conv_relu_net(rng(1))
+    program = compile_model(lite)
+    kernels = [s.kernel for s in program.steps]
+    assert kernels == ["conv2d", "activation", "binary", "conv2d"]  # reshapes are aliases
+    by_name = {s.name: s for s in program.slots}
+    conv_out, relu_out = by_name["Conv2DFusion0_0"], by_name["Activation1_0"]
+    assert relu_out.offset == conv_out.offset  # in-place relu
+    assert by_name["Reshape2_0"].offset == relu_out.offset  # alias
+    assert by_name["AddFusion3_0"].offset == relu_out.offset  # in-place add over the alias
+    x = rng(2).standard_normal((1, 3, 6, 6)).astype(F32)
+    assert_matches(run_npu(lite, {"x": x})[0], run_ort(onnx_model, {"x": x})[0])
+
+
+def test_arena_reuse_beats_sum_of_tensors():
+    g = Graph("chain")
+    h = g.input("x", (1, 8, 16, 16))
+    for _ in range(6):
+        h = g.node("Conv2DFusion", [h, g.const(f"w{len(g.ids)}", np.full((8, 8, 3, 3), 0.01, F32))], CONV)
+        h = g.node("Activation", [h], {"activation_type": "SIGMOID"})
+    program = compile_model(g.outputs(h))
+    total = sum(s.nbytes for _, s in internal_slots(program))
+    assert program.internal_bytes < total / 2
+
+
+# ---- graph outputs ---------------------------------------------------------------------------
+
+
+def test_output_edge_cases_get_exactly_one_copy():
+    g = Graph("outs")
+    x = g.input("x", (2, 3))
+    k = g.const("k", np.arange(6, dtype=F32).reshape(2, 3))
+    s = g.node("AddFusion", [x, k])
+    r = g.node("Reshape", [s, g.const("shape", np.array([3, 2], np.int64))])
+    t = g.node("MulFusion", [s, s])
+    model = g.outputs(x, k, r, s, s, t)
+    program = compile_model(model)
+    kernels = [st.kernel for st in program.steps]
+    assert kernels.count("binary") == 2 and kernels.count("copy") == 4
+    xv = rng(3).standard_normal((2, 3)).astype(F32)
+    got = run_npu(model, {"x": xv})
+    sv = xv + np.arange(6, dtype=F32).reshape(2, 3)
+    for g_, w in zip(got, [xv, np.arange(6, dtype=F32).reshape(2, 3), sv.reshape(3, 2), sv, sv, sv * sv],
+                     strict=True):
+        assert_matches(g_, w)
+
+
+def test_output_written_in_place_when_also_consumed():
+    g = Graph("direct")
+    x = g.input("x", (4,))
+    a = g.node("Activation", [x], {"activation_type": "RELU"})
+    b = g.node("MulFusion", [a, g.const("two", np.array(2.0, F32))])
+    program = compile_model(g.outputs(a, b))
+    assert [s.kernel for s in program.steps] == ["activation", "binary"]
+    assert program.steps[0].outputs == [program.outputs[0]]
+    xv = np.array([-1, 2, -3, 4], F32)
+    got = run_npu(g.m, {"x": xv})
+    assert_matches(got[0], np.maximum(xv, 0))
+    assert_matches(got[1], 2 * np.maximum(xv, 0))
+
+
+# ---- folding -----------------------------------------------------------------------------
+
+
+def test_batchnorm_folds_into_conv():
+    r = rng(4)
+    w, b = r.standard_normal((4, 3, 3, 3)).astype(F32), r.standard_normal(4).astype(F32)
+    bn = {"s": r.standard_normal(4), "bb": r.standard_normal(4), "m": r.standard_normal(4),
+          "v": np.abs(r.standard_normal(4)) + 0.5}
+    bn = {k: v.astype(F32) for k, v in bn.items()}
+    g = Graph("bn")
+    x = g.input("x", (1, 3, 5, 5))
+    h = g.node("Conv2DFusion", [x, g.const("w", w), g.const("b", b)], CONV)
+    y = g.node("FusedBatchNorm", [h, *(g.const(k, v) for k, v in bn.items())], {"epsilon": 1e-3})
+    model = g.outputs(y)
+    program = compile_model(model)
+    assert [s.kernel for s in program.steps] == ["conv2d"]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["h"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["h", "s", "bb", "m", "v"], ["y"], epsilon=1e-3)]
+    graph = helper.make_graph(nodes, "bn", [helper.make_tensor_value_info("x", 1, (1, 3, 5, 5))],
+                              [helper.make_tensor_value_info("y", 1, None)],
+                              [numpy_helper.from_array(v, k) for k, v in {"w": w, "b": b, **bn}.items()])
+    onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)], ir_version=8)
+    xv = r.standard_normal((1, 3, 5, 5)).astype(F32)
+    assert_matches(run_npu(model, {"x": xv})[0], run_ort(onnx_model, {"x": xv})[0])
+
+
+def test_weight_only_subgraphs_and_shape_chains_fold():
+    g = Graph("fold")
+    x = g.input("x", ("batch", 3, 4, 4))
+    w = g.node("ConstantOfShape", [g.const("ws", np.array([2, 3, 3, 3], np.int64))],
+               {"data_type": 43, "value": [0.5]})
+    h = g.node("Conv2DFusion", [x, w], CONV)
+    shp = g.node("Shape", [h], dtype=np.int64)
+    n = g.node("Gather", [shp, g.const("i0", np.array([0], np.int64)), g.const("ax", np.array([0], np.int32))],
+               dtype=np.int64)
+    tgt = g.node("Concat", [n, g.const("rest", np.array([-1], np.int64))], {"axis": 0}, dtype=np.int64)
+    y = g.node("Reshape", [h, tgt])
+    model = g.outputs(y)
+    assert capability.supported_nodes(model) == dict.fromkeys(range(6))
+    program = compile_model(model, {"x": (2, 3, 4, 4)})
+    assert [s.kernel for s in program.steps] == ["conv2d", "copy"]
+    xv = rng(5).standard_normal((2, 3, 4, 4)).astype(F32)
+    onnx_w = np.full((2, 3, 3, 3), 0.5, F32)
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "c",
+                              [helper.make_tensor_value_info("x", 1, (2, 3, 4, 4))],
+                              [helper.make_tensor_value_info("y", 1, None)], [numpy_helper.from_array(onnx_w, "w")])
+    want = run_ort(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), {"x": xv})[0]
+    got = run_npu(model, {"x": xv})[0]
+    assert_matches(got, want.reshape(2, -1))
+
+
+# ---- fp16 -------------------------------------------------------------------------------------
+
+
+def test_fp16_storage_bound_per_op_and_end_to_end():
+    r = rng(6)
+    lite, onnx_model = conv_relu_net(r)
+    p32, p16 = compile_model(lite), compile_model(lite, enable_fp16=True)
+    assert p16.options["enable_fp16"] and p16.weight_bytes < p32.weight_bytes * 0.6
+    assert {p16.slots[i].dtype for i in (*p16.inputs, *p16.outputs)} == {"float32"}
+    assert {s.dtype for s in p16.slots if s.kind == "weight" and s.dtype.startswith("float")} == {"float16"}
+    x = r.standard_normal((1, 3, 6, 6)).astype(F32)
+    want = run_ort(onnx_model, {"x": x})[0]
+    got = run_npu(lite, {"x": x}, enable_fp16=True)[0]
+    assert got.dtype == F32 and not np.array_equal(got, want)
+    assert np.max(np.abs(got - want)) <= 2e-2 * np.max(np.abs(want))
+    # one GEMM op: |y16 - y| <= 2**-11 |y| + 2**-10 (|W| @ |x|) + |b| 2**-11
+    g = Graph("fc")
+    a = g.input("a", (8, 64))
+    w, b = r.standard_normal((16, 64)).astype(F32), r.standard_normal(16).astype(F32)
+    y = g.node("FullConnection", [a, g.const("w", w), g.const("b", b)], {"has_bias": True})
+    av = r.standard_normal((8, 64)).astype(F32)
+    exact = av.astype(np.float64) @ w.T.astype(np.float64) + b
+    got16 = run_npu(g.outputs(y), {"a": av}, enable_fp16=True)[0]
+    bound = 2**-11 * np.abs(exact) + 2**-10 * (np.abs(av) @ np.abs(w.T)) + 2**-11 * np.abs(b) + 1e-6
+    assert np.all(np.abs(got16 - exact) <= bound)
+
+
+# ---- program file round trip -------------------------------------------------------------
+
+
+def test_compiled_program_survives_serialization():
+    lite, onnx_model = conv_relu_net(rng(7))
+    program = from_bytes(to_bytes(compile_model(lite)))
+    x = rng(8).standard_normal((1, 3, 6, 6)).astype(F32)
+    with Executor(program, pool()) as ex:
+        got = np.array(ex.run([x])[0])
+    assert_matches(got, run_ort(onnx_model, {"x": x})[0])
+
+
+# ---- capability and errors ------------------------------------------------------------------
+
+
+def test_capability_gives_reasons():
+    g = Graph("cap")
+    x = g.input("x", (1, 3, 4, 4))
+    wx = g.input("wx", (2, 3, 3, 3))
+    i = g.input("i", (1, 3, 4, 4), np.int64)
+    g.node("LRN", [x])
+    g.node("Custom", [x], {"type": "onnx:ai.onnx:Foo", "attr": {}})
+    g.node("Conv2DFusion", [x, wx], CONV)
+    g.node("Activation", [x], {"activation_type": "SELU"})
+    g.node("Conv2DFusion", [i, g.const("w", np.zeros((2, 3, 3, 3), np.int64))], CONV, dtype=np.int64)
+    g.node("Activation", [x], {"activation_type": "GELU"})
+    model = g.outputs(x)
+    reasons = capability.supported_nodes(model)
+    assert "LRN is not in the NPU's set" in reasons[0]
+    assert "onnx:ai.onnx:Foo" in reasons[1]
+    assert "'wx'" in reasons[2] and "run time" in reasons[2]
+    assert "SELU" in reasons[3]
+    assert "int64" in reasons[4]
+    assert reasons[5] is None and capability.check(model, 5) is None
+    with pytest.raises(UnsupportedError, match="LRN0"):
+        compile_model(model)
+
+
+def test_shape_errors_name_the_input():
+    g = Graph("dyn")
+    x = g.input("x", ("n", 3))
+    y = g.node("Activation", [x], {"activation_type": "RELU"})
+    model = g.outputs(y)
+    with pytest.raises(InvalidModelError, match="'x'.*input_shapes"):
+        compile_model(model)
+    with pytest.raises(InvalidModelError, match="'x'.*does not fit"):
+        compile_model(model, {"x": (2, 4)})
+    assert compile_model(model, {"x": (5, 3)}).slots[0].shape == (5, 3)
+    g2 = Graph("bad")
+    a = g2.input("a", (2, 3))
+    b = g2.input("b", (4, 3))
+    with pytest.raises(InvalidModelError, match="do not broadcast"):
+        compile_model(g2.outputs(g2.node("AddFusion", [a, b])))
