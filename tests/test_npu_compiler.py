@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from npu_oracle import assert_matches, pool, rng, run_npu, run_ort
 from onnx import helper, numpy_helper
 
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
-from npu_oracle import assert_matches, pool, rng, run_npu, run_ort
 from provider.errors import InvalidModelError, UnsupportedError
 from provider.npu import capability, planner
 from provider.npu.compiler import compile_model
