@@ -182,16 +182,35 @@ def test_inconsistent_programs_are_rejected(program, message):
         fmt.to_bytes(program)
 
 
-def test_inconsistent_metadata_in_a_file_is_a_cache_error():
-    data = bytearray(fmt.to_bytes(make_program()))
-    meta_off, meta_size = header_field(data, 16), header_field(data, 24)
-    meta = bytes(data[meta_off : meta_off + meta_size]).replace(b'"internal_bytes":64', b'"internal_bytes":10')
-    data[meta_off : meta_off + meta_size] = meta
-    digest = fmt._digest(meta)
-    struct.pack_into("<16s", data, 48, digest)
-    struct.pack_into("<I", data, 80, fmt.zlib.crc32(bytes(data[:80])))
-    with pytest.raises(CacheError, match="inconsistent metadata.*arena"):
-        fmt.from_bytes(bytes(data))
+def with_metadata(meta: bytes) -> bytes:
+    """A Program file whose header points at `meta` (appended), checksums valid: a forgery."""
+    out = bytearray(fmt.to_bytes(make_program())) + meta
+    struct.pack_into("<QQ", out, 16, len(out) - len(meta), len(meta))
+    struct.pack_into("<16s", out, 48, fmt._digest(meta))
+    struct.pack_into("<I", out, 80, fmt.zlib.crc32(bytes(out[:80])))
+    return bytes(out)
+
+
+def original_metadata() -> bytes:
+    data = fmt.to_bytes(make_program())
+    return data[header_field(data, 16) : header_field(data, 16) + header_field(data, 24)]
+
+
+@pytest.mark.parametrize(
+    "meta, message",
+    [
+        (original_metadata().replace(b'"internal_bytes":64', b'"internal_bytes":10'), "arena"),
+        (b"[1, 2]", "inconsistent metadata"),
+        (b"{}", "inconsistent metadata: 'slots'"),
+        (b"\xff\xfe", "inconsistent metadata"),
+        (b"[" * 100_000 + b"]" * 100_000, "inconsistent metadata"),
+        (original_metadata().replace(b'"slots":[', b'"slots":[7,'), "inconsistent metadata"),
+    ],
+    ids=["arena-overflow", "not-an-object", "missing-keys", "not-utf8", "deep-nesting", "bad-slot"],
+)
+def test_forged_metadata_is_a_cache_error(meta, message):
+    with pytest.raises(CacheError, match=message):
+        fmt.from_bytes(with_metadata(meta))
 
 
 ENCODED = fmt.to_bytes(make_program())

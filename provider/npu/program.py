@@ -306,7 +306,7 @@ def from_bytes(buf: Blob | _mmap.mmap, *, verify: bool = True, source: str = "<b
     try:
         program = _program_from_doc(json.loads(bytes(meta)), weights)
         program.validate()
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
         raise CacheError(f"{source}: inconsistent metadata: {exc}") from exc
     return program
 
