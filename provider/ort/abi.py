@@ -134,6 +134,7 @@ ORT_API: dict[str, Entry] = {
     "Graph_GetInitializers": _e(343, STATUS, vp, PVP, sz),
     "Graph_GetNumNodes": _e(344, STATUS, vp, PSZ),
     "Graph_GetNodes": _e(345, STATUS, vp, PVP, sz),
+    "Graph_GetParentNode": _e(346, STATUS, vp, PVP),
     "Node_GetName": _e(349, STATUS, vp, PSTR),
     "Node_GetOperatorType": _e(350, STATUS, vp, PSTR),
     "Node_GetDomain": _e(351, STATUS, vp, PSTR),
@@ -148,6 +149,7 @@ ORT_API: dict[str, Entry] = {
     "OpAttr_GetType": _e(363, STATUS, vp, C.POINTER(C.c_int)),
     "OpAttr_GetName": _e(364, STATUS, vp, PSTR),
     "GetSessionOptionsConfigEntries": _e(379, STATUS, vp, PVP),
+    "TensorTypeAndShape_HasShape": _e(390, C.c_bool, vp, since=24),
 }
 
 EP_API: dict[str, Entry] = {

@@ -4,7 +4,9 @@ Each candidate node is imported alone (OrtGraph node -> GraphView -> Lite IR) an
 node it becomes is checked with `provider.npu.capability.check`. Supported nodes are then
 grouped into partitions onnxruntime accepts (`group`): each partition is convex, i.e. no path
 leaves it through a CPU node and comes back, so fusing it cannot create a cycle.
-Nothing here raises for a node: a node that cannot go to the NPU gets a reason instead.
+When the node's input shapes are static it is also compiled alone, so what the compiler
+refuses stays on CPU instead of failing the session at Compile. Nothing here raises for a
+node: a node that cannot go to the NPU gets a reason instead.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from converters.lite.ir import LiteModel
 from converters.onnx_import import import_onnx
 from provider.npu import capability as npu_capability
+from provider.npu.compiler import compile_model
 from provider.ort import abi
+from provider.ort.abi import ELEMENT_TO_NUMPY
 from provider.ort.graph import OrtGraphContents, OrtNode, read_graph
 from provider.ort.options import NpuOptions
 
@@ -39,12 +44,18 @@ class Placement:
 def node_reason(contents: OrtGraphContents, node: OrtNode, options: NpuOptions) -> str | None:
     """Why `node` cannot run on the NPU, or None when it can."""
     view = node.view
+    if contents.nested:
+        return "inside a control-flow subgraph (If/Loop/Scan bodies stay on CPU)"
     if view.op_type in options.disable_ops:
         return "disabled by provider option disable_ops"
     if node.has_subgraphs:
         return "has subgraph attributes (control flow stays on CPU)"
     if view.domain:
         return f"domain {view.domain!r} is not ONNX's default"
+    for name in (*view.inputs, *view.outputs):
+        info = contents.value_info.get(name)
+        if name and info is not None and info.elem_type not in ELEMENT_TO_NUMPY:
+            return f"value {name!r} has ONNX element type {info.elem_type}, which the NPU lacks"
     try:
         lite, report = import_onnx(contents.node_graph(node))
     except Exception as e:  # noqa: BLE001 - any import failure only means "not on the NPU"
@@ -60,6 +71,17 @@ def node_reason(contents: OrtGraphContents, node: OrtNode, options: NpuOptions) 
             reason = f"capability check failed: {type(e).__name__}: {e}"
         if reason is not None:
             return f"{lite.nodes[index].op}: {reason}"
+    return _trial_compile(lite, options)
+
+
+def _trial_compile(lite: LiteModel, options: NpuOptions) -> str | None:
+    """With static input shapes, compile the node alone: what the compiler refuses stays on CPU."""
+    if not all(lite.tensors[i].is_static for i in lite.inputs):
+        return None  # checked again per concrete shape at run time
+    try:
+        compile_model(lite, None, enable_fp16=options.enable_fp16)
+    except Exception as e:  # noqa: BLE001 - a compile failure only means "not on the NPU"
+        return f"compile failed: {type(e).__name__}: {e}"
     return None
 
 
@@ -98,32 +120,26 @@ def claim(ort: abi.Ort, graph: int, options: NpuOptions) -> tuple[Placement, lis
     """(Placement, [[node addresses], ...]) for one OrtGraph offered to GetCapability."""
     contents = read_graph(ort, graph, copy_initializers=False)
     placement = Placement(graph=contents.name)
-    reasons = []
-    for node in contents.nodes:
-        reason = node_reason(contents, node, options)
-        reasons.append(reason)
-        placement.op_types[_label(node)] = node.view.op_type
+    labels = [n.view.name or f"{n.view.op_type}_{i}" for i, n in enumerate(contents.nodes)]
+    reasons = [node_reason(contents, node, options) for node in contents.nodes]
+    placement.op_types.update(zip(labels, (n.view.op_type for n in contents.nodes), strict=True))
     groups = group([n.view.inputs for n in contents.nodes],
                    [n.view.outputs for n in contents.nodes],
                    [r is None for r in reasons])
     chosen = []
     for indices in groups:
-        labels = [_label(contents.nodes[i]) for i in indices]
         if len(indices) < options.min_partition_nodes:
             why = (f"partition of {len(indices)} node(s) < "
                    f"min_partition_nodes={options.min_partition_nodes}")
-            placement.cpu.update(dict.fromkeys(labels, why))
+            placement.cpu.update(dict.fromkeys((labels[i] for i in indices), why))
             continue
-        placement.partitions.append(labels)
+        placement.partitions.append([labels[i] for i in indices])
         chosen.append([contents.nodes[i].address for i in indices])
-    for node, reason in zip(contents.nodes, reasons, strict=True):
+    for label, node, reason in zip(labels, contents.nodes, reasons, strict=True):
         if reason is not None:
-            placement.cpu[_label(node)] = reason
-            log.debug("node %s (%s) stays on CPU: %s", _label(node), node.view.op_type, reason)
+            placement.cpu[label] = reason
+            log.debug("node %s (%s) stays on CPU: %s", label, node.view.op_type, reason)
     log.info("NPUExecutionProvider GetCapability(%s): %d of %d nodes in %d NPU partition(s)",
              contents.name or "graph", placement.npu_nodes, len(contents.nodes), len(chosen))
     return placement, chosen
 
-
-def _label(node: OrtNode) -> str:
-    return node.view.name or f"{node.view.op_type}@{node.address:#x}"

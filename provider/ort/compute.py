@@ -11,11 +11,13 @@ inputs that reach the partition over a CPU->NPU edge and arrive in CPU memory.
 from __future__ import annotations
 
 import ctypes as C
+import dataclasses
 import logging
 import threading
 
 import numpy as np
 
+from converters.lite.ir import LiteModel
 from converters.onnx_import import import_onnx
 from provider.errors import UnsupportedError
 from provider.npu.compiler import compile_model
@@ -69,7 +71,8 @@ class FusedKernel:
         with self._lock:
             executor = self._programs.get(key)
             if executor is None:
-                program = compile_model(self.lite, shapes, enable_fp16=self.enable_fp16)
+                program = compile_model(with_input_shapes(self.lite, shapes), shapes,
+                                        enable_fp16=self.enable_fp16)
                 executor = Executor(program, default_pool())
                 self._programs[key] = executor
                 log.info("NPU partition %s: compiled a program for %s", self.name, dict(key))
@@ -107,6 +110,19 @@ class FusedKernel:
             for executor in self._programs.values():
                 executor.close()
             self._programs.clear()
+
+
+def with_input_shapes(lite: LiteModel, shapes: dict[str, tuple[int, ...]]) -> LiteModel:
+    """A copy of `lite` whose graph inputs declare the concrete `shapes` onnxruntime ran with.
+
+    The partition's value infos may lack a rank (an intermediate onnxruntime could not infer);
+    the imported model then declares () and would refuse the real shape.
+    """
+    tensors = list(lite.tensors)
+    for i in lite.inputs:
+        if tensors[i].name in shapes:
+            tensors[i] = dataclasses.replace(tensors[i], shape=tuple(shapes[tensors[i].name]))
+    return dataclasses.replace(lite, tensors=tensors)
 
 
 _KERNELS: dict[int, FusedKernel] = {}

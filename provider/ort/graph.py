@@ -36,6 +36,7 @@ class OrtGraphContents:
     """Everything read from one OrtGraph."""
 
     name: str
+    nested: bool  # a control-flow body (If/Loop/Scan subgraph), not the main graph
     nodes: tuple[OrtNode, ...]
     inputs: tuple[ValueInfo, ...]
     outputs: tuple[ValueInfo, ...]
@@ -75,8 +76,11 @@ class OrtGraphReader:
         for v in o.array("Graph_GetNumInitializers", "Graph_GetInitializers", graph):
             self.value(v)
         nodes = tuple(self.node(n) for n in o.array("Graph_GetNumNodes", "Graph_GetNodes", graph))
+        parent = abi.vp()
+        o.api.Graph_GetParentNode(graph, C.byref(parent))
         return OrtGraphContents(
             name=o.string("Graph_GetName", graph),
+            nested=bool(parent.value),
             nodes=nodes,
             inputs=tuple(v for v in inputs if v.name not in self.initializers),
             outputs=tuple(outputs),
@@ -124,6 +128,9 @@ class OrtGraphReader:
         if not tensor_info.value:
             return 0, None
         elem, dims, symbols = o.tensor_info(tensor_info.value)
+        if not dims and o.api.available("TensorTypeAndShape_HasShape") and \
+                not o.api.TensorTypeAndShape_HasShape(tensor_info.value):
+            return elem, None  # rank unknown (before onnxruntime 1.24 this reads as a scalar)
         shape = tuple(d if d >= 0 else (s or None) for d, s in zip(dims, symbols, strict=True))
         return elem, shape
 
@@ -169,9 +176,9 @@ class OrtGraphReader:
         if kind == abi.ATTR_FLOATS:
             return [float(v) for v in np.frombuffer(raw, np.float32)]
         if kind == abi.ATTR_STRING:
-            return raw
+            return _text(raw)
         if kind == abi.ATTR_STRINGS:
-            return raw.split(b"\0")[:-1] if raw else []
+            return [_text(item) for item in raw.split(b"\0")[:-1]] if raw else []
         raise ValueError(f"attribute type {kind} is not read by the NPU EP")
 
     def _read(self, attr: int, kind: int) -> bytes:
@@ -183,6 +190,14 @@ class OrtGraphReader:
         buf = C.create_string_buffer(max(needed.value, 1))
         self.ort.api.ReadOpAttr(attr, kind, buf, needed.value, C.byref(needed))
         return buf.raw[: needed.value]
+
+
+def _text(raw: bytes) -> str | bytes:
+    """STRING attributes as str, like onnx.helper.get_attribute_value (bytes if not UTF-8)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:

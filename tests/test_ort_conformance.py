@@ -1,0 +1,100 @@
+"""ONNX backend node tests through the NPU EP, checked against plain onnxruntime CPU.
+
+A fast subset of NPU-capable cases runs by default and must put its nodes on the NPU; every
+case (1,800+) runs under `-m slow`, which prints how many cases ran nodes on the NPU.
+onnxruntime CPU is the oracle: a case it cannot run itself is skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from functools import lru_cache
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import provider
+from provider.session import InferenceSession
+
+NPU = ["NPUExecutionProvider", "CPUExecutionProvider"]
+
+FAST = [
+    "test_relu", "test_add_bcast", "test_mul", "test_sub", "test_div", "test_sigmoid",
+    "test_tanh", "test_elu", "test_softplus", "test_clip_default_inbounds", "test_erf",
+    "test_gelu_default_1", "test_hardswish", "test_exp", "test_sqrt", "test_abs", "test_pow",
+    "test_softmax_axis_1", "test_logsoftmax_axis_1", "test_matmul_2d", "test_matmul_4d",
+    "test_maxpool_2d_default", "test_maxpool_2d_pads", "test_maxpool_2d_strides",
+    "test_averagepool_2d_pads", "test_globalaveragepool", "test_globalmaxpool",
+    "test_concat_2d_axis_0", "test_split_equal_parts_1d_opset18", "test_transpose_default",
+    "test_flatten_axis1", "test_where_example", "test_equal", "test_greater",
+]
+
+
+@lru_cache(maxsize=1)
+def cases() -> dict:
+    from onnx.backend.test.case.node import collect_testcases
+
+    logging.getLogger("litenpu").setLevel(logging.WARNING)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return {case.name: case for case in collect_testcases()}
+
+
+def run_case(case) -> int:
+    """Run every data set of `case` on NPU+CPU and on CPU; compare; return NPU node count."""
+    model = case.model.SerializeToString()
+    try:
+        reference = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - the oracle cannot run it: nothing to compare
+        pytest.skip(f"onnxruntime CPU cannot load {case.name}: {str(e)[:120]}")
+    sess = InferenceSession(model, providers=NPU)
+    names = [i.name for i in reference.get_inputs()]
+    for inputs, outputs in case.data_sets:
+        if len(inputs) != len(names) or not all(isinstance(a, np.ndarray) for a in (*inputs, *outputs)):
+            pytest.skip(f"{case.name}: non-tensor or optional inputs/outputs")
+        feeds = dict(zip(names, inputs, strict=True))
+        try:
+            expected = reference.run(None, feeds)
+        except Exception as e:  # noqa: BLE001
+            pytest.skip(f"onnxruntime CPU cannot run {case.name}: {str(e)[:120]}")
+        got = sess.run(None, feeds)
+        for name, g, e in zip([o.name for o in sess.get_outputs()], got, expected, strict=True):
+            assert g.dtype == e.dtype and g.shape == e.shape, name
+            if np.issubdtype(e.dtype, np.floating):
+                np.testing.assert_allclose(g, e, atol=1e-4, rtol=1e-3, err_msg=name)
+            else:
+                np.testing.assert_array_equal(g, e, err_msg=name)
+    return sum(1 for p in sess.partition() if p.device == "NPU")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    provider.register()
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_fast_subset_runs_on_the_npu(name):
+    assert run_case(cases()[name]) >= 1, f"{name}: no node ran on the NPU"
+
+
+@pytest.mark.slow
+def test_all_node_cases(capsys):
+    npu_cases, cpu_only, skipped, failed = 0, 0, 0, []
+    for name, case in sorted(cases().items()):
+        try:
+            if run_case(case):
+                npu_cases += 1
+            else:
+                cpu_only += 1
+        except pytest.skip.Exception:
+            skipped += 1
+        except Exception as e:  # noqa: BLE001 - collected and reported together
+            failed.append(f"{name}: {type(e).__name__}: {str(e)[:200]}")
+    with capsys.disabled():
+        print(f"\nONNX node tests: {npu_cases} ran nodes on the NPU, {cpu_only} stayed on CPU, "
+              f"{skipped} skipped (CPU oracle cannot run them), {len(failed)} failed")
+        for line in failed:
+            print("  FAILED", line)
+    assert not failed
