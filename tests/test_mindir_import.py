@@ -27,6 +27,7 @@ FIXTURE_FILES = {
     "mobilenetv2_block": "mobilenetv2_block.mindir",
     "encoder_layer": "encoder_layer.mindir",
     "op_zoo": "op_zoo.mindir",
+    "op_variants": "op_variants.mindir",
 }
 A = pb.AttributeProto
 F32 = pb.TensorProto.FLOAT
@@ -413,3 +414,16 @@ def test_undecodable_constant_fails_only_when_a_converter_needs_it():
     gm.output(gm.op("Softmax", [x, odd], [2, 3]))
     with pytest.raises(UnsupportedError, match="DICT"):
         import_mindir(gm.bytes())
+
+
+def test_op_variants_fuse_conv_bias_and_keep_same_padding():
+    model, report = import_mindir(FIXTURES / "op_variants.mindir")
+    (conv,) = [n for n in model.nodes if n.op == "Conv2DFusion"]
+    assert len(conv.inputs) == 3 and model.tensors[conv.inputs[2]].shape == (6,)
+    assert report.mapped["BiasAdd"] == 1 and "BiasAdd" not in op_counts(model)
+    assert conv.attrs["pad_mode"] == "SAME" and conv.attrs["stride"] == [2, 2]
+    pools = [n.attrs for n in model.nodes if n.op in ("MaxPoolFusion", "AvgPoolFusion")]
+    assert [p["pad_mode"] for p in pools] == ["SAME", "SAME"]
+    nearest = sorted((n.attrs["coordinate_transform_mode"], n.attrs["nearest_mode"])
+                     for n in model.nodes if n.op == "Resize" and n.attrs["method"] == "NEAREST")
+    assert nearest == [("ALIGN_CORNERS", "ROUND_HALF_UP"), ("HALF_PIXEL", "ROUND_HALF_UP")]

@@ -179,13 +179,22 @@ def _is_none(b: Builder, n: MsNode, pos: int) -> bool:
 def bias_add(b: Builder, n: MsNode) -> Any:
     fmt = _nchw(n, b.arg(n, 2, ("data_format", "format"), "NCHW"))
     x, bias = b.input(n, 0), b.input(n, 1)
-    mm = b.producer.get(x)
-    # Dense = MatMul + BiasAdd: a 2-D product fuses with its bias, as MindSpore Lite does.
-    if (mm is not None and mm.op == "MatMulFusion" and len(mm.inputs) == 2 and len(b.shape_of(x)) == 2
-            and b.model.tensors[bias].is_const and b.single_use(n.inputs[0])):
-        mm.inputs.append(bias)
+    if _fuse_bias(b, n, x, bias):
         return x
     return b.emit(n, "BiasAdd", {"format": fmt}, [x, bias])[0]
+
+
+def _fuse_bias(b: Builder, n: MsNode, x: int, bias: int) -> bool:
+    """Conv2D + BiasAdd and 2-D MatMul + BiasAdd (nn.Conv2d / nn.Dense) become one node with a
+    bias input, as MindSpore Lite fuses them; only when nothing else reads the product."""
+    producer = b.producer.get(x)
+    if producer is None or len(producer.inputs) != 2 or not b.model.tensors[bias].is_const:
+        return False
+    fusable = producer.op == "Conv2DFusion" or producer.op == "MatMulFusion" and len(b.shape_of(x)) == 2
+    if not fusable or not b.single_use(n.inputs[0]):
+        return False
+    producer.inputs.append(bias)
+    return True
 
 
 # -- activations ---------------------------------------------------------------------------

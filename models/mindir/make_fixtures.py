@@ -172,6 +172,36 @@ class OpZoo(nn.Cell):
         return a + b + c + e, d, f, g, h, i, j, k, m, n
 
 
+class OpVariants(nn.Cell):
+    """Argument variants: SAME padding, align_corners / half-pixel resizes, transposed and
+    negative-axis forms, reductions over every axis."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv_same = nn.Conv2d(4, 6, 3, stride=2, pad_mode="same", has_bias=True)
+        self.max_same = nn.MaxPool2d(kernel_size=3, stride=2, pad_mode="same")
+        self.avg_same = nn.AvgPool2d(kernel_size=3, stride=2, pad_mode="same")
+        self.nn_align = P.ResizeNearestNeighbor((11, 13), align_corners=True)
+        self.nn_half = P.ResizeNearestNeighborV2(align_corners=False, half_pixel_centers=True)
+        self.bl_align = P.ResizeBilinearV2(align_corners=True)
+        self.bmm_ta = P.BatchMatMul(transpose_a=True)
+        self.concat = P.Concat(axis=-1)
+        self.split = P.Split(axis=-1, output_num=4)
+        self.log_softmax = P.LogSoftmax(axis=-1)
+        self.mean_all = P.ReduceMean(keep_dims=True)
+        self.sum_all = P.ReduceSum(keep_dims=False)
+
+    def construct(self, x):
+        a = self.max_same(self.conv_same(x)) + self.avg_same(self.conv_same(x))
+        b = self.nn_align(x) + self.bl_align(x, (11, 13)) + self.nn_half(x, (11, 13))
+        flat = ops.reshape(x, (1, 4, 64))
+        c = self.bmm_ta(flat, flat)
+        p0, p1, p2, p3 = self.split(x)
+        d = self.log_softmax(self.concat((p3, p1, p0, p2)))
+        e = self.mean_all(x) + self.sum_all(x)
+        return a, b, c, d, e
+
+
 def fixed_parameters(net: nn.Cell, seed: int) -> None:
     """Give every parameter (BatchNorm statistics too) seeded, non-trivial values."""
     rng = np.random.default_rng(seed)
@@ -219,6 +249,7 @@ def main() -> None:
     finally:
         serialization.TOTAL_SAVE = split_threshold
     export("op_zoo", OpZoo(), [rng.standard_normal((1, 4, 8, 8)).astype(np.float32)], 4)
+    export("op_variants", OpVariants(), [rng.standard_normal((1, 4, 8, 8)).astype(np.float32)], 5)
 
 
 if __name__ == "__main__":
