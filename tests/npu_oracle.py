@@ -24,10 +24,10 @@ _POOL: DevicePool | None = None
 
 
 def pool() -> DevicePool:
-    """One device pool for the whole test session (256 MiB, lazily committed)."""
+    """One device pool for the whole test session (2 GiB, lazily committed)."""
     global _POOL
     if _POOL is None:
-        _POOL = DevicePool(capacity=1 << 28)
+        _POOL = DevicePool(capacity=1 << 31)
     return _POOL
 
 

@@ -1,0 +1,152 @@
+"""Real architectures: ONNX -> import_onnx -> compile_model -> Executor matches onnxruntime.
+
+The onnx package's light models make their weights with ConstantOfShape (one value per
+tensor); they run as shipped, and once more with those weights replaced by seeded random
+initializers of the same shapes (a far stronger check). A model with ops outside the NPU's
+set is checked on its NPU-supported connected subgraphs, the boundary tensors fed from
+onnxruntime (the ONNX model gets them as extra outputs). Models under models/ run too.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from converters.lite.ir import LiteModel
+from converters.onnx_import import import_onnx
+from npu_oracle import assert_matches, rng, run_npu, run_ort
+from provider.npu import capability
+
+LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+REPO_MODELS = os.path.join(os.path.dirname(__file__), os.pardir, "models")
+FAST = {"light_squeezenet", "light_shufflenet", "light_inception_v1"}
+SLOW = {"light_resnet50", "light_densenet121", "light_inception_v2", "light_vgg19",
+        "light_zfnet512", "light_bvlc_alexnet"}
+
+
+def randomized(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
+    """Replace ConstantOfShape weights (with constant shape) by seeded He-scaled initializers."""
+    r = rng(seed)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    inits = {i.name: numpy_helper.to_array(i) for i in out.graph.initializer}
+    keep = []
+    for node in out.graph.node:
+        if node.op_type != "ConstantOfShape" or node.input[0] not in inits:
+            keep.append(node)
+            continue
+        shape = [int(d) for d in inits[node.input[0]]]
+        if len(shape) > 1:
+            value = r.standard_normal(shape) * math.sqrt(2.0 / math.prod(shape[1:]))
+        else:
+            value = r.uniform(0.5, 1.5, shape)  # scales, biases, BN statistics: positive
+        out.graph.initializer.append(numpy_helper.from_array(value.astype(np.float32), node.output[0]))
+        if out.ir_version < 4:  # initializers must also be graph inputs before IR 4
+            out.graph.input.append(helper.make_tensor_value_info(node.output[0], TensorProto.FLOAT, shape))
+    del out.graph.node[:]
+    out.graph.node.extend(keep)
+    return out
+
+
+def graph_input(model: onnx.ModelProto) -> tuple[str, list[int]]:
+    inits = {i.name for i in model.graph.initializer}
+    vi = next(i for i in model.graph.input if i.name not in inits)
+    return vi.name, [d.dim_value for d in vi.type.tensor_type.shape.dim]
+
+
+def supported_components(lite: LiteModel) -> list[list[int]]:
+    """Connected groups of NPU-supported nodes (through non-constant tensors), largest first."""
+    ok = [i for i, why in capability.supported_nodes(lite).items() if why is None]
+    producer = {t: i for i in ok for t in lite.nodes[i].outputs}
+    parent = {i: i for i in ok}
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    for i in ok:
+        for t in lite.nodes[i].inputs:
+            if t in producer:
+                parent[find(i)] = find(producer[t])
+    groups: dict[int, list[int]] = {}
+    for i in ok:
+        groups.setdefault(find(i), []).append(i)
+    return sorted(groups.values(), key=len, reverse=True)
+
+
+def subgraph(lite: LiteModel, nodes: list[int]) -> LiteModel:
+    """The Lite model made of `nodes`: inputs = run-time tensors from outside, outputs = what
+    leaves (read by other nodes or a graph output)."""
+    inside = set(nodes)
+    made = {t for i in nodes for t in lite.nodes[i].outputs}
+    read_outside = {t for i, n in enumerate(lite.nodes) if i not in inside for t in n.inputs}
+    inputs = []
+    for i in nodes:
+        for t in lite.nodes[i].inputs:
+            if t not in made and lite.tensors[t].data is None and t not in inputs:
+                inputs.append(t)
+    outputs = [t for t in sorted(made) if t in read_outside or t in lite.outputs]
+    return LiteModel(name=f"{lite.name}/sub", tensors=lite.tensors,
+                     nodes=[lite.nodes[i] for i in sorted(nodes)], inputs=inputs, outputs=outputs)
+
+
+def check_model(model: onnx.ModelProto, max_subgraphs: int = 2) -> None:
+    """Whole model on the NPU when supported, else its largest supported subgraphs."""
+    lite, _ = import_onnx(model)
+    name, shape = graph_input(model)
+    x = rng(1).standard_normal(shape).astype(np.float32)
+    if all(why is None for why in capability.supported_nodes(lite).values()):
+        want = run_ort(model, {name: x})
+        got = run_npu(lite, {name: x})
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            assert_matches(g, w, what=f"{model.graph.name} output {i}")
+        return
+    groups = [g for g in supported_components(lite) if len(g) > 1][:max_subgraphs]
+    assert groups, "no NPU-supported subgraph"
+    for nodes in groups:
+        sub = subgraph(lite, nodes)
+        boundary = [lite.tensors[t].name for t in (*sub.inputs, *sub.outputs)]
+        probe = onnx.ModelProto()
+        probe.CopyFrom(model)
+        known = {o.name for o in probe.graph.output}
+        probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in boundary if n not in known)
+        values = dict(zip(boundary, run_ort(probe, {name: x}, boundary), strict=True))
+        feeds = {lite.tensors[t].name: values[lite.tensors[t].name] for t in sub.inputs}
+        got = run_npu(sub, feeds)
+        for t, g in zip(sub.outputs, got, strict=True):
+            assert_matches(g, values[lite.tensors[t].name], what=f"{sub.name} {lite.tensors[t].name}")
+
+
+def light(name: str) -> onnx.ModelProto:
+    path = os.path.join(LIGHT, f"{name}.onnx")
+    if not os.path.exists(path):
+        pytest.skip(f"{path} not shipped with this onnx")
+    return onnx.load(path)
+
+
+def _params(names):
+    return [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in sorted(names)]
+
+
+@pytest.mark.parametrize("name", _params(FAST | SLOW))
+def test_light_model_random_weights(name):
+    check_model(randomized(light(name)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(FAST | SLOW))
+def test_light_model_as_shipped(name):
+    check_model(light(name))
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(REPO_MODELS, "**", "*.onnx"), recursive=True)),
+                         ids=os.path.basename)
+def test_repo_models(path):
+    check_model(onnx.load(path))
