@@ -1,5 +1,6 @@
 """The arena planner: hand-written timelines with exact offsets, edge cases, a property test."""
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -94,7 +95,7 @@ requests_strategy = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(requests_strategy, st.sampled_from([1, 16, 64, 256]))
 def test_property_live_tensors_never_overlap(requests, alignment):
     offsets, arena = place(requests, alignment)
@@ -117,3 +118,32 @@ def test_property_arena_at_most_sum_of_sizes(requests):
     requests = [(align_up(n, 64), f, last) for n, f, last in requests]
     _, arena = place(requests)
     assert arena <= sum(n for n, _, _ in requests)
+
+
+@st.composite
+def random_graphs(draw):
+    """A topologically ordered graph: each step reads earlier tensors and writes new ones."""
+    n_steps = draw(st.integers(1, 25))
+    steps, produced, sizes = [], [], []
+    for _ in range(n_steps):
+        reads = draw(st.lists(st.sampled_from(produced), max_size=3, unique=True)) if produced else []
+        writes = list(range(len(sizes), len(sizes) + draw(st.integers(1, 2))))
+        sizes += [draw(st.integers(0, 700)) for _ in writes]
+        produced += writes
+        steps.append((reads, writes))
+    return steps, sizes
+
+
+@settings(max_examples=100, deadline=None)
+@given(random_graphs())
+def test_property_replaying_the_schedule_reads_what_was_written(graph):
+    steps, sizes = graph
+    spans = lifetimes(steps, len(sizes))
+    requests = [(sizes[t], *spans[t]) for t in range(len(sizes))]
+    offsets, arena = place(requests)
+    memory = np.full(arena, -1, np.int64)
+    for inputs, outputs in steps:
+        for t in inputs:  # every input still holds the value its producer wrote
+            assert (memory[offsets[t] : offsets[t] + sizes[t]] == t).all()
+        for t in outputs:
+            memory[offsets[t] : offsets[t] + sizes[t]] = t
