@@ -106,7 +106,7 @@ def test_host_io_copies_exactly_the_io_bytes(pool):
         check(ex.run([x]), x)
         assert ex.copy_stats == CopyStats(24, 48)
         assert program.io_bytes == 72
-        assert ex.memory_info() == MemoryInfo(24, 64, 72, 72, False)
+        assert ex.memory_info() == MemoryInfo(24, 64, 72, 72, True)
         y, z = np.empty((2, 3), np.float32), np.zeros((2, 3), np.float32)
         results = ex.run([seeded_input(1)], [y, z])
         assert results[0] is y and results[1] is z  # caller's outputs written in place
@@ -208,10 +208,17 @@ def test_weights_uploaded_or_used_in_place_from_a_mapped_program(pool, tmp_path)
     assert weights_are_mapped(loaded) and not weights_are_mapped(fmt.load(tmp_path / "toy.lnp", False))
     with Executor(loaded, pool, kernels=KERNELS) as ex:
         assert pool.stats().in_use == 64  # the arena only: weights stay in the file mapping
-        assert ex.memory_info() == MemoryInfo(24, 64, 72, 0, True)
+        assert ex.memory_info() == MemoryInfo(24, 64, 72, 0, False)
         assert np.shares_memory(ex._views[1], loaded.weights)
         assert not ex._views[1].flags.writeable
         check(ex.run([seeded_input()]), seeded_input())
+    # a Program whose blob already is device memory is used in place too
+    with upload_weights(program, pool) as blob:
+        resident = Program(**{**program.__dict__, "weights": blob.view()})
+        with Executor(resident, pool, kernels=KERNELS) as ex:
+            assert pool.stats().in_use == 64 + 64  # the caller's blob + the arena, no copy
+            assert not ex.memory_info().weights_uploaded
+            check(ex.run([seeded_input()]), seeded_input())
 
 
 def test_caller_supplied_weights_and_arena_are_retained_and_released(pool):

@@ -11,8 +11,9 @@ small buffer is a `BindingError` naming the input/output and what was expected.
 
 Weights: a Program loaded with `program.load(..., mmap=True)` keeps its weights in the
 file mapping and the executor reads them there, in place (nothing is copied or populated
-up front). A Program whose blob is ordinary host memory (fresh from the compiler) is
-uploaded once into a device buffer, so the caller may drop the compiler's bytes. A caller
+up front); so it does when the blob already is device memory. A Program whose blob is
+ordinary host memory (fresh from the compiler) is uploaded once into a device buffer, so
+the caller may drop the compiler's bytes. A caller
 can pass its own `weights` buffer (shared across sessions, or allocated outside) and its
 own `arena` (an internal memory group); the executor retains both and releases them on
 close. Runs of one executor are serialized by its lock (pass a shared `lock` when several
@@ -58,15 +59,16 @@ class CopyStats:
 class MemoryInfo:
     """Memory of one executor, like RKNN_QUERY_MEM_SIZE: sizes exact, from the Program.
 
-    `staging` is the device memory allocated so far for host I/O copies; `weights_mapped`
-    says the weights are read in place from the Program file instead of device memory.
+    `staging` is the device memory allocated so far for host I/O copies; `weights_uploaded`
+    says this executor holds its own device copy of the weights (else they are read in
+    place: from the Program file mapping, device memory, or the caller's buffer).
     """
 
     weights: int
     internal: int
     io: int
     staging: int
-    weights_mapped: bool
+    weights_uploaded: bool
 
 
 def weights_are_mapped(program: Program) -> bool:
@@ -115,6 +117,7 @@ class Executor:
         self._lock = lock if lock is not None else threading.Lock()
         self._plan = self._resolve_kernels(kernels)
         self._held: list[DeviceBuffer] = []
+        self._weights_uploaded = False
         self._close = weakref.finalize(self, _release_all, self._held)
         try:
             weight_region = self._place_weights(weights)
@@ -130,7 +133,6 @@ class Executor:
         except BaseException:
             self._close()
             raise
-        self._weights_mapped = weights is None and weights_are_mapped(program)
         self._staging: dict[int, np.ndarray] = {}
         self._buffer_views: dict[int, tuple[DeviceBuffer, np.ndarray]] = {}
         self.copy_stats = CopyStats()
@@ -164,14 +166,14 @@ class Executor:
         program = self.program
         if weights is not None:
             return self._hold(weights, program.weight_bytes, "weight")
-        if weights_are_mapped(program):
-            log.debug("program %r: %d weight bytes used in place from the mapped file",
-                      program.name, program.weight_bytes)
-            return program.weights_array()
-        if not program.weight_bytes:
-            return np.empty(0, np.uint8)
+        blob = program.weights_array()
+        if not blob.nbytes or weights_are_mapped(program) or (
+                blob.flags.c_contiguous and self.pool.contains(blob.ctypes.data, blob.nbytes)):
+            log.debug("program %r: %d weight bytes used in place", program.name, blob.nbytes)
+            return blob
         buffer = upload_weights(program, self.pool)
         self._held.append(buffer)
+        self._weights_uploaded = True
         return buffer.view()
 
     # binding ---------------------------------------------------------------------------------
@@ -322,7 +324,7 @@ class Executor:
         """Weight, arena, I/O and staging bytes of this executor."""
         program = self.program
         return MemoryInfo(program.weight_bytes, program.internal_bytes, program.io_bytes,
-                          sum(v.nbytes for v in self._staging.values()), self._weights_mapped)
+                          sum(v.nbytes for v in self._staging.values()), self._weights_uploaded)
 
     @property
     def input_names(self) -> list[str]:
