@@ -122,7 +122,7 @@ class InferenceSession(ort.InferenceSession):
     def partition(self) -> list[NodePlacement]:
         """Every node GetCapability saw: on the NPU (partition index) or on CPU (reason)."""
         result: list[NodePlacement] = []
-        placements = self._placements()
+        placements = [p for p in self._placements() if not p.nested]
         if not placements:
             return result
         last = placements[-1]  # onnxruntime may ask again; the final answer is what ran
@@ -138,6 +138,7 @@ class InferenceSession(ort.InferenceSession):
         lines = [f"{EP_NAME}: {len(npu)} of {len(nodes)} nodes on the NPU in "
                  f"{len({n.partition for n in npu})} partition(s)"]
         lines += [f"  CPU: {n.name} ({n.op_type}): {n.reason}" for n in nodes if n.device == "CPU"]
+        lines += [f"  graph not claimed: {p.failure}" for p in self._placements() if p.failure]
         return "\n".join(lines)
 
     def copy_stats(self):

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import provider
 from provider.errors import BindingError
-from provider.ort import compute
+from provider.ort import capability, compute
 from provider.ort.options import InvalidOptionError
 from provider.session import InferenceSession
 
@@ -232,3 +232,15 @@ def test_bad_feeds_and_bindings_raise_binding_error():
 def test_unknown_provider_option_is_a_clear_error():
     with pytest.raises(InvalidOptionError, match="valid options: min_partition_nodes"):
         InferenceSession(STATIC, providers=NPU, provider_options=[{"cache_size": "1"}, {}])
+
+
+def test_unreadable_graph_stays_on_cpu_without_failing(monkeypatch, caplog):
+    def broken(*args, **kwargs):
+        raise RuntimeError("simulated unreadable graph")
+
+    monkeypatch.setattr(capability, "read_graph", broken)
+    sess = InferenceSession(STATIC, providers=NPU)
+    x = RNG.standard_normal((2, 8)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], np.maximum(x, 0) + 1, rtol=1e-6)
+    assert sess.partition() == []
+    assert "simulated unreadable graph" in sess.partition_summary()

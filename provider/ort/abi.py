@@ -189,7 +189,6 @@ class FunctionTable:
         self._slots = C.cast(address, PVP)
         self._api = api or self
         self._raw: dict[str, Callable] = {}
-        self._checked: dict[str, Callable] = {}
 
     def available(self, name: str) -> bool:
         """True if the negotiated API version has this entry."""
@@ -210,14 +209,13 @@ class FunctionTable:
         return fn
 
     def __getattr__(self, name: str) -> Callable:
+        """First use of an entry: build its caller and store it as an attribute (hot paths)."""
         if name.startswith("_") or name not in self._entries:
             raise AttributeError(f"{self._title} has no entry {name!r} in provider.ort.abi")
-        fn = self._checked.get(name)
-        if fn is None:
-            fn = self.raw(name)
-            if self._entries[name].restype is STATUS:
-                fn = _checked(name, fn, self._api)
-            self._checked[name] = fn
+        fn = self.raw(name)
+        if self._entries[name].restype is STATUS:
+            fn = _checked(name, fn, self._api)
+        setattr(self, name, fn)
         return fn
 
 

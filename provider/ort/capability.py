@@ -32,9 +32,11 @@ class Placement:
     """Where the nodes of one graph went: NPU partitions, and why the rest stayed on CPU."""
 
     graph: str = ""
+    nested: bool = False  # a control-flow body rather than the main graph
     partitions: list[list[str]] = field(default_factory=list)  # node names per NPU partition
     cpu: dict[str, str] = field(default_factory=dict)  # node name -> reason it is not on the NPU
     op_types: dict[str, str] = field(default_factory=dict)  # node name -> op type
+    failure: str = ""  # set when the graph could not be read at all (nothing claimed)
 
     @property
     def npu_nodes(self) -> int:
@@ -48,8 +50,8 @@ def node_reason(contents: OrtGraphContents, node: OrtNode, options: NpuOptions) 
         return "inside a control-flow subgraph (If/Loop/Scan bodies stay on CPU)"
     if view.op_type in options.disable_ops:
         return "disabled by provider option disable_ops"
-    if node.has_subgraphs:
-        return "has subgraph attributes (control flow stays on CPU)"
+    if node.unreadable:
+        return node.unreadable
     if view.domain:
         return f"domain {view.domain!r} is not ONNX's default"
     for name in (*view.inputs, *view.outputs):
@@ -119,7 +121,7 @@ def group(inputs: Sequence[Sequence[str]], outputs: Sequence[Sequence[str]],
 def claim(ort: abi.Ort, graph: int, options: NpuOptions) -> tuple[Placement, list[list[int]]]:
     """(Placement, [[node addresses], ...]) for one OrtGraph offered to GetCapability."""
     contents = read_graph(ort, graph, copy_initializers=False)
-    placement = Placement(graph=contents.name)
+    placement = Placement(graph=contents.name, nested=contents.nested)
     labels = [n.view.name or f"{n.view.op_type}_{i}" for i, n in enumerate(contents.nodes)]
     reasons = [node_reason(contents, node, options) for node in contents.nodes]
     placement.op_types.update(zip(labels, (n.view.op_type for n in contents.nodes), strict=True))

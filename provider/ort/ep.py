@@ -47,7 +47,12 @@ class NpuEp:
         _EPS.pop(self.address, None)
 
     def get_capability(self, graph: int, support_info: int) -> None:
-        placement, groups = claim(self.ort, graph, self.options)
+        try:
+            placement, groups = claim(self.ort, graph, self.options)
+        except Exception as e:  # noqa: BLE001 - an unreadable graph stays on CPU, never fails
+            log.warning("NPUExecutionProvider GetCapability: claiming nothing: %s: %s",
+                        type(e).__name__, e, exc_info=e)
+            placement, groups = Placement(failure=f"{type(e).__name__}: {e}"), []
         with self._lock:
             self.placements.append(placement)
         fusion = abi.OrtNodeFusionOptions(self.ort.api_version, True)

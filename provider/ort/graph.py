@@ -5,8 +5,9 @@ partition). `read_graph` reads it through the C API into plain Python (`OrtGraph
 `view` / `node_view_graph` build the GraphViews the importer consumes: the whole graph, or one
 node with its constants (to ask the NPU about a single candidate).
 
-Limits: GRAPH attributes (If/Loop/Scan bodies) are not read; such nodes report
-`has_subgraphs` and are never claimed.
+Limits: GRAPH attributes (If/Loop/Scan bodies) and attribute kinds the C API cannot read are
+left out; such nodes carry an `unreadable` reason and are never claimed. Initializers of types
+numpy lacks (strings, float8) are not read either.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class OrtNode:
 
     address: int
     view: NodeView
-    has_subgraphs: bool
+    unreadable: str | None = None  # why some attribute could not be read (never claimed)
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ class OrtGraphReader:
         self.value_info[name] = info
         is_const = C.c_bool()
         o.api.ValueInfo_IsConstantInitializer(value_info, C.byref(is_const))
-        if is_const.value:
+        if is_const.value and info.elem_type in abi.ELEMENT_TO_NUMPY:
             value = abi.vp()
             o.api.ValueInfo_GetInitializerValue(value_info, C.byref(value))
             array = o.value_array(value.value)
@@ -139,14 +140,17 @@ class OrtGraphReader:
         names = []
         for getter in (("Node_GetNumInputs", "Node_GetInputs"), ("Node_GetNumOutputs", "Node_GetOutputs")):
             names.append(tuple(self.value(v).name if v else "" for v in o.array(*getter, node)))
-        attrs, has_subgraphs = {}, False
+        attrs, unreadable = {}, None
         for attr in o.array("Node_GetNumAttributes", "Node_GetAttributes", node):
-            kind = C.c_int()
-            o.api.OpAttr_GetType(attr, C.byref(kind))
-            if kind.value == abi.ATTR_GRAPH:
-                has_subgraphs = True
-                continue
-            attrs[o.string("OpAttr_GetName", attr)] = self.attribute(attr, kind.value)
+            try:
+                kind = C.c_int()
+                o.api.OpAttr_GetType(attr, C.byref(kind))
+                if kind.value == abi.ATTR_GRAPH:
+                    unreadable = "has subgraph attributes (control flow stays on CPU)"
+                    continue
+                attrs[o.string("OpAttr_GetName", attr)] = self.attribute(attr, kind.value)
+            except (abi.OrtCallError, ValueError) as e:
+                unreadable = f"an attribute cannot be read through the C API: {e}"
         view = NodeView(
             name=o.string("Node_GetName", node),
             op_type=o.string("Node_GetOperatorType", node),
@@ -155,7 +159,7 @@ class OrtGraphReader:
             outputs=names[1],
             attrs=attrs,
         )
-        return OrtNode(node, view, has_subgraphs)
+        return OrtNode(node, view, unreadable)
 
     def attribute(self, attr: int, kind: int):
         """One attribute as a plain Python value (graph_view's conventions)."""
