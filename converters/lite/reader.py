@@ -13,6 +13,7 @@ as MindSpore Lite does, and mapped the same way.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -43,12 +44,31 @@ def load(path: str | os.PathLike, lazy: bool = True) -> LiteModel:
     path = Path(path)
     with open(path, "rb") as f:
         if not lazy:
-            data: Any = f.read()
-        elif os.fstat(f.fileno()).st_size == 0:
-            data = b""
-        else:
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    return _Decoder(Buffer(data, str(path)), path.parent, lazy).model()
+            return _Decoder(Buffer(f.read(), str(path)), path.parent, lazy).model()
+        data = _map(f)
+    with _random_access(data):
+        return _Decoder(Buffer(data, str(path)), path.parent, lazy).model()
+
+
+def _map(f) -> Any:
+    """A read-only map of open file `f` (empty bytes for an empty file: mmap refuses those)."""
+    if os.fstat(f.fileno()).st_size == 0:
+        return b""
+    return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+@contextlib.contextmanager
+def _random_access(data: Any):
+    """While parsing, ask the kernel not to read ahead: a metadata fault must not pull in
+    the weights next to it. Sequential readahead is restored for reading weights."""
+    advise = isinstance(data, mmap.mmap) and hasattr(mmap, "MADV_RANDOM")
+    if advise:
+        data.madvise(mmap.MADV_RANDOM)
+    try:
+        yield
+    finally:
+        if advise:
+            data.madvise(mmap.MADV_NORMAL)
 
 
 def loads(data: bytes, source: str = "<bytes>", base_dir: str | os.PathLike | None = None) -> LiteModel:
@@ -288,12 +308,7 @@ class _Decoder:
             path = self.base_dir / location
             try:
                 with open(path, "rb") as f:
-                    if not self.lazy:
-                        self.side_files[location] = f.read()
-                    elif os.fstat(f.fileno()).st_size == 0:
-                        self.side_files[location] = b""
-                    else:
-                        self.side_files[location] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                    self.side_files[location] = _map(f) if self.lazy else f.read()
             except OSError as e:
                 raise self.error(f"{what}: cannot open external data file {path}: "
                                  f"{e.strerror}") from None

@@ -256,9 +256,9 @@ class _Encoder:
 
     # -- tensors ----------------------------------------------------------------------------
 
-    def tensor(self, t: LiteTensor, i: int, external: ExternalData | None) -> int:
+    def tensor(self, t: LiteTensor, i: int, data: int | None, external: ExternalData | None) -> int:
+        """Tensor table; `data` is its already-built weight vector (None when absent)."""
         where = f"tensor {i} ({t.name!r})"
-        data = None
         ext = None
         if external is not None:
             ext = self.offsets([self.table("ExternalData", {
@@ -267,9 +267,6 @@ class _Encoder:
                 "offset": external.offset,
                 "length": external.length,
             })])
-        elif t.data is not None:
-            raw = _raw_bytes(t, i)
-            data = self.raw(raw) if raw.nbytes else None
         node_type = t.node_type
         if node_type == NODE_TYPE_VALUE_NODE and t.data is None:
             node_type = NODE_TYPE_CNODE
@@ -329,7 +326,12 @@ def _encode(model: LiteModel, external: dict[int, ExternalData]) -> memoryview:
     n_t = len(model.tensors)
     _check_indices(model.inputs, n_t, "model inputs")
     _check_indices(model.outputs, n_t, "model outputs")
-    tensors = [enc.tensor(t, i, external.get(i)) for i, t in enumerate(model.tensors)]
+    # Weights first: the builder fills the buffer back to front, so they land at the end of
+    # the file and the tables at its start. Opening a mapped file then touches the metadata
+    # pages and one page per weight (its length prefix), not pages shared with weights.
+    data = {i: enc.raw(_raw_bytes(t, i)) for i, t in enumerate(model.tensors)
+            if t.data is not None and i not in external and t.data.nbytes}
+    tensors = [enc.tensor(t, i, data.get(i), external.get(i)) for i, t in enumerate(model.tensors)]
     nodes = [enc.node(n, i, n_t) for i, n in enumerate(model.nodes)]
     subgraphs = model.subgraphs or [LiteSubGraph(
         name=model.name or "main", inputs=list(model.inputs), outputs=list(model.outputs),
