@@ -73,6 +73,7 @@ def test_save_load_mmap_uses_weights_in_place(tmp_path):
     path = tmp_path / "p.lnp"
     fmt.save(make_program(), path)
     assert [f.name for f in tmp_path.iterdir()] == ["p.lnp"]  # no temp file left behind
+    assert path.stat().st_mode & 0o777 == 0o666 & ~fmt._UMASK
     q = fmt.load(path)
     assert_same_program(make_program(), q)
     base = q.weights
@@ -146,6 +147,21 @@ def test_corrupt_file_names_the_path(tmp_path):
         fmt.load(path)
     with pytest.raises(CacheError, match="cannot read"):
         fmt.load(tmp_path / "missing.lnp")
+
+
+def test_failed_save_leaves_no_temp_file_and_keeps_the_old_one(tmp_path, monkeypatch):
+    path = tmp_path / "p.lnp"
+    fmt.save(make_program(), path)
+    before = path.read_bytes()
+
+    def full_disk(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fmt.os, "fsync", full_disk)
+    with pytest.raises(CacheError, match="No space left"):
+        fmt.save(Program([], [], [], [], b"", 0, {}, "other"), path)
+    assert [f.name for f in tmp_path.iterdir()] == ["p.lnp"]
+    assert path.read_bytes() == before
 
 
 def test_save_into_missing_directory_is_a_cache_error(tmp_path):

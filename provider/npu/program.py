@@ -61,6 +61,9 @@ FORMAT_VERSION = 1
 WEIGHTS_ALIGNMENT = 4096
 SLOT_KINDS = ("input", "output", "weight", "internal")
 
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # read once at import: umask has no getter
+
 _PREFIX = struct.Struct("<8sII")
 _HEADER = struct.Struct("<8sII4Q16s16s")
 _HEADER_SIZE = _HEADER.size + 4  # + CRC-32
@@ -321,14 +324,17 @@ def save(program: Program, path: str | os.PathLike[str]) -> None:
         raise CacheError(f"{path}: cannot write: {exc}") from exc
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o666 & ~_UMASK)  # as open() would, not mkstemp's 0600
             for part in (header, meta, weights):
                 f.write(part)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:
         os.unlink(tmp)
-        raise CacheError(f"{path}: cannot write: {exc}") from exc
+        if isinstance(exc, OSError):
+            raise CacheError(f"{path}: cannot write: {exc}") from exc
+        raise
 
 
 def load(path: str | os.PathLike[str], mmap: bool = True, *, verify: bool = True) -> Program:
