@@ -27,7 +27,14 @@ import numpy as np
 
 from converters.errors import InvalidModelError
 from converters.lite import dtypes, fbs, ops
-from converters.lite.ir import ExternalData, LiteModel, LiteNode, LiteSubGraph, LiteTensor, QuantParam
+from converters.lite.ir import (
+    ExternalData,
+    LiteModel,
+    LiteNode,
+    LiteSubGraph,
+    LiteTensor,
+    QuantParam,
+)
 from converters.lite.wire import Buffer, Table
 
 log = logging.getLogger("litenpu.lite")
