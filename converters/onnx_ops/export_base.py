@@ -37,14 +37,21 @@ class ExportContext:
         self.names = _unique_names(model)
         self._taken = set(self.names)
         self._skip = skip
+        self._sourced = set(model.inputs) | {o for n in model.nodes for o in n.outputs}
 
     # ---- names -------------------------------------------------------------------------
     def name(self, index: int) -> str:
         """ONNX name of Lite tensor `index`; a constant becomes an initializer on first use."""
         tensor = self.model.tensors[index]
         name = self.names[index]
-        if tensor.data is not None and name not in self.initializers and index not in self._skip:
-            self.initializers[name] = numpy_helper.from_array(np.asarray(tensor.data), name)
+        if name in self.initializers or index in self._skip:
+            return name
+        data = tensor.data
+        if data is None and index not in self._sourced and _empty(tensor):
+            # .ms cannot tell an empty constant from an activation: nothing produces it.
+            data = np.zeros(tensor.shape, tensor.dtype)
+        if data is not None:
+            self.initializers[name] = numpy_helper.from_array(np.asarray(data), name)
         return name
 
     def fresh(self, hint: str) -> str:
@@ -106,6 +113,10 @@ class ExportContext:
             raise UnsupportedError(f"node {node.name!r} ({node.op}): {what} must be constant "
                                    "to export to ONNX")
         return [int(v) for v in np.asarray(data).reshape(-1)]
+
+
+def _empty(tensor) -> bool:
+    return (tensor.is_static and 0 in tensor.shape and dtypes.has_numpy(tensor.type_id))
 
 
 def _unique_names(model: LiteModel) -> list[str]:

@@ -1,0 +1,72 @@
+"""Shared helpers of the ONNX converter tests: round trips and onnxruntime comparisons."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from converters.onnx_export import export_onnx
+from converters.onnx_import import import_onnx
+
+LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+HAS_WRITER = importlib.util.find_spec("converters.lite.writer") is not None
+NO_WRITER = "converters.lite.writer has not landed yet: the .ms leg is skipped"
+
+
+def shared_dir() -> Path:
+    """The shared data folder: $LITENPU_SHARED or <repo>/../shared."""
+    default = Path(__file__).resolve().parents[1].parent / "shared"
+    return Path(os.environ.get("LITENPU_SHARED", default))
+
+
+def roundtrip(model: onnx.ModelProto, via_ms: bool = True):
+    """ONNX -> IR (-> .ms bytes -> IR) -> ONNX; returns (exported model, IR, report)."""
+    lite, report = import_onnx(model)
+    if via_ms and HAS_WRITER:
+        from converters.lite import reader, writer
+
+        lite = reader.loads(writer.dumps(lite))
+    return export_onnx(lite), lite, report
+
+
+def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def random_feeds(model: onnx.ModelProto, seed: int = 0, dim: int = 2) -> dict[str, np.ndarray]:
+    """Seeded inputs for every non-initializer graph input (symbolic dims become `dim`)."""
+    rng = np.random.default_rng(seed)
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else dim for d in tt.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
+
+
+def assert_close(got: list[np.ndarray], expected: list[np.ndarray], rtol: float = 1e-4,
+                 atol: float = 1e-5) -> None:
+    """Same count, then per output shape, dtype and values."""
+    assert len(got) == len(expected)
+    for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+        e = np.asarray(e)
+        assert g.shape == e.shape, f"output {i}: shape {g.shape} != {e.shape}"
+        assert g.dtype == e.dtype, f"output {i}: dtype {g.dtype} != {e.dtype}"
+        if g.dtype.kind in "fc":
+            np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, equal_nan=True,
+                                       err_msg=f"output {i}")
+        else:
+            np.testing.assert_array_equal(g, e, err_msg=f"output {i}")
