@@ -5,7 +5,9 @@ import threading
 from dataclasses import dataclass
 
 import numpy as np
+import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from provider.errors import BindingError, DeviceMemoryError, LitenpuError, UnsupportedError
 from provider.npu import program as fmt
@@ -310,17 +312,13 @@ def test_eight_threads_share_one_program(pool):
 
 
 def test_default_registry_runs_real_kernels_like_onnxruntime(pool):
-    onnx = pytest.importorskip("onnx")
-    ort = pytest.importorskip("onnxruntime")
-    from onnx import TensorProto, helper
-
     b = np.random.default_rng(1).standard_normal((1, 3)).astype(np.float32)
     graph = helper.make_graph(
         [helper.make_node("Add", ["x", "b"], ["s"]), helper.make_node("Relu", ["s"], ["y"])],
         "add_relu",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
-        [onnx.numpy_helper.from_array(b, "b")],
+        [numpy_helper.from_array(b, "b")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -333,3 +331,44 @@ def test_default_registry_runs_real_kernels_like_onnxruntime(pool):
     with Executor(program, pool) as ex:
         (y,) = ex.run([x])
     np.testing.assert_allclose(y, sess.run(None, {"x": x})[0], rtol=1e-6, atol=1e-7)
+
+
+def test_compiled_program_through_the_cache_format_matches_onnxruntime(pool, tmp_path):
+    """The whole infra chain: ONNX -> Lite -> compile -> save -> mmap load -> device run."""
+    # imported here so the rest of this file does not depend on the other rooms' modules
+    from converters.onnx_import import import_onnx
+    from provider.npu.compiler import compile_model
+
+    rng = np.random.default_rng(7)
+    w1 = rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.3
+    w2 = rng.standard_normal((8, 8, 3, 3)).astype(np.float32) * 0.1
+    b2 = rng.standard_normal(8).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c1"], ["r1"]),
+         helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+         helper.make_node("Add", ["c2", "r1"], ["s"]),
+         helper.make_node("Relu", ["s"], ["y"])],
+        "residual",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])],
+        [numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (w2, "w2"), (b2, "b2"))],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    lite, _ = import_onnx(model)
+    fmt.save(compile_model(lite, {"x": (1, 3, 16, 16)}), tmp_path / "residual.lnp")
+    program = fmt.load(tmp_path / "residual.lnp", verify=False)
+    x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    with Executor(program, pool) as ex, pool.allocate(x.nbytes) as xb, \
+            pool.allocate(want.nbytes) as yb:
+        xb.view(np.float32, x.shape)[:] = x
+        (y,) = ex.run([xb], [yb])
+        assert ex.copy_stats == CopyStats(0, 0)
+        # device memory: the arena and the two I/O buffers; weights stay in the file mapping
+        assert not ex.memory_info().weights_uploaded
+        blocks = [program.internal_bytes, x.nbytes, want.nbytes]
+        assert pool.stats().in_use == sum(-(-max(n, 1) // 64) * 64 for n in blocks)
+        assert y.shape == want.shape and y.dtype == want.dtype
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
