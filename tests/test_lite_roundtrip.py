@@ -163,3 +163,15 @@ def test_writer_rejects_bad_ir(mutate, error, match):
     mutate(m)
     with pytest.raises(error, match=match):
         writer.dumps(m)
+
+
+def test_tensors_numpy_cannot_hold_keep_type_id_and_raw_bytes():
+    m = model_with("AddFusion", {})
+    raw = np.frombuffer(b"\x03\x00\x00\x00abc", np.uint8)
+    m.tensors.append(LiteTensor("vocab", type_id=12, shape=(1,), data=raw))
+    back = reader.loads(writer.dumps(m))
+    t = back.tensors[-1]
+    assert t.type_id == 12 and t.shape == (1,)
+    assert t.data.dtype == np.uint8 and t.data.tobytes() == raw.tobytes()
+    with pytest.raises(UnsupportedError, match="TypeId 12"):
+        _ = t.dtype
