@@ -7,12 +7,13 @@ compares shape, then dtype, then values.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
 from provider.npu.compiler import compile_model
@@ -94,3 +95,27 @@ def assert_matches(got: np.ndarray, want: np.ndarray, atol: float = ATOL, rtol: 
     assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
     assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
     np.testing.assert_allclose(got, want, atol=atol, rtol=rtol, err_msg=what)
+
+
+def randomized(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
+    """Replace ConstantOfShape weights (with constant shape) by seeded He-scaled initializers."""
+    r = rng(seed)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    inits = {i.name: numpy_helper.to_array(i) for i in out.graph.initializer}
+    keep = []
+    for node in out.graph.node:
+        if node.op_type != "ConstantOfShape" or node.input[0] not in inits:
+            keep.append(node)
+            continue
+        shape = [int(d) for d in inits[node.input[0]]]
+        if len(shape) > 1:
+            value = r.standard_normal(shape) * math.sqrt(2.0 / math.prod(shape[1:]))
+        else:
+            value = r.uniform(0.5, 1.5, shape)  # scales, biases, BN statistics: positive
+        out.graph.initializer.append(numpy_helper.from_array(value.astype(np.float32), node.output[0]))
+        if out.ir_version < 4:  # initializers must also be graph inputs before IR 4
+            out.graph.input.append(helper.make_tensor_value_info(node.output[0], TensorProto.FLOAT, shape))
+    del out.graph.node[:]
+    out.graph.node.extend(keep)
+    return out

@@ -52,20 +52,20 @@ class Graph:
 
 
 def conv_relu_net(r) -> tuple[LiteModel, onnx.ModelProto]:
-    """x -> conv -> relu -> reshape -> add(const) -> reshape -> conv, as Lite and as ONNX."""
+    """x -> conv -> leaky relu -> reshape -> add(const) -> reshape -> conv, as Lite and as ONNX."""
     w1, b1, w2 = (r.standard_normal(s).astype(F32) * 0.3 for s in ((4, 3, 3, 3), (4,), (2, 4, 3, 3)))
     c = r.standard_normal((4, 36)).astype(F32)
     g = Graph("net")
     x = g.input("x", (1, 3, 6, 6))
     h = g.node("Conv2DFusion", [x, g.const("w1", w1), g.const("b1", b1)], CONV)
-    h = g.node("Activation", [h], {"activation_type": "RELU"})
+    h = g.node("Activation", [h], {"activation_type": "LEAKY_RELU", "alpha": 0.1})
     h = g.node("Reshape", [h, g.const("s1", np.array([1, 4, 36], np.int64))])
     h = g.node("AddFusion", [h, g.const("c", c)], {"activation_type": "NO_ACTIVATION"})
     h = g.node("Reshape", [h, g.const("s2", np.array([1, 4, 6, 6], np.int64))])
     y = g.node("Conv2DFusion", [h, g.const("w2", w2)], CONV)
     lite = g.outputs(y)
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["h1"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["h1"], ["h2"]),
+             helper.make_node("LeakyRelu", ["h1"], ["h2"], alpha=0.1),
              helper.make_node("Reshape", ["h2", "s1"], ["h3"]),
              helper.make_node("Add", ["h3", "c"], ["h4"]),
              helper.make_node("Reshape", ["h4", "s2"], ["h5"]),
@@ -110,7 +110,7 @@ def test_aliases_and_inplace_share_buffers_and_results_match_onnxruntime():
     assert kernels == ["conv2d", "activation", "binary", "conv2d"]  # reshapes are aliases
     by_name = {s.name: s for s in program.slots}
     conv_out, relu_out = by_name["Conv2DFusion0_0"], by_name["Activation1_0"]
-    assert relu_out.offset == conv_out.offset  # in-place relu
+    assert relu_out.offset == conv_out.offset  # in-place activation
     assert by_name["Reshape2_0"].offset == relu_out.offset  # alias
     assert by_name["AddFusion3_0"].offset == relu_out.offset  # in-place add over the alias
     x = rng(2).standard_normal((1, 3, 6, 6)).astype(F32)
@@ -213,6 +213,30 @@ def test_weight_only_subgraphs_and_shape_chains_fold():
     want = run_ort(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), {"x": xv})[0]
     got = run_npu(model, {"x": xv})[0]
     assert_matches(got, want.reshape(2, -1))
+
+
+def test_parameter_free_activations_fuse_into_their_producer():
+    r = rng(9)
+    w = r.standard_normal((4, 3, 3, 3)).astype(F32)
+    g = Graph("fuse")
+    x = g.input("x", (1, 3, 5, 5))
+    h = g.node("Conv2DFusion", [x, g.const("w", w)], CONV)
+    h = g.node("Activation", [h], {"activation_type": "RELU6"})
+    s = g.node("AddFusion", [h, h])
+    y = g.node("Activation", [s], {"activation_type": "SIGMOID"})
+    z = g.node("Activation", [y], {"activation_type": "LEAKY_RELU", "alpha": 0.5})
+    model = g.outputs(z)
+    program = compile_model(model)
+    assert [st.kernel for st in program.steps] == ["conv2d", "binary", "activation"]
+    assert program.steps[0].attrs["activation"] == "RELU6"
+    assert program.steps[1].attrs["activation"] == "SIGMOID"
+    nodes = [helper.make_node("Conv", ["x", "w"], ["h"], pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "c", [helper.make_tensor_value_info("x", 1, (1, 3, 5, 5))],
+                              [helper.make_tensor_value_info("h", 1, None)], [numpy_helper.from_array(w, "w")])
+    xv = r.standard_normal((1, 3, 5, 5)).astype(F32)
+    conv = run_ort(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), {"x": xv})[0]
+    sig = 1 / (1 + np.exp(-2 * np.clip(conv, 0, 6)))
+    assert_matches(run_npu(model, {"x": xv})[0], sig.astype(F32))
 
 
 # ---- fp16 -------------------------------------------------------------------------------------

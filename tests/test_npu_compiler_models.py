@@ -9,18 +9,17 @@ onnxruntime (the ONNX model gets them as extra outputs). Models under models/ ru
 
 from __future__ import annotations
 
+import dataclasses
 import glob
-import math
 import os
 
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from npu_oracle import assert_matches, randomized, rng, run_npu, run_ort
 
 from converters.lite.ir import LiteModel
 from converters.onnx_import import import_onnx
-from npu_oracle import assert_matches, rng, run_npu, run_ort
 from provider.npu import capability
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
@@ -28,30 +27,6 @@ REPO_MODELS = os.path.join(os.path.dirname(__file__), os.pardir, "models")
 FAST = {"light_squeezenet", "light_shufflenet", "light_inception_v1"}
 SLOW = {"light_resnet50", "light_densenet121", "light_inception_v2", "light_vgg19",
         "light_zfnet512", "light_bvlc_alexnet"}
-
-
-def randomized(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
-    """Replace ConstantOfShape weights (with constant shape) by seeded He-scaled initializers."""
-    r = rng(seed)
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    inits = {i.name: numpy_helper.to_array(i) for i in out.graph.initializer}
-    keep = []
-    for node in out.graph.node:
-        if node.op_type != "ConstantOfShape" or node.input[0] not in inits:
-            keep.append(node)
-            continue
-        shape = [int(d) for d in inits[node.input[0]]]
-        if len(shape) > 1:
-            value = r.standard_normal(shape) * math.sqrt(2.0 / math.prod(shape[1:]))
-        else:
-            value = r.uniform(0.5, 1.5, shape)  # scales, biases, BN statistics: positive
-        out.graph.initializer.append(numpy_helper.from_array(value.astype(np.float32), node.output[0]))
-        if out.ir_version < 4:  # initializers must also be graph inputs before IR 4
-            out.graph.input.append(helper.make_tensor_value_info(node.output[0], TensorProto.FLOAT, shape))
-    del out.graph.node[:]
-    out.graph.node.extend(keep)
-    return out
 
 
 def graph_input(model: onnx.ModelProto) -> tuple[str, list[int]]:
@@ -97,31 +72,39 @@ def subgraph(lite: LiteModel, nodes: list[int]) -> LiteModel:
                      nodes=[lite.nodes[i] for i in sorted(nodes)], inputs=inputs, outputs=outputs)
 
 
+def ort_values(model: onnx.ModelProto, feeds: dict, names: list[str]) -> dict[str, np.ndarray]:
+    """onnxruntime's values of any tensors of `model` (added as extra graph outputs)."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    known = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in dict.fromkeys(names) if n not in known)
+    return dict(zip(names, run_ort(probe, feeds, names), strict=True))
+
+
+def compare(lite: LiteModel, sub: LiteModel, model: onnx.ModelProto, feeds_from: dict) -> None:
+    """Run `sub` on the NPU with its inputs from onnxruntime and compare all its outputs."""
+    names = [lite.tensors[t].name for t in (*sub.inputs, *sub.outputs)]
+    values = ort_values(model, feeds_from, names)
+    got = run_npu(sub, {lite.tensors[t].name: values[lite.tensors[t].name] for t in sub.inputs})
+    for t, g in zip(sub.outputs, got, strict=True):
+        assert_matches(g, values[lite.tensors[t].name], what=f"{sub.name} {lite.tensors[t].name}")
+
+
 def check_model(model: onnx.ModelProto, max_subgraphs: int = 2) -> None:
-    """Whole model on the NPU when supported, else its largest supported subgraphs."""
+    """Whole model on the NPU when supported (the logits before any softmax compared too, as
+    random weights can saturate it), else its largest supported subgraphs."""
     lite, _ = import_onnx(model)
     name, shape = graph_input(model)
-    x = rng(1).standard_normal(shape).astype(np.float32)
+    feeds = {name: rng(1).standard_normal(shape).astype(np.float32)}
     if all(why is None for why in capability.supported_nodes(lite).values()):
-        want = run_ort(model, {name: x})
-        got = run_npu(lite, {name: x})
-        for i, (g, w) in enumerate(zip(got, want, strict=True)):
-            assert_matches(g, w, what=f"{model.graph.name} output {i}")
+        logits = [n.inputs[0] for n in lite.nodes if n.op in ("Softmax", "LogSoftmax")]
+        compare(lite, dataclasses.replace(lite, outputs=[*lite.outputs, *logits], subgraphs=[]),
+                model, feeds)
         return
     groups = [g for g in supported_components(lite) if len(g) > 1][:max_subgraphs]
     assert groups, "no NPU-supported subgraph"
     for nodes in groups:
-        sub = subgraph(lite, nodes)
-        boundary = [lite.tensors[t].name for t in (*sub.inputs, *sub.outputs)]
-        probe = onnx.ModelProto()
-        probe.CopyFrom(model)
-        known = {o.name for o in probe.graph.output}
-        probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in boundary if n not in known)
-        values = dict(zip(boundary, run_ort(probe, {name: x}, boundary), strict=True))
-        feeds = {lite.tensors[t].name: values[lite.tensors[t].name] for t in sub.inputs}
-        got = run_npu(sub, feeds)
-        for t, g in zip(sub.outputs, got, strict=True):
-            assert_matches(g, values[lite.tensors[t].name], what=f"{sub.name} {lite.tensors[t].name}")
+        compare(lite, subgraph(lite, nodes), model, feeds)
 
 
 def light(name: str) -> onnx.ModelProto:

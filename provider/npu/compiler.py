@@ -2,7 +2,9 @@
 
 Pipeline (each stage returns new data, the input model is never mutated):
 1. `fold_batchnorm`: inference BatchNorm / FusedBatchNorm after a Conv2DFusion whose output
-   feeds nothing else is folded into the conv's weights and bias (float64 arithmetic).
+   feeds nothing else is folded into the conv's weights and bias (float64 arithmetic);
+   `fuse_activations` then folds a parameter-free Activation into the conv / GEMM /
+   binary / pooling node before it (its activation_type), saving one pass over the tensor.
 2. Walk the nodes in topological order with concrete shapes (`shapes.lower`, one rule per
    primitive). A node whose inputs are all constants is run at compile time (constant
    folding of weight-only subgraphs, e.g. ConstantOfShape -> Reshape); every other node
@@ -45,7 +47,7 @@ from provider.npu.program import Program, Slot, Step
 
 log = logging.getLogger("litenpu.npu")
 
-__all__ = ["compile_model", "fold_batchnorm"]
+__all__ = ["compile_model", "fold_batchnorm", "fuse_activations"]
 
 ALIGNMENT = 64
 F16 = np.dtype(np.float16)
@@ -101,6 +103,42 @@ def fold_batchnorm(model: LiteModel) -> LiteModel:
         log.debug("folded %s into %s", bn.name, conv.name)
     return dataclasses.replace(model, tensors=tensors, nodes=[n for n in nodes if n is not None],
                                subgraphs=[])
+
+
+# Producers whose kernels apply a fused activation, and the activations that need no
+# parameters (kernels.activation.fused passes none).
+_FUSES_ACTIVATION = {"Conv2DFusion", "Conv2dTransposeFusion", "FullConnection", "MatMulFusion",
+                     "AddFusion", "SubFusion", "MulFusion", "DivFusion", "MaxPoolFusion",
+                     "AvgPoolFusion"}
+_FUSABLE = {"RELU", "RELU6", "SIGMOID", "TANH", "HSWISH", "SWISH", "SOFTPLUS", "SOFTSIGN", "ABS"}
+
+
+def fuse_activations(model: LiteModel) -> LiteModel:
+    """A copy of `model` where an Activation right after a fusing producer (conv, GEMM,
+    binary arithmetic, pooling) becomes that producer's activation_type.
+
+    Applies when the producer has no activation yet, its output feeds only the Activation
+    and is not a graph output, and the activation takes no parameters.
+    """
+    producers = {t: ni for ni, node in enumerate(model.nodes) for t in node.outputs}
+    users = _consumers(model)
+    nodes: list[LiteNode | None] = list(model.nodes)
+    for ai, act in enumerate(model.nodes):
+        kind = act.attrs.get("activation_type")
+        if act.op != "Activation" or kind not in _FUSABLE or len(act.inputs) != 1:
+            continue
+        x = act.inputs[0]
+        pi = producers.get(x)
+        if pi is None or nodes[pi] is None or nodes[pi].op not in _FUSES_ACTIVATION:
+            continue
+        prod = nodes[pi]
+        if (users.get(x) != [ai] or x in model.outputs or len(prod.outputs) != 1
+                or prod.attrs.get("activation_type", "NO_ACTIVATION") != "NO_ACTIVATION"):
+            continue
+        nodes[pi] = dataclasses.replace(prod, outputs=list(act.outputs),
+                                        attrs={**prod.attrs, "activation_type": kind})
+        nodes[ai] = None
+    return dataclasses.replace(model, nodes=[n for n in nodes if n is not None], subgraphs=[])
 
 
 # ---- stage 2: lowering with constant folding -------------------------------------------------
@@ -389,7 +427,7 @@ def compile_model(model: LiteModel, input_shapes: Mapping[str, Sequence[int]] | 
     if rejected:
         detail = "; ".join(f"{n}: {why}" for n, why in rejected.items())
         raise UnsupportedError(f"model {model.name!r}: {len(rejected)} node(s) not supported on the NPU: {detail}")
-    graph = fold_batchnorm(model)
+    graph = fuse_activations(fold_batchnorm(model))
     b = _Builder(enable_fp16)
     env: dict[int, int] = {}
     inputs = []
