@@ -175,3 +175,12 @@ def test_tensors_numpy_cannot_hold_keep_type_id_and_raw_bytes():
     assert t.data.dtype == np.uint8 and t.data.tobytes() == raw.tobytes()
     with pytest.raises(UnsupportedError, match="TypeId 12"):
         _ = t.dtype
+
+
+def test_zero_element_constants_stay_constants(tmp_path):
+    m = model_with("AddFusion", {})
+    m.tensors.append(LiteTensor.of("roi", np.float32, (0,), np.zeros(0, np.float32)))
+    m.tensors.append(LiteTensor.of("e", np.int64, (2, 0), np.zeros((2, 0), np.int64)))
+    writer.save(m, tmp_path / "m.ms", external_threshold=-1)
+    for back in (reader.loads(writer.dumps(m)), reader.load(tmp_path / "m.ms")):
+        assert_models_equal(back, expected(m))

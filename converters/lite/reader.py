@@ -44,6 +44,7 @@ IDENTIFIER = "MSL2"
 MAX_ENTRIES = 1 << 20
 MAX_RANK = 64
 CHECKSUM_PREFIX = "sha256:"
+VALUE_NODE = 0  # MindSpore NodeType of constant tensors
 
 
 def load(path: str | os.PathLike, lazy: bool = True) -> LiteModel:
@@ -234,16 +235,20 @@ class _Decoder:
                              "cannot decode")
         type_id = self.get(tab, "dataType")
         external = self.external(tab, what)
+        node_type = self.get(tab, "nodeType")
         data = self.numbers(tab, "data")
         if data.size == 0 and external is not None:
             data = self.external_bytes(external, what)
+        # A constant with a 0 in its static dims has no bytes to store, yet is a constant.
+        empty_const = (node_type == VALUE_NODE and dtypes.has_numpy(type_id) and shape
+                       and min(shape) == 0)
         return LiteTensor(
             name=name,
             type_id=type_id,
             shape=shape,
-            data=self.typed(data, type_id, shape, what) if data.size else None,
+            data=self.typed(data, type_id, shape, what) if data.size or empty_const else None,
             format=self.get(tab, "format"),
-            node_type=self.get(tab, "nodeType"),
+            node_type=node_type,
             quant_params=[self.quant_param(q) for q in self.tables(tab, "quantParams")],
             quant_clusters=self.numbers(tab, "quantClusters").tolist(),
             external=external,

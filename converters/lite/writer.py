@@ -30,15 +30,14 @@ import numpy as np
 from converters.errors import InvalidModelError
 from converters.lite import dtypes, fbs, ops
 from converters.lite.ir import ExternalData, LiteModel, LiteNode, LiteSubGraph, LiteTensor
-from converters.lite.reader import CHECKSUM_PREFIX, IDENTIFIER
+from converters.lite.reader import CHECKSUM_PREFIX, IDENTIFIER, VALUE_NODE
 from converters.lite.wire import FORMATS
 
 log = logging.getLogger("litenpu.lite")
 
 DATA_ALIGNMENT = 64
 SIDE_FILE_SUFFIX = ".msw"
-NODE_TYPE_VALUE_NODE = 0
-NODE_TYPE_CNODE = 2
+CNODE = 2  # MindSpore NodeType of tensors computed by a node (and graph inputs)
 
 
 def _producer() -> str:
@@ -78,7 +77,7 @@ def save(model: LiteModel, path: str | os.PathLike, external_threshold: int | No
     try:
         if external_threshold is not None:
             big = [i for i, t in enumerate(model.tensors)
-                   if t.data is not None and t.data.nbytes > external_threshold]
+                   if isinstance(t.data, np.ndarray) and t.data.nbytes > max(external_threshold, 0)]
             if big:
                 tmp_side = _temp_path(side)
                 tmp_paths.append(tmp_side)
@@ -268,8 +267,8 @@ class _Encoder:
                 "length": external.length,
             })])
         node_type = t.node_type
-        if node_type == NODE_TYPE_VALUE_NODE and t.data is None:
-            node_type = NODE_TYPE_CNODE
+        if node_type == VALUE_NODE and t.data is None:
+            node_type = CNODE
         quant = self.offsets([self.table("QuantParam", {
             "scale": q.scale, "zeroPoint": q.zero_point, "min": q.min, "max": q.max,
             "narrowRange": q.narrow_range, "numBits": q.num_bits, "inited": q.inited,
@@ -320,8 +319,9 @@ def _check_indices(indices: list[int], bound: int, what: str) -> None:
 
 def _encode(model: LiteModel, external: dict[int, ExternalData]) -> memoryview:
     """The finished flatbuffer (weights of `external` tensors left out of it)."""
-    inline = sum(t.data.nbytes for i, t in enumerate(model.tensors)
-                 if isinstance(t.data, np.ndarray) and i not in external)
+    raws = {i: _raw_bytes(t, i) for i, t in enumerate(model.tensors)
+            if t.data is not None and i not in external}
+    inline = sum(raw.nbytes for raw in raws.values())
     enc = _Encoder(inline + (DATA_ALIGNMENT + 256) * (len(model.tensors) + 1) + (1 << 16))
     n_t = len(model.tensors)
     _check_indices(model.inputs, n_t, "model inputs")
@@ -329,8 +329,8 @@ def _encode(model: LiteModel, external: dict[int, ExternalData]) -> memoryview:
     # Weights first: the builder fills the buffer back to front, so they land at the end of
     # the file and the tables at its start. Opening a mapped file then touches the metadata
     # pages and one page per weight (its length prefix), not pages shared with weights.
-    data = {i: enc.raw(_raw_bytes(t, i)) for i, t in enumerate(model.tensors)
-            if t.data is not None and i not in external and t.data.nbytes}
+    # Zero-element constants get no vector: the reader rebuilds them from their dims.
+    data = {i: enc.raw(raw) for i, raw in raws.items() if raw.nbytes}
     tensors = [enc.tensor(t, i, data.get(i), external.get(i)) for i, t in enumerate(model.tensors)]
     nodes = [enc.node(n, i, n_t) for i, n in enumerate(model.nodes)]
     subgraphs = model.subgraphs or [LiteSubGraph(
