@@ -2,7 +2,8 @@
 
 The pool is a `memfd_create` file mapped MAP_SHARED (an anonymous mapping where memfd is
 unavailable), sized at creation (default 1 GiB) and committed lazily: the file is sparse,
-so a page costs memory only once something writes it. Buffers are carved from it by a
+so a page costs memory only once something writes it, and `trim()` gives the pages of free
+blocks back. Buffers are carved from it by a
 best-fit allocator with coalescing; every block is a multiple of 64 bytes and 64-byte
 aligned. A buffer's numpy view *is* the device memory (host-accessible, like RKNN's
 virt_addr), so a caller who fills a view has uploaded the data with zero copies.
