@@ -158,6 +158,7 @@ def import_onnx(model: onnx.ModelProto | GraphView | str | os.PathLike
     """Convert an ONNX model (proto, path or GraphView) to Lite IR and say what was carried."""
     source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else "<model>"
     view = model if isinstance(model, GraphView) else from_onnx(model)
+    _check_element_types(view, source)
     lite = LiteModel(name=view.name, fmk_type=FMK_ONNX)
     report = ConversionReport(source=source)
     ctx = ImportContext(view, lite)
@@ -179,6 +180,22 @@ def import_onnx(model: onnx.ModelProto | GraphView | str | os.PathLike
                               if t.data is not None and t.name != HEADER_TENSOR)
     lite.finalize_subgraph()
     return lite, report
+
+
+_KNOWN_ELEM_TYPES = set(onnx.TensorProto.DataType.values())
+
+
+def _check_element_types(view: GraphView, source: str) -> None:
+    """InvalidModelError for a value typed with a number ONNX does not define."""
+    readers: dict[str, str] = {}
+    for node in view.nodes:
+        for name in (*node.inputs, *node.implicit_inputs):
+            readers.setdefault(name, node.name or node.op_type)
+    for info in (*view.inputs, *view.outputs, *view.value_info.values()):
+        if info.elem_type not in _KNOWN_ELEM_TYPES:
+            raise InvalidModelError(
+                f"{source}: value {info.name!r} (read by node {readers.get(info.name, '-')!r}) "
+                f"has unknown element type {info.elem_type}")
 
 
 def _add_initializers(ctx: ImportContext, view: GraphView, header: onnx.ModelProto) -> None:

@@ -1,0 +1,250 @@
+"""Per-op ONNX -> Lite mappings: the Lite primitive chosen, its attributes, opset forms,
+and onnxruntime agreement after the round trip."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx_roundtrip import assert_close, random_feeds, roundtrip, run
+
+from converters.onnx_import import import_onnx
+
+F = TensorProto.FLOAT
+
+
+def model_of(nodes, inputs, outputs, inits=(), opset=17, extra_opsets=()):
+    graph = helper.make_graph(nodes, "g", inputs, outputs,
+                              [numpy_helper.from_array(v, k) for k, v in dict(inits).items()])
+    opsets = [helper.make_opsetid("", opset), *extra_opsets]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8 if opset >= 9 else 3
+    return _with_output_shapes(model)
+
+
+def _with_output_shapes(model):
+    """Fill graph outputs declared without a shape from shape inference (onnx.checker
+    wants them)."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    known = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.output)}
+    for out in model.graph.output:
+        if not out.type.tensor_type.HasField("shape"):
+            out.type.CopyFrom(known[out.name].type)
+    return model
+
+
+def vi(name, shape, elem=F):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def check(model, expect_ops: list[str], feeds=None):
+    """Map without Custom to `expect_ops`, and match onnxruntime after the round trip."""
+    lite, report = import_onnx(model)
+    assert not report.custom, report.custom
+    assert [n.op for n in lite.nodes] == expect_ops
+    feeds = feeds or random_feeds(model, seed=1)
+    exported, _, _ = roundtrip(model)
+    assert_close(run(exported, feeds), run(model, feeds))
+    return lite
+
+
+rng = np.random.default_rng(7)
+W = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+
+
+def test_conv_maps_to_conv2dfusion_with_mindspore_fields():
+    m = model_of([helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 2, 0, 1],
+                                   strides=[2, 1])],
+                 [vi("x", [1, 3, 8, 8])], [vi("y", None)],
+                 {"w": W, "b": np.arange(4, dtype=np.float32)})
+    lite = check(m, ["Conv2DFusion"])
+    a = lite.nodes[0].attrs
+    assert a["format"] == "NCHW" and a["pad_mode"] == "PAD"
+    assert a["pad_list"] == [1, 0, 2, 1]  # top, bottom, left, right
+    assert (a["in_channel"], a["out_channel"], a["group"]) == (3, 4, 1)
+    assert a["kernel_size"] == [3, 3] and a["stride"] == [2, 1]
+
+
+def test_depthwise_conv_same_upper():
+    w = rng.standard_normal((3, 1, 3, 3)).astype(np.float32)
+    m = model_of([helper.make_node("Conv", ["x", "w"], ["y"], group=3, auto_pad="SAME_UPPER")],
+                 [vi("x", [1, 3, 7, 7])], [vi("y", None)], {"w": w})
+    a = check(m, ["Conv2DFusion"]).nodes[0].attrs
+    assert a["pad_mode"] == "SAME" and a["group"] == 3 and a["in_channel"] == 3
+
+
+def test_gemm_transb_is_full_connection_else_matmul_fusion():
+    b = rng.standard_normal((5, 4)).astype(np.float32)
+    c = rng.standard_normal(5).astype(np.float32)
+    m = model_of([helper.make_node("Gemm", ["x", "b", "c"], ["y"], transB=1)],
+                 [vi("x", [2, 4])], [vi("y", [2, 5])], {"b": b, "c": c})
+    assert check(m, ["FullConnection"]).nodes[0].attrs["has_bias"] is True
+    m = model_of([helper.make_node("Gemm", ["x", "b", "c"], ["y"], transA=1)],
+                 [vi("x", [5, 2])], [vi("y", [2, 4])], {"b": b, "c": c[:4]})
+    assert check(m, ["MatMulFusion"]).nodes[0].attrs["transpose_a"] is True
+
+
+def test_gemm_with_alpha_is_custom():
+    m = model_of([helper.make_node("Gemm", ["x", "b"], ["y"], alpha=2.0)],
+                 [vi("x", [2, 4])], [vi("y", [2, 3])],
+                 {"b": np.ones((4, 3), np.float32)})
+    lite, report = import_onnx(m)
+    assert [n.op for n in lite.nodes] == ["Custom"]
+    assert "alpha" in report.custom[0].reason
+
+
+def test_prelu_per_channel_and_shared():
+    slope = rng.standard_normal((3, 1, 1)).astype(np.float32)
+    m = model_of([helper.make_node("PRelu", ["x", "s"], ["y"])],
+                 [vi("x", [2, 3, 4, 4])], [vi("y", None)], {"s": slope})
+    assert check(m, ["PReLUFusion"]).nodes[0].attrs["channel_shared"] is False
+    m = model_of([helper.make_node("PRelu", ["x", "s"], ["y"])],
+                 [vi("x", [2, 3, 4, 4])], [vi("y", None)], {"s": np.array([0.2], np.float32)})
+    assert check(m, ["PReLUFusion"]).nodes[0].attrs["channel_shared"] is True
+
+
+def test_layer_norm_opset17():
+    g = rng.standard_normal(6).astype(np.float32)
+    m = model_of([helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], epsilon=1e-3)],
+                 [vi("x", [2, 5, 6])], [vi("y", None)], {"g": g, "b": g * 0.5})
+    a = check(m, ["LayerNormFusion"]).nodes[0].attrs
+    assert a["begin_norm_axis"] == -1 and a["elementwise_affine"] is True
+
+
+@pytest.mark.parametrize("to", [TensorProto.FLOAT16, TensorProto.INT32, TensorProto.INT64])
+def test_cast_target_is_a_typeid_input(to):
+    m = model_of([helper.make_node("Cast", ["x"], ["y"], to=to)],
+                 [vi("x", [3, 4])], [vi("y", None, to)])
+    lite = check(m, ["Cast"])
+    to_tensor = lite.tensors[lite.nodes[0].inputs[1]]
+    expected = {TensorProto.FLOAT16: 42, TensorProto.INT32: 34, TensorProto.INT64: 35}[to]
+    assert to_tensor.data.tolist() == [expected]
+
+
+@pytest.mark.parametrize("lo,hi,op", [(0.0, 6.0, "Activation"), (-1.0, 0.5, "Clip")])
+def test_clip_relu6_or_clip_in_both_opset_forms(lo, hi, op):
+    for opset in (6, 13):
+        if opset < 11:
+            node = helper.make_node("Clip", ["x"], ["y"], min=lo, max=hi)
+            inits = {}
+        else:
+            node = helper.make_node("Clip", ["x", "lo", "hi"], ["y"])
+            inits = {"lo": np.array(lo, np.float32), "hi": np.array(hi, np.float32)}
+        m = model_of([node], [vi("x", [2, 8])], [vi("y", [2, 8])], inits, opset=opset)
+        check(m, [op])
+
+
+def test_split_squeeze_reduce_attribute_forms_before_opset13():
+    nodes = [helper.make_node("Split", ["x"], ["a", "b"], axis=1, split=[1, 3]),
+             helper.make_node("ReduceMean", ["b"], ["c"], axes=[1], keepdims=1),
+             helper.make_node("Squeeze", ["c"], ["d"], axes=[1])]
+    m = model_of(nodes, [vi("x", [2, 4, 3])], [vi("a", None), vi("d", None)], opset=11)
+    check(m, ["Split", "ReduceFusion", "Squeeze"])
+
+
+def test_softmax_before_13_maps_only_over_the_last_axis():
+    m = model_of([helper.make_node("Softmax", ["x"], ["y"], axis=2)],
+                 [vi("x", [2, 3, 4])], [vi("y", None)], opset=11)
+    check(m, ["Softmax"])
+    m = model_of([helper.make_node("Softmax", ["x"], ["y"], axis=1)],
+                 [vi("x", [2, 3, 4])], [vi("y", None)], opset=11)
+    lite, report = import_onnx(m)
+    assert lite.nodes[0].op == "Custom" and "last axis" in report.custom[0].reason
+
+
+def test_slice_pad_topk_old_attribute_forms():
+    nodes = [helper.make_node("Slice", ["x"], ["s"], starts=[1], ends=[3], axes=[1]),
+             helper.make_node("Pad", ["s"], ["p"], pads=[0, 1, 0, 2], value=1.5),
+             helper.make_node("TopK", ["p"], ["v", "i"], k=2)]
+    m = model_of(nodes, [vi("x", [2, 5])],
+                 [vi("v", None), vi("i", None, TensorProto.INT64)], opset=9)
+    check(m, ["StridedSlice", "PadFusion", "TopKFusion"])
+
+
+def test_resize_scales_become_static_size():
+    scales = np.array([1, 1, 2, 2], np.float32)
+    m = model_of([helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear")],
+                 [vi("x", [1, 2, 3, 4])], [vi("y", None)], {"s": scales}, opset=13)
+    a = check(m, ["Resize"]).nodes[0].attrs
+    assert (a["new_height"], a["new_width"], a["method"]) == (6, 8, "LINEAR")
+    assert a["coordinate_transform_mode"] == "HALF_PIXEL"
+
+
+def test_identity_and_dropout_and_constants():
+    c = numpy_helper.from_array(np.array([2.0], np.float32))
+    nodes = [helper.make_node("Constant", [], ["c"], value=c),
+             helper.make_node("Identity", ["x"], ["i"]),
+             helper.make_node("Dropout", ["i"], ["d"]),
+             helper.make_node("Mul", ["d", "c"], ["y"])]
+    m = model_of(nodes, [vi("x", [2, 3])], [vi("y", [2, 3])], opset=13)
+    lite = check(m, ["Dropout", "MulFusion"])
+    assert lite.tensors[lite.nodes[1].inputs[1]].data.tolist() == [2.0]
+
+
+def test_constant_of_shape_and_expand_tile_where():
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("ConstantOfShape", ["s"], ["z"],
+                              value=numpy_helper.from_array(np.array([3], np.int64))),
+             helper.make_node("Expand", ["x", "e"], ["xe"]),
+             helper.make_node("Tile", ["x", "r"], ["t"]),
+             helper.make_node("Greater", ["x", "t"], ["g"]),
+             helper.make_node("Where", ["g", "x", "xe"], ["w"])]
+    m = model_of(nodes, [vi("x", [2, 3])],
+                 [vi("z", None, TensorProto.INT64), vi("w", None)],
+                 {"e": np.array([2, 3], np.int64), "r": np.array([1, 1], np.int64)})
+    check(m, ["Shape", "ConstantOfShape", "BroadcastTo", "TileFusion", "Greater", "Where"])
+
+
+def test_gelu_opset20_and_hard_swish():
+    nodes = [helper.make_node("Gelu", ["x"], ["g"], approximate="tanh"),
+             helper.make_node("HardSwish", ["g"], ["y"])]
+    m = model_of(nodes, [vi("x", [4, 5])], [vi("y", None)], opset=20)
+    lite = check(m, ["Activation", "Activation"])
+    assert lite.nodes[0].attrs == {"activation_type": "GELU", "approximate": True}
+    assert lite.nodes[1].attrs["activation_type"] == "HSWISH"
+
+
+def test_pools_global_and_ceil():
+    nodes = [helper.make_node("MaxPool", ["x"], ["m"], kernel_shape=[3, 3], strides=[2, 2],
+                              ceil_mode=1),
+             helper.make_node("AveragePool", ["m"], ["a"], kernel_shape=[2, 2], pads=[1, 1, 0, 0]),
+             helper.make_node("GlobalAveragePool", ["a"], ["y"])]
+    m = model_of(nodes, [vi("x", [1, 2, 9, 9])], [vi("y", None)])
+    lite = check(m, ["MaxPoolFusion", "AvgPoolFusion", "AvgPoolFusion"])
+    assert lite.nodes[0].attrs["round_mode"] == "CEIL"
+    assert lite.nodes[2].attrs["global"] is True
+
+
+def test_unknown_domain_and_unknown_op_are_custom_and_restored():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Gelu", ["r"], ["g"], domain="com.microsoft"),
+             helper.make_node("Mish", ["g"], ["y"])]
+    m = model_of(nodes, [vi("x", [2, 3])], [vi("y", [2, 3])], opset=18,
+                 extra_opsets=[helper.make_opsetid("com.microsoft", 1)])
+    lite, report = import_onnx(m)
+    kinds = [n.attrs.get("type") for n in lite.nodes]
+    assert kinds == [None, "onnx:com.microsoft:Gelu", "onnx:ai.onnx:Mish"]
+    assert {c.op for c in report.custom} == {"Gelu", "Mish"}
+    exported, _, _ = roundtrip(m)
+    assert [n.op_type for n in exported.graph.node] == ["Relu", "Gelu", "Mish"]
+    assert exported.graph.node[1].domain == "com.microsoft"
+    feeds = random_feeds(m)
+    assert_close(run(exported, feeds), run(m, feeds))
+
+
+def test_fused_activation_is_exported_after_the_op():
+    from converters.onnx_export import export_onnx
+
+    lite, _ = import_onnx(model_of([helper.make_node("Conv", ["x", "w"], ["y"])],
+                                   [vi("x", [1, 3, 5, 5])], [vi("y", None)], {"w": W}))
+    lite.nodes[0].attrs["activation_type"] = "RELU6"
+    exported = export_onnx(lite)
+    assert [n.op_type for n in exported.graph.node] == ["Conv", "Clip"]
+    x = rng.standard_normal((1, 3, 5, 5)).astype(np.float32) * 4
+    conv = model_of([helper.make_node("Conv", ["x", "w"], ["c"]),
+                     helper.make_node("Clip", ["c", "lo", "hi"], ["y"])],
+                    [vi("x", [1, 3, 5, 5])], [vi("y", None)],
+                    {"w": W, "lo": np.float32(0), "hi": np.float32(6)})
+    assert_close(run(exported, {"x": x}), run(conv, {"x": x}))
+
