@@ -4,7 +4,7 @@ It is a real `onnxruntime.InferenceSession` subclass. It accepts the provider li
 as onnxruntime users write them (`providers=["NPUExecutionProvider", "CPUExecutionProvider"]`,
 `provider_options=[{...}, {}]`), validates the NPU options once (unknown keys list the valid
 ones), registers the library, and selects the NPU device with `add_provider_for_devices`.
-`.ms` models are converted to ONNX in memory first. Extras over onnxruntime:
+`.ms` and `.mindir` models are converted to ONNX in memory first (through Lite IR). Extras over onnxruntime:
 
 - EP errors surface: onnxruntime's silent retry on CPU after an EP failure is disabled;
 - feeds and bound buffers are checked up front (`BindingError` names the input);
@@ -24,6 +24,9 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from converters.lite.reader import load as load_ms
+from converters.mindir.importer import import_mindir
+from converters.onnx_export import export_onnx
 from provider.errors import BindingError, UnsupportedError
 from provider.ort.capability import Placement
 from provider.ort.ep import SESSION_TAG_KEY, eps_for_session, forget_session
@@ -76,13 +79,17 @@ def normalize_providers(providers: Sequence | None, provider_options: Sequence[d
 
 
 def _model_source(path_or_bytes: Any) -> Any:
-    """The model as onnxruntime takes it; `.ms` files are converted to ONNX bytes."""
-    if isinstance(path_or_bytes, (str, os.PathLike)) and os.fspath(path_or_bytes).endswith(".ms"):
-        from converters.lite.reader import load
-        from converters.onnx_export import export_onnx
-
-        return export_onnx(load(path_or_bytes)).SerializeToString()
-    return path_or_bytes
+    """The model as onnxruntime takes it; `.ms` / `.mindir` files become ONNX bytes (via Lite IR)."""
+    if not isinstance(path_or_bytes, (str, os.PathLike)):
+        return path_or_bytes
+    path = os.fspath(path_or_bytes)
+    if path.endswith(".ms"):
+        lite = load_ms(path)
+    elif path.endswith(".mindir"):
+        lite, _ = import_mindir(path)
+    else:
+        return path_or_bytes
+    return export_onnx(lite).SerializeToString()
 
 
 class InferenceSession(ort.InferenceSession):

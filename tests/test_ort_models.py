@@ -1,7 +1,8 @@
 """Real architectures through onnxruntime with the NPU EP, against plain onnxruntime CPU.
 
 The onnx package's light models (weights replaced by seeded random ones, see npu_oracle) and
-every model under models/ run through `provider.InferenceSession`; outputs must match
+every model under models/ (.onnx, and .mindir through Lite IR) run through
+`provider.InferenceSession`; outputs must match
 onnxruntime's CPU EP (atol 1e-4, rtol 1e-3 relative to the output range) and most nodes must
 run on the NPU. A `.ms` file (Lite IR written by converters.lite.writer) runs too.
 """
@@ -89,3 +90,22 @@ def test_ms_file_runs_through_the_session(tmp_path):
     writer.save(lite, path)
     npu, total = compare(model, npu_source=str(path))
     assert npu >= 0.8 * total
+
+
+MINDIR = sorted(glob.glob(os.path.join(REPO_MODELS, "mindir", "*.mindir")))
+
+
+@pytest.mark.parametrize("path", [p if "lenet5.mindir" in p else pytest.param(p, marks=pytest.mark.slow)
+                                  for p in MINDIR], ids=os.path.basename)
+def test_mindir_models_match_cpu(path):
+    npu = InferenceSession(path, providers=NPU)
+    cpu = InferenceSession(path, providers=["CPUExecutionProvider"])
+    feeds = feeds_for(cpu)
+    fixture = os.path.splitext(path)[0] + ".npz"  # MindSpore's own inputs, when exported
+    if os.path.exists(fixture):
+        data = np.load(fixture)
+        feeds = {i.name: data[f"in{k}"] for k, i in enumerate(cpu.get_inputs()) if f"in{k}" in data} or feeds
+    for got, want in zip(npu.run(None, feeds), cpu.run(None, feeds), strict=True):
+        scale = max(float(np.abs(want).max()), 1.0)
+        np.testing.assert_allclose(got, want, atol=1e-4 * scale, rtol=1e-3)
+    assert any(p.device == "NPU" for p in npu.partition())

@@ -214,6 +214,7 @@ def test_exception_in_compute_reaches_the_caller(monkeypatch):
     with pytest.raises(Exception, match="simulated NPU failure") as info:
         sess.run(None, {"x": np.zeros((2, 8), np.float32)})
     assert "NodeComputeInfo.Compute" in str(info.value)
+    assert type(info.value).__name__ == "EPFail"  # OrtErrorCode ORT_EP_FAIL
 
 
 def test_bad_feeds_and_bindings_raise_binding_error():
