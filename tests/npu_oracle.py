@@ -2,7 +2,9 @@
 
 `one_node_onnx` builds a one-node ONNX model, `lite_graph` the equivalent hand-written Lite
 model; `run_ort` and `run_npu` run them on the same seeded inputs and `assert_matches`
-compares shape, then dtype, then values.
+compares shape, then dtype, then values. `randomized` swaps the light models'
+ConstantOfShape weights for seeded random ones; `supported_components` / `subgraph` cut a
+model down to its NPU-supported parts and `ort_values` gets onnxruntime's boundary tensors.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
+from provider.npu import capability
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor
 from provider.npu.memory import DevicePool
@@ -73,7 +76,7 @@ def lite_graph(op: str, attrs: Mapping, inputs: Sequence[tuple[str, np.ndarray, 
         idx.append(m.add_tensor(t))
         if not is_const:
             m.inputs.append(idx[-1])
-    outs = [m.add_tensor(LiteTensor.of(f"y{i}", dt, (-1,))) for i, dt in enumerate(out_dtypes)]
+    outs = [m.add_tensor(LiteTensor.of(f"y{i}", dt, ())) for i, dt in enumerate(out_dtypes)]
     m.add_node(LiteNode("n0", op, dict(attrs), idx, outs))
     m.outputs = outs
     return m
@@ -119,3 +122,49 @@ def randomized(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
     del out.graph.node[:]
     out.graph.node.extend(keep)
     return out
+
+
+def supported_components(lite: LiteModel) -> list[list[int]]:
+    """Connected groups of NPU-supported nodes (through non-constant tensors), largest first."""
+    ok = [i for i, why in capability.supported_nodes(lite).items() if why is None]
+    producer = {t: i for i in ok for t in lite.nodes[i].outputs}
+    parent = {i: i for i in ok}
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    for i in ok:
+        for t in lite.nodes[i].inputs:
+            if t in producer:
+                parent[find(i)] = find(producer[t])
+    groups: dict[int, list[int]] = {}
+    for i in ok:
+        groups.setdefault(find(i), []).append(i)
+    return sorted(groups.values(), key=len, reverse=True)
+
+
+def subgraph(lite: LiteModel, nodes: list[int]) -> LiteModel:
+    """The Lite model made of `nodes`: inputs = run-time tensors from outside, outputs = what
+    leaves (read by other nodes or a graph output)."""
+    inside = set(nodes)
+    made = {t for i in nodes for t in lite.nodes[i].outputs}
+    read_outside = {t for i, n in enumerate(lite.nodes) if i not in inside for t in n.inputs}
+    inputs = []
+    for i in nodes:
+        for t in lite.nodes[i].inputs:
+            if t not in made and lite.tensors[t].data is None and t not in inputs:
+                inputs.append(t)
+    outputs = [t for t in sorted(made) if t in read_outside or t in lite.outputs]
+    return LiteModel(name=f"{lite.name}/sub", tensors=lite.tensors,
+                     nodes=[lite.nodes[i] for i in sorted(nodes)], inputs=inputs, outputs=outputs)
+
+
+def ort_values(model: onnx.ModelProto, feeds: dict, names: list[str]) -> dict[str, np.ndarray]:
+    """onnxruntime's values of any tensors of `model` (added as extra graph outputs)."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    known = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in dict.fromkeys(names) if n not in known)
+    return dict(zip(names, run_ort(probe, feeds, names), strict=True))

@@ -41,7 +41,7 @@ class Graph:
     def node(self, op: str, inputs, attrs=None, outputs=1, dtype=F32) -> str | list[str]:
         names = [f"{op}{len(self.m.nodes)}_{i}" for i in range(outputs)]
         for n in names:
-            self.ids[n] = self.m.add_tensor(LiteTensor.of(n, dtype, (-1,)))
+            self.ids[n] = self.m.add_tensor(LiteTensor.of(n, dtype, ()))  # shape unknown
         self.m.add_node(LiteNode(f"{op}{len(self.m.nodes)}", op, dict(attrs or {}),
                                  [self.ids[i] for i in inputs], [self.ids[n] for n in names]))
         return names[0] if outputs == 1 else names
@@ -292,6 +292,7 @@ def test_capability_gives_reasons():
     g.node("Activation", [x], {"activation_type": "SELU"})
     g.node("Conv2DFusion", [i, g.const("w", np.zeros((2, 3, 3, 3), np.int64))], CONV, dtype=np.int64)
     g.node("Activation", [x], {"activation_type": "GELU"})
+    g.node("MatMulFusion", [g.input("v", (3,)), g.const("m", np.zeros((3, 2), F32))])
     model = g.outputs(x)
     reasons = capability.supported_nodes(model)
     assert "LRN is not in the NPU's set" in reasons[0]
@@ -300,6 +301,7 @@ def test_capability_gives_reasons():
     assert "SELU" in reasons[3]
     assert "int64" in reasons[4]
     assert reasons[5] is None and capability.check(model, 5) is None
+    assert "rank 1" in reasons[6]
     with pytest.raises(UnsupportedError, match="LRN0"):
         compile_model(model)
 

@@ -16,7 +16,15 @@ import os
 import numpy as np
 import onnx
 import pytest
-from npu_oracle import assert_matches, randomized, rng, run_npu, run_ort
+from npu_oracle import (
+    assert_matches,
+    ort_values,
+    randomized,
+    rng,
+    run_npu,
+    subgraph,
+    supported_components,
+)
 
 from converters.lite.ir import LiteModel
 from converters.onnx_import import import_onnx
@@ -33,52 +41,6 @@ def graph_input(model: onnx.ModelProto) -> tuple[str, list[int]]:
     inits = {i.name for i in model.graph.initializer}
     vi = next(i for i in model.graph.input if i.name not in inits)
     return vi.name, [d.dim_value for d in vi.type.tensor_type.shape.dim]
-
-
-def supported_components(lite: LiteModel) -> list[list[int]]:
-    """Connected groups of NPU-supported nodes (through non-constant tensors), largest first."""
-    ok = [i for i, why in capability.supported_nodes(lite).items() if why is None]
-    producer = {t: i for i in ok for t in lite.nodes[i].outputs}
-    parent = {i: i for i in ok}
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            i = parent[i]
-        return i
-
-    for i in ok:
-        for t in lite.nodes[i].inputs:
-            if t in producer:
-                parent[find(i)] = find(producer[t])
-    groups: dict[int, list[int]] = {}
-    for i in ok:
-        groups.setdefault(find(i), []).append(i)
-    return sorted(groups.values(), key=len, reverse=True)
-
-
-def subgraph(lite: LiteModel, nodes: list[int]) -> LiteModel:
-    """The Lite model made of `nodes`: inputs = run-time tensors from outside, outputs = what
-    leaves (read by other nodes or a graph output)."""
-    inside = set(nodes)
-    made = {t for i in nodes for t in lite.nodes[i].outputs}
-    read_outside = {t for i, n in enumerate(lite.nodes) if i not in inside for t in n.inputs}
-    inputs = []
-    for i in nodes:
-        for t in lite.nodes[i].inputs:
-            if t not in made and lite.tensors[t].data is None and t not in inputs:
-                inputs.append(t)
-    outputs = [t for t in sorted(made) if t in read_outside or t in lite.outputs]
-    return LiteModel(name=f"{lite.name}/sub", tensors=lite.tensors,
-                     nodes=[lite.nodes[i] for i in sorted(nodes)], inputs=inputs, outputs=outputs)
-
-
-def ort_values(model: onnx.ModelProto, feeds: dict, names: list[str]) -> dict[str, np.ndarray]:
-    """onnxruntime's values of any tensors of `model` (added as extra graph outputs)."""
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    known = {o.name for o in probe.graph.output}
-    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in dict.fromkeys(names) if n not in known)
-    return dict(zip(names, run_ort(probe, feeds, names), strict=True))
 
 
 def compare(lite: LiteModel, sub: LiteModel, model: onnx.ModelProto, feeds_from: dict) -> None:

@@ -249,6 +249,29 @@ def test_compare(op, lite):
     check(op, {}, lite, {}, {"a": a, "b": b}, out_dtypes=(np.bool_,))
 
 
+@pytest.mark.parametrize("op", ["And", "Or"])
+def test_logical(op):
+    r = rng(34)
+    check(op, {}, "Logical" + op, {}, {"a": randn(r, 3, 4) > 0, "b": randn(r, 4) > 0}, out_dtypes=(np.bool_,))
+
+
+def test_logical_not():
+    check("Not", {}, "LogicalNot", {}, {"a": randn(rng(35), 3, 4) > 0}, out_dtypes=(np.bool_,))
+
+
+@pytest.mark.parametrize("slope_shape", [(1,), (3, 1, 1)])
+def test_prelu(slope_shape):
+    r = rng(36)
+    check("PRelu", {}, "PReLUFusion", {"channel_shared": slope_shape == (1,)},
+          {"x": randn(r, 2, 3, 4, 5)}, {"s": randn(r, *slope_shape)})
+
+
+def test_expand_and_tile():
+    r = rng(37)
+    check("Expand", {}, "BroadcastTo", {}, {"x": randn(r, 3, 1)}, {"s": np.array([2, 1, 4], np.int64)})
+    check("Tile", {}, "TileFusion", {"dims": []}, {"x": randn(r, 2, 3)}, {"m": np.array([3, 2], np.int64)})
+
+
 def test_where():
     r = rng(14)
     feeds = {"c": randn(r, 3, 1) > 0, "a": randn(r, 3, 4), "b": randn(r, 4)}

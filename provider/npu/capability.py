@@ -15,6 +15,9 @@ unsupported node. The table, one row per primitive:
 | Sqrt, ExpFusion, Erf, Neg, Abs, Log, Reciprocal, Floor, Ceil, Square, Sin, Cos | float32, float16 (Neg, Abs: + int32) | |
 | Equal, Less, Greater, LessEqual, GreaterEqual, NotEqual | float32, float16, int32 -> bool | |
 | Where | bool condition; float32, float16, int32 values | 3 inputs |
+| LogicalNot, LogicalAnd, LogicalOr | bool | |
+| PReLUFusion | float32, float16 | slope compile-time constant, shared or per channel |
+| BroadcastTo, TileFusion | float32, float16, int32, int64, bool | shape / multiples compile-time constant |
 | Activation, LeakyRelu, Elu | float32, float16 | activation_type in kernels.activation.ACTIVATIONS |
 | Softmax, LogSoftmax | float32, float16 | one axis |
 | MaxPoolFusion, AvgPoolFusion | float32, float16 | NCHW, 2-D windows, pad_mode PAD/SAME/VALID, round_mode FLOOR/CEIL, global; AvgPool count_include_pad (extra attr) honoured |
@@ -26,6 +29,8 @@ unsupported node. The table, one row per primitive:
 | Reshape, Flatten, Squeeze, Unsqueeze, ExpandDims, Dropout | any of the above | aliases: no kernel, the buffer is shared |
 | Shape, ConstantOfShape | any | evaluated at compile time |
 
+Conv, transposed conv, pooling and Resize take rank-4 (NCHW) data; MatMulFusion rank >= 2
+(a rank known from the tensor's declared shape; an empty shape counts as unknown).
 Every activation_type attribute (fused into Conv/MatMul/Add/...) must be in ACTIVATIONS.
 "Compile-time constant" means a constant tensor or the output of a chain of supported nodes
 fed only by constants and Shape (the compiler folds such chains), so weights made by
@@ -61,6 +66,7 @@ class Row:
     dtypes: frozenset[str]
     check: Check | None = None
     const_inputs: tuple[int, ...] = ()
+    rank: tuple[int, int] = (0, 99)  # allowed rank of the run-time data input 0
 
 
 def _enum(field: str, allowed: tuple[str, ...], default: str) -> Check:
@@ -124,10 +130,10 @@ _resize = _all(_nchw, _enum("method", ("LINEAR", "NEAREST"), "LINEAR"),
                _enum("nearest_mode", ("NORMAL", "ROUND_HALF_DOWN", "ROUND_HALF_UP", "FLOOR", "CEIL"), "NORMAL"))
 
 TABLE: dict[str, Row] = {
-    "Conv2DFusion": Row(FLOAT, _conv, (1, 2)),
-    "Conv2dTransposeFusion": Row(FLOAT, _all(_conv, _enum("pad_mode", ("PAD", "VALID"), "PAD")), (1, 2)),
+    "Conv2DFusion": Row(FLOAT, _conv, (1, 2), (4, 4)),
+    "Conv2dTransposeFusion": Row(FLOAT, _all(_conv, _enum("pad_mode", ("PAD", "VALID"), "PAD")), (1, 2), (4, 4)),
     "FullConnection": Row(FLOAT, _fused, (1, 2)),
-    "MatMulFusion": Row(FLOAT, _fused),
+    "MatMulFusion": Row(FLOAT, _fused, (), (2, 99)),
     **{op: Row(NUMERIC, _fused) for op in ("AddFusion", "SubFusion", "MulFusion", "DivFusion")},
     **{op: Row(NUMERIC) for op in ("RealDiv", "Maximum", "Minimum", "AddN")},
     "PowFusion": Row(FLOAT, _pow),
@@ -138,13 +144,17 @@ TABLE: dict[str, Row] = {
     **{op: Row(NUMERIC | {"bool"}) for op in ("Equal", "Less", "Greater", "LessEqual",
                                               "GreaterEqual", "NotEqual")},
     "Where": Row(NUMERIC | {"bool"}),
+    **{op: Row(frozenset({"bool"})) for op in ("LogicalNot", "LogicalAnd", "LogicalOr")},
+    "PReLUFusion": Row(FLOAT, None, (1,)),
+    "BroadcastTo": Row(DATA, None, (1,)),
+    "TileFusion": Row(DATA, None, (1,)),
     "Activation": Row(FLOAT, _enum("activation_type", ACTIVATIONS, "NO_ACTIVATION")),
     "LeakyRelu": Row(FLOAT),
     "Elu": Row(FLOAT),
     "Softmax": Row(FLOAT, _softmax),
     "LogSoftmax": Row(FLOAT),
-    "MaxPoolFusion": Row(FLOAT, _pool),
-    "AvgPoolFusion": Row(FLOAT, _pool),
+    "MaxPoolFusion": Row(FLOAT, _pool, (), (4, 4)),
+    "AvgPoolFusion": Row(FLOAT, _pool, (), (4, 4)),
     "LayerNormFusion": Row(FLOAT),
     "InstanceNorm": Row(FLOAT, None, (1, 2)),
     "FusedBatchNorm": Row(FLOAT, None, (1, 2, 3, 4)),
@@ -156,7 +166,7 @@ TABLE: dict[str, Row] = {
     "Transpose": Row(DATA, None, (1,)),
     "PadFusion": Row(DATA, _enum("padding_mode", ("CONSTANT", "REFLECT", "SYMMETRIC", "EDGE"), "CONSTANT"), (1,)),
     "Gather": Row(DATA, None, (1, 2)),
-    "Resize": Row(FLOAT, _resize, (1, 2, 3)),
+    "Resize": Row(FLOAT, _resize, (1, 2, 3), (4, 4)),
     "ReduceFusion": Row(FLOAT, _reduce, (1,)),
     "Clip": Row(FLOAT, None, (1, 2)),
     "Cast": Row(DATA, None, (1,)),
@@ -203,6 +213,11 @@ def _check(model: LiteModel, node: LiteNode, consts: set[int]) -> str | None:
             name = _dtype_name(model, t)
             if name is not None and name not in row.dtypes:
                 return f"dtype {name} of {model.tensors[t].name!r} (NPU takes {', '.join(sorted(row.dtypes))})"
+    lo, hi = row.rank
+    if node.inputs and node.inputs[0] not in consts and model.tensors[node.inputs[0]].shape:
+        rank = len(model.tensors[node.inputs[0]].shape)
+        if not lo <= rank <= hi:
+            return f"input rank {rank} (NPU takes {lo}..{hi})"
     for i in row.const_inputs:
         if i < len(node.inputs) and node.inputs[i] not in consts:
             return f"input {i} ({model.tensors[node.inputs[i]].name!r}) is computed at run time"

@@ -275,9 +275,10 @@ _BINARY = {"AddFusion": "add", "SubFusion": "sub", "MulFusion": "mul", "DivFusio
            "RealDiv": "div", "Maximum": "maximum", "Minimum": "minimum", "PowFusion": "pow"}
 _UNARY = {"Sqrt": "sqrt", "Erf": "erf", "Neg": "neg", "Abs": "abs", "Log": "log",
           "Reciprocal": "reciprocal", "Floor": "floor", "Ceil": "ceil", "Square": "square",
-          "Sin": "sin", "Cos": "cos"}
+          "Sin": "sin", "Cos": "cos", "LogicalNot": "logical_not"}
 _COMPARE = {"Equal": "equal", "Less": "less", "Greater": "greater", "LessEqual": "less_equal",
-            "GreaterEqual": "greater_equal", "NotEqual": "not_equal"}
+            "GreaterEqual": "greater_equal", "NotEqual": "not_equal",
+            "LogicalAnd": "logical_and", "LogicalOr": "logical_or"}
 
 
 def _data_dtype(ins: Sequence[TensorInfo]) -> np.dtype:
@@ -348,6 +349,39 @@ def activation(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
                  "min_val": float(a.get("min_val", 0.0)), "max_val": float(a.get("max_val", 0.0)),
                  "approximate": bool(a.get("approximate", False))}
     return Lowered("activation", attrs, [0], [(ins[0].shape, ins[0].dtype)])
+
+
+@rule("PReLUFusion")
+def prelu(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    """Slope shared (one value) or per channel (axis 1, broadcast over the rest)."""
+    x = ins[0]
+    slope = const(node, ins, 1, "slope")
+    if slope.size == 1:
+        slope = slope.reshape(())
+    elif len(x.shape) >= 2 and slope.size == x.shape[1]:
+        slope = _per_channel(slope, len(x.shape))
+    else:
+        broadcast(node, x.shape, slope.shape)
+    return Lowered("prelu", {}, [0, slope.astype(x.dtype)], [(x.shape, x.dtype)])
+
+
+@rule("BroadcastTo")
+def broadcast_to(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    """Target shape from input 1 (ONNX Expand: bidirectional) or the `shape` attr."""
+    x = ins[0]
+    target = ints(const(node, ins, 1, "shape")) if len(ins) > 1 else ints(node.attrs.get("shape", []))
+    out = broadcast(node, x.shape, tuple(target))
+    return Lowered("broadcast", {}, [0], [(out, x.dtype)])
+
+
+@rule("TileFusion")
+def tile(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    x = ins[0]
+    reps = ints(const(node, ins, 1, "multiples")) if len(ins) > 1 else ints(node.attrs.get("dims", []))
+    if len(reps) != len(x.shape) or min(reps, default=1) < 0:
+        raise InvalidModelError(f"{_where(node)}: multiples {reps} for shape {x.shape}")
+    out = tuple(m * d for m, d in zip(reps, x.shape, strict=True))
+    return Lowered("tile", {"multiples": reps}, [0], [(out, x.dtype)])
 
 
 def _optional_bound(node: LiteNode, ins: Sequence[TensorInfo], i: int, name: str) -> float | None:

@@ -32,6 +32,7 @@ UNARY = {
     "sin": np.sin,
     "cos": np.cos,
     "erf": activation.erf,
+    "logical_not": np.logical_not,
 }
 COMPARE = {
     "equal": np.equal,
@@ -40,6 +41,8 @@ COMPARE = {
     "less_equal": np.less_equal,
     "greater_equal": np.greater_equal,
     "not_equal": np.not_equal,
+    "logical_and": np.logical_and,
+    "logical_or": np.logical_or,
 }
 
 
@@ -115,6 +118,31 @@ def add_n(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: di
     np.add(inputs[0], inputs[1], out=y)
     for x in inputs[2:]:
         y += x
+
+
+@register("prelu", inplace=True)
+def prelu(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = x where x > 0, else slope * x (slope broadcast, e.g. (C, 1, 1))."""
+    x, y = inputs[0], outputs[0]
+    positive = x > 0
+    np.multiply(x, inputs[1], out=y)
+    np.copyto(y, x, where=positive)
+
+
+@register("broadcast")
+def broadcast(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = x broadcast to the output's shape (BroadcastTo, ONNX Expand)."""
+    np.copyto(outputs[0], inputs[0])
+
+
+@register("tile")
+def tile(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = x repeated attrs["multiples"] times per axis, without temporaries: the
+    output is viewed as (m0, d0, m1, d1, ...) and x broadcast into it as (1, d0, 1, d1, ...)."""
+    x, y = inputs[0], outputs[0]
+    reps = attrs["multiples"]
+    inter = [v for m, d in zip(reps, x.shape, strict=True) for v in (m, d)]
+    np.copyto(y.reshape(inter), x.reshape([v for d in x.shape for v in (1, d)]))
 
 
 @register("scale_shift", inplace=True)
