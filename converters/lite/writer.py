@@ -87,6 +87,7 @@ def save(model: LiteModel, path: str | os.PathLike, external_threshold: int | No
         tmp_paths.append(tmp_model)
         with open(tmp_model, "wb") as f:
             f.write(image)
+            os.fsync(f.fileno())  # the rename must not outlive the bytes in a crash
         if external:
             os.replace(tmp_paths[0], side)
         os.replace(tmp_model, path)
@@ -121,6 +122,7 @@ def _write_side_file(model: LiteModel, indices: list[int], tmp: Path, location: 
             digest = CHECKSUM_PREFIX + hashlib.sha256(raw).hexdigest()
             out[i] = ExternalData(location=location, offset=offset, length=raw.nbytes, checksum=digest)
             offset += raw.nbytes
+        os.fsync(f.fileno())
     return out
 
 
