@@ -11,6 +11,8 @@ producer, metadata, graph inputs/outputs and initializers MindSpore cannot type.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import onnx
 from onnx import helper
@@ -18,7 +20,7 @@ from onnx import helper
 from converters.errors import InvalidModelError, UnsupportedError
 from converters.lite import dtypes
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
-from converters.onnx_import import HEADER_TENSOR
+from converters.onnx_import import HEADER_TENSOR, PROGRESS_EVERY
 from converters.onnx_ops.export_base import LAYOUT_OPS, TO_NCHW, TO_NHWC, ExportContext
 from converters.onnx_ops.export_math import activation
 from converters.onnx_ops.exporters import EXPORTERS
@@ -28,13 +30,20 @@ DEFAULT_IR_VERSION = 8  # what opset 17 needs; loadable by every onnxruntime we 
 NO_ACT = "NO_ACTIVATION"
 
 
-def export_onnx(model: LiteModel) -> onnx.ModelProto:
-    """The ONNX model computing what `model` computes (passes onnx.checker)."""
+def export_onnx(model: LiteModel, *,
+                progress: Callable[[int, int], None] | None = None) -> onnx.ModelProto:
+    """The ONNX model computing what `model` computes (passes onnx.checker).
+
+    `progress(done, total)` is called every few nodes (for long exports).
+    """
     header, header_index = _header(model)
     opset = _default_opset(header)
     ctx = ExportContext(model, opset, skip={header_index} if header_index is not None else set())
-    for node in model.nodes:
+    total = len(model.nodes)
+    for done, node in enumerate(model.nodes, 1):
         _export_node(ctx, node)
+        if progress is not None and (done % PROGRESS_EVERY == 0 or done == total):
+            progress(done, total)
     graph = _graph(ctx, model, header)
     out = helper.make_model(graph, opset_imports=_opsets(header, opset))
     if header is not None:

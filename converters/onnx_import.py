@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -35,6 +36,7 @@ log = logging.getLogger("litenpu.converters")
 HEADER_TENSOR = "litenpu.onnx_header"
 FMK_ONNX = 2  # MindSpore's converter::FmkType::kFmkTypeOnnx
 DEFAULT_DOMAIN = "ai.onnx"
+PROGRESS_EVERY = 64
 
 
 def custom_type(domain: str, op_type: str) -> str:
@@ -153,9 +155,13 @@ def _type_id(dtype: np.dtype | None) -> int:
         return dtypes.UNKNOWN
 
 
-def import_onnx(model: onnx.ModelProto | GraphView | str | os.PathLike
+def import_onnx(model: onnx.ModelProto | GraphView | str | os.PathLike, *,
+                progress: Callable[[int, int], None] | None = None
                 ) -> tuple[LiteModel, ConversionReport]:
-    """Convert an ONNX model (proto, path or GraphView) to Lite IR and say what was carried."""
+    """Convert an ONNX model (proto, path or GraphView) to Lite IR and say what was carried.
+
+    `progress(done, total)` is called every few nodes (for long imports).
+    """
     source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else "<model>"
     view = model if isinstance(model, GraphView) else from_onnx(model)
     _check_element_types(view, source)
@@ -167,8 +173,11 @@ def import_onnx(model: onnx.ModelProto | GraphView | str | os.PathLike
         header.CopyFrom(view.header)
     _add_initializers(ctx, view, header)
     lite.inputs = [ctx.tensor(vi.name) for vi in view.inputs if vi.name not in view.initializers]
-    for node in view.nodes:
+    total = len(view.nodes)
+    for done, node in enumerate(view.nodes, 1):
         _import_node(ctx, node, report)
+        if progress is not None and (done % PROGRESS_EVERY == 0 or done == total):
+            progress(done, total)
     for vi in view.outputs:
         if not ctx.is_known(vi.name):
             raise InvalidModelError(f"{source}: graph output {vi.name!r} is produced by no node")

@@ -1,0 +1,137 @@
+"""File-to-file conversion between model formats, by extension, with atomic writes.
+
+Every source format reads into Lite IR and every destination format writes from it:
+`READERS[ext](path, progress) -> (LiteModel, ConversionReport)` and
+`WRITERS[ext](model, path, progress)`. Adding a format (e.g. `.mindir` as a source) is one
+function registered with `register_reader` / `register_writer`; `convert` needs no change.
+Writers never leave a half-written destination: they write to a temporary file in the
+destination's folder and rename it into place.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import onnx
+
+from converters.errors import UnsupportedError
+from converters.lite.ir import LiteModel
+from converters.report import ConversionReport, CustomNode
+
+Progress = Callable[[int, int], None] | None
+Reader = Callable[[Path, Progress], tuple[LiteModel, ConversionReport]]
+Writer = Callable[[LiteModel, Path, Progress], None]
+
+READERS: dict[str, Reader] = {}
+WRITERS: dict[str, Writer] = {}
+
+# Above this many weight bytes, weights leave the main file (protobuf / flatbuffers cap 2 GiB).
+EXTERNAL_WEIGHTS_ABOVE = 1 << 30
+EXTERNAL_TENSOR_MIN = 1 << 10
+
+
+def register_reader(ext: str, fn: Reader) -> Reader:
+    """Make `convert` read files ending in `ext` (".mindir", ...) with `fn`."""
+    if ext in READERS:
+        raise ValueError(f"a reader for {ext} is already registered")
+    READERS[ext] = fn
+    return fn
+
+
+def register_writer(ext: str, fn: Writer) -> Writer:
+    """Make `convert` write files ending in `ext` with `fn` (which must write atomically)."""
+    if ext in WRITERS:
+        raise ValueError(f"a writer for {ext} is already registered")
+    WRITERS[ext] = fn
+    return fn
+
+
+def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
+            progress: Progress = None) -> ConversionReport:
+    """Convert model file `src` to `dst`, formats chosen by extension; what was done.
+
+    `progress(done, total)` is called as nodes are converted (for long conversions).
+    """
+    src, dst = Path(src), Path(dst)
+    read = _lookup(READERS, src, "read")
+    write = _lookup(WRITERS, dst, "write")
+    if not src.is_file():
+        raise FileNotFoundError(f"{src}: no such model file")
+    if src.resolve() == dst.resolve():
+        raise UnsupportedError(f"{src}: source and destination are the same file")
+    model, report = read(src, progress)
+    write(model, dst, progress)
+    report.source, report.destination = str(src), str(dst)
+    return report
+
+
+def _lookup(table: dict, path: Path, verb: str):
+    ext = path.suffix.lower()
+    if ext not in table:
+        known = ", ".join(sorted(table))
+        raise UnsupportedError(f"{path}: cannot {verb} {ext or 'extensionless'} files "
+                               f"(known: {known})")
+    return table[ext]
+
+
+# ---- formats -----------------------------------------------------------------------------
+
+def _read_onnx(path: Path, progress: Progress) -> tuple[LiteModel, ConversionReport]:
+    from converters.onnx_import import import_onnx
+
+    return import_onnx(path, progress=progress)
+
+
+def _read_ms(path: Path, progress: Progress) -> tuple[LiteModel, ConversionReport]:
+    from converters.lite import reader
+    from converters.onnx_import import HEADER_TENSOR
+
+    model = reader.load(path)
+    report = ConversionReport(source=str(path))
+    report.mapped = Counter(n.op for n in model.nodes if n.op != "Custom")
+    report.custom = [CustomNode(n.name, n.attrs.get("type", "?"), "carried as Custom")
+                     for n in model.nodes if n.op == "Custom"]
+    report.weight_bytes = sum(t.data.nbytes for t in model.tensors
+                              if t.data is not None and t.name != HEADER_TENSOR)
+    return model, report
+
+
+def _write_ms(model: LiteModel, path: Path, progress: Progress) -> None:
+    from converters.lite import writer
+
+    weights = sum(t.data.nbytes for t in model.tensors if t.data is not None)
+    threshold = EXTERNAL_TENSOR_MIN if weights > EXTERNAL_WEIGHTS_ABOVE else None
+    writer.save(model, path, external_threshold=threshold)
+
+
+def _write_onnx(model: LiteModel, path: Path, progress: Progress) -> None:
+    from converters.onnx_export import export_onnx
+
+    save_onnx_atomic(export_onnx(model, progress=progress), path)
+
+
+def save_onnx_atomic(model: onnx.ModelProto, path: Path) -> None:
+    """Save `model` at `path` (weights in `<name>.data` when over 2 GiB), all or nothing."""
+    path = Path(path)
+    big = model.ByteSize() > EXTERNAL_WEIGHTS_ABOVE
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent or "."))
+    try:
+        location = path.name + ".data"
+        onnx.save(model, tmp_dir / path.name, save_as_external_data=big,
+                  all_tensors_to_one_file=True, location=location)
+        if big:
+            os.replace(tmp_dir / location, path.parent / location)
+        os.replace(tmp_dir / path.name, path)
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+register_reader(".onnx", _read_onnx)
+register_reader(".ms", _read_ms)
+register_writer(".ms", _write_ms)
+register_writer(".onnx", _write_onnx)

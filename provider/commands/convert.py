@@ -1,0 +1,54 @@
+"""`litenpu convert IN -o OUT`: convert between ONNX and MindSpore Lite (.ms) by extension."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from converters.convert import READERS, WRITERS, convert
+from provider.cli import command
+
+# Below this many nodes a conversion is quick enough that a progress line is only noise.
+PROGRESS_MIN_NODES = 500
+
+
+def _add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", type=Path,
+                   help=f"source model ({', '.join(sorted(READERS))})")
+    p.add_argument("-o", "--output", type=Path, required=True,
+                   help=f"destination ({', '.join(sorted(WRITERS))}); written atomically")
+    p.add_argument("-q", "--quiet", action="store_true", help="print no summary")
+
+
+class _ProgressLine:
+    """A one-line `converting: done/total nodes` display on a terminal's stderr."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.shown = False
+
+    def __call__(self, done: int, total: int) -> None:
+        if total < PROGRESS_MIN_NODES:
+            return
+        self.stream.write(f"\rconverting: {done}/{total} nodes")
+        self.stream.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+@command("convert", "convert a model between ONNX (.onnx) and MindSpore Lite (.ms)", _add_args)
+def run(args: argparse.Namespace) -> int:
+    progress = _ProgressLine(sys.stderr) if sys.stderr.isatty() else None
+    try:
+        report = convert(args.model, args.output, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
+    if not args.quiet:
+        print(report.summary())
+    return 0
