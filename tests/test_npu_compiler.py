@@ -316,6 +316,9 @@ def test_shape_errors_name_the_input():
     with pytest.raises(InvalidModelError, match="'x'.*does not fit"):
         compile_model(model, {"x": (2, 4)})
     assert compile_model(model, {"x": (5, 3)}).slots[0].shape == (5, 3)
+    model.nodes[0].inputs = [7]
+    with pytest.raises(InvalidModelError, match="Activation0.*outside"):
+        compile_model(model)
     g2 = Graph("bad")
     a = g2.input("a", (2, 3))
     b = g2.input("b", (4, 3))

@@ -388,6 +388,21 @@ def test_avg_pool_count_include_pad(case):
           {"x": randn(rng(23), 1, 2, 7, 9)})
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(op=st.sampled_from(["MaxPool", "AveragePool"]), k=st.integers(1, 4), s=st.integers(1, 3),
+       pads=st.lists(st.integers(0, 3), min_size=4, max_size=4), ceil=st.booleans(),
+       include=st.booleans(), h=st.integers(4, 9), w=st.integers(4, 9))
+def test_pool_random_geometry(op, k, s, pads, ceil, include, h, w):
+    pads = [min(p, k - 1) for p in pads]  # onnxruntime requires pads < kernel
+    a = {"kernel_shape": [k, k], "strides": [s, s], "pads": pads, "ceil_mode": int(ceil)}
+    lite_attrs = pool_lite_attrs(a)
+    if op == "AveragePool":
+        a["count_include_pad"] = int(include)
+        lite_attrs["count_include_pad"] = include
+    lite = "MaxPoolFusion" if op == "MaxPool" else "AvgPoolFusion"
+    check(op, a, lite, lite_attrs, {"x": randn(rng(38), 1, 2, h, w)})
+
+
 @pytest.mark.parametrize("op,lite", [("GlobalAveragePool", "AvgPoolFusion"), ("GlobalMaxPool", "MaxPoolFusion")])
 def test_global_pool(op, lite):
     check(op, {}, lite, {"global": True, "format": "NCHW"}, {"x": randn(rng(24), 2, 3, 5, 6)})

@@ -257,6 +257,18 @@ def _topological(model: LiteModel) -> list[LiteNode]:
     return order
 
 
+def _check_indices(model: LiteModel) -> None:
+    """Every tensor index the graph uses exists (InvalidModelError naming the user otherwise)."""
+    n = len(model.tensors)
+    for what, indices in (("graph inputs", model.inputs), ("graph outputs", model.outputs)):
+        if any(not 0 <= t < n for t in indices):
+            raise InvalidModelError(f"model {model.name!r}: {what} {list(indices)} outside [0, {n})")
+    for node in model.nodes:
+        if any(not 0 <= t < n for t in (*node.inputs, *node.outputs)):
+            raise InvalidModelError(f"node {node.name!r}: tensor indices {node.inputs} -> "
+                                    f"{node.outputs} outside [0, {n})")
+
+
 def _input_shape(t: LiteTensor, given: Mapping[str, Sequence[int]] | None) -> tuple[int, ...]:
     """The concrete shape of graph input t: from `given`, else its own static shape."""
     if given is not None and t.name in given:
@@ -423,6 +435,7 @@ def compile_model(model: LiteModel, input_shapes: Mapping[str, Sequence[int]] | 
     inputs with dynamic dims). Raises UnsupportedError listing the nodes the NPU cannot run
     (see capability.py) and InvalidModelError for malformed graphs or shapes.
     """
+    _check_indices(model)
     rejected = {model.nodes[i].name: why for i, why in capability.supported_nodes(model).items() if why}
     if rejected:
         detail = "; ".join(f"{n}: {why}" for n, why in rejected.items())
