@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +28,7 @@ from converters.mindir.importer import import_mindir
 from converters.onnx_export import export_onnx
 from provider.errors import BindingError, UnsupportedError
 from provider.ort.capability import Placement
-from provider.ort.ep import SESSION_TAG_KEY, eps_for_session, forget_session
+from provider.ort.ep import NpuEp, collecting_eps
 from provider.ort.factory import EP_NAME
 from provider.ort.options import InvalidOptionError, NpuOptions
 from provider.registration import ep_devices, register
@@ -99,32 +98,28 @@ class InferenceSession(ort.InferenceSession):
                  providers: Sequence | None = None, provider_options: Sequence[dict] | None = None,
                  **kwargs: Any):
         npu, others = normalize_providers(providers, provider_options)
-        self._npu_tag = ""
+        self._npu_eps: list[NpuEp] = []
         model = _model_source(path_or_bytes)
         if npu is None:
             super().__init__(model, sess_options, providers, provider_options, **kwargs)
             return
         register()
         options = sess_options if sess_options is not None else ort.SessionOptions()
-        self._npu_tag = uuid.uuid4().hex
-        options.add_session_config_entry(SESSION_TAG_KEY, self._npu_tag)
+        if options.has_providers():
+            raise InvalidOptionError(
+                "these SessionOptions already select execution providers (e.g. they configured "
+                f"another session with {EP_NAME}); pass a fresh onnxruntime.SessionOptions")
         options.add_provider_for_devices(ep_devices(), npu.to_strings())
         # onnxruntime adds its CPU provider itself; naming providers here would drop the NPU.
-        super().__init__(model, options, None, None, **kwargs)
+        with collecting_eps() as self._npu_eps:
+            super().__init__(model, options, None, None, **kwargs)
         self.disable_fallback()
         for line in self.partition_summary().splitlines():
             log.info("%s", line)
 
-    def __del__(self) -> None:
-        if getattr(self, "_npu_tag", ""):
-            forget_session(self._npu_tag)
-
     # ---- placement --------------------------------------------------------------------
     def _placements(self) -> list[Placement]:
-        placements: list[Placement] = []
-        for ep in eps_for_session(self._npu_tag):
-            placements.extend(ep.placements)
-        return placements
+        return [p for ep in self._npu_eps for p in ep.placements]
 
     def partition(self) -> list[NodePlacement]:
         """Every node GetCapability saw: on the NPU (partition index) or on CPU (reason)."""

@@ -245,3 +245,10 @@ def test_unreadable_graph_stays_on_cpu_without_failing(monkeypatch, caplog):
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], np.maximum(x, 0) + 1, rtol=1e-6)
     assert sess.partition() == []
     assert "simulated unreadable graph" in sess.partition_summary()
+
+
+def test_reused_session_options_are_a_clear_error():
+    options = ort.SessionOptions()
+    InferenceSession(STATIC, options, providers=NPU)
+    with pytest.raises(InvalidOptionError, match="fresh onnxruntime.SessionOptions"):
+        InferenceSession(STATIC, options, providers=NPU)

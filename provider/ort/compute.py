@@ -1,9 +1,9 @@
 """OrtNodeComputeInfo: one fused NPU partition, compiled and run on onnxruntime's tensors.
 
 Compile reads the partition's OrtGraph into Lite IR once (weights copied: onnxruntime may drop
-its initializers after fusing). A Program is compiled per concrete input-shape combination
-(on the first run with those shapes when the graph has dynamic dims) and cached in memory with
-its Executor. Compute wraps onnxruntime's input and output tensors as numpy views, without
+its initializers after fusing). With static input shapes the Program is compiled right away and
+the Lite model dropped; with dynamic dims a Program is compiled on the first run with each
+concrete input-shape combination and cached in memory with its Executor. Compute wraps onnxruntime's input and output tensors as numpy views, without
 copying; the Executor uses NPU-resident ones in place and stages (and counts) the rest, e.g.
 inputs that reach the partition over a CPU->NPU edge and arrive in CPU memory.
 """
@@ -19,7 +19,7 @@ import numpy as np
 
 from converters.lite.ir import LiteModel
 from converters.onnx_import import import_onnx
-from provider.errors import UnsupportedError
+from provider.errors import BindingError, UnsupportedError
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor
 from provider.npu.memory import default_pool
@@ -49,8 +49,11 @@ class FusedKernel:
         self._programs: dict[tuple, Executor] = {}
         self._lock = threading.Lock()
         self.calls = 0
-        if all(isinstance(d, int) and d >= 0 for vi in contents.inputs for d in (vi.shape or (-1,))):
+        lite_nodes = len(self.lite.nodes)
+        if self._static(contents.inputs):
+            # One shape only: compile now and drop the Lite model (and its weight copies).
             self.executor({vi.name: tuple(vi.shape) for vi in contents.inputs})
+            self.lite = None
         s = self.struct = abi.OrtNodeComputeInfo()
         s.ort_version_supported = self.ort.api_version
         s.CreateState = address(_create_state)
@@ -58,8 +61,14 @@ class FusedKernel:
         s.ReleaseState = address(_release_state)
         self.address: int = C.addressof(s)
         _KERNELS[self.address] = self
-        log.info("NPU partition %s compiled: %d Lite nodes, inputs %s, outputs %s", self.name,
-                 len(self.lite.nodes), self.input_names, self.output_names)
+        log.info("NPU partition %s: %d Lite nodes, inputs %s, outputs %s", self.name,
+                 lite_nodes, self.input_names, self.output_names)
+
+    def _static(self, inputs) -> bool:
+        """Every input shape fully known (before onnxruntime 1.24 a 0-d shape may mean unknown)."""
+        exact_rank = self.ort.api.available("TensorTypeAndShape_HasShape")
+        return all(vi.shape is not None and (exact_rank or len(vi.shape) > 0)
+                   and all(isinstance(d, int) and d >= 0 for d in vi.shape) for vi in inputs)
 
     def _names(self, node: int, count_fn: str, get_fn: str) -> list[str]:
         return [self.ort.string("GetValueInfoName", v) if v else ""
@@ -71,6 +80,10 @@ class FusedKernel:
         with self._lock:
             executor = self._programs.get(key)
             if executor is None:
+                if self.lite is None:
+                    compiled = [dict(k) for k in self._programs]
+                    raise BindingError(f"partition {self.name} was compiled for input shapes "
+                                       f"{compiled}; got {shapes}")
                 program = compile_model(with_input_shapes(self.lite, shapes), shapes,
                                         enable_fp16=self.enable_fp16)
                 executor = Executor(program, default_pool())

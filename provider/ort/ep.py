@@ -10,6 +10,8 @@ from __future__ import annotations
 import ctypes as C
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from provider.ort import abi
 from provider.ort.callbacks import address, status_callback, value_callback
@@ -19,7 +21,7 @@ from provider.ort.options import NpuOptions
 
 log = logging.getLogger("litenpu.ort")
 
-SESSION_TAG_KEY = "litenpu.session_tag"  # session config entry tying an OrtEp to its session
+_CREATING = threading.local()  # where OrtEps created on this thread are collected
 
 
 class NpuEp:
@@ -29,7 +31,6 @@ class NpuEp:
         self.factory = factory
         self.ort: abi.Ort = factory.ort
         self.options = NpuOptions.parse(options)
-        self.session_tag = config.get(SESSION_TAG_KEY, "")
         self.placements: list[Placement] = []
         self.kernels: dict[int, object] = {}  # OrtNodeComputeInfo address -> FusedKernel
         self._lock = threading.Lock()
@@ -41,7 +42,9 @@ class NpuEp:
         s.ReleaseNodeComputeInfos = address(_release_node_compute_infos)
         self.address: int = C.addressof(s)
         _EPS[self.address] = self
-        _register_tag(self)
+        sink = getattr(_CREATING, "eps", None)
+        if sink is not None:
+            sink.append(self)
 
     def close(self) -> None:
         _EPS.pop(self.address, None)
@@ -77,25 +80,19 @@ class NpuEp:
 
 
 _EPS: dict[int, NpuEp] = {}
-_BY_TAG: dict[str, list] = {}
-_TAG_LOCK = threading.Lock()
+@contextmanager
+def collecting_eps() -> Iterator[list[NpuEp]]:
+    """Collect the OrtEps onnxruntime creates on this thread while the block runs.
 
-
-def _register_tag(ep: NpuEp) -> None:
-    if ep.session_tag:
-        with _TAG_LOCK:
-            _BY_TAG.setdefault(ep.session_tag, []).append(ep)
-
-
-def eps_for_session(tag: str) -> list[NpuEp]:
-    """The OrtEp instances onnxruntime created for the session tagged `tag`."""
-    with _TAG_LOCK:
-        return list(_BY_TAG.get(tag, ()))
-
-
-def forget_session(tag: str) -> None:
-    with _TAG_LOCK:
-        _BY_TAG.pop(tag, None)
+    onnxruntime creates a session's EP (CreateEp, then GetCapability and Compile) on the thread
+    that constructs the session, so this ties a Python session to its EP's placement records.
+    """
+    created: list[NpuEp] = []
+    _CREATING.eps = created
+    try:
+        yield created
+    finally:
+        _CREATING.eps = None
 
 
 def _ep(this: int) -> NpuEp:
