@@ -427,3 +427,36 @@ def test_op_variants_fuse_conv_bias_and_keep_same_padding():
     nearest = sorted((n.attrs["coordinate_transform_mode"], n.attrs["nearest_mode"])
                      for n in model.nodes if n.op == "Resize" and n.attrs["method"] == "NEAREST")
     assert nearest == [("ALIGN_CORNERS", "ROUND_HALF_UP"), ("HALF_PIXEL", "ROUND_HALF_UP")]
+
+
+_SWAP_PRIMS = ["Conv2D", "MatMul", "Split", "Concat", "StridedSlice", "Pad", "Reshape", "TupleGetItem",
+               "MakeTuple", "Load", "ResizeBilinearV2", "BatchNorm", "LayerNorm", "Cast", "Unknown"]
+_ODD_VALUES = [A(type=A.INT64, i=1 << 40), A(type=A.TUPLE, values=[A(type=A.FLOAT, floats=[0.5])]),
+               A(type=A.UMONAD), A(type=A.NONE), A(type=A.STRING, s=b"same"), A(type=A.BOOL, i=1),
+               A(type=A.TUPLE), A(type=A.INT64, i=-7)]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_structural_mutations_raise_only_litenpu_errors(data):
+    """Rewire inputs, swap primitives, replace constants: success or a LitenpuError, nothing else."""
+    model = fixture_model(data.draw(st.sampled_from(["op_zoo", "op_variants", "encoder_layer"])))
+    nodes = model.graph.node
+    names = [n.output[0] for n in nodes] + [p.name for p in model.graph.parameter]
+    for _ in range(data.draw(st.integers(1, 4))):
+        node = nodes[data.draw(st.integers(0, len(nodes) - 1))]
+        kind = data.draw(st.sampled_from(["rewire", "drop_input", "swap_prim", "odd_constant"]))
+        if kind == "rewire" and node.input:
+            node.input[data.draw(st.integers(0, len(node.input) - 1))] = data.draw(st.sampled_from(names))
+        elif kind == "drop_input" and node.input:
+            del node.input[data.draw(st.integers(0, len(node.input) - 1))]
+        elif kind == "swap_prim" and node.op_type.startswith("REF::"):
+            prim = next(p for p in model.primitives if p.name == node.op_type[5:])
+            prim.op_type = data.draw(st.sampled_from(_SWAP_PRIMS))
+        elif kind == "odd_constant" and node.op_type == "Constant":
+            node.attribute[0].CopyFrom(data.draw(st.sampled_from(_ODD_VALUES)))
+            node.attribute[0].name = "value"
+    try:
+        import_mindir(model.SerializeToString())
+    except LitenpuError:
+        pass

@@ -16,6 +16,7 @@ import numpy as np
 from converters.errors import InvalidModelError, UnsupportedError
 from converters.lite import dtypes
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
+from converters.mindir.args import as_array, as_bool, as_float, as_int, as_ints
 from converters.mindir.external import ExternalDataReader
 from converters.mindir.graph import Const, MsGraph, MsNode
 from converters.mindir.values import TensorInfo, from_bytes, inline_tensor, tensor_info
@@ -81,9 +82,16 @@ class Builder:
         self.model.inputs.append(idx)
         return idx
 
+    def operand(self, node: MsNode, pos: int) -> Value:
+        """The value of input `pos`; InvalidModelError if the node has fewer inputs."""
+        if pos >= len(node.inputs):
+            raise InvalidModelError(
+                f"node {node.name!r} ({node.prim}): has {len(node.inputs)} inputs, needs input {pos}")
+        return self.value(node.inputs[pos])
+
     def const(self, node: MsNode, pos: int) -> Any:
         """The compile-time value of input `pos`; UnsupportedError if it is computed at run time."""
-        v = self.value(node.inputs[pos])
+        v = self.operand(node, pos)
         if isinstance(v, Const):
             return _checked(v)
         if isinstance(v, int) and self.model.tensors[v].is_const:
@@ -104,10 +112,7 @@ class Builder:
 
     def input(self, node: MsNode, pos: int, dtype: Any = None) -> int:
         """Input `pos` as a tensor index; constants become weights (of `dtype` when given)."""
-        if pos >= len(node.inputs):
-            raise InvalidModelError(
-                f"node {node.name!r} ({node.prim}): has {len(node.inputs)} inputs, needs input {pos}")
-        v = self.value(node.inputs[pos])
+        v = self.operand(node, pos)
         if isinstance(v, int):
             return v
         if isinstance(v, Const):
@@ -117,19 +122,41 @@ class Builder:
             f"{'a tuple' if isinstance(v, TupleValue) else 'a side-effect token'}, a tensor is expected")
 
     def _const_array(self, node: MsNode, pos: int, value: Any, dtype: Any) -> np.ndarray:
-        if isinstance(value, np.ndarray):
-            return value if dtype is None else value.astype(dtype)
-        if dtype is None:  # a Python scalar/tuple takes the node's element type (Muls(x, 0.1))
-            dtype = node.abstract[0].dtype if node.abstract else np.float32
-        try:
-            return np.asarray(value, dtype=dtype)
-        except (TypeError, ValueError) as e:
-            raise InvalidModelError(
-                f"node {node.name!r} ({node.prim}): constant input {pos} {value!r} is not numeric") from e
+        if dtype is None:  # a tensor keeps its type; a Python scalar takes the node's (Muls(x, 0.1))
+            dtype = value.dtype if isinstance(value, np.ndarray) else (
+                node.abstract[0].dtype if node.abstract else np.float32)
+        return as_array(value, dtype, f"node {node.name!r} ({node.prim}): constant input {pos}")
+
+    # -- typed arguments: `arg`, checked (InvalidModelError naming node and argument) ------------
+    def int_arg(self, node: MsNode, pos: int | None, names: str | tuple[str, ...], default: Any = REQUIRED) -> int:
+        """`arg` as an int."""
+        return as_int(self.arg(node, pos, names, default), _what(node, names))
+
+    def float_arg(self, node: MsNode, pos: int | None, names: str | tuple[str, ...], default: Any = REQUIRED) -> float:
+        """`arg` as a float."""
+        return as_float(self.arg(node, pos, names, default), _what(node, names))
+
+    def bool_arg(self, node: MsNode, pos: int | None, names: str | tuple[str, ...], default: Any = REQUIRED) -> bool:
+        """`arg` as a bool."""
+        return as_bool(self.arg(node, pos, names, default), _what(node, names))
+
+    def ints_arg(self, node: MsNode, pos: int | None, names: str | tuple[str, ...], default: Any = REQUIRED) -> list[int]:
+        """`arg` as a list of ints (an int, a tuple or an integer tensor)."""
+        return as_ints(self.arg(node, pos, names, default), _what(node, names))
+
+    def is_none(self, node: MsNode, pos: int) -> bool:
+        """Whether input `pos` is the constant None (an omitted optional input)."""
+        v = self.operand(node, pos)
+        return isinstance(v, Const) and v.error is None and v.value is None
+
+    def int32_constant(self, node: MsNode, values: Any, what: str) -> int:
+        """Add an int32 weight (shape, perm, axes, ...) named after the node; values must fit."""
+        return self.constant(as_array(values, np.int32, f"node {node.name!r} ({node.prim}): {what}"),
+                             f"{node.name}/{what}")
 
     def tuple_inputs(self, node: MsNode, pos: int) -> list[int]:
         """Input `pos` as a list of tensors (a MakeTuple feeding Concat)."""
-        v = self.value(node.inputs[pos])
+        v = self.operand(node, pos)
         if not isinstance(v, TupleValue):
             return [self.input(node, pos)]
         out = []
@@ -184,6 +211,10 @@ class Builder:
         first = self.model.tensors[inputs[0]] if inputs else None
         type_id = first.type_id if first is not None else dtypes.FLOAT32
         return self.model.add_tensor(LiteTensor(name, type_id, ()))
+
+
+def _what(node: MsNode, names: str | tuple[str, ...]) -> str:
+    return f"node {node.name!r} ({node.prim}): argument {names if isinstance(names, str) else names[0]!r}"
 
 
 def _checked(c: Const) -> Any:
