@@ -40,7 +40,7 @@ SLOW = {"light_resnet50", "light_densenet121", "light_inception_v2", "light_vgg1
 def graph_input(model: onnx.ModelProto) -> tuple[str, list[int]]:
     inits = {i.name for i in model.graph.initializer}
     vi = next(i for i in model.graph.input if i.name not in inits)
-    return vi.name, [d.dim_value for d in vi.type.tensor_type.shape.dim]
+    return vi.name, [d.dim_value or 1 for d in vi.type.tensor_type.shape.dim]  # symbolic: 1
 
 
 def compare(lite: LiteModel, sub: LiteModel, model: onnx.ModelProto, feeds_from: dict) -> None:

@@ -393,20 +393,23 @@ def _plan_arena(b: _Builder, steps: list[_Step], parent: list[int], arena: set[i
 
 def _build_program(b: _Builder, model: LiteModel, steps: list[_Step], inputs: list[int],
                    outputs: list[int], offsets: dict[int, int], arena_bytes: int) -> Program:
+    """Slots in order of first use, and the weight blob (64-byte aligned, filled once)."""
     slot_of: dict[int, int] = {}
     slots: list[Slot] = []
-    blob = bytearray()
+    weights: list[tuple[int, np.ndarray]] = []
+    blob_size = 0
 
     def slot(v: int) -> int:
+        nonlocal blob_size
         if v in slot_of:
             return slot_of[v]
         val = b.vals[v]
         if val.io:
             s = Slot.of(val.name, val.dtype, val.shape, val.io)
         elif val.value is not None:
-            off = planner.align_up(len(blob), ALIGNMENT)
-            blob.extend(bytes(off - len(blob)))
-            blob.extend(val.value.tobytes())
+            off = planner.align_up(blob_size, ALIGNMENT)
+            weights.append((off, val.value))
+            blob_size = off + val.value.nbytes
             s = Slot.of(val.name, val.dtype, val.shape, "weight", off)
         else:
             s = Slot.of(val.name, val.dtype, val.shape, "internal", offsets[v])
@@ -416,12 +419,13 @@ def _build_program(b: _Builder, model: LiteModel, steps: list[_Step], inputs: li
 
     program_inputs = [slot(v) for v in inputs]
     program_outputs = [slot(v) for v in outputs]
-    program_steps = []
-    for s in steps:
-        program_steps.append(Step(s.kernel, dict(s.attrs), [slot(v) for v in s.inputs],
-                                  [slot(v) for v in (*s.outputs, *s.scratch)]))
+    program_steps = [Step(s.kernel, dict(s.attrs), [slot(v) for v in s.inputs],
+                          [slot(v) for v in (*s.outputs, *s.scratch)]) for s in steps]
+    blob = np.zeros(blob_size, np.uint8)
+    for off, value in weights:
+        blob[off:off + value.nbytes] = value.reshape(-1).view(np.uint8)
     program = Program(slots=slots, steps=program_steps, inputs=program_inputs,
-                      outputs=program_outputs, weights=bytes(blob), internal_bytes=arena_bytes,
+                      outputs=program_outputs, weights=blob, internal_bytes=arena_bytes,
                       options={"enable_fp16": b.fp16}, name=model.name)
     program.validate()
     return program

@@ -61,9 +61,9 @@ def conv2d(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: d
         cols = s["cols"]
         win = windows(xp, g, attrs["kernel"], attrs["stride"], attrs["dilation"], (oh, ow))
         np.copyto(cols.reshape(win.shape), win)
-        gemm.matmul(w, cols.reshape(n, g, -1, oh * ow), y3)
+        gemm.matmul(w, cols.reshape(n, g, w.shape[-1], oh * ow), y3)
     else:  # 1x1, stride 1, no padding, fp32: the input already is the GEMM operand
-        gemm.matmul(w, x.reshape(n, g, -1, oh * ow), y3)
+        gemm.matmul(w, x.reshape(n, g, w.shape[-1], oh * ow), y3)
     if len(inputs) > 2:
         y.reshape(n, o, oh * ow)[...] += inputs[2]
     activation.fused(y, attrs)
