@@ -29,7 +29,7 @@ from converters.mindir.ops import OPS
 from converters.mindir.values import MONAD, check_text
 from converters.report import ConversionReport, CustomNode
 
-log = logging.getLogger("litenpu.converters.mindir")
+log = logging.getLogger("litenpu.mindir")
 
 CUSTOM_PREFIX = "mindir:"
 # MindIR's fmk_type in MindSpore Lite's converter (FmkType: TF 0, CAFFE 1, ONNX 2, MS 3, TFLITE 4).
