@@ -168,9 +168,7 @@ def import_onnx(model: onnx.ModelProto | GraphView | str | os.PathLike, *,
     lite = LiteModel(name=view.name, fmk_type=FMK_ONNX)
     report = ConversionReport(source=source)
     ctx = ImportContext(view, lite)
-    header = onnx.ModelProto()
-    if view.header is not None:
-        header.CopyFrom(view.header)
+    header = _header_of(view)
     _add_initializers(ctx, view, header)
     lite.inputs = [ctx.tensor(vi.name) for vi in view.inputs if vi.name not in view.initializers]
     total = len(view.nodes)
@@ -182,13 +180,33 @@ def import_onnx(model: onnx.ModelProto | GraphView | str | os.PathLike, *,
         if not ctx.is_known(vi.name):
             raise InvalidModelError(f"{source}: graph output {vi.name!r} is produced by no node")
     lite.outputs = [ctx.tensor(vi.name) for vi in view.outputs]
-    if view.header is not None or len(header.graph.initializer):
-        data = np.frombuffer(header.SerializeToString(), dtype=np.uint8)
-        lite.add_tensor(LiteTensor.of(HEADER_TENSOR, np.uint8, data.shape, data))
+    data = np.frombuffer(header.SerializeToString(), dtype=np.uint8)
+    lite.add_tensor(LiteTensor.of(HEADER_TENSOR, np.uint8, data.shape, data))
     report.weight_bytes = sum(t.data.nbytes for t in lite.tensors
                               if t.data is not None and t.name != HEADER_TENSOR)
     lite.finalize_subgraph()
     return lite, report
+
+
+def _header_of(view: GraphView) -> onnx.ModelProto:
+    """The view's header, or one rebuilt from its opsets and I/O when the source has none."""
+    header = onnx.ModelProto()
+    if view.header is not None:
+        header.CopyFrom(view.header)
+        return header
+    header.opset_import.extend(onnx.helper.make_opsetid(domain, version)
+                               for domain, version in view.opset.items())
+    header.ir_version = onnx.helper.find_min_ir_version_for(list(header.opset_import), True)
+    header.graph.name = view.name
+    header.graph.input.extend(_value_info_proto(vi) for vi in view.inputs)
+    header.graph.output.extend(_value_info_proto(vi) for vi in view.outputs)
+    return header
+
+
+def _value_info_proto(info: ValueInfo) -> onnx.ValueInfoProto:
+    if info.proto is not None:
+        return info.proto
+    return onnx.helper.make_tensor_value_info(info.name, info.elem_type, info.shape)
 
 
 _KNOWN_ELEM_TYPES = set(onnx.TensorProto.DataType.values())

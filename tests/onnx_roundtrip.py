@@ -24,8 +24,9 @@ def shared_dir() -> Path:
     return Path(os.environ.get("LITENPU_SHARED", default))
 
 
-def roundtrip(model: onnx.ModelProto, via_ms: bool = True):
-    """ONNX -> IR (-> .ms bytes -> IR) -> ONNX; returns (exported model, IR, report)."""
+def roundtrip(model, via_ms: bool = True):
+    """ONNX (ModelProto or GraphView) -> IR (-> .ms bytes -> IR) -> ONNX; returns
+    (exported model, IR, report)."""
     lite, report = import_onnx(model)
     if via_ms and HAS_WRITER:
         from converters.lite import reader, writer

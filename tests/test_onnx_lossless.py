@@ -142,3 +142,22 @@ def test_checker_failure_names_the_node():
     m = _bad([helper.make_node("Relu", ["x", "x"], ["y"], name="two_inputs")])
     with pytest.raises(InvalidModelError, match="two_inputs|Relu"):
         import_onnx(m)
+
+
+def test_view_without_header_keeps_opsets_and_io():
+    from dataclasses import replace
+
+    from converters.graph_view import from_onnx
+
+    m = _model([helper.make_node("Relu", ["x"], ["r"]),
+                helper.make_node("FastGelu", ["r"], ["y"], domain="com.microsoft")],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    view = replace(from_onnx(m), header=None)  # as an adapter with no ModelProto gives it
+    exported, _, _ = roundtrip(view)
+    assert {(o.domain, o.version) for o in exported.opset_import} == {("", 17),
+                                                                       ("com.microsoft", 1)}
+    feeds = random_feeds(m, dim=3)
+    assert_close(run(exported, feeds), run(m, feeds))
+
