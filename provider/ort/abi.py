@@ -101,12 +101,15 @@ ORT_API: dict[str, Entry] = {
     "ReleaseMemoryInfo": _e(94, None, vp),
     "ReleaseValue": _e(96, None, vp),
     "ReleaseTensorTypeAndShapeInfo": _e(99, None, vp),
+    "CreateOpAttr": _e(211, STATUS, C.c_char_p, vp, C.c_int, C.c_int, PVP),
+    "ReleaseOpAttr": _e(212, None, vp),
     "HasSessionConfigEntry": _e(237, STATUS, vp, C.c_char_p, C.POINTER(C.c_int)),
     "GetSessionConfigEntry": _e(238, STATUS, vp, C.c_char_p, C.c_char_p, PSZ),
     "Logger_LogMessage": _e(247, STATUS, vp, C.c_int, C.c_char_p, C.c_char_p, C.c_int, C.c_char_p),
     "ReadOpAttr": _e(272, STATUS, vp, C.c_int, vp, sz, PSZ),
     "GetValueInfoName": _e(289, STATUS, vp, PSTR),
     "GetValueInfoTypeInfo": _e(290, STATUS, vp, PVP),
+    "GetModelEditorApi": _e(291, vp),
     "CreateKeyValuePairs": _e(295, None, PVP),
     "AddKeyValuePair": _e(296, None, vp, C.c_char_p, C.c_char_p),
     "GetKeyValuePairs": _e(298, None, vp, C.POINTER(PSTR), C.POINTER(PSTR), PSZ),
@@ -124,6 +127,7 @@ ORT_API: dict[str, Entry] = {
     "ValueInfo_IsGraphOutput": _e(330, STATUS, vp, C.POINTER(C.c_bool)),
     "ValueInfo_IsConstantInitializer": _e(331, STATUS, vp, C.POINTER(C.c_bool)),
     "Graph_GetName": _e(333, STATUS, vp, PSTR),
+    "Graph_GetModelPath": _e(334, STATUS, vp, PSTR),
     "Graph_GetNumOperatorSets": _e(336, STATUS, vp, PSZ),
     "Graph_GetOperatorSets": _e(337, STATUS, vp, PSTR, C.POINTER(C.c_int64), sz),
     "Graph_GetNumInputs": _e(338, STATUS, vp, PSZ),
@@ -145,6 +149,7 @@ ORT_API: dict[str, Entry] = {
     "Node_GetOutputs": _e(356, STATUS, vp, PVP, sz),
     "Node_GetNumAttributes": _e(359, STATUS, vp, PSZ),
     "Node_GetAttributes": _e(360, STATUS, vp, PVP, sz),
+    "Node_GetAttributeByName": _e(361, STATUS, vp, C.c_char_p, PVP),
     "OpAttr_GetTensorAttributeAsOrtValue": _e(362, STATUS, vp, PVP),
     "OpAttr_GetType": _e(363, STATUS, vp, C.POINTER(C.c_int)),
     "OpAttr_GetName": _e(364, STATUS, vp, PSTR),
@@ -163,6 +168,12 @@ EP_API: dict[str, Entry] = {
     "MemoryDevice_GetMemoryType": _e(10, C.c_int, vp),
     "MemoryDevice_GetVendorId": _e(11, C.c_uint32, vp),
     "MemoryDevice_GetDeviceId": _e(12, C.c_uint32, vp),
+}
+
+
+MODEL_EDITOR_API: dict[str, Entry] = {
+    # CreateNode(op, domain, name, inputs, n_inputs, outputs, n_outputs, attrs, n_attrs, out)
+    "CreateNode": _e(6, STATUS, C.c_char_p, C.c_char_p, C.c_char_p, PSTR, sz, PSTR, sz, PVP, sz, PVP),
 }
 
 
@@ -259,6 +270,15 @@ class Ort:
         self.api_version: int = min(runtime, MAX_API_VERSION)
         self.api = FunctionTable("OrtApi", base.GetApi(self.api_version), ORT_API, self.api_version)
         self.ep = FunctionTable("OrtEpApi", self.api.GetEpApi(), EP_API, self.api_version, self.api)
+        self._editor: FunctionTable | None = None
+
+    @property
+    def editor(self) -> FunctionTable:
+        """The OrtModelEditorApi table (EPContext nodes are built with it)."""
+        if self._editor is None:
+            self._editor = FunctionTable("OrtModelEditorApi", self.api.GetModelEditorApi(),
+                                         MODEL_EDITOR_API, self.api_version, self.api)
+        return self._editor
 
     def status(self, code: int, message: str) -> int:
         """A new OrtStatus* (owned by the caller, i.e. by onnxruntime once returned)."""

@@ -19,7 +19,7 @@ from converters.lite.ir import LiteModel
 from converters.onnx_import import import_onnx
 from provider.npu import capability as npu_capability
 from provider.npu.compiler import compile_model
-from provider.ort import abi
+from provider.ort import abi, epcontext
 from provider.ort.abi import ELEMENT_TO_NUMPY
 from provider.ort.graph import OrtGraphContents, OrtNode, read_graph
 from provider.ort.options import NpuOptions
@@ -46,6 +46,8 @@ class Placement:
 def node_reason(contents: OrtGraphContents, node: OrtNode, options: NpuOptions) -> str | None:
     """Why `node` cannot run on the NPU, or None when it can."""
     view = node.view
+    if epcontext.is_ours(view.op_type, view.domain, view.attrs):
+        return None
     if contents.nested:
         return "inside a control-flow subgraph (If/Loop/Scan bodies stay on CPU)"
     if view.op_type in options.disable_ops:
@@ -125,12 +127,15 @@ def claim(ort: abi.Ort, graph: int, options: NpuOptions) -> tuple[Placement, lis
     labels = [n.view.name or f"{n.view.op_type}_{i}" for i, n in enumerate(contents.nodes)]
     reasons = [node_reason(contents, node, options) for node in contents.nodes]
     placement.op_types.update(zip(labels, (n.view.op_type for n in contents.nodes), strict=True))
+    # Our EPContext nodes (a model compiled earlier) are claimed alone: one node, one kernel.
+    saved = [i for i, n in enumerate(contents.nodes)
+             if epcontext.is_ours(n.view.op_type, n.view.domain, n.view.attrs)]
     groups = group([n.view.inputs for n in contents.nodes],
                    [n.view.outputs for n in contents.nodes],
-                   [r is None for r in reasons])
+                   [r is None and i not in saved for i, r in enumerate(reasons)])
     chosen = []
-    for indices in groups:
-        if len(indices) < options.min_partition_nodes:
+    for indices in groups + [[i] for i in saved]:
+        if len(indices) < options.min_partition_nodes and indices[0] not in saved:
             why = (f"partition of {len(indices)} node(s) < "
                    f"min_partition_nodes={options.min_partition_nodes}")
             placement.cpu.update(dict.fromkeys((labels[i] for i in indices), why))

@@ -23,7 +23,8 @@ from provider.errors import BindingError, UnsupportedError
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor
 from provider.npu.memory import default_pool
-from provider.ort import abi
+from provider.npu.program import Program
+from provider.ort import abi, epcontext
 from provider.ort.callbacks import address, status_callback, value_callback
 from provider.ort.graph import read_graph
 from provider.ort.transfer import COUNTERS
@@ -32,28 +33,30 @@ log = logging.getLogger("litenpu.ort")
 
 
 class FusedKernel:
-    """A fused partition: its Lite model, and a Program + Executor per input-shape combination."""
+    """A fused partition: a Program + Executor per input-shape combination (and its Lite model
+    while more shapes may come)."""
 
-    def __init__(self, ep, graph: int, fused_node: int):
+    def __init__(self, ep, name: str, input_names: list[str], output_names: list[str],
+                 source: Program | LiteModel, static_shapes: dict[str, tuple[int, ...]] | None):
         self.ort: abi.Ort = ep.ort
         self.enable_fp16 = ep.options.enable_fp16
-        self.name = self.ort.string("Node_GetName", fused_node)
-        contents = read_graph(self.ort, graph, copy_initializers=True)
-        self.lite, report = import_onnx(contents.view())
-        if report.custom:
-            raise UnsupportedError(f"partition {self.name}: {report.custom[0].op} has no Lite "
-                                   f"primitive ({report.custom[0].reason})")
+        self.name = name
         # KernelContext inputs/outputs follow the fused node's order; the Program uses names.
-        self.input_names = self._names(fused_node, "Node_GetNumInputs", "Node_GetInputs")
-        self.output_names = self._names(fused_node, "Node_GetNumOutputs", "Node_GetOutputs")
+        self.input_names, self.output_names = input_names, output_names
         self._programs: dict[tuple, Executor] = {}
         self._lock = threading.Lock()
         self.calls = 0
-        lite_nodes = len(self.lite.nodes)
-        if self._static(contents.inputs):
-            # One shape only: compile now and drop the Lite model (and its weight copies).
-            self.executor({vi.name: tuple(vi.shape) for vi in contents.inputs})
+        self.lite: LiteModel | None = None
+        if isinstance(source, Program):
+            shapes = {source.slots[i].name: tuple(source.slots[i].shape) for i in source.inputs}
+            self._programs[_key(shapes)] = Executor(source, default_pool())
+        elif static_shapes is not None:
+            # One shape only: compile now and keep no Lite model (nor its weight copies).
+            self.lite = source
+            self.executor(static_shapes)
             self.lite = None
+        else:
+            self.lite = source
         s = self.struct = abi.OrtNodeComputeInfo()
         s.ort_version_supported = self.ort.api_version
         s.CreateState = address(_create_state)
@@ -61,22 +64,41 @@ class FusedKernel:
         s.ReleaseState = address(_release_state)
         self.address: int = C.addressof(s)
         _KERNELS[self.address] = self
-        log.info("NPU partition %s: %d Lite nodes, inputs %s, outputs %s", self.name,
-                 lite_nodes, self.input_names, self.output_names)
+        log.info("NPU partition %s: inputs %s, outputs %s, %s", self.name, self.input_names,
+                 self.output_names, "compiled" if self.lite is None else "compiled per shape at run time")
 
-    def _static(self, inputs) -> bool:
-        """Every input shape fully known (before onnxruntime 1.24 a 0-d shape may mean unknown)."""
-        exact_rank = self.ort.api.available("TensorTypeAndShape_HasShape")
-        return all(vi.shape is not None and (exact_rank or len(vi.shape) > 0)
-                   and all(isinstance(d, int) and d >= 0 for d in vi.shape) for vi in inputs)
+    @classmethod
+    def build(cls, ep, graph: int, fused_node: int) -> FusedKernel:
+        """The kernel of a fused partition: its nodes, or one EPContext node we wrote earlier."""
+        o: abi.Ort = ep.ort
+        name = o.string("Node_GetName", fused_node)
+        inputs = _names(o, fused_node, "Node_GetNumInputs", "Node_GetInputs")
+        outputs = _names(o, fused_node, "Node_GetNumOutputs", "Node_GetOutputs")
+        contents = read_graph(o, graph, copy_initializers=True)
+        nodes = contents.nodes
+        if len(nodes) == 1 and epcontext.is_ours(nodes[0].view.op_type, nodes[0].view.domain,
+                                                 nodes[0].view.attrs):
+            blob = epcontext.read_node(nodes[0].view.attrs, epcontext.model_path(o, graph))
+            return cls(ep, name, inputs, outputs, epcontext.from_bytes(blob, name), None)
+        lite, report = import_onnx(contents.view())
+        if report.custom:
+            raise UnsupportedError(f"partition {name}: {report.custom[0].op} has no Lite "
+                                   f"primitive ({report.custom[0].reason})")
+        static = _static(o, contents.inputs)
+        shapes = {vi.name: tuple(vi.shape) for vi in contents.inputs} if static else None
+        return cls(ep, name, inputs, outputs, lite, shapes)
 
-    def _names(self, node: int, count_fn: str, get_fn: str) -> list[str]:
-        return [self.ort.string("GetValueInfoName", v) if v else ""
-                for v in self.ort.array(count_fn, get_fn, node)]
+    def context_blob(self) -> bytes:
+        """This partition as an EPContext payload: its Program, or its Lite IR if shapes vary."""
+        if self.lite is not None:
+            return epcontext.to_bytes(self.lite)
+        with self._lock:
+            (executor,) = self._programs.values()
+        return epcontext.to_bytes(executor.program)
 
     def executor(self, shapes: dict[str, tuple[int, ...]]) -> Executor:
         """The Executor for these input shapes (compiled on first use, then cached)."""
-        key = tuple(sorted(shapes.items()))
+        key = _key(shapes)
         with self._lock:
             executor = self._programs.get(key)
             if executor is None:
@@ -123,6 +145,21 @@ class FusedKernel:
             for executor in self._programs.values():
                 executor.close()
             self._programs.clear()
+
+
+def _key(shapes: dict[str, tuple[int, ...]]) -> tuple:
+    return tuple(sorted((k, tuple(v)) for k, v in shapes.items()))
+
+
+def _names(o: abi.Ort, node: int, count_fn: str, get_fn: str) -> list[str]:
+    return [o.string("GetValueInfoName", v) if v else "" for v in o.array(count_fn, get_fn, node)]
+
+
+def _static(o: abi.Ort, inputs) -> bool:
+    """Every input shape fully known (before onnxruntime 1.24 a 0-d shape may mean unknown)."""
+    exact_rank = o.api.available("TensorTypeAndShape_HasShape")
+    return all(vi.shape is not None and (exact_rank or len(vi.shape) > 0)
+               and all(isinstance(d, int) and d >= 0 for d in vi.shape) for vi in inputs)
 
 
 def with_input_shapes(lite: LiteModel, shapes: dict[str, tuple[int, ...]]) -> LiteModel:

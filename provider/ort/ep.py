@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from provider.ort import abi
+from provider.ort import abi, epcontext
 from provider.ort.callbacks import address, status_callback, value_callback
 from provider.ort.capability import Placement, claim
 from provider.ort.compute import FusedKernel
@@ -31,6 +31,7 @@ class NpuEp:
         self.factory = factory
         self.ort: abi.Ort = factory.ort
         self.options = NpuOptions.parse(options)
+        self.context = epcontext.ContextOptions.from_config(config)
         self.placements: list[Placement] = []
         self.kernels: dict[int, object] = {}  # OrtNodeComputeInfo address -> FusedKernel
         self._lock = threading.Lock()
@@ -66,10 +67,14 @@ class NpuEp:
 
     def compile(self, graphs: list[int], fused_nodes: list[int], infos, ep_context_nodes) -> None:
         for i, (graph, fused) in enumerate(zip(graphs, fused_nodes, strict=True)):
-            kernel = FusedKernel(self, graph, fused)
+            kernel = FusedKernel.build(self, graph, fused)
             with self._lock:
                 self.kernels[kernel.address] = kernel
             infos[i] = kernel.address
+            if self.context.enable and ep_context_nodes:
+                ep_context_nodes[i] = epcontext.create_node(
+                    self.ort, kernel.name, kernel.input_names, kernel.output_names,
+                    kernel.context_blob(), self.context)
 
     def release_kernels(self, addresses: list[int]) -> None:
         with self._lock:

@@ -1,0 +1,138 @@
+"""EPContext nodes: a compiled NPU partition saved inside an ONNX model, and loaded back.
+
+When a session runs with `ep.context_enable=1` (or through `onnxruntime.ModelCompiler`),
+Compile returns, per fused partition, a `com.microsoft:EPContext` node named like the fused
+node, with `source="NPUExecutionProvider"` and `ep_cache_context` holding the partition:
+- a Program (`provider.npu.program` bytes) when its input shapes are static: loading it
+  compiles nothing;
+- else its Lite IR as `.ms` bytes, compiled per concrete shape at run time.
+`ep.context_embed_mode=1` embeds those bytes; 0 writes them to a file next to the context model
+(`ep.context_file_path`) and stores the file name, resolved against the model's directory when
+loading. GetCapability claims EPContext nodes whose `source` is ours.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import provider
+from converters.lite import reader as ms_reader
+from converters.lite import writer as ms_writer
+from converters.lite.ir import LiteModel
+from provider.errors import InvalidModelError
+from provider.npu import program as npu_program
+from provider.npu.program import Program
+from provider.ort import abi
+
+OP_TYPE = "EPContext"
+DOMAIN = "com.microsoft"
+SOURCE = "NPUExecutionProvider"
+FILE_SUFFIX = ".lnpu"
+
+
+@dataclass(frozen=True)
+class ContextOptions:
+    """The session's EPContext settings (onnxruntime's `ep.context_*` config keys)."""
+
+    enable: bool = False
+    embed: bool = True
+    file_path: str = ""
+
+    @classmethod
+    def from_config(cls, config: dict[str, str]) -> ContextOptions:
+        return cls(enable=config.get("ep.context_enable", "0") == "1",
+                   embed=config.get("ep.context_embed_mode", "1") != "0",
+                   file_path=config.get("ep.context_file_path", ""))
+
+
+def is_ours(op_type: str, domain: str, attrs: dict) -> bool:
+    """An EPContext node this provider wrote."""
+    return op_type == OP_TYPE and domain == DOMAIN and attrs.get("source") == SOURCE
+
+
+def to_bytes(source: Program | LiteModel) -> bytes:
+    """A partition as stored in `ep_cache_context`."""
+    if isinstance(source, Program):
+        return npu_program.to_bytes(source)
+    return bytes(ms_writer.dumps(source))
+
+
+def from_bytes(blob: bytes, where: str) -> Program | LiteModel:
+    """The partition stored by `to_bytes` (InvalidModelError when it is neither form)."""
+    if blob.startswith(npu_program.MAGIC):
+        return npu_program.from_bytes(blob, source=where)
+    return ms_reader.loads(blob, source=where)
+
+
+def create_node(ort: abi.Ort, name: str, inputs: list[str], outputs: list[str], blob: bytes,
+                options: ContextOptions) -> int:
+    """A new OrtNode for the partition (onnxruntime takes ownership when Compile returns it)."""
+    if options.embed:
+        payload, embed_mode = blob, 1
+    else:
+        if not options.file_path:
+            raise InvalidModelError("ep.context_embed_mode=0 needs ep.context_file_path "
+                                    "(where the context model is written)")
+        file_name = f"{os.path.splitext(os.path.basename(options.file_path))[0]}_{name}{FILE_SUFFIX}"
+        directory = os.path.dirname(os.path.abspath(options.file_path))
+        _write_atomic(os.path.join(directory, file_name), blob)
+        payload, embed_mode = file_name.encode(), 0
+    attrs = [_int_attr(ort, "main_context", 1), _int_attr(ort, "embed_mode", embed_mode),
+             _str_attr(ort, "ep_cache_context", payload), _str_attr(ort, "source", SOURCE.encode()),
+             _str_attr(ort, "ep_sdk_version", provider.__version__.encode())]
+    array = (abi.vp * len(attrs))(*attrs)
+    ins = (C.c_char_p * len(inputs))(*[n.encode() for n in inputs])
+    outs = (C.c_char_p * len(outputs))(*[n.encode() for n in outputs])
+    node = abi.vp()
+    try:
+        # The node must carry the fused node's name: onnxruntime matches them by name.
+        ort.editor.CreateNode(OP_TYPE.encode(), DOMAIN.encode(), name.encode(), ins, len(inputs),
+                              outs, len(outputs), array, len(attrs), C.byref(node))
+    finally:
+        for attr in array:  # CreateNode takes (and NULLs) the attributes it keeps
+            if attr:
+                ort.api.ReleaseOpAttr(attr)
+    return node.value
+
+
+def read_node(attrs: Mapping[str, Any], model_path: str) -> bytes:
+    """The partition bytes of one of our EPContext nodes (from its file when not embedded)."""
+    payload = attrs.get("ep_cache_context", b"")
+    payload = payload.encode() if isinstance(payload, str) else bytes(payload)  # str: UTF-8 text
+    if attrs.get("embed_mode", 1) == 1:
+        return payload
+    base = os.path.dirname(model_path) if model_path else os.getcwd()
+    path = os.path.join(base, payload.decode())
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise InvalidModelError(f"EPContext file {path!r} of the NPU partition: {e}") from e
+
+
+def model_path(ort: abi.Ort, graph: int) -> str:
+    """Path of the model file the graph came from ("" for a model loaded from bytes)."""
+    return ort.string("Graph_GetModelPath", graph)
+
+
+def _int_attr(ort: abi.Ort, name: str, value: int) -> int:
+    data, out = C.c_int64(value), abi.vp()
+    ort.api.CreateOpAttr(name.encode(), C.byref(data), 1, abi.ATTR_INT, C.byref(out))
+    return out.value
+
+
+def _str_attr(ort: abi.Ort, name: str, value: bytes) -> int:
+    out = abi.vp()
+    ort.api.CreateOpAttr(name.encode(), C.c_char_p(value), len(value), abi.ATTR_STRING, C.byref(out))
+    return out.value
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
