@@ -188,3 +188,37 @@ def cast(ctx, node, ins, outs):
         type_id = ctx.model.tensors[node.outputs[0]].type_id
     elem = helper.np_dtype_to_tensor_dtype(dtypes.to_numpy(type_id))
     ctx.add("Cast", ins[:1], outs, name=node.name, to=elem)
+
+
+@EXPORTERS.register("Rsqrt")
+def rsqrt(ctx, node, ins, outs):
+    ctx.add("Reciprocal", [ctx.add("Sqrt", ins[:1], name=f"{node.name}/sqrt")], outs,
+            name=node.name)
+
+
+@EXPORTERS.register("Square")
+def square(ctx, node, ins, outs):
+    ctx.add("Mul", [ins[0], ins[0]], outs, name=node.name)
+
+
+@EXPORTERS.register("SquaredDifference")
+def squared_difference(ctx, node, ins, outs):
+    diff = ctx.add("Sub", ins[:2], name=f"{node.name}/sub")
+    ctx.add("Mul", [diff, diff], outs, name=node.name)
+
+
+_ELTWISE = {"PROD": "Mul", "SUM": "Sum", "MAXIMUM": "Max"}
+
+
+@EXPORTERS.register("Eltwise")
+def eltwise(ctx, node, ins, outs):
+    mode = node.attrs.get("mode", "PROD")
+    if mode not in _ELTWISE:
+        raise unsupported(node, f"eltwise mode {mode}")
+    if mode != "PROD" or len(ins) == 2:
+        ctx.add(_ELTWISE[mode], ins, outs, name=node.name)
+        return
+    acc = ins[0]
+    for i, name in enumerate(ins[1:-1]):
+        acc = ctx.add("Mul", [acc, name], name=f"{node.name}/{i}")
+    ctx.add("Mul", [acc, ins[-1]], outs, name=node.name)

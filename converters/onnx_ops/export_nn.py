@@ -6,6 +6,9 @@ import numpy as np
 
 from converters.onnx_ops.export_base import EXPORTERS, TO_NCHW, unsupported
 
+# Conv weight layouts MindSpore writes -> the permutation giving ONNX's OIHW (K = out channels).
+TO_OIHW = {"NHWC": TO_NCHW, "KHWC": TO_NCHW, "CHWK": [3, 0, 1, 2], "HWCK": [3, 2, 0, 1],
+           "HWKC": [2, 3, 0, 1], "CKHW": [1, 0, 2, 3]}
 WEIGHTS_OHWI = ("NHWC", "KHWC")
 
 
@@ -32,14 +35,15 @@ def pad_attrs(pad_mode: str, pad_list: list[int]) -> dict:
 
 
 def _weight(ctx, node, name: str) -> str:
-    """The conv weight in OIHW: MindSpore's OHWI (NHWC/KHWC) constants are transposed."""
+    """The conv weight in OIHW: other layouts MindSpore writes (OHWI, ...) are transposed."""
     index = node.inputs[1]
-    if ctx.model.tensors[index].format not in WEIGHTS_OHWI:
+    perm = TO_OIHW.get(ctx.model.tensors[index].format)
+    if perm is None:
         return name
     data = ctx.value(index)
     if data is None:
-        return ctx.add("Transpose", [name], perm=TO_NCHW)
-    return ctx.const(np.ascontiguousarray(data.transpose(TO_NCHW)), f"{name}/oihw")
+        return ctx.add("Transpose", [name], perm=perm, name=f"{node.name}/weight_oihw")
+    return ctx.const(np.ascontiguousarray(data.transpose(perm)), f"{name}/oihw")
 
 
 @EXPORTERS.register("Conv2DFusion")
@@ -191,3 +195,42 @@ def lrn(ctx, node, ins, outs):
     size = 2 * a.get("depth_radius", 0) + 1
     ctx.add("LRN", ins, outs, name=node.name, size=size, alpha=float(a.get("alpha", 0.0)) * size,
             beta=float(a.get("beta", 0.0)), bias=float(a.get("bias", 0.0)))
+
+
+@EXPORTERS.register("ScaleFusion")
+def scale(ctx, node, ins, outs):
+    """y = x * scale (+ bias), scale/bias laid along x's axes from `axis` on."""
+    rank = ctx.rank(node.inputs[0])
+    scale_rank = ctx.rank(node.inputs[1])
+    if rank is None or scale_rank is None:
+        raise unsupported(node, "a scale of unknown rank")
+    axis = node.attrs.get("axis", 0) % rank
+    trailing = rank - axis - scale_rank
+    factors = [_trailing_ones(ctx, node, i, name, trailing)
+               for i, name in zip(node.inputs[1:], ins[1:], strict=True)]
+    if len(factors) == 1:
+        ctx.add("Mul", [ins[0], factors[0]], outs, name=node.name)
+        return
+    scaled = ctx.add("Mul", [ins[0], factors[0]], name=node.name)
+    ctx.add("Add", [scaled, factors[1]], outs, name=f"{node.name}/bias")
+
+
+@EXPORTERS.register("BiasAdd")
+def bias_add(ctx, node, ins, outs):
+    """Bias along the channel axis: last for NHWC (numpy broadcasting), axis 1 for NCHW."""
+    rank = ctx.rank(node.inputs[0])
+    bias = ins[1]
+    if node.attrs.get("format", "NHWC") == "NCHW" and rank and rank > 2:
+        bias = _trailing_ones(ctx, node, node.inputs[1], bias, rank - 2)
+    ctx.add("Add", [ins[0], bias], outs, name=node.name)
+
+
+def _trailing_ones(ctx, node, index: int, name: str, count: int) -> str:
+    """Tensor `index` with `count` size-1 dims appended (to broadcast along leading axes)."""
+    if count <= 0:
+        return name
+    data = ctx.value(index)
+    if data is not None:
+        return ctx.const(data.reshape(data.shape + (1,) * count), f"{name}/expanded")
+    axes = ctx.const(np.arange(-count, 0, dtype=np.int64), f"{node.name}/axes")
+    return ctx.add("Unsqueeze", [name, axes], name=f"{node.name}/expand")

@@ -237,3 +237,13 @@ def constant_of_shape(ctx, node, ins, outs):
     value = numpy_helper.from_array(np.array(values[:1], dtype))
     ctx.add("ConstantOfShape", [ctx.int64(node.inputs[0], f"{node.name}/shape")], outs,
             name=node.name, value=value)
+
+
+@EXPORTERS.register("Stack")
+def stack(ctx, node, ins, outs):
+    axis = node.attrs.get("axis", 0)
+    axes = ctx.const(np.array([axis], np.int64), f"{node.name}/axis") if ctx.opset >= 13 else None
+    parts = [ctx.add("Unsqueeze", [name, axes] if axes else [name], name=f"{node.name}/{i}",
+                     axes=None if axes else [axis])
+             for i, name in enumerate(ins)]
+    ctx.add("Concat", parts, outs, name=node.name, axis=axis)

@@ -1,0 +1,150 @@
+"""Lite IR as MindSpore Lite's own converter writes it (NHWC layers, OHWI weights, fused
+activations, MatMulFusion / FullConnection with bias, ScaleFusion, ...) exported to ONNX
+and run by onnxruntime, against numpy references of MindSpore Lite's semantics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx_roundtrip import run
+
+from converters.errors import UnsupportedError
+from converters.lite.ir import LiteModel, LiteNode, LiteTensor
+from converters.onnx_export import export_onnx
+
+rng = np.random.default_rng(11)
+
+
+class Lite:
+    """A tiny builder for MindSpore-style Lite graphs in tests."""
+
+    def __init__(self):
+        self.m = LiteModel(name="ms_style", fmk_type=3)
+
+    def act(self, name, shape, fmt="NHWC", dtype=np.float32):
+        return self.m.add_tensor(LiteTensor.of(name, dtype, shape, format=fmt))
+
+    def const(self, name, value, fmt="NHWC"):
+        value = np.asarray(value)
+        return self.m.add_tensor(LiteTensor.of(name, value.dtype, value.shape, value, format=fmt))
+
+    def node(self, op, attrs, inputs, out_shape, fmt="NHWC", dtype=np.float32):
+        out = self.act(f"{op}_{len(self.m.nodes)}", out_shape, fmt, dtype)
+        self.m.add_node(LiteNode(f"n{len(self.m.nodes)}", op, attrs, inputs, [out]))
+        return out
+
+    def run(self, inputs, outputs, feeds):
+        self.m.inputs, self.m.outputs = inputs, outputs
+        self.m.finalize_subgraph()
+        return run(export_onnx(self.m), feeds)
+
+
+def conv_nhwc(x, w_ohwi, bias, stride, pads, group):
+    """MindSpore Lite's NHWC convolution: pads = [top, bottom, left, right]."""
+    t, b, left, r = pads
+    x = np.pad(x, ((0, 0), (t, b), (left, r), (0, 0)))
+    n, h, wd, c = x.shape
+    k, kh, kw, cg = w_ohwi.shape
+    oh, ow = (h - kh) // stride + 1, (wd - kw) // stride + 1
+    y = np.zeros((n, oh, ow, k), np.float64)
+    per = k // group
+    for g in range(group):
+        xs = x[..., g * cg:(g + 1) * cg]
+        ws = w_ohwi[g * per:(g + 1) * per]
+        for i in range(oh):
+            for j in range(ow):
+                patch = xs[:, i * stride:i * stride + kh, j * stride:j * stride + kw, :]
+                y[:, i, j, g * per:(g + 1) * per] = np.einsum("nhwc,khwc->nk", patch, ws)
+    return (y + bias).astype(np.float32)
+
+
+def test_nhwc_conv_depthwise_and_fused_relu6():
+    b = Lite()
+    x = b.act("x", (1, 6, 6, 4))
+    w1 = rng.standard_normal((8, 3, 3, 4)).astype(np.float32)
+    b1 = rng.standard_normal(8).astype(np.float32)
+    conv = dict(format="NHWC", kernel_size=[3, 3], stride=[1, 1], dilation=[1, 1],
+                pad_mode="PAD", pad_list=[1, 1, 1, 1], group=1, in_channel=4, out_channel=8,
+                activation_type="RELU6")
+    y1 = b.node("Conv2DFusion", conv, [x, b.const("w1", w1), b.const("b1", b1)], (1, 6, 6, 8))
+    w2 = rng.standard_normal((8, 3, 3, 1)).astype(np.float32)
+    dw = dict(conv, stride=[2, 2], pad_list=[0, 1, 0, 1], group=8, in_channel=8,
+              activation_type="NO_ACTIVATION")
+    y2 = b.node("Conv2DFusion", dw, [y1, b.const("w2", w2), b.const("b2", np.zeros(8, np.float32))],
+                (1, 3, 3, 8))
+    xv = rng.standard_normal((1, 6, 6, 4)).astype(np.float32)
+    got = b.run([x], [y2], {"x": xv})[0]
+    ref1 = np.clip(conv_nhwc(xv, w1, b1, 1, [1, 1, 1, 1], 1), 0, 6)
+    ref2 = conv_nhwc(ref1, w2, 0, 2, [0, 1, 0, 1], 8)
+    np.testing.assert_allclose(got, ref2, rtol=1e-4, atol=1e-5)
+
+
+def test_nhwc_max_pool_ceil_and_global_average():
+    b = Lite()
+    x = b.act("x", (1, 5, 5, 2))
+    pool = dict(kernel_size=[2, 2], strides=[2, 2], pad=[0, 0, 0, 0], pad_mode="PAD",
+                round_mode="CEIL", format="NHWC", activation_type="NO_ACTIVATION")
+    p = b.node("MaxPoolFusion", pool, [x], (1, 3, 3, 2))
+    g = b.node("AvgPoolFusion", dict(format="NHWC", **{"global": True}), [p], (1, 1, 1, 2))
+    xv = rng.standard_normal((1, 5, 5, 2)).astype(np.float32)
+    got_p, got_g = b.run([x], [p, g], {"x": xv})
+    padded = np.pad(xv, ((0, 0), (0, 1), (0, 1), (0, 0)), constant_values=-np.inf)
+    ref = padded.reshape(1, 3, 2, 3, 2, 2).max(axis=(2, 4))
+    np.testing.assert_allclose(got_p, ref)
+    np.testing.assert_allclose(got_g, ref.mean(axis=(1, 2), keepdims=True), rtol=1e-5)
+
+
+def test_full_connection_use_axis_and_matmul_fusion_with_bias():
+    b = Lite()
+    x = b.act("x", (2, 3, 2, 2), fmt="NCHW")
+    w = rng.standard_normal((5, 12)).astype(np.float32)
+    bias = rng.standard_normal(5).astype(np.float32)
+    fc = b.node("FullConnection", dict(has_bias=True, use_axis=True, axis=1,
+                                       activation_type="RELU"),
+                [x, b.const("w", w), b.const("b", bias)], (2, 5), fmt="NCHW")
+    a3 = b.act("a3", (2, 4, 5), fmt="NCHW")
+    w3 = rng.standard_normal((6, 5)).astype(np.float32)
+    b3 = rng.standard_normal(6).astype(np.float32)
+    mm = b.node("MatMulFusion", dict(transpose_a=False, transpose_b=True,
+                                     activation_type="NO_ACTIVATION"),
+                [a3, b.const("w3", w3), b.const("b3", b3)], (2, 4, 6), fmt="NCHW")
+    xv = rng.standard_normal((2, 3, 2, 2)).astype(np.float32)
+    av = rng.standard_normal((2, 4, 5)).astype(np.float32)
+    got_fc, got_mm = b.run([x, a3], [fc, mm], {"x": xv, "a3": av})
+    np.testing.assert_allclose(got_fc, np.maximum(xv.reshape(2, 12) @ w.T + bias, 0),
+                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got_mm, av @ w3.T + b3, rtol=1e-4, atol=1e-5)
+
+
+def test_scale_bias_add_and_elementwise_extras():
+    b = Lite()
+    x = b.act("x", (2, 3, 4), fmt="NCHW")
+    s = rng.standard_normal(3).astype(np.float32)
+    o = rng.standard_normal(3).astype(np.float32)
+    scaled = b.node("ScaleFusion", dict(axis=1, activation_type="NO_ACTIVATION"),
+                    [x, b.const("s", s), b.const("o", o)], (2, 3, 4), fmt="NCHW")
+    bias = rng.standard_normal(4).astype(np.float32)
+    biased = b.node("BiasAdd", dict(format="NHWC"), [scaled, b.const("bias", bias)], (2, 3, 4))
+    sq = b.node("SquaredDifference", {}, [biased, x], (2, 3, 4))
+    r = b.node("Rsqrt", {}, [b.node("Square", {}, [sq], (2, 3, 4))], (2, 3, 4))
+    st = b.node("Stack", dict(axis=-1), [x, r], (2, 3, 4, 2))
+    prod = b.node("Eltwise", dict(mode="PROD"), [x, x, x], (2, 3, 4))
+    xv = rng.standard_normal((2, 3, 4)).astype(np.float32) + 3
+    got_st, got_prod = b.run([x], [st, prod], {"x": xv})
+    ref_b = xv * s[:, None] + o[:, None] + bias
+    ref_r = 1 / np.sqrt(((ref_b - xv) ** 2) ** 2)
+    np.testing.assert_allclose(got_st, np.stack([xv, ref_r], axis=-1), rtol=1e-4)
+    np.testing.assert_allclose(got_prod, xv ** 3, rtol=1e-5)
+
+
+def test_non_onnx_custom_and_unknown_ops_are_named():
+    b = Lite()
+    x = b.act("x", (2,), fmt="NCHW")
+    y = b.node("Custom", {"type": "MyVendorOp", "attr": {}}, [x], (2,))
+    with pytest.raises(UnsupportedError, match="MyVendorOp"):
+        b.run([x], [y], {})
+    b = Lite()
+    x = b.act("x", (2,), fmt="NCHW")
+    y = b.node("Attention", {}, [x], (2,))
+    with pytest.raises(UnsupportedError, match="Attention.*exportable"):
+        b.run([x], [y], {})
