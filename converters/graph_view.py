@@ -207,7 +207,7 @@ def from_onnx(model: onnx.ModelProto | str | os.PathLike, *, check: bool = True,
         except Exception as e:  # noqa: BLE001 - inference is best effort
             log.info("%s: shape inference failed, shapes stay as given: %s", source, e)
     graph = model.graph
-    initializers = {t.name: tensor_array(t, base_dir) for t in graph.initializer}
+    initializers = _initializers(graph, base_dir, source)
     nodes = topological_nodes(graph, set(initializers), source)
     opset = {normalize_domain(o.domain): o.version for o in model.opset_import}
     known = {vi.name: value_info(vi) for vi in graph.value_info}
@@ -221,6 +221,20 @@ def from_onnx(model: onnx.ModelProto | str | os.PathLike, *, check: bool = True,
         opset=opset,
         header=_header(model),
     )
+
+
+def _initializers(graph: onnx.GraphProto, base_dir: str, source: str) -> dict[str, np.ndarray]:
+    """Initializer values; InvalidModelError names an undecodable one and a node reading it."""
+    out = {}
+    for t in graph.initializer:
+        try:
+            out[t.name] = tensor_array(t, base_dir)
+        except (KeyError, ValueError, TypeError, OSError) as e:
+            reader = next((n.name or n.op_type for n in graph.node if t.name in n.input), "-")
+            raise InvalidModelError(
+                f"{source}: initializer {t.name!r} (read by node {reader!r}) cannot be decoded "
+                f"(data_type {t.data_type}): {type(e).__name__}: {e}") from e
+    return out
 
 
 def _check(model: onnx.ModelProto, source: str, small: bool) -> None:

@@ -161,3 +161,10 @@ def test_view_without_header_keeps_opsets_and_io():
     feeds = random_feeds(m, dim=3)
     assert_close(run(exported, feeds), run(m, feeds))
 
+
+
+def test_initializer_of_unknown_type_names_the_node():
+    t = onnx.TensorProto(name="w", data_type=999, dims=[2], raw_data=b"12345678")
+    m = _bad([helper.make_node("Add", ["x", "w"], ["y"], name="adder")], inits=[t])
+    with pytest.raises(InvalidModelError, match="'w'.*'adder'.*999"):
+        import_onnx(m)
