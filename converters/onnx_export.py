@@ -36,12 +36,19 @@ def export_onnx(model: LiteModel, *,
 
     `progress(done, total)` is called every few nodes (for long exports).
     """
+    _check_indices(model)
     header, header_index = _header(model)
     opset = _default_opset(header)
     ctx = ExportContext(model, opset, skip={header_index} if header_index is not None else set())
     total = len(model.nodes)
     for done, node in enumerate(model.nodes, 1):
-        _export_node(ctx, node)
+        try:
+            _export_node(ctx, node)
+        except (IndexError, KeyError, TypeError, ValueError) as e:
+            if isinstance(e, InvalidModelError):
+                raise
+            raise InvalidModelError(f"node {node.name!r} ({node.op}) is malformed: "
+                                    f"{type(e).__name__}: {e}") from e
         if progress is not None and (done % PROGRESS_EVERY == 0 or done == total):
             progress(done, total)
     graph = _graph(ctx, model, header)
@@ -56,6 +63,19 @@ def export_onnx(model: LiteModel, *,
     except onnx.checker.ValidationError as e:
         raise InvalidModelError(f"exported ONNX model of {model.name!r} is invalid: {e}") from e
     return out
+
+
+def _check_indices(model: LiteModel) -> None:
+    """InvalidModelError for a node or graph I/O naming a tensor that does not exist."""
+    n = len(model.tensors)
+    for node in model.nodes:
+        bad = [i for i in (*node.inputs, *node.outputs) if not 0 <= i < n]
+        if bad:
+            raise InvalidModelError(f"node {node.name!r} ({node.op}) refers to tensor(s) {bad}; "
+                                    f"the model has {n}")
+    bad = [i for i in (*model.inputs, *model.outputs) if not 0 <= i < n]
+    if bad:
+        raise InvalidModelError(f"graph inputs/outputs refer to tensor(s) {bad}; the model has {n}")
 
 
 def _header(model: LiteModel) -> tuple[onnx.ModelProto | None, int | None]:

@@ -148,3 +148,18 @@ def test_non_onnx_custom_and_unknown_ops_are_named():
     y = b.node("Attention", {}, [x], (2,))
     with pytest.raises(UnsupportedError, match="Attention.*exportable"):
         b.run([x], [y], {})
+
+
+def test_malformed_ir_is_invalid_model_naming_the_node():
+    from converters.errors import InvalidModelError
+
+    b = Lite()
+    x = b.act("x", (1, 4, 4, 1))
+    y = b.node("Conv2DFusion", dict(format="NHWC", kernel_size=[1, 1]), [x], (1, 4, 4, 1))
+    with pytest.raises(InvalidModelError, match="'n0' .Conv2DFusion. is malformed"):
+        b.run([x], [y], {})
+    b = Lite()
+    x = b.act("x", (2,), fmt="NCHW")
+    b.m.add_node(LiteNode("dangling", "Neg", {}, [x], [7]))
+    with pytest.raises(InvalidModelError, match="'dangling'.*\\[7\\]"):
+        b.run([x], [x], {})
