@@ -11,11 +11,10 @@ import threading
 import onnxruntime as ort
 
 from provider.errors import LitenpuError
-from provider.ort import factory
+from provider.ort import EP_NAME, factory
 
 log = logging.getLogger("litenpu.ort")
 
-EP_NAME = factory.EP_NAME
 _LOCK = threading.Lock()
 _LIBRARY: C.CDLL | None = None
 _REGISTERED = False

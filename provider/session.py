@@ -27,9 +27,9 @@ from converters.lite.reader import load as load_ms
 from converters.mindir.importer import import_mindir
 from converters.onnx_export import export_onnx
 from provider.errors import BindingError, UnsupportedError
+from provider.ort import EP_NAME
 from provider.ort.capability import Placement
 from provider.ort.ep import NpuEp, collecting_eps
-from provider.ort.factory import EP_NAME
 from provider.ort.options import InvalidOptionError, NpuOptions
 from provider.registration import ep_devices, register
 from provider.tensors import _ORT_TYPES, copy_stats, npu_device
@@ -203,19 +203,19 @@ def check_feeds(inputs: Sequence, feeds: dict) -> None:
 
 
 def _check(metas: dict, kind: str, name: str, dtype, shape: Sequence[int]) -> None:
+    """BindingError unless `name` is a model input/output and dtype/shape fit its metadata."""
     meta = metas.get(name)
     if meta is None:
         raise BindingError(f"unknown {kind} {name!r}; the model's {kind}s are {list(metas)}")
     expected = _ORT_TYPES.get(meta.type)
     if expected is not None and (dtype is None or np.dtype(dtype) != np.dtype(expected)):
-        raise BindingError(f"{kind} {name!r}: expected dtype {np.dtype(expected)}, got "
-                           f"{np.dtype(dtype) if dtype is not None else 'a non-tensor value'}")
-    want = meta.shape
-    shape = tuple(shape)
-    if len(want) != len(shape) or any(isinstance(w, int) and w >= 0 and w != s
-                                      for w, s in zip(want, shape, strict=True)):
-        spec = [w if isinstance(w, int) else "?" for w in want]
-        raise BindingError(f"{kind} {name!r}: expected shape {spec}, got {list(shape)}"
-                           + (" (buffer too small)" if kind == "output"
-                              and int(np.prod(shape)) < int(np.prod([w for w in want if isinstance(w, int)]))
-                              else ""))
+        got = np.dtype(dtype) if dtype is not None else "a non-tensor value"
+        raise BindingError(f"{kind} {name!r}: expected dtype {np.dtype(expected)}, got {got}")
+    want, shape = list(meta.shape), list(shape)
+    fixed = [isinstance(w, int) and w >= 0 for w in want]
+    if len(want) == len(shape) and all(s == w for s, w, f in zip(shape, want, fixed, strict=True) if f):
+        return
+    spec = [w if f else "?" for w, f in zip(want, fixed, strict=True)]
+    size = int(np.prod([w for w, f in zip(want, fixed, strict=True) if f]))
+    small = " (buffer too small)" if kind == "output" and int(np.prod(shape)) < size else ""
+    raise BindingError(f"{kind} {name!r}: expected shape {spec}, got {shape}{small}")

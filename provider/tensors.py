@@ -19,8 +19,8 @@ import onnxruntime as ort
 
 from provider.errors import BindingError
 from provider.npu.memory import default_pool
+from provider.ort import VENDOR_ID
 from provider.ort.abi import array_at
-from provider.ort.factory import VENDOR_ID
 from provider.ort.transfer import COUNTERS, CopyStats
 from provider.registration import register
 

@@ -7,9 +7,9 @@ import pytest
 
 import provider
 from provider.errors import LitenpuError
-from provider.ort import abi
+from provider.ort import VENDOR_ID, abi
 from provider.ort.callbacks import ort as negotiated
-from provider.ort.factory import MEMORY_NAME, VENDOR_ID, factory
+from provider.ort.factory import MEMORY_NAME, factory
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 import provider
 from provider.errors import BindingError
 from provider.npu.memory import default_pool
-from provider.ort.factory import EP_NAME, VENDOR, VENDOR_ID
+from provider.ort import EP_NAME, VENDOR, VENDOR_ID
 
 
 @pytest.fixture(scope="module", autouse=True)

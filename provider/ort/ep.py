@@ -1,7 +1,7 @@
 """OrtEp: one per session; claims NPU partitions (GetCapability) and compiles them (Compile).
 
 GetCapability never fails a session: a node the NPU cannot take stays on onnxruntime's CPU
-kernels and the reason is recorded (`NpuEp.placement`) and logged. Compile turns each fused
+kernels and the reason is recorded (`NpuEp.placements`) and logged. Compile turns each fused
 partition into a `provider.ort.compute.FusedKernel` (Lite IR -> NPU Program -> Executor).
 """
 

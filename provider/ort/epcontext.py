@@ -26,11 +26,11 @@ from converters.lite.ir import LiteModel
 from provider.errors import InvalidModelError
 from provider.npu import program as npu_program
 from provider.npu.program import Program
-from provider.ort import abi
+from provider.ort import EP_NAME, abi
 
 OP_TYPE = "EPContext"
 DOMAIN = "com.microsoft"
-SOURCE = "NPUExecutionProvider"
+SOURCE = EP_NAME
 FILE_SUFFIX = ".lnpu"
 
 

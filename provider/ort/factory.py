@@ -1,6 +1,6 @@
 """OrtEpFactory: how onnxruntime discovers the NPU, creates the EP, its allocator and copier.
 
-onnxruntime calls `create_ep_factories` once when the library is registered. The factory then
+onnxruntime calls `CreateEpFactories` (here `_create_factories`) once when the library is registered. The factory then
 offers one OrtEpDevice (the reference NPU "sim", attached to the host CPU hardware device) whose
 memory is declared as NPU memory of type DEFAULT: onnxruntime routes NPU tensors through our
 allocator (the NPU pool) and CPU<->NPU copies through our counted data transfer.
@@ -13,7 +13,7 @@ import logging
 import threading
 
 import provider
-from provider.ort import abi
+from provider.ort import DEVICE_NAME, EP_NAME, VENDOR, VENDOR_ID, abi
 from provider.ort.allocator import PoolAllocator
 from provider.ort.callbacks import CString, address, keep, set_ort, status_callback, value_callback
 from provider.ort.ep import NpuEp
@@ -22,10 +22,6 @@ from provider.ort.transfer import DataTransfer
 
 log = logging.getLogger("litenpu.ort")
 
-EP_NAME = "NPUExecutionProvider"
-VENDOR = "litenpu"
-VENDOR_ID = 0x4C4E  # "LN": tells our OrtDevice apart from other NPUs
-DEVICE_NAME = "sim"  # the reference NPU in provider.npu
 MEMORY_NAME = "NPU"
 
 

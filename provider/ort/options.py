@@ -12,8 +12,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from provider.errors import LitenpuError
+from provider.ort import EP_NAME
 
-CONFIG_PREFIX = "ep.npuexecutionprovider."
+CONFIG_PREFIX = f"ep.{EP_NAME.lower()}."
 
 
 class InvalidOptionError(LitenpuError, ValueError):
