@@ -9,7 +9,13 @@ arena against the sum of all intermediate tensor sizes.
 The light models' ConstantOfShape weights are replaced by seeded random ones (as in the
 tests) so both runtimes see realistic values (no denormals, no saturated softmax).
 
-    python3 benchmarks/bench_npu_vs_ort.py [--runs 10] [--models resnet50 squeezenet ...]
+Measure on an otherwise idle machine: numpy's OpenBLAS threads spin-wait, and when another
+process holds a core its multi-threaded GEMMs slow down 3-10x (single-threaded ones do not);
+on a shared machine run with OPENBLAS_NUM_THREADS=1 (and --ort-threads 1 for a per-core
+comparison). The BLAS setting and the load average are printed with the results.
+
+    OPENBLAS_NUM_THREADS=1 python3 benchmarks/bench_npu_vs_ort.py [--runs 10] [--ort-threads 2]
+        [--models resnet50 squeezenet shufflenet mobilenet]
 """
 
 from __future__ import annotations
@@ -75,7 +81,7 @@ def timed_kernels(spent: Counter) -> dict[str, Kernel]:
     return {name: wrap(k) for name, k in KERNELS.items()}
 
 
-def bench(name: str, path: str, runs: int, pool: DevicePool) -> None:
+def bench(name: str, path: str, runs: int, pool: DevicePool, ort_threads: int) -> None:
     model = onnx.load(path)
     if os.path.dirname(path) == LIGHT:
         model = randomized(model)
@@ -101,7 +107,7 @@ def bench(name: str, path: str, runs: int, pool: DevicePool) -> None:
     inputs = [feeds[program.slots[i].name] for i in program.inputs]
 
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 2
+    opts.intra_op_num_threads = ort_threads
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     want = sess.run(None, {vi.name: x}) if not part else list(ort_values(model, {vi.name: x}, want_names).values())
     ort_ms = median_ms(lambda: sess.run(None, {vi.name: x}), runs)
@@ -122,7 +128,7 @@ def bench(name: str, path: str, runs: int, pool: DevicePool) -> None:
     tensors = sum({s.name: s.nbytes for s in internal}.values())
     print(f"\n== {name}  ({os.path.basename(path)}; {len(program.steps)} steps, "
           f"import+compile {compile_s:.2f} s, max |npu - ort| {err:.2e}{part})")
-    print(f"   onnxruntime (2 threads) {ort_ms:8.2f} ms   npu-sim {npu_ms:8.2f} ms   "
+    print(f"   onnxruntime ({ort_threads} threads) {ort_ms:8.2f} ms   npu-sim {npu_ms:8.2f} ms   "
           f"speed ratio {ort_ms / npu_ms:.2f}x (goal >= 0.7x)")
     print(f"   arena {program.internal_bytes / 2**20:.2f} MiB vs {tensors / 2**20:.2f} MiB of "
           f"intermediate tensors ({program.internal_bytes / max(tensors, 1):.0%}); "
@@ -137,14 +143,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--models", nargs="*", default=DEFAULT)
+    parser.add_argument("--ort-threads", type=int, default=2)
     args = parser.parse_args(argv)
     pool = DevicePool(capacity=1 << 31)
+    print(f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '(default)')}, "
+          f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     for name in args.models:
         path = model_path(name)
         if path is None:
             print(f"\n== {name}: not found (light models or models/**/*{name}*.onnx)")
             continue
-        bench(name, path, args.runs, pool)
+        bench(name, path, args.runs, pool, args.ort_threads)
 
 
 if __name__ == "__main__":

@@ -185,10 +185,14 @@ def conv2d(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     operands: list[int | np.ndarray] = [0, np.ascontiguousarray(w.reshape(g, o // g, cg * kh * kw))]
     if len(ins) > 2:
         operands.append(const(node, ins, 2, "bias").reshape(o, 1))
+    hp, wp = h + pads[0] + pads[1], wd + pads[2] + pads[3]
     scratch = []
-    if any(pads):
-        scratch.append(("pad", (n, c, h + pads[0] + pads[1], wd + pads[2] + pads[3]), x.dtype))
-    if scratch or kernel != [1, 1] or stride != [1, 1] or x.dtype != F32:
+    if stride == [1, 1] and kh * kw > 1:  # shifted form (kernels.conv._conv_shifted)
+        scratch = [("pad", (n, c, hp + 1, wp), x.dtype), ("cols", (n, g, cg * kh * kw, oh * wp), F32),
+                   ("wide", (n, o, oh * wp), F32)]
+    elif any(pads) or kernel != [1, 1] or stride != [1, 1] or x.dtype != F32:
+        if any(pads):
+            scratch.append(("pad", (n, c, hp, wp), x.dtype))
         scratch.append(("cols", (n, g, cg * kh * kw, oh * ow), F32))
     attrs = {"kernel": kernel, "stride": stride, "dilation": dilation, "pads": pads, "group": g,
              "activation": _activation(node), "scratch": [s[0] for s in scratch]}

@@ -46,17 +46,47 @@ def windows(xp: np.ndarray, groups: int, kernel, stride, dilation, out_hw) -> np
     return np.lib.stride_tricks.as_strided(xp, shape, strides, writeable=False)
 
 
+def _conv_shifted(x: np.ndarray, w: np.ndarray, y: np.ndarray, s: dict[str, np.ndarray],
+                  attrs: dict) -> None:
+    """Stride-1 conv over the padded image flattened per channel: every tap is then one
+    contiguous shifted slice of length OH*Wp (long copies instead of OH short rows), the
+    GEMM computes Wp - OW extra "wrap-around" columns per row into `wide`, and those are
+    dropped when it is copied into y. The pad buffer has one spare row so the last tap's
+    slice stays inside it.
+    """
+    n, o, oh, ow = y.shape
+    c = x.shape[1]
+    g = attrs["group"]
+    kh, kw = attrs["kernel"]
+    dh, dw = attrs["dilation"]
+    xp = pad_into(x, s["pad"], attrs["pads"], 0.0)
+    wp = xp.shape[3]
+    flat = xp.reshape(n, c, -1)
+    span = oh * wp
+    cols = s["cols"].reshape(n, c, kh * kw, span)
+    for i in range(kh):
+        for j in range(kw):
+            off = i * dh * wp + j * dw
+            np.copyto(cols[:, :, i * kw + j], flat[:, :, off:off + span])
+    wide = s["wide"].reshape(n, g, o // g, span)
+    gemm.matmul(w, s["cols"].reshape(n, g, w.shape[-1], span), wide)
+    np.copyto(y, wide.reshape(n, o, oh, wp)[:, :, :, :ow], casting="same_kind")
+
+
 @register("conv2d")
 def conv2d(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
     """NCHW conv: inputs x, packed weight (G, O/G, K) [, bias (O, 1)]; attrs kernel, stride,
-    dilation, pads [top, bottom, left, right], group, activation, scratch (pad, cols)."""
+    dilation, pads [top, bottom, left, right], group, activation, scratch: (pad, cols, wide)
+    for the shifted stride-1 form, else (pad, cols) for im2col, or none for a pointwise conv."""
     x, w = inputs[0], inputs[1]
     y = outputs[0]
     s = scratch(outputs, attrs)
     n, o, oh, ow = y.shape
     g = attrs["group"]
     y3 = y.reshape(n, g, o // g, oh * ow)
-    if "cols" in s:
+    if "wide" in s:
+        _conv_shifted(x, w, y, s, attrs)
+    elif "cols" in s:
         xp = pad_into(x, s["pad"], attrs["pads"], 0.0) if "pad" in s else x
         cols = s["cols"]
         win = windows(xp, g, attrs["kernel"], attrs["stride"], attrs["dilation"], (oh, ow))
