@@ -1,28 +1,40 @@
-"""litenpu: an onnxruntime execution provider for NPUs, written in Python."""
+"""litenpu: an onnxruntime execution provider for NPUs, written in Python.
+
+The public API is imported on first use, so `provider.npu` (the device, which never imports
+onnxruntime) and the command line load without onnxruntime and the EP machinery.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-from provider.registration import ep_devices, register, unregister  # noqa: E402
-from provider.session import InferenceSession  # noqa: E402
-from provider.tensors import (  # noqa: E402
-    bind_output,
-    copy_stats,
-    empty,
-    npu_device,
-    ortvalue_from_numpy,
-    view,
-)
+_EXPORTS = {
+    "InferenceSession": "provider.session",
+    "register": "provider.registration",
+    "unregister": "provider.registration",
+    "ep_devices": "provider.registration",
+    "empty": "provider.tensors",
+    "ortvalue_from_numpy": "provider.tensors",
+    "view": "provider.tensors",
+    "npu_device": "provider.tensors",
+    "bind_output": "provider.tensors",
+    "copy_stats": "provider.tensors",
+}
 
-__all__ = [
-    "__version__",
-    "InferenceSession",
-    "register",
-    "unregister",
-    "ep_devices",
-    "empty",
-    "ortvalue_from_numpy",
-    "view",
-    "npu_device",
-    "bind_output",
-    "copy_stats",
-]
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'provider' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

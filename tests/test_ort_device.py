@@ -81,3 +81,21 @@ def test_npu_device_carries_our_vendor_id():
     device = provider.npu_device()
     assert device.device_type() == ort.capi._pybind_state.OrtDevice.npu()
     assert device.device_vendor_id() == VENDOR_ID
+
+
+def test_missing_library_is_a_clear_error(monkeypatch):
+    from provider import registration
+    from provider.errors import LitenpuError
+
+    monkeypatch.setattr(registration.importlib.machinery, "EXTENSION_SUFFIXES", [".nowhere.so"])
+    with pytest.raises(LitenpuError, match="pip install -e"):
+        registration.library_path()
+
+
+def test_unregister_then_register_again():
+    provider.unregister()
+    assert provider.ep_devices() == []
+    provider.register()
+    assert len(provider.ep_devices()) == 1
+    value = provider.ortvalue_from_numpy(np.arange(3, dtype=np.float32))
+    assert provider.view(value).tolist() == [0, 1, 2]
