@@ -1,7 +1,8 @@
 """MindIR -> Lite IR: structure of the converted fixtures, external weights, hostile input.
 
-The fixtures in models/mindir/ were exported by MindSpore 2.10.0 (models/mindir/make_fixtures.py);
-the small graphs built here with our own mind_ir.proto cover the 1.x spelling and the errors.
+The fixtures in models/mindir/ were exported by MindSpore 2.10.0, the `*_ms20` ones by 2.0.0
+(models/mindir/make_fixtures.py); the small graphs built here with our own mind_ir.proto cover
+the 1.x spelling and the errors.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ FIXTURE_FILES = {
     "encoder_layer": "encoder_layer.mindir",
     "op_zoo": "op_zoo.mindir",
     "op_variants": "op_variants.mindir",
+    # MindSpore 2.0.0 exports: primitive arguments as primitive attributes, short parameter names
+    "lenet5_ms20": "lenet5_ms20.mindir",
+    "mobilenetv2_block_ms20": "mobilenetv2_block_ms20.mindir",
 }
 A = pb.AttributeProto
 F32 = pb.TensorProto.FLOAT
@@ -140,7 +144,8 @@ def test_fixture_nodes_are_valid_lite_ops_without_plumbing(name):
         lite_ops.complete(node.op, node.attrs)  # names/enums as ops.fbs spells them
     assert not {"Load", "UpdateState", "Depend", "MakeTuple", "TupleGetItem"} & set(op_counts(model))
     assert report.removed["Load"] > 0 and report.removed["Depend"] == 1
-    assert report.custom == [] and report.producer == "MindSpore" and report.model_version == "2.10.0"
+    assert report.custom == [] and report.producer == "MindSpore"
+    assert report.model_version == ("2.0.0" if name.endswith("_ms20") else "2.10.0")
     assert [model.tensors[i].name for i in model.inputs] == ["x"]
     assert model.subgraphs and model.subgraphs[0].nodes == list(range(len(model.nodes)))
     produced = {o for n in model.nodes for o in n.outputs}
@@ -203,6 +208,24 @@ def test_op_zoo_has_every_output_and_no_custom():
     assert resize["LINEAR"]["coordinate_transform_mode"] == "HALF_PIXEL"
     assert resize["NEAREST"]["coordinate_transform_mode"] == "ASYMMETRIC"
     assert resize["NEAREST"]["nearest_mode"] == "FLOOR"
+
+
+@pytest.mark.parametrize("name", ["lenet5", "mobilenetv2_block"])
+def test_mindspore_2_0_and_2_10_spellings_give_the_same_lite_graph(name):
+    """2.0 keeps arguments on the primitive, 2.10 feeds them as constants: same net, same IR."""
+    new, _ = import_mindir(FIXTURES / f"{name}.mindir")
+    old, _ = import_mindir(FIXTURES / f"{name}_ms20.mindir")
+    def graph(m):
+        return [(n.op, n.attrs, [m.tensors[i].shape for i in n.inputs]) for n in m.nodes]
+
+    def weights(m):
+        return {t.name: t.data for t in m.tensors if t.is_const and "/" not in t.name}
+
+    assert graph(old) == graph(new)
+    old_w, new_w = weights(old), weights(new)
+    assert old_w.keys() == new_w.keys()
+    for key, data in old_w.items():  # same seeded weights under the same names
+        np.testing.assert_array_equal(data, new_w[key], err_msg=key)
 
 
 # -- external weights -------------------------------------------------------------------------

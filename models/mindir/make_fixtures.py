@@ -6,6 +6,11 @@ Python 3.11 venv, e.g.
     python3 -m venv /tmp/ms && /tmp/ms/bin/pip install mindspore==2.10.0 numpy
     /tmp/ms/bin/python models/mindir/make_fixtures.py
 
+and, for the `*_ms20` fixtures (MindSpore 2.0's spelling), with Python 3.8:
+
+    python3.8 -m venv /tmp/ms20 && /tmp/ms20/bin/pip install mindspore==2.0.0 "pillow<10" numpy
+    /tmp/ms20/bin/python models/mindir/make_fixtures.py
+
 Writes `<name>.mindir` and `<name>.npz` (inputs `in0..`, MindSpore outputs `out0..`) next to
 this file for each net below, and `lenet5_ext_graph.mindir` + `lenet5_ext_variables/data_0`:
 the same LeNet-5 written by MindSpore's own split-save path (weights as external data behind
@@ -235,12 +240,22 @@ def export(name: str, net: nn.Cell, inputs: list[np.ndarray], seed: int) -> None
 
 def main() -> None:
     ms.set_context(mode=ms.GRAPH_MODE)
-    ms.set_device("CPU")
+    if hasattr(ms, "set_device"):
+        ms.set_device("CPU")
+    else:  # MindSpore 2.0
+        ms.set_context(device_target="CPU")
     ms.set_seed(0)
     rng = np.random.default_rng(0)
-    export("lenet5", LeNet5(), [rng.standard_normal((2, 1, 32, 32)).astype(np.float32)], 1)
-    export("mobilenetv2_block", MobileNetV2Block(),
-           [rng.standard_normal((1, 3, 32, 32)).astype(np.float32)], 2)
+    lenet_input = rng.standard_normal((2, 1, 32, 32)).astype(np.float32)
+    mobilenet_input = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    if ms.__version__.startswith("2.0."):
+        # MindSpore 2.0 spells primitive arguments as primitive attributes, not constant
+        # inputs: the same two nets, written that way.
+        export("lenet5_ms20", LeNet5(), [lenet_input], 1)
+        export("mobilenetv2_block_ms20", MobileNetV2Block(), [mobilenet_input], 2)
+        return
+    export("lenet5", LeNet5(), [lenet_input], 1)
+    export("mobilenetv2_block", MobileNetV2Block(), [mobilenet_input], 2)
     export("encoder_layer", EncoderLayer(), [rng.standard_normal((2, 8, 32)).astype(np.float32)], 3)
     split_threshold = serialization.TOTAL_SAVE
     serialization.TOTAL_SAVE = 0  # KiB: force the external-data layout for a small net
