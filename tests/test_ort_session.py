@@ -252,3 +252,12 @@ def test_reused_session_options_are_a_clear_error():
     InferenceSession(STATIC, options, providers=NPU)
     with pytest.raises(InvalidOptionError, match="fresh onnxruntime.SessionOptions"):
         InferenceSession(STATIC, options, providers=NPU)
+
+
+def test_enable_fp16_runs_within_fp16_tolerance():
+    sess = InferenceSession(MLP, providers=NPU, provider_options=[{"enable_fp16": "true"}, {}])
+    feeds = _feeds()
+    got, want = sess.run(None, feeds)[0], _reference(MLP, feeds)[0]
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, atol=2e-2 * float(np.abs(want).max()), rtol=0)
+    assert not np.array_equal(got, want)  # fp16 storage really was used
