@@ -199,8 +199,16 @@ def _run_now(low: shapes.Lowered, arrays: list[np.ndarray], outs: list[tuple]) -
     return results
 
 
+def _bind_constants(b: _Builder, model: LiteModel, tensors: Sequence[int], env: dict[int, int]) -> None:
+    """Give constant tensors a val on first use (a partition may share a big tensor list)."""
+    for t in tensors:
+        if t not in env and model.tensors[t].data is not None:
+            env[t] = b.add(model.tensors[t].name, (), F32, np.asarray(model.tensors[t].data))
+
+
 def _lower_node(b: _Builder, model: LiteModel, node: LiteNode, env: dict[int, int]) -> None:
     """Lower one node: fold it, or record its step; bind its outputs in env."""
+    _bind_constants(b, model, node.inputs, env)
     missing = [model.tensors[t].name for t in node.inputs if t not in env]
     if missing:
         raise InvalidModelError(f"node {node.name!r}: inputs {missing} are produced by no node")
@@ -457,11 +465,9 @@ def compile_model(model: LiteModel, input_shapes: Mapping[str, Sequence[int]] | 
         if b.storage(tensor.dtype) != tensor.dtype:
             env[t] = b.add(f"{tensor.name}/fp16", shape, tensor.dtype)
             b.steps.append(_Step("cast", {}, [v], [env[t]]))
-    for t, tensor in enumerate(graph.tensors):
-        if tensor.data is not None and t not in env:
-            env[t] = b.add(tensor.name, (), F32, np.asarray(tensor.data))
     for node in _topological(graph):
         _lower_node(b, graph, node, env)
+    _bind_constants(b, graph, graph.outputs, env)
     missing = [graph.tensors[t].name for t in graph.outputs if t not in env]
     if missing:
         raise InvalidModelError(f"model {model.name!r}: outputs {missing} are produced by no node")
