@@ -101,6 +101,12 @@ def _read_ms(path: Path, progress: Progress) -> tuple[LiteModel, ConversionRepor
     return model, report
 
 
+def _read_mindir(path: Path, progress: Progress) -> tuple[LiteModel, ConversionReport]:
+    from converters.mindir import import_mindir
+
+    return import_mindir(path, progress=progress)
+
+
 def _write_ms(model: LiteModel, path: Path, progress: Progress) -> None:
     from converters.lite import writer
 
@@ -133,5 +139,6 @@ def save_onnx_atomic(model: onnx.ModelProto, path: Path) -> None:
 
 register_reader(".onnx", _read_onnx)
 register_reader(".ms", _read_ms)
+register_reader(".mindir", _read_mindir)
 register_writer(".ms", _write_ms)
 register_writer(".onnx", _write_onnx)

@@ -100,3 +100,22 @@ def test_ones_like_zeros_like_and_unfused_bias_add_map_to_lite_primitives():
     model, _ = import_mindir(gm.bytes())
     assert [(n.op, n.attrs) for n in model.nodes] == [
         ("OnesLike", {}), ("ZerosLike", {}), ("BiasAdd", {"format": "NCHW"})]
+
+
+def test_convert_mindir_file_to_onnx_and_ms(tmp_path):
+    """`litenpu convert x.mindir -o x.onnx|x.ms` goes through converters.convert's .mindir reader."""
+    from converters.convert import convert
+
+    calls = []
+    report = convert(FIXTURES / "lenet5_ext_graph.mindir", tmp_path / "lenet.onnx",
+                     progress=lambda done, total: calls.append((done, total)))
+    assert report.mapped["Conv2D"] == 2 and report.external_files == ["lenet5_ext_variables/data_0"]
+    total = calls[0][1]  # the import reports first (the ONNX export follows)
+    assert calls[:total] == [(done, total) for done in range(1, total + 1)]
+    ref = np.load(FIXTURES / "lenet5_ext.npz")
+    sess = ort.InferenceSession(str(tmp_path / "lenet.onnx"), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {sess.get_inputs()[0].name: ref["in0"]})[0]
+    np.testing.assert_allclose(got, ref["out0"], rtol=RTOL, atol=ATOL)
+    convert(FIXTURES / "lenet5_ext_graph.mindir", tmp_path / "lenet.ms")
+    np.testing.assert_allclose(run_lite(reader.load(tmp_path / "lenet.ms"), ref["in0"])[0], ref["out0"],
+                               rtol=RTOL, atol=ATOL)

@@ -13,6 +13,7 @@ import logging
 import os
 import pathlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,10 +50,11 @@ class MindirImportReport(ConversionReport):
     external_files: list[str] = field(default_factory=list)
 
 
-def import_mindir(source: str | os.PathLike | bytes, *, base_dir: str | os.PathLike | None = None
+def import_mindir(source: str | os.PathLike | bytes, *, base_dir: str | os.PathLike | None = None,
+                  progress: Callable[[int, int], None] | None = None
                   ) -> tuple[LiteModel, MindirImportReport]:
     """Convert a .mindir file (path or bytes) to a LiteModel; external weights resolve
-    against the file's directory (or `base_dir`)."""
+    against the file's directory (or `base_dir`). `progress(done, total)` follows the nodes."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         data, label = bytes(source), "<bytes>"
         root = pathlib.Path(base_dir) if base_dir is not None else None
@@ -71,7 +73,7 @@ def import_mindir(source: str | os.PathLike | bytes, *, base_dir: str | os.PathL
         raise InvalidModelError(f"{label}: exported on a big-endian device; litenpu loads little-endian MindIR only")
     graph = parse_graph(model)
     external = ExternalDataReader(root)
-    lite = _convert(graph, Builder(graph, external), report)
+    lite = _convert(graph, Builder(graph, external), report, progress)
     lite.version = model.model_version
     report.external_files = list(external.files)
     report.weight_bytes = sum(t.data.nbytes for t in lite.tensors if t.data is not None)
@@ -92,10 +94,12 @@ def _parse(data: bytes, label: str) -> pb.ModelProto:
     return model
 
 
-def _convert(graph: MsGraph, b: Builder, report: MindirImportReport) -> LiteModel:
+def _convert(graph: MsGraph, b: Builder, report: MindirImportReport,
+             progress: Callable[[int, int], None] | None) -> LiteModel:
     for name, info in graph.inputs:
         b.add_input(name, info)
-    for node in _live(graph):
+    live = _live(graph)
+    for done, node in enumerate(live, 1):
         if node.prim in _PLUMBING:
             b.values[node.output] = _plumbing(b, node)
             report.removed[node.prim] += 1
@@ -105,6 +109,8 @@ def _convert(graph: MsGraph, b: Builder, report: MindirImportReport) -> LiteMode
         else:
             b.values[node.output] = _custom(b, node)
             report.custom.append(CustomNode(node.name, node.prim, "no Lite mapping for this primitive"))
+        if progress is not None:
+            progress(done, len(live))
     for name in graph.outputs:
         b.model.outputs.extend(_output_tensors(b, name))
     b.model.fmk_type = FMK_MINDIR
