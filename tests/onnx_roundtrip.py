@@ -71,3 +71,29 @@ def assert_close(got: list[np.ndarray], expected: list[np.ndarray], rtol: float 
                                        err_msg=f"output {i}")
         else:
             np.testing.assert_array_equal(g, e, err_msg=f"output {i}")
+
+
+def with_random_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
+    """The light models build their weights with ConstantOfShape (all equal values), which
+    hides layout mistakes: replace each such node with a seeded random initializer."""
+    rng = np.random.default_rng(seed)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    shapes = {t.name: onnx.numpy_helper.to_array(t) for t in out.graph.initializer}
+    keep = []
+    for node in out.graph.node:
+        if node.op_type != "ConstantOfShape" or node.input[0] not in shapes:
+            keep.append(node)
+            continue
+        shape = [int(d) for d in shapes[node.input[0]]]
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        value = (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in) if len(shape) > 1
+                 else rng.uniform(0.5, 1.5, shape))  # 1-D: scales, biases, BN statistics
+        out.graph.initializer.append(
+            onnx.numpy_helper.from_array(value.astype(np.float32), node.output[0]))
+        if out.ir_version < 4:  # initializers are graph inputs too before IR 4
+            out.graph.input.append(onnx.helper.make_tensor_value_info(
+                node.output[0], onnx.TensorProto.FLOAT, shape))
+    del out.graph.node[:]
+    out.graph.node.extend(keep)
+    return out
