@@ -34,6 +34,8 @@ def activation(ctx, kind: str, a: dict, x: str, y: str, dtype: np.dtype, name: s
               "SOFTPLUS": "Softplus", "ABS": "Abs"}
     if kind in simple:
         ctx.add(simple[kind], [x], [y], name=name)
+    elif kind == "NO_ACTIVATION":
+        ctx.add("Identity", [x], [y], name=name)
     elif kind == "LEAKY_RELU":
         ctx.add("LeakyRelu", [x], [y], name=name, alpha=float(a.get("alpha", 0.01)))
     elif kind == "ELU":
