@@ -108,3 +108,19 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert main(["convert", str(tmp_path / "missing.onnx"), "-o", str(tmp_path / "x.ms")]) == 1
     err = capsys.readouterr().err
     assert "missing.onnx" in err and "Traceback" not in err
+
+
+def test_progress_line_only_for_large_models():
+    import io
+
+    from provider.commands.convert import PROGRESS_MIN_NODES, _ProgressLine
+
+    stream = io.StringIO()
+    line = _ProgressLine(stream)
+    line(10, PROGRESS_MIN_NODES - 1)
+    line.close()
+    assert stream.getvalue() == ""
+    line(64, 1000)
+    line(1000, 1000)
+    line.close()
+    assert stream.getvalue() == "\rconverting: 64/1000 nodes\rconverting: 1000/1000 nodes\n"
