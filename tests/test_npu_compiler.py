@@ -324,3 +324,35 @@ def test_shape_errors_name_the_input():
     b = g2.input("b", (4, 3))
     with pytest.raises(InvalidModelError, match="do not broadcast"):
         compile_model(g2.outputs(g2.node("AddFusion", [a, b])))
+
+
+def test_steady_state_runs_allocate_no_tensor_memory():
+    """conv, pooling, resize, binary and GEMM steps write into planned views only: what a run
+    allocates is numpy's fixed-size ufunc iteration buffer (8192 elements), never a tensor."""
+    import tracemalloc
+
+    r = rng(10)
+    g = Graph("alloc")
+    x = g.input("x", (1, 8, 64, 64))
+    h = g.node("Conv2DFusion", [x, g.const("w", r.standard_normal((16, 8, 3, 3)).astype(F32))],
+               {**CONV, "activation_type": "RELU"})
+    h = g.node("MaxPoolFusion", [h], {"kernel_size": [2, 2], "strides": [2, 2], "pad": [0, 0, 0, 0]})
+    h = g.node("Resize", [h], {"method": "LINEAR", "new_height": 64, "new_width": 64,
+                               "coordinate_transform_mode": "HALF_PIXEL"})
+    h = g.node("AddFusion", [h, g.const("c", np.ones((16, 1, 1), F32))])
+    h = g.node("Conv2DFusion", [h, g.const("w2", r.standard_normal((4, 16, 1, 1)).astype(F32))],
+               {**CONV, "kernel_size": [1, 1], "pad_list": [0, 0, 0, 0]})
+    program = compile_model(g.outputs(h))
+    xv = r.standard_normal((1, 8, 64, 64)).astype(F32)
+    out = np.empty((1, 4, 64, 64), F32)
+    with Executor(program, pool()) as ex:
+        ex.run([xv], [out])
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            ex.run([xv], [out])
+            peak = tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
+    smallest_tensor = 16 * 32 * 32 * 4  # the pooled one, 64 KiB
+    assert peak < 48 * 1024 < smallest_tensor, f"a run allocated {peak} bytes"

@@ -776,8 +776,11 @@ def resize(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
         operands += [hm[0], wm[0]]
     else:
         operands += [hm[0], hm[1], hm[2].astype(x.dtype).reshape(oh, 1), wm[0], wm[1], wm[2].astype(x.dtype)]
-    attrs = {"method": method.lower()}
-    return Lowered("resize", attrs, operands, [((n, c, oh, ow), x.dtype)])
+    scratch = [("rows", (n, c, oh, w), x.dtype)]
+    if method == "LINEAR":
+        scratch += [("top", (n, c, oh, w), x.dtype), ("left", (n, c, oh, ow), x.dtype)]
+    attrs = {"method": method.lower(), "scratch": [s[0] for s in scratch]}
+    return Lowered("resize", attrs, operands, [((n, c, oh, ow), x.dtype)], scratch)
 
 
 # ---- reshape-like (aliases: no kernel, the output shares the input's buffer) ----------------

@@ -1,5 +1,8 @@
 """Data movement: Concat, Split, slices (SliceFusion / StridedSlice), Transpose, PadFusion,
-Gather. Index arithmetic is resolved by the compiler; these kernels only copy."""
+Gather. Index arithmetic is resolved by the compiler; these kernels only copy.
+
+Index arrays are validated at compile time, so np.take runs with mode="clip": with the
+default mode="raise" numpy buffers the whole output on every call."""
 
 from __future__ import annotations
 
@@ -62,7 +65,7 @@ def pad(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict
 @register("gather")
 def gather(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
     """outputs[0] = take(x, indices, axis) (indices non-negative, checked at compile time)."""
-    np.take(inputs[0], inputs[1], axis=attrs["axis"], out=outputs[0])
+    np.take(inputs[0], inputs[1], axis=attrs["axis"], out=outputs[0], mode="clip")
 
 
 @register("resize")
@@ -71,20 +74,23 @@ def resize(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: d
 
     inputs: x, h_lo, h_hi, h_frac (OH, 1), w_lo, w_hi, w_frac (OW,); nearest uses h_lo/w_lo only
     (attrs method "nearest" / "linear"). Linear is separable: rows first, then columns.
+    Scratch after the output: rows (N, C, OH, W) [, top (N, C, OH, W), left (N, C, OH, OW)].
     """
     x, y = inputs[0], outputs[0]
+    rows = outputs[1]
     if attrs["method"] == "nearest":
-        rows = np.take(x, inputs[1], axis=2)
-        np.take(rows, inputs[2], axis=3, out=y)
+        np.take(x, inputs[1], axis=2, out=rows, mode="clip")
+        np.take(rows, inputs[2], axis=3, out=y, mode="clip")
         return
+    top, left = outputs[2], outputs[3]
     h_lo, h_hi, h_frac, w_lo, w_hi, w_frac = inputs[1:7]
-    top = np.take(x, h_lo, axis=2)
-    rows = np.take(x, h_hi, axis=2)
+    np.take(x, h_lo, axis=2, out=top, mode="clip")
+    np.take(x, h_hi, axis=2, out=rows, mode="clip")
     rows -= top
     rows *= h_frac
     rows += top
-    left = np.take(rows, w_lo, axis=3)
-    np.take(rows, w_hi, axis=3, out=y)
+    np.take(rows, w_lo, axis=3, out=left, mode="clip")
+    np.take(rows, w_hi, axis=3, out=y, mode="clip")
     y -= left
     y *= w_frac
     y += left
