@@ -3,6 +3,8 @@ and constant folding, fp16 storage bound, capability reasons and errors."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import onnx
 import pytest
@@ -329,8 +331,6 @@ def test_shape_errors_name_the_input():
 def test_steady_state_runs_allocate_no_tensor_memory():
     """conv, pooling, resize, binary and GEMM steps write into planned views only: what a run
     allocates is numpy's fixed-size ufunc iteration buffer (8192 elements), never a tensor."""
-    import tracemalloc
-
     r = rng(10)
     g = Graph("alloc")
     x = g.input("x", (1, 8, 64, 64))
