@@ -12,6 +12,7 @@ an older table (slots past the end are not NULL: never probe for NULL).
 from __future__ import annotations
 
 import ctypes as C
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -300,8 +301,9 @@ class Ort:
             getattr(self.api, get_fn)(obj, items, n.value)
         return [p or 0 for p in items]
 
-    def tensor_info(self, info: int) -> tuple[int, tuple[int, ...], tuple[str, ...]]:
-        """(element type, dims, symbolic dim names) of an OrtTensorTypeAndShapeInfo."""
+    def tensor_info(self, info: int, symbols: bool = True) -> tuple[int, tuple[int, ...], tuple[str, ...]]:
+        """(element type, dims, symbolic dim names unless `symbols` is False) of an
+        OrtTensorTypeAndShapeInfo."""
         et, n = C.c_int(), sz()
         self.api.GetTensorElementType(info, C.byref(et))
         self.api.GetDimensionsCount(info, C.byref(n))
@@ -309,7 +311,8 @@ class Ort:
         syms = (C.c_char_p * n.value)()
         if n.value:
             self.api.GetDimensions(info, dims, n.value)
-            self.api.GetSymbolicDimensions(info, syms, n.value)
+            if symbols:
+                self.api.GetSymbolicDimensions(info, syms, n.value)
         return et.value, tuple(dims), tuple((s or b"").decode() for s in syms)
 
     def value_type(self, value: int) -> tuple[np.dtype, tuple[int, ...]]:
@@ -317,7 +320,7 @@ class Ort:
         info = vp()
         self.api.GetTensorTypeAndShape(value, C.byref(info))
         try:
-            et, dims, _ = self.tensor_info(info)
+            et, dims, _ = self.tensor_info(info, symbols=False)
         finally:
             self.api.ReleaseTensorTypeAndShapeInfo(info)
         if et not in ELEMENT_TO_NUMPY:
@@ -338,7 +341,7 @@ class Ort:
 
 def array_at(address: int, dtype: np.dtype, shape: tuple[int, ...], owner: object = None) -> np.ndarray:
     """numpy array over `address` without copying; `owner` is kept alive by the array."""
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     if nbytes == 0 or not address:
         return np.empty(shape, dtype)
     buf = (C.c_char * nbytes).from_address(address)

@@ -32,6 +32,22 @@ from provider.ort.transfer import COUNTERS
 log = logging.getLogger("litenpu.ort")
 
 
+class _Compiled:
+    """One Program's Executor and how the fused node's I/O order maps onto the Program's."""
+
+    def __init__(self, executor: Executor, input_names: list[str], output_names: list[str]):
+        self.executor = executor
+        program = executor.program
+        self.input_order = [input_names.index(name) for name in executor.input_names]
+        positions = {name: k for k, name in enumerate(executor.output_names)}
+        self.outputs = []  # per fused output: (program position, C dims, dtype, shape)
+        for name in output_names:
+            slot = program.slots[program.outputs[positions[name]]]
+            shape = tuple(slot.shape)
+            self.outputs.append((positions[name], (C.c_int64 * len(shape))(*shape),
+                                 np.dtype(slot.dtype), shape))
+
+
 class FusedKernel:
     """A fused partition: a Program + Executor per input-shape combination (and its Lite model
     while more shapes may come)."""
@@ -43,13 +59,13 @@ class FusedKernel:
         self.name = name
         # KernelContext inputs/outputs follow the fused node's order; the Program uses names.
         self.input_names, self.output_names = input_names, output_names
-        self._programs: dict[tuple, Executor] = {}
+        self._programs: dict[tuple, _Compiled] = {}
         self._lock = threading.Lock()
         self.calls = 0
         self.lite: LiteModel | None = None
         if isinstance(source, Program):
             shapes = {source.slots[i].name: tuple(source.slots[i].shape) for i in source.inputs}
-            self._programs[_key(shapes)] = Executor(source, default_pool())
+            self._add(_key(shapes), Executor(source, default_pool()))
         elif static_shapes is not None:
             # One shape only: compile now and keep no Lite model (nor its weight copies).
             self.lite = source
@@ -93,47 +109,51 @@ class FusedKernel:
         if self.lite is not None:
             return epcontext.to_bytes(self.lite)
         with self._lock:
-            (executor,) = self._programs.values()
-        return epcontext.to_bytes(executor.program)
+            (compiled,) = self._programs.values()
+        return epcontext.to_bytes(compiled.executor.program)
 
     def executor(self, shapes: dict[str, tuple[int, ...]]) -> Executor:
         """The Executor for these input shapes (compiled on first use, then cached)."""
+        return self._compiled(shapes).executor
+
+    def _compiled(self, shapes: dict[str, tuple[int, ...]]) -> _Compiled:
         key = _key(shapes)
         with self._lock:
-            executor = self._programs.get(key)
-            if executor is None:
+            compiled = self._programs.get(key)
+            if compiled is None:
                 if self.lite is None:
-                    compiled = [dict(k) for k in self._programs]
+                    known = [dict(k) for k in self._programs]
                     raise BindingError(f"partition {self.name} was compiled for input shapes "
-                                       f"{compiled}; got {shapes}")
+                                       f"{known}; got {shapes}")
                 program = compile_model(with_input_shapes(self.lite, shapes), shapes,
                                         enable_fp16=self.enable_fp16)
-                executor = Executor(program, default_pool())
-                self._programs[key] = executor
+                compiled = self._add(key, Executor(program, default_pool()))
                 log.info("NPU partition %s: compiled a program for %s", self.name, dict(key))
-        return executor
+        return compiled
+
+    def _add(self, key: tuple, executor: Executor) -> _Compiled:
+        compiled = _Compiled(executor, self.input_names, self.output_names)
+        self._programs[key] = compiled
+        return compiled
 
     def compute(self, context: int) -> None:
         o = self.ort
         n = abi.sz()
         o.api.KernelContext_GetInputCount(context, C.byref(n))
-        feeds = {}
+        arrays = []
         for i in range(n.value):
             value = abi.vp()
             o.api.KernelContext_GetInput(context, i, C.byref(value))
-            feeds[self.input_names[i]] = o.value_array(value.value)
-        executor = self.executor({k: v.shape for k, v in feeds.items()})
-        program = executor.program
-        outputs = {}
-        for j, name in enumerate(self.output_names):
-            slot = program.slots[program.outputs[executor.output_names.index(name)]]
-            dims = (C.c_int64 * len(slot.shape))(*slot.shape)
+            arrays.append(o.value_array(value.value))
+        compiled = self._compiled({self.input_names[i]: a.shape for i, a in enumerate(arrays)})
+        outputs: list = [None] * len(compiled.outputs)
+        for j, (position, dims, dtype, shape) in enumerate(compiled.outputs):
             value = abi.vp()
-            o.api.KernelContext_GetOutput(context, j, dims, len(slot.shape), C.byref(value))
-            outputs[name] = abi.array_at(o.value_address(value.value), np.dtype(slot.dtype),
-                                         tuple(slot.shape))
+            o.api.KernelContext_GetOutput(context, j, dims, len(shape), C.byref(value))
+            outputs[position] = abi.array_at(o.value_address(value.value), dtype, shape)
+        executor = compiled.executor
         with self._lock:  # the executor's stats of this run must be read before the next one
-            executor.run_named(feeds, outputs)
+            executor.run([arrays[i] for i in compiled.input_order], outputs)
             stats = executor.copy_stats
             self.calls += 1
         if stats.bytes_copied_in or stats.bytes_copied_out:
@@ -142,8 +162,8 @@ class FusedKernel:
     def close(self) -> None:
         _KERNELS.pop(self.address, None)
         with self._lock:
-            for executor in self._programs.values():
-                executor.close()
+            for compiled in self._programs.values():
+                compiled.executor.close()
             self._programs.clear()
 
 
