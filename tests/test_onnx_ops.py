@@ -248,3 +248,14 @@ def test_fused_activation_is_exported_after_the_op():
                     {"w": W, "lo": np.float32(0), "hi": np.float32(6)})
     assert_close(run(exported, {"x": x}), run(conv, {"x": x}))
 
+
+
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+def test_depth_space_and_gather_elements(mode):
+    idx = np.array([[[[0, 1]]]], np.int64).repeat(2, axis=1)
+    nodes = [helper.make_node("DepthToSpace", ["x"], ["d"], blocksize=2, mode=mode),
+             helper.make_node("SpaceToDepth", ["d"], ["s"], blocksize=2),
+             helper.make_node("GatherElements", ["s", "i"], ["y"], axis=3),
+             helper.make_node("LpNormalization", ["y"], ["z"], axis=1, p=1)]
+    m = model_of(nodes, [vi("x", [1, 8, 2, 3])], [vi("z", None)], {"i": idx}, opset=13)
+    check(m, ["DepthToSpace", "SpaceToDepth", "GatherD", "LpNormalization"])

@@ -234,3 +234,9 @@ def _trailing_ones(ctx, node, index: int, name: str, count: int) -> str:
         return ctx.const(data.reshape(data.shape + (1,) * count), f"{name}/expanded")
     axes = ctx.const(np.arange(-count, 0, dtype=np.int64), f"{node.name}/axes")
     return ctx.add("Unsqueeze", [name, axes], name=f"{node.name}/expand")
+
+
+@EXPORTERS.register("LpNormalization")
+def lp_normalization(ctx, node, ins, outs):
+    ctx.add("LpNormalization", ins, outs, name=node.name, axis=node.attrs.get("axis", -1),
+            p=node.attrs.get("p", 2))

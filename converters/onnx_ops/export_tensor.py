@@ -247,3 +247,21 @@ def stack(ctx, node, ins, outs):
                      axes=None if axes else [axis])
              for i, name in enumerate(ins)]
     ctx.add("Concat", parts, outs, name=node.name, axis=axis)
+
+
+@EXPORTERS.register("DepthToSpace")
+def depth_to_space(ctx, node, ins, outs):
+    mode = node.attrs.get("mode", "") or "DCR"
+    ctx.add("DepthToSpace", ins[:1], outs, name=node.name,
+            blocksize=node.attrs["block_size"], mode=mode if ctx.opset >= 11 else None)
+
+
+@EXPORTERS.register("SpaceToDepth")
+def space_to_depth(ctx, node, ins, outs):
+    ctx.add("SpaceToDepth", ins[:1], outs, name=node.name, blocksize=node.attrs["block_size"])
+
+
+@EXPORTERS.register("GatherD")
+def gather_d(ctx, node, ins, outs):
+    axis = ctx.const_ints(node.inputs[1], "dim", node)[0]
+    ctx.add("GatherElements", [ins[0], ins[2]], outs, name=node.name, axis=axis)

@@ -210,3 +210,9 @@ def lrn(ctx, node):
              "alpha": float(a.get("alpha", 1e-4)) / size, "beta": float(a.get("beta", 0.75)),
              "norm_region": "ACROSS_CHANNELS"}
     return [emit(ctx, node, "LRN", attrs, node.inputs)]
+
+
+@IMPORTERS.register("LpNormalization")
+def lp_normalization(ctx, node):
+    attrs = {"axis": node.attrs.get("axis", -1), "p": node.attrs.get("p", 2)}
+    return [emit(ctx, node, "LpNormalization", attrs, node.inputs)]

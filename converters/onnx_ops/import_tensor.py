@@ -232,6 +232,28 @@ def dropout(ctx, node):
                  node.outputs[:1])]
 
 
+@IMPORTERS.register("DepthToSpace")
+def depth_to_space(ctx, node):
+    attrs = {"block_size": node.attrs["blocksize"], "format": "NCHW",
+             "mode": node.attrs.get("mode", "DCR")}
+    return [emit(ctx, node, "DepthToSpace", attrs, node.inputs)]
+
+
+@IMPORTERS.register("SpaceToDepth")
+def space_to_depth(ctx, node):
+    if node.attrs.get("mode", "DCR") != "DCR":
+        raise Unmappable("SpaceToDepth other than DCR order")
+    attrs = {"block_size": node.attrs["blocksize"], "format": "NCHW"}
+    return [emit(ctx, node, "SpaceToDepth", attrs, node.inputs)]
+
+
+@IMPORTERS.register("GatherElements", since=11)
+def gather_elements(ctx, node):
+    # Lite's GatherD takes (input, dim, index).
+    dim = ctx.const(f"{node.outputs[0]}/dim", np.array([node.attrs.get("axis", 0)], np.int32))
+    return [emit(ctx, node, "GatherD", {}, [node.inputs[0], dim, node.inputs[1]])]
+
+
 _VALUE_ATTRS = {"value_float": np.float32, "value_floats": np.float32,
                 "value_int": np.int64, "value_ints": np.int64}
 
