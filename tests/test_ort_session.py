@@ -261,3 +261,15 @@ def test_enable_fp16_runs_within_fp16_tolerance():
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, want, atol=2e-2 * float(np.abs(want).max()), rtol=0)
     assert not np.array_equal(got, want)  # fp16 storage really was used
+
+
+@pytest.mark.skipif(not hasattr(ort.InferenceSession, "get_provider_graph_assignment_info"),
+                    reason="this onnxruntime (1.23) cannot report its node assignment")
+def test_partition_report_agrees_with_onnxruntimes_assignment():
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    sess = InferenceSession(MLP, options, providers=NPU, provider_options=[{"disable_ops": "Relu"}, {}])
+    ran = {n.name: sub.ep_name for sub in sess.get_provider_graph_assignment_info() for n in sub.get_nodes()}
+    ours = {p.name: "NPUExecutionProvider" if p.device == "NPU" else "CPUExecutionProvider"
+            for p in sess.partition()}
+    assert ours == ran
