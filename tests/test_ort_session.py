@@ -273,3 +273,18 @@ def test_partition_report_agrees_with_onnxruntimes_assignment():
     ours = {p.name: "NPUExecutionProvider" if p.device == "NPU" else "CPUExecutionProvider"
             for p in sess.partition()}
     assert ours == ran
+
+
+def test_run_async_computes_on_an_onnxruntime_thread():
+    sess = InferenceSession(STATIC, providers=NPU)
+    x = RNG.standard_normal((2, 8)).astype(np.float32)
+    done, result = threading.Event(), {}
+
+    def callback(outputs, user_data, error):
+        result["outputs"], result["error"] = outputs, error
+        done.set()
+
+    sess.run_async(None, {"x": x}, callback, None)
+    assert done.wait(30)
+    assert not result["error"]
+    np.testing.assert_allclose(result["outputs"][0], np.maximum(x, 0) + 1, rtol=1e-6)
