@@ -62,6 +62,7 @@ class ImportContext:
         self._consts: dict[str, np.ndarray] = {}
         self._read = {n for node in view.nodes for n in (*node.inputs, *node.implicit_inputs)}
         self._read |= self.graph_outputs
+        self.read_by_subgraphs = {n for node in view.nodes for n in node.implicit_inputs}
         self._used_names = {n for node in view.nodes for n in (*node.inputs, *node.outputs)}
         self._used_names.update(view.initializers)
 
@@ -72,9 +73,9 @@ class ImportContext:
             return self._index[name]
         info = self._info.get(name)
         type_id = _type_id(info.dtype if info else None)
-        shape = tuple(-1 if d is None else d for d in (info.shape or ())) if info else ()
-        if info is None or info.shape is None:
-            shape = ()
+        # The IR has no "unknown rank": such values get an empty shape (consumers infer).
+        shape = () if info is None or info.shape is None else tuple(
+            -1 if d is None else d for d in info.shape)
         index = self.model.add_tensor(LiteTensor(name, type_id, shape))
         self._index[name] = index
         return index

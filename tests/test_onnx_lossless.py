@@ -77,13 +77,14 @@ def test_subgraph_reading_outer_values_is_carried():
                              [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])])
     other = helper.make_graph([helper.make_node("Sub", ["x", "k"], ["e"])], "else", [],
                               [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2])])
-    k = numpy_helper.from_array(np.array([10.0, 20.0], np.float32), "k")
-    m = _model([helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+    k = numpy_helper.from_array(np.array([10.0, 20.0], np.float32), "k0")
+    m = _model([helper.make_node("Identity", ["k0"], ["k"]),
+                helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
                [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
                 helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], [k])
     exported, lite, _ = roundtrip(m)
-    custom = [n for n in lite.nodes if n.op == "Custom"][0]
+    custom = [n for n in lite.nodes if n.op == "Custom"][-1]
     assert {lite.tensors[i].name for i in custom.inputs} == {"c", "x", "k"}
     for cond in (True, False):
         feeds = {"c": np.array(cond), "x": np.array([1.0, 2.0], np.float32)}

@@ -212,9 +212,11 @@ def top_k(ctx, node):
 @IMPORTERS.register("Identity")
 def identity(ctx, node):
     # Lite has no identity primitive: alias the value, unless its name must survive.
-    if node.outputs[0] in ctx.graph_outputs:
-        raise Unmappable("Identity producing a graph output keeps its own name")
-    ctx.alias(node.outputs[0], node.inputs[0])
+    out = node.outputs[0]
+    if out in ctx.graph_outputs or out in ctx.read_by_subgraphs:
+        raise Unmappable("Identity producing a graph output (or a subgraph's outer value) "
+                         "keeps its own name")
+    ctx.alias(out, node.inputs[0])
     return []
 
 
