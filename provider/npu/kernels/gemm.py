@@ -16,6 +16,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """out = a @ b (numpy broadcasting of the batch dims), accumulated in at least fp32."""
     if a.dtype == F32 and b.dtype == F32 and out.dtype == F32:
         np.matmul(a, b, out=out)
-    else:
-        np.copyto(out, np.matmul(a.astype(F32, copy=False), b.astype(F32, copy=False)),
-                  casting="same_kind")
+    else:  # values beyond fp16's range become inf, as fp16 storage implies
+        with np.errstate(over="ignore", invalid="ignore"):
+            np.copyto(out, np.matmul(a.astype(F32, copy=False), b.astype(F32, copy=False)),
+                      casting="same_kind")
