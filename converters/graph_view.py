@@ -97,6 +97,8 @@ class NodeView:
         for key, value in self.attrs.items():
             if isinstance(value, np.ndarray):
                 value = numpy_helper.from_array(value)
+            elif isinstance(value, list) and value and isinstance(value[0], np.ndarray):
+                value = [numpy_helper.from_array(v) for v in value]
             node.attribute.append(helper.make_attribute(key, value))
         return node
 

@@ -104,3 +104,16 @@ def test_garbage_file_is_invalid_model(tmp_path):
     path.write_bytes(b"\xff\xfe not a protobuf")
     with pytest.raises(InvalidModelError, match="bad.onnx"):
         from_onnx(path)
+
+
+def test_node_proto_is_rebuilt_from_fields_when_the_source_has_none():
+    from converters.graph_view import NodeView
+
+    node = NodeView("n", "Pad", "", ("x", "p", ""), ("y",),
+                    {"mode": "reflect", "k": [np.ones(2, np.float32)], "t": np.zeros(3)})
+    proto = node.proto()
+    assert list(proto.input) == ["x", "p", ""] and proto.name == "n"
+    attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
+    assert attrs["mode"] == b"reflect"
+    np.testing.assert_array_equal(numpy_helper.to_array(attrs["k"][0]), [1, 1])
+    np.testing.assert_array_equal(numpy_helper.to_array(attrs["t"]), [0, 0, 0])
