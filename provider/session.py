@@ -32,7 +32,7 @@ from provider.ort.capability import Placement
 from provider.ort.ep import NpuEp, collecting_eps
 from provider.ort.options import InvalidOptionError, NpuOptions
 from provider.registration import ep_devices, register
-from provider.tensors import _ORT_TYPES, copy_stats, npu_device
+from provider.tensors import ORT_TYPE_TO_NUMPY, copy_stats, npu_device
 
 log = logging.getLogger("litenpu.ort")
 
@@ -97,7 +97,7 @@ class InferenceSession(ort.InferenceSession):
     def __init__(self, path_or_bytes: str | bytes | os.PathLike, sess_options: ort.SessionOptions | None = None,
                  providers: Sequence | None = None, provider_options: Sequence[dict] | None = None,
                  **kwargs: Any):
-        npu, others = normalize_providers(providers, provider_options)
+        npu, _ = normalize_providers(providers, provider_options)
         self._npu_eps: list[NpuEp] = []
         model = _model_source(path_or_bytes)
         if npu is None:
@@ -167,7 +167,7 @@ class CheckedIOBinding(ort.IOBinding):
         self._outputs = {o.name: o for o in session.get_outputs()}
 
     def bind_ortvalue_input(self, name: str, ortvalue: ort.OrtValue) -> None:
-        _check(self._inputs, "input", name, _ORT_TYPES.get(ortvalue.data_type()), ortvalue.shape())
+        _check(self._inputs, "input", name, ORT_TYPE_TO_NUMPY.get(ortvalue.data_type()), ortvalue.shape())
         super().bind_ortvalue_input(name, ortvalue)
 
     def bind_cpu_input(self, name: str, arr_on_cpu: np.ndarray) -> None:
@@ -175,7 +175,7 @@ class CheckedIOBinding(ort.IOBinding):
         super().bind_cpu_input(name, arr_on_cpu)
 
     def bind_ortvalue_output(self, name: str, ortvalue: ort.OrtValue) -> None:
-        _check(self._outputs, "output", name, _ORT_TYPES.get(ortvalue.data_type()), ortvalue.shape())
+        _check(self._outputs, "output", name, ORT_TYPE_TO_NUMPY.get(ortvalue.data_type()), ortvalue.shape())
         super().bind_ortvalue_output(name, ortvalue)
 
     def bind_npu_output(self, name: str) -> None:
@@ -196,7 +196,7 @@ def check_feeds(inputs: Sequence, feeds: dict) -> None:
         raise BindingError(f"missing input(s) {missing}; the model's inputs are {list(metas)}")
     for name, value in feeds.items():
         if isinstance(value, ort.OrtValue):
-            _check(metas, "input", name, _ORT_TYPES.get(value.data_type()), value.shape())
+            _check(metas, "input", name, ORT_TYPE_TO_NUMPY.get(value.data_type()), value.shape())
         else:
             array = np.asarray(value)
             _check(metas, "input", name, array.dtype, array.shape)
@@ -207,7 +207,7 @@ def _check(metas: dict, kind: str, name: str, dtype, shape: Sequence[int]) -> No
     meta = metas.get(name)
     if meta is None:
         raise BindingError(f"unknown {kind} {name!r}; the model's {kind}s are {list(metas)}")
-    expected = _ORT_TYPES.get(meta.type)
+    expected = ORT_TYPE_TO_NUMPY.get(meta.type)
     if expected is not None and (dtype is None or np.dtype(dtype) != np.dtype(expected)):
         got = np.dtype(dtype) if dtype is not None else "a non-tensor value"
         raise BindingError(f"{kind} {name!r}: expected dtype {np.dtype(expected)}, got {got}")

@@ -24,8 +24,8 @@ from provider.ort.abi import array_at
 from provider.ort.transfer import COUNTERS, CopyStats
 from provider.registration import register
 
-# OrtValue.data_type() strings -> numpy dtypes
-_ORT_TYPES = {
+# OrtValue.data_type() / NodeArg.type strings -> numpy dtypes
+ORT_TYPE_TO_NUMPY = {
     "tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
     "tensor(int8)": np.int8, "tensor(uint8)": np.uint8, "tensor(int16)": np.int16,
     "tensor(uint16)": np.uint16, "tensor(int32)": np.int32, "tensor(uint32)": np.uint32,
@@ -64,7 +64,7 @@ def view(value: ort.OrtValue) -> np.ndarray:
     if value.device_name().lower() != "npu":
         raise BindingError(f"view() needs an OrtValue in NPU memory; this one is on "
                            f"{value.device_name()} (use .numpy() instead)")
-    dtype = np.dtype(_ORT_TYPES[value.data_type()])
+    dtype = np.dtype(ORT_TYPE_TO_NUMPY[value.data_type()])
     shape = tuple(value.shape())
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     address = value.data_ptr()
