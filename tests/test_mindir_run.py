@@ -119,3 +119,51 @@ def test_convert_mindir_file_to_onnx_and_ms(tmp_path):
     convert(FIXTURES / "lenet5_ext_graph.mindir", tmp_path / "lenet.ms")
     np.testing.assert_allclose(run_lite(reader.load(tmp_path / "lenet.ms"), ref["in0"])[0], ref["out0"],
                                rtol=RTOL, atol=ATOL)
+
+
+def _single(prim: str, inputs: list, shape, dtype=1, attrs=None) -> GraphMaker:
+    """A graph x -> prim(x, *inputs) (constants as 2.x Constant nodes), output typed `shape`."""
+    gm = GraphMaker()
+    x = gm.input("x", [2, 3, 4, 4])
+    args = [x] + [gm.input("y", [2, 3, 4, 4]) if isinstance(v, str) else gm.const(v) for v in inputs]
+    gm.output(gm.op(prim, args, shape, attrs=attrs, dtype=dtype))
+    return gm
+
+
+_X = np.random.default_rng(11).standard_normal((2, 3, 4, 4)).astype(np.float32)
+_Y = np.random.default_rng(12).standard_normal((2, 3, 4, 4)).astype(np.float32)
+# (primitive, constant inputs, output shape, output dtype, Lite op, numpy reference or None:
+#  None = converters.onnx_export has no rule for that Lite op yet, so only the mapping is checked)
+_SINGLE = [
+    ("Rsqrt", [], [2, 3, 4, 4], 1, "Rsqrt", None),
+    ("Square", [], [2, 3, 4, 4], 1, "Square", None),
+    ("NotEqual", ["y"], [2, 3, 4, 4], 9, "NotEqual", None),
+    ("GreaterEqual", ["y"], [2, 3, 4, 4], 9, "GreaterEqual", lambda x, y: x >= y),
+    ("RealDiv", ["y"], [2, 3, 4, 4], 1, "DivFusion", lambda x, y: x / y),
+    ("Softsign", [], [2, 3, 4, 4], 1, "Activation", lambda x, y: x / (1 + np.abs(x))),
+    ("Argmin", [2, 34], [2, 3, 4], 6, "ArgMinFusion", lambda x, y: x.argmin(2).astype(np.int32)),
+    ("MeanExt", [(1, 3), True, None], [2, 1, 4, 1], 1, "ReduceFusion", lambda x, y: x.mean((1, 3), keepdims=True)),
+    ("GatherV2", [np.array([2, 0], np.int32), -1, 0], [2, 3, 4, 2], 1, "Gather", lambda x, y: x[..., [2, 0]]),
+]
+
+
+@pytest.mark.parametrize("prim, consts, shape, dtype, lite_op, ref", _SINGLE, ids=[c[0] for c in _SINGLE])
+def test_single_primitive(prim, consts, shape, dtype, lite_op, ref):
+    model, report = import_mindir(_single(prim, consts, shape, dtype).bytes())
+    assert [n.op for n in model.nodes] == [lite_op] and report.mapped == {prim: 1}
+    if ref is not None:
+        feeds = [_X, _Y] if any(isinstance(c, str) for c in consts) else [_X]
+        got = run_lite(model, *feeds)[0]
+        want = ref(_X, _Y)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+def test_resize_bilinear_1x_attributes():
+    gm = GraphMaker()
+    x = gm.input("x", [1, 1, 2, 2])
+    attrs = {"size": (3, 3), "align_corners": True}
+    gm.output(gm.op("ResizeBilinear", [x], [1, 1, 3, 3], attrs=attrs, ref=False))
+    model, _ = import_mindir(gm.bytes())
+    xv = np.array([[[[0, 2], [4, 6]]]], np.float32)
+    np.testing.assert_allclose(run_lite(model, xv)[0][0, 0], [[0, 1, 2], [2, 3, 4], [4, 5, 6]], rtol=RTOL)

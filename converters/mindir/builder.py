@@ -122,10 +122,16 @@ class Builder:
             f"{'a tuple' if isinstance(v, TupleValue) else 'a side-effect token'}, a tensor is expected")
 
     def _const_array(self, node: MsNode, pos: int, value: Any, dtype: Any) -> np.ndarray:
-        if dtype is None:  # a tensor keeps its type; a Python scalar takes the node's (Muls(x, 0.1))
-            dtype = value.dtype if isinstance(value, np.ndarray) else (
-                node.abstract[0].dtype if node.abstract else np.float32)
+        if dtype is None:  # a tensor keeps its type; a Python scalar takes its partner's (Muls(x, 0.1))
+            dtype = value.dtype if isinstance(value, np.ndarray) else self._operand_dtype(node)
         return as_array(value, dtype, f"node {node.name!r} ({node.prim}): constant input {pos}")
+
+    def _operand_dtype(self, node: MsNode) -> np.dtype:
+        for name in node.inputs:
+            v = self.values.get(name)
+            if isinstance(v, int) and dtypes.has_numpy(self.model.tensors[v].type_id):
+                return self.model.tensors[v].dtype
+        return node.abstract[0].dtype if node.abstract else np.dtype(np.float32)
 
     # -- typed arguments: `arg`, checked (InvalidModelError naming node and argument) ------------
     def int_arg(self, node: MsNode, pos: int | None, names: str | tuple[str, ...], default: Any = REQUIRED) -> int:

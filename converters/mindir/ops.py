@@ -210,6 +210,8 @@ _ACTIVATIONS = {
     "Tanh": {"activation_type": "TANH"},
     "HSwish": {"activation_type": "HSWISH"},
     "HSigmoid": {"activation_type": "HSIGMOID"},
+    "Softplus": {"activation_type": "SOFTPLUS"},
+    "Softsign": {"activation_type": "SOFTSIGN"},
     # MindSpore's GeLU kernel is the tanh approximation.
     "GeLU": {"activation_type": "GELU", "approximate": True},
 }
@@ -224,6 +226,12 @@ def _activation(attrs: dict[str, Any]) -> Converter:
 
 for _prim, _attrs in _ACTIVATIONS.items():
     register(_prim)(_activation(_attrs))
+
+
+@register("Elu")
+def elu(b: Builder, n: MsNode) -> Any:
+    attrs = {"activation_type": "ELU", "alpha": b.float_arg(n, 1, "alpha", 1.0)}
+    return b.emit(n, "Activation", attrs, [b.input(n, 0)])[0]
 
 
 @register("FastGeLU")
@@ -250,6 +258,9 @@ def log_softmax(b: Builder, n: MsNode) -> Any:
 _BINARY = {
     "Add": "AddFusion", "Sub": "SubFusion", "Mul": "MulFusion", "Muls": "MulFusion",
     "Div": "DivFusion", "RealDiv": "DivFusion", "Maximum": "Maximum", "Minimum": "Minimum",
+    "Equal": "Equal", "NotEqual": "NotEqual", "Less": "Less", "LessEqual": "LessEqual",
+    "Greater": "Greater", "GreaterEqual": "GreaterEqual", "LogicalAnd": "LogicalAnd",
+    "LogicalOr": "LogicalOr",
 }
 _FUSED_BINARY = {"AddFusion", "SubFusion", "MulFusion", "DivFusion"}
 
@@ -271,6 +282,20 @@ def power(b: Builder, n: MsNode) -> Any:
     return b.emit(n, "PowFusion", {"scale": 1.0, "shift": 0.0}, [b.input(n, 0), b.input(n, 1)])[0]
 
 
+@register("Select")
+def select(b: Builder, n: MsNode) -> Any:
+    """Select(cond, x, y): Lite's three-input Where."""
+    return b.emit(n, "Where", {}, [b.input(n, i) for i in range(3)])[0]
+
+
+@register("Log")
+def log(b: Builder, n: MsNode) -> Any:
+    base, scale, shift = (b.float_arg(n, None, k, d) for k, d in (("base", -1.0), ("scale", 1.0), ("shift", 0.0)))
+    if (base, scale, shift) != (-1.0, 1.0, 0.0):
+        raise UnsupportedError(f"{_where(n)}: log with base/scale/shift {base}/{scale}/{shift}")
+    return b.emit(n, "Log", {}, [b.input(n, 0)])[0]
+
+
 @register("Exp")
 def exp(b: Builder, n: MsNode) -> Any:
     return b.emit(n, "ExpFusion", {"base": -1.0, "scale": 1.0, "shift": 0.0}, [b.input(n, 0)])[0]
@@ -283,8 +308,8 @@ def _unary(op: str) -> Converter:
     return convert
 
 
-for _prim in ("Sqrt", "Rsqrt", "Erf", "Abs", "Neg", "Log", "Floor", "Square",
-              "OnesLike", "ZerosLike", "Shape"):
+for _prim in ("Sqrt", "Rsqrt", "Erf", "Abs", "Neg", "Floor", "Ceil", "Square", "Reciprocal",
+              "Sin", "Cos", "LogicalNot", "OnesLike", "ZerosLike", "Shape"):
     register(_prim)(_unary(_prim))
 
 
@@ -313,9 +338,45 @@ for _prim, _mode in _REDUCE.items():
     register(_prim)(_reduce(_mode))
 
 
+def _reduce_ext(mode: str) -> Converter:
+    """The 2.x `mint` forms SumExt / MeanExt(x, dim | None, keepdim, dtype | None)."""
+
+    def convert(b: Builder, n: MsNode) -> Any:
+        x = b.input(n, 0)
+        rank = _rank(b, x)
+        if len(n.inputs) > 3 and not b.is_none(n, 3):
+            raise UnsupportedError(f"{_where(n)}: a dtype argument is not supported")
+        dims = () if b.is_none(n, 1) else b.ints_arg(n, 1, "dim")
+        axes = [_axis(n, a, rank) for a in dims] or list(range(rank))
+        attrs = {"keep_dims": b.bool_arg(n, 2, "keepdim", False), "mode": mode,
+                 "reduce_to_end": False, "coeff": 1.0}
+        return b.emit(n, "ReduceFusion", attrs, [x, b.int32_constant(n, axes, "axes")])[0]
+
+    return convert
+
+
+register("SumExt")(_reduce_ext("ReduceSum"))
+register("MeanExt")(_reduce_ext("ReduceMean"))
+
+
+def _arg_index(op: str) -> Converter:
+    def convert(b: Builder, n: MsNode) -> Any:
+        x = b.input(n, 0)
+        attrs = {"axis": _axis(n, b.int_arg(n, 1, "axis", -1), _rank(b, x)), "top_k": 1,
+                 "keep_dims": False, "out_max_value": False}
+        return b.emit(n, op, attrs, [x])[0]
+
+    return convert
+
+
+register("Argmax")(_arg_index("ArgMaxFusion"))
+register("Argmin")(_arg_index("ArgMinFusion"))
+
+
 # -- shape and data movement --------------------------------------------------------------------
 def _with_int_input(op: str, name: str) -> Converter:
-    """Ops whose argument is Lite's second (int32) input: Reshape's shape, Transpose's perm."""
+    """Ops whose argument is Lite's second (int32) input: Reshape's shape, Tile's multiples,
+    Transpose's perm."""
 
     def convert(b: Builder, n: MsNode) -> Any:
         if len(n.inputs) > 1:
@@ -328,6 +389,7 @@ def _with_int_input(op: str, name: str) -> Converter:
 
 
 register("Reshape")(_with_int_input("Reshape", "shape"))
+register("Tile")(_with_int_input("TileFusion", "multiples"))
 register("Transpose")(_with_int_input("Transpose", "perm"))
 
 

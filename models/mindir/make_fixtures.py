@@ -207,6 +207,34 @@ class OpVariants(nn.Cell):
         return a, b, c, d, e
 
 
+class OpExtras(nn.Cell):
+    """More element-wise math, comparisons with Select, Tile, Argmax, Elu / Softplus, SumExt.
+    (Rsqrt, Square and NotEqual map to Lite too, but converters.onnx_export has no rule for
+    them yet, so they are left out of this run-through fixture.)"""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tile = P.Tile()
+        self.argmax = P.Argmax(axis=1)
+        self.reduce_min = P.ReduceMin(keep_dims=True)
+        self.reduce_prod = P.ReduceProd(keep_dims=False)
+        self.elu = P.Elu(alpha=1.0)
+        self.softplus = P.Softplus()
+        self.select = P.Select()
+
+    def construct(self, x):
+        y = x * 0.5
+        a = ops.neg(x) + ops.log(ops.abs(x) + 1.0) + ops.floor(x)
+        b = ops.maximum(x, y) - ops.minimum(x, y) + ops.reciprocal(ops.abs(x) + 1.0)
+        c = self.select(ops.logical_and(ops.greater(x, y), ops.less_equal(x, 1.0)), x, ops.ceil(y))
+        d = self.tile(x, (1, 2, 1, 1))
+        e = self.argmax(x)
+        f = self.reduce_min(x, (2, 3)) + self.reduce_prod(x, (3,)).sum()
+        g = self.elu(x) + self.softplus(x) + ops.sin(x) * ops.cos(x)
+        h = ops.cast(ops.equal(x, ops.floor(x)), ms.float32) + ops.cast(ops.logical_not(ops.less(x, y)), ms.float32)
+        return a + b + c, d, e, f, g, h
+
+
 def fixed_parameters(net: nn.Cell, seed: int) -> None:
     """Give every parameter (BatchNorm statistics too) seeded, non-trivial values."""
     rng = np.random.default_rng(seed)
@@ -265,6 +293,7 @@ def main() -> None:
         serialization.TOTAL_SAVE = split_threshold
     export("op_zoo", OpZoo(), [rng.standard_normal((1, 4, 8, 8)).astype(np.float32)], 4)
     export("op_variants", OpVariants(), [rng.standard_normal((1, 4, 8, 8)).astype(np.float32)], 5)
+    export("op_extras", OpExtras(), [np.round(rng.standard_normal((1, 4, 8, 8)) * 4).astype(np.float32) / 4], 6)
 
 
 if __name__ == "__main__":
