@@ -99,3 +99,24 @@ def test_unregister_then_register_again():
     assert len(provider.ep_devices()) == 1
     value = provider.ortvalue_from_numpy(np.arange(3, dtype=np.float32))
     assert provider.view(value).tolist() == [0, 1, 2]
+
+
+def test_session_tensors_come_from_the_ep_allocator():
+    from onnx import TensorProto, helper
+
+    from provider.ort.factory import factory
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    sess = provider.InferenceSession(model.SerializeToString(), providers=["NPUExecutionProvider"])
+
+    def allocations():
+        return sum(a.allocations for a in factory().allocators.values())
+
+    before = allocations()
+    (y,) = sess.run(None, {"x": np.array([-1, 2, -3, 4], np.float32)})
+    assert y.tolist() == [0, 2, 0, 4]
+    assert allocations() > before  # the fed copy and the output live in NPU memory
