@@ -138,6 +138,7 @@ _SINGLE = [
     ("Rsqrt", [], [2, 3, 4, 4], 1, "Rsqrt", None),
     ("Square", [], [2, 3, 4, 4], 1, "Square", None),
     ("NotEqual", ["y"], [2, 3, 4, 4], 9, "NotEqual", None),
+    ("LogicalOr", ["y"], [2, 3, 4, 4], 9, "LogicalOr", None),  # (bool inputs in real graphs)
     ("GreaterEqual", ["y"], [2, 3, 4, 4], 9, "GreaterEqual", lambda x, y: x >= y),
     ("RealDiv", ["y"], [2, 3, 4, 4], 1, "DivFusion", lambda x, y: x / y),
     ("Softsign", [], [2, 3, 4, 4], 1, "Activation", lambda x, y: x / (1 + np.abs(x))),
