@@ -19,7 +19,7 @@ from converters.lite.ir import LiteModel, LiteNode, LiteTensor
 from converters.mindir.args import as_array, as_bool, as_float, as_int, as_ints
 from converters.mindir.external import ExternalDataReader
 from converters.mindir.graph import Const, MsGraph, MsNode
-from converters.mindir.values import TensorInfo, from_bytes, inline_tensor, tensor_info
+from converters.mindir.values import Monad, TensorInfo, from_bytes, inline_tensor, tensor_info
 
 REQUIRED = object()
 
@@ -33,7 +33,8 @@ class TupleValue:
     source: str
 
 
-Value = int | Const | TupleValue | Any
+# What a MindIR name is bound to: a Lite tensor index, a constant, a tuple or the monad.
+Value = int | Const | TupleValue | Monad
 
 
 class Builder:
