@@ -1,4 +1,4 @@
-"""`litenpu convert IN -o OUT`: convert between ONNX and MindSpore Lite (.ms) by extension."""
+"""`litenpu convert IN -o OUT`: convert a model file; formats chosen by extension."""
 
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ class _ProgressLine:
             self.stream.flush()
 
 
-@command("convert", "convert a model between ONNX (.onnx) and MindSpore Lite (.ms)", _add_args)
+@command("convert", f"convert a model file (from {', '.join(sorted(READERS))} "
+         f"to {', '.join(sorted(WRITERS))})", _add_args)
 def run(args: argparse.Namespace) -> int:
     progress = _ProgressLine(sys.stderr) if sys.stderr.isatty() else None
     try:
