@@ -30,6 +30,7 @@ FIXTURE_FILES = {
     "op_zoo": "op_zoo.mindir",
     "op_variants": "op_variants.mindir",
     "op_extras": "op_extras.mindir",
+    "modern_ops": "modern_ops.mindir",
     # MindSpore 2.0.0 exports: primitive arguments as primitive attributes, short parameter names
     "lenet5_ms20": "lenet5_ms20.mindir",
     "mobilenetv2_block_ms20": "mobilenetv2_block_ms20.mindir",

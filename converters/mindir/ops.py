@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from converters.errors import InvalidModelError, UnsupportedError
-from converters.mindir.args import as_array
+from converters.mindir.args import as_array, as_int
 from converters.mindir.builder import Builder, TupleValue
 from converters.mindir.graph import MsNode
 
@@ -134,6 +134,42 @@ register("MaxPool")(_pool("MaxPoolFusion"))
 register("AvgPool")(_pool("AvgPoolFusion"))
 
 
+def _adaptive_pool(op: str) -> Converter:
+    """Adaptive pooling whose output size divides the input: global, or fixed windows."""
+
+    def convert(b: Builder, n: MsNode) -> Any:
+        x = b.input(n, 0)
+        shape = b.shape_of(x)
+        out = [None if v is None else as_int(v, f"{_where(n)}: output_size")
+               for v in _pair_or_none(n, b.arg(n, 1, "output_size"))]
+        attrs = {"format": "NCHW", "global": False, "activation_type": NO_ACT, "pad_mode": "VALID",
+                 "pad": [0, 0, 0, 0], "round_mode": "FLOOR"}
+        if out == [1, 1]:
+            return b.emit(n, op, {**attrs, "global": True}, [x])[0]
+        hw = list(shape[2:]) if len(shape) == 4 else []
+        if len(hw) != 2 or not all(isinstance(d, int) and d > 0 for d in hw):
+            raise UnsupportedError(f"{_where(n)}: adaptive pooling of an input of unknown spatial size")
+        out = [d if o is None else o for o, d in zip(out, hw, strict=True)]
+        if any(o <= 0 or d % o for o, d in zip(out, hw, strict=True)):
+            raise UnsupportedError(f"{_where(n)}: output size {out} does not divide input size {hw}")
+        window = [d // o for o, d in zip(out, hw, strict=True)]
+        return b.emit(n, op, {**attrs, "kernel_size": window, "strides": window}, [x])[0]
+
+    return convert
+
+
+def _pair_or_none(n: MsNode, v: Any) -> list[Any]:
+    """(h, w) from an int or a pair whose items may be None (= keep the input size)."""
+    items = list(v) if isinstance(v, (tuple, list)) else [v, v]
+    if len(items) != 2:
+        raise InvalidModelError(f"{_where(n)}: output_size {v!r} is not (height, width)")
+    return items
+
+
+register("AdaptiveAvgPool2D")(_adaptive_pool("AvgPoolFusion"))
+register("AdaptiveMaxPool2D")(_adaptive_pool("MaxPoolFusion"))
+
+
 @register("BatchNorm")
 def batch_norm(b: Builder, n: MsNode) -> Any:
     if b.bool_arg(n, 5, "is_training", False):
@@ -167,6 +203,13 @@ def matmul(b: Builder, n: MsNode) -> Any:
         "transpose_b": b.bool_arg(n, 3, ("transpose_b", "transpose_x2"), False),
         "activation_type": NO_ACT,
     }
+    return b.emit(n, "MatMulFusion", attrs, [b.input(n, 0), b.input(n, 1)])[0]
+
+
+@register("MatMulExt", "BatchMatMulExt")
+def matmul_ext(b: Builder, n: MsNode) -> Any:
+    """The `@` operator / mint.matmul: numpy-style broadcasting product, no transposes."""
+    attrs = {"transpose_a": False, "transpose_b": False, "activation_type": NO_ACT}
     return b.emit(n, "MatMulFusion", attrs, [b.input(n, 0), b.input(n, 1)])[0]
 
 
@@ -212,6 +255,7 @@ _ACTIVATIONS = {
     "HSigmoid": {"activation_type": "HSIGMOID"},
     "Softplus": {"activation_type": "SOFTPLUS"},
     "Softsign": {"activation_type": "SOFTSIGN"},
+    "SiLU": {"activation_type": "SWISH"},
     # MindSpore's GeLU kernel is the tanh approximation.
     "GeLU": {"activation_type": "GELU", "approximate": True},
 }

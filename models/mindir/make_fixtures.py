@@ -235,6 +235,36 @@ class OpExtras(nn.Cell):
         return a + b + c, d, e, f, g, h
 
 
+class ModernOps(nn.Cell):
+    """What current MindSpore code writes: exact GELU (Erf), SiLU, adaptive pooling, Dense on 3-D
+    input, Dropout in eval, mean/sum, the @ operator (MatMulExt), chunk/cat, interpolate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 8, 3, pad_mode="same")
+        self.bn = nn.BatchNorm2d(8)
+        self.gelu = nn.GELU(approximate=False)
+        self.silu = nn.SiLU()
+        self.hswish = nn.HSwish()
+        self.leaky = nn.LeakyReLU(0.1)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.pool2 = nn.AdaptiveAvgPool2d((4, 2))
+        self.fc = nn.Dense(8, 6)
+        self.drop = nn.Dropout(p=0.5)
+
+    def construct(self, x):
+        y = self.bn(self.conv(x))
+        a = self.gelu(y) + self.silu(y) + self.hswish(y) + self.leaky(y)
+        p = self.pool(a).view(1, 8) + ops.reshape(self.pool2(a), (1, 8, 8)).mean(-1)
+        t = ops.reshape(a, (1, 8, 64)).permute(0, 2, 1)
+        d = self.fc(self.drop(t))
+        m = ops.mean(d, axis=-1, keep_dims=True) + ops.sum(d, 1, keepdim=True)
+        s = ops.softmax(d @ d.transpose(0, 2, 1), axis=-1)
+        c = ops.cat(ops.chunk(a, 2, axis=1)[::-1], axis=1)
+        i = ops.interpolate(a, size=(16, 16), mode="bilinear", align_corners=False)
+        return p, d, m, s, c, i
+
+
 def fixed_parameters(net: nn.Cell, seed: int) -> None:
     """Give every parameter (BatchNorm statistics too) seeded, non-trivial values."""
     rng = np.random.default_rng(seed)
@@ -294,6 +324,7 @@ def main() -> None:
     export("op_zoo", OpZoo(), [rng.standard_normal((1, 4, 8, 8)).astype(np.float32)], 4)
     export("op_variants", OpVariants(), [rng.standard_normal((1, 4, 8, 8)).astype(np.float32)], 5)
     export("op_extras", OpExtras(), [np.round(rng.standard_normal((1, 4, 8, 8)) * 4).astype(np.float32) / 4], 6)
+    export("modern_ops", ModernOps(), [rng.standard_normal((1, 4, 8, 8)).astype(np.float32)], 7)
 
 
 if __name__ == "__main__":
