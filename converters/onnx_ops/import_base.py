@@ -64,9 +64,3 @@ def static_ints(values, what: str) -> list[int]:
         raise Unmappable(f"{what} is not static")
     return [int(v) for v in values]
 
-
-def no_attrs_except(node, allowed: set[str]) -> None:
-    """Unmappable when the node carries an attribute this mapping does not understand."""
-    extra = set(node.attrs) - allowed
-    if extra:
-        raise Unmappable(f"attribute(s) {sorted(extra)} have no Lite equivalent")
