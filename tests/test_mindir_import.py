@@ -487,3 +487,14 @@ def test_structural_mutations_raise_only_litenpu_errors(data):
         import_mindir(model.SerializeToString())
     except LitenpuError:
         pass
+
+
+def test_deeply_nested_output_tuples_flatten_without_recursion():
+    gm = GraphMaker()
+    x = gm.input("x", [2])
+    value = gm.op("ReLU", [x], [2])
+    for _ in range(3000):  # deeper than Python's recursion limit
+        value = gm.op("MakeTuple", [value])
+    gm.output(value)
+    model, report = import_mindir(gm.bytes())
+    assert model.outputs == [model.nodes[0].outputs[0]] and report.removed["MakeTuple"] == 3000

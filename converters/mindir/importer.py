@@ -23,6 +23,7 @@ from google.protobuf.message import DecodeError
 from converters.errors import InvalidModelError, UnsupportedError
 from converters.lite.ir import LiteModel
 from converters.mindir._generated import mind_ir_pb2 as pb
+from converters.mindir.args import as_array
 from converters.mindir.builder import Builder, TupleValue
 from converters.mindir.external import ExternalDataReader
 from converters.mindir.graph import Const, MsGraph, MsNode, parse_graph
@@ -173,20 +174,21 @@ def _custom(b: Builder, n: MsNode) -> Any:
 
 
 def _output_tensors(b: Builder, name: str) -> list[int]:
-    v = b.value(name)
-    if isinstance(v, TupleValue):
-        out: list[int] = []
-        for item in v.items:
-            out.extend(_flatten(b, item, name))
-        return out
-    return _flatten(b, v, name)
+    """The tensors graph output `name` stands for, nested tuples flattened in order."""
+    out: list[int] = []
+    pending = [b.value(name)]
+    while pending:  # iterative: a chain of MakeTuples may be deeper than Python's stack
+        v = pending.pop()
+        if isinstance(v, TupleValue):
+            pending.extend(reversed(v.items))
+        elif isinstance(v, int):
+            out.append(v)
+        elif isinstance(v, Const) and v.error is None and v.value is not None:
+            out.append(b.constant(as_array(v.value, _dtype_of(v.value), f"graph output {b.short(name)!r}"), name))
+        else:
+            raise UnsupportedError(f"graph output {b.short(name)!r} is not a tensor")
+    return out
 
 
-def _flatten(b: Builder, v: Any, name: str) -> list[int]:
-    if isinstance(v, int):
-        return [v]
-    if isinstance(v, TupleValue):
-        return [t for item in v.items for t in _flatten(b, item, name)]
-    if isinstance(v, Const) and v.value is not None and v.value is not MONAD:
-        return [b.constant(np.asarray(v.value), name)]
-    raise UnsupportedError(f"graph output {b.short(name)!r} is not a tensor")
+def _dtype_of(value: Any) -> np.dtype:
+    return value.dtype if isinstance(value, np.ndarray) else np.asarray(value).dtype
