@@ -39,5 +39,4 @@ def test_real_tables_cover_the_required_ops():
                 "Gather Cast Shape Expand Tile Where Equal Less Greater ArgMax TopK Identity "
                 "Dropout Constant ConstantOfShape").split()
     assert not [op for op in required if IMPORTERS.lookup(op) is None]
-    assert {"Conv2DFusion", "FullConnection", "MatMulFusion", "Activation", "Custom"} - {
-        "Custom"} <= set(EXPORTERS.ops())
+    assert {"Conv2DFusion", "FullConnection", "MatMulFusion", "Activation"} <= set(EXPORTERS.ops())
