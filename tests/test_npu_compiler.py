@@ -8,6 +8,8 @@ import tracemalloc
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from npu_oracle import assert_matches, pool, rng, run_npu, run_ort
 from onnx import helper, numpy_helper
 
@@ -87,13 +89,13 @@ def internal_slots(program):
 # ---- arena plan -------------------------------------------------------------------------
 
 
-def test_arena_is_exact_and_live_tensors_never_overlap():
-    lite, _ = conv_relu_net(rng(0))
-    program = compile_model(lite)
+def assert_plan_sound(program) -> None:
+    """internal_bytes is the touched extent, at most the (64-byte aligned) sum of all
+    internal tensors, and only alias / in-place pairs share bytes while both are live."""
     slots = internal_slots(program)
-    assert program.internal_bytes == max(s.offset + s.nbytes for _, s in slots)
+    assert program.internal_bytes == max((s.offset + s.nbytes for _, s in slots), default=0)
     distinct = {s.name: s.nbytes for _, s in slots}
-    assert program.internal_bytes <= sum(distinct.values())
+    assert program.internal_bytes <= sum(planner.align_up(n, 64) for n in distinct.values())
     spans = planner.lifetimes([(s.inputs, s.outputs) for s in program.steps], len(program.slots))
     for a, sa in slots:
         for b, sb in slots:
@@ -101,8 +103,42 @@ def test_arena_is_exact_and_live_tensors_never_overlap():
                 continue
             overlap_mem = sa.offset < sb.offset + sb.nbytes and sb.offset < sa.offset + sa.nbytes
             overlap_time = spans[a][0] <= spans[b][1] and spans[b][0] <= spans[a][1]
-            if overlap_mem and overlap_time:  # only an alias / in-place pair may share bytes
+            if overlap_mem and overlap_time:
                 assert sa.offset == sb.offset and sa.nbytes == sb.nbytes, (sa, sb)
+
+
+def test_arena_is_exact_and_live_tensors_never_overlap():
+    assert_plan_sound(compile_model(conv_relu_net(rng(0))[0]))
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "act", "reshape", "mul"]), st.integers(0, 99),
+                          st.integers(0, 99)), min_size=1, max_size=12),
+       st.integers(1, 40), st.lists(st.integers(0, 99), max_size=3))
+def test_random_graph_plans_are_sound_and_run_correctly(ops, width, extra_outputs):
+    """Random DAGs of elementwise ops and reshapes: sound plan, numpy-exact results."""
+    g = Graph("random")
+    names, values = [g.input("x", (2, width))], [np.linspace(-1, 1, 2 * width, dtype=F32).reshape(2, width)]
+    for op, i, j in ops:
+        a = i % len(names)
+        same = [k for k in range(len(names)) if values[k].shape == values[a].shape]
+        b = same[j % len(same)]
+        if op in ("add", "mul"):
+            names.append(g.node("AddFusion" if op == "add" else "MulFusion", [names[a], names[b]]))
+            values.append(values[a] + values[b] if op == "add" else values[a] * values[b])
+        elif op == "act":
+            names.append(g.node("Activation", [names[a]], {"activation_type": "TANH"}))
+            values.append(np.tanh(values[a]))
+        else:
+            shape = (width, 2) if values[a].shape == (2, width) else (2, width)
+            names.append(g.node("Reshape", [names[a], g.const(f"s{len(names)}", np.array(shape, np.int64))]))
+            values.append(values[a].reshape(shape))
+    outs = [len(names) - 1, *(k % len(names) for k in extra_outputs)]
+    model = g.outputs(*(names[k] for k in outs))
+    program = compile_model(model)
+    assert_plan_sound(program)
+    for got, k in zip(run_npu(model, {"x": values[0]}), outs, strict=True):
+        assert_matches(got, values[k], atol=1e-6, rtol=1e-6)
 
 
 def test_aliases_and_inplace_share_buffers_and_results_match_onnxruntime():
