@@ -31,6 +31,7 @@ FIXTURE_FILES = {
     "op_variants": "op_variants.mindir",
     "op_extras": "op_extras.mindir",
     "modern_ops": "modern_ops.mindir",
+    "encoder_layer_dynamic": "encoder_layer_dynamic.mindir",  # batch exported as -1
     # MindSpore 2.0.0 exports: primitive arguments as primitive attributes, short parameter names
     "lenet5_ms20": "lenet5_ms20.mindir",
     "mobilenetv2_block_ms20": "mobilenetv2_block_ms20.mindir",
@@ -498,3 +499,9 @@ def test_deeply_nested_output_tuples_flatten_without_recursion():
     gm.output(value)
     model, report = import_mindir(gm.bytes())
     assert model.outputs == [model.nodes[0].outputs[0]] and report.removed["MakeTuple"] == 3000
+
+
+def test_dynamic_batch_stays_unknown():
+    model, _ = import_mindir(FIXTURES / "encoder_layer_dynamic.mindir")
+    assert model.tensors[model.inputs[0]].shape == (-1, 8, 32)
+    assert model.tensors[model.outputs[0]].shape == (-1, 8, 32)

@@ -280,12 +280,17 @@ def fixed_parameters(net: nn.Cell, seed: int) -> None:
         p.set_data(ms.Tensor(value.astype(np.float32)))
 
 
-def export(name: str, net: nn.Cell, inputs: list[np.ndarray], seed: int) -> None:
+def export(name: str, net: nn.Cell, inputs: list[np.ndarray], seed: int,
+           dynamic_dims: tuple[int, ...] = ()) -> None:
+    """Export `net` and its outputs on `inputs`; `dynamic_dims` of every input export as -1."""
     fixed_parameters(net, seed)
     net.set_train(False)
     tensors = [ms.Tensor(a) for a in inputs]
     outs = net(*tensors)
     outs = outs if isinstance(outs, tuple) else (outs,)
+    if dynamic_dims:
+        tensors = [ms.Tensor(shape=[None if i in dynamic_dims else d for i, d in enumerate(a.shape)],
+                             dtype=ms.float32) for a in inputs]
     ms.export(net, *tensors, file_name=str(HERE / name), file_format="MINDIR")
     for path in HERE.glob(f"{name}*"):  # MindSpore writes 0400 / 0700; keep the checkout usable
         path.chmod(0o755 if path.is_dir() else 0o644)
@@ -325,6 +330,9 @@ def main() -> None:
     export("op_variants", OpVariants(), [rng.standard_normal((1, 4, 8, 8)).astype(np.float32)], 5)
     export("op_extras", OpExtras(), [np.round(rng.standard_normal((1, 4, 8, 8)) * 4).astype(np.float32) / 4], 6)
     export("modern_ops", ModernOps(), [rng.standard_normal((1, 4, 8, 8)).astype(np.float32)], 7)
+    # Batch size left open at export (-1 in the file); the reference outputs use a batch of 3.
+    export("encoder_layer_dynamic", EncoderLayer(), [rng.standard_normal((3, 8, 32)).astype(np.float32)], 3,
+           dynamic_dims=(0,))
 
 
 if __name__ == "__main__":
