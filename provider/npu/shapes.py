@@ -404,9 +404,14 @@ def clip(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
 
 @rule("Cast")
 def cast(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
-    target = out_types[0]
-    if target is None:
+    """Target from input 1 (a MindSpore TypeId, as MindSpore Lite passes it), else the
+    declared output dtype."""
+    if len(ins) > 1:
         target = lite_dtypes.to_numpy(int(const(node, ins, 1, "target TypeId").reshape(-1)[0]))
+    elif out_types[0] is not None:
+        target = out_types[0]
+    else:
+        raise InvalidModelError(f"{_where(node)}: no target type (input 1 or output dtype)")
     return Lowered("cast", {}, [0], [(ins[0].shape, np.dtype(target))])
 
 
