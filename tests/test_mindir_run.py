@@ -91,15 +91,24 @@ def test_dense_primitive_and_shape():
     assert shape.tolist() == [2, 6]
 
 
-def test_ones_like_zeros_like_and_unfused_bias_add_map_to_lite_primitives():
+def test_ones_like_zeros_like_map_to_lite_primitives():
+    """(converters.onnx_export has no rule for OnesLike / ZerosLike yet: mapping only.)"""
     gm = GraphMaker()
     x = gm.input("x", [1, 3, 2, 2])
     gm.output(gm.op("OnesLike", [x], [1, 3, 2, 2]))
     gm.output(gm.op("ZerosLike", [x], [1, 3, 2, 2]))
-    gm.output(gm.op("BiasAdd", [x, gm.param("b", np.ones(3, np.float32)), gm.const(0)], [1, 3, 2, 2]))
     model, _ = import_mindir(gm.bytes())
-    assert [(n.op, n.attrs) for n in model.nodes] == [
-        ("OnesLike", {}), ("ZerosLike", {}), ("BiasAdd", {"format": "NCHW"})]
+    assert [(n.op, n.attrs) for n in model.nodes] == [("OnesLike", {}), ("ZerosLike", {})]
+
+
+def test_bias_add_without_a_product_to_fuse_into():
+    bias = np.array([1.0, -2.0, 3.0], np.float32)
+    gm = GraphMaker()
+    x = gm.input("x", [1, 3, 4, 4])
+    gm.output(gm.op("BiasAdd", [x, gm.param("b", bias), gm.const(0)], [1, 3, 4, 4]))
+    model, _ = import_mindir(gm.bytes())
+    assert [(n.op, n.attrs) for n in model.nodes] == [("BiasAdd", {"format": "NCHW"})]
+    np.testing.assert_allclose(run_lite(model, _X[:1])[0], _X[:1] + bias.reshape(1, 3, 1, 1), rtol=RTOL)
 
 
 def test_convert_mindir_file_to_onnx_and_ms(tmp_path):
@@ -135,8 +144,8 @@ _Y = np.random.default_rng(12).standard_normal((2, 3, 4, 4)).astype(np.float32)
 # (primitive, constant inputs, output shape, output dtype, Lite op, numpy reference or None:
 #  None = converters.onnx_export has no rule for that Lite op yet, so only the mapping is checked)
 _SINGLE = [
-    ("Rsqrt", [], [2, 3, 4, 4], 1, "Rsqrt", None),
-    ("Square", [], [2, 3, 4, 4], 1, "Square", None),
+    ("Rsqrt", [], [2, 3, 4, 4], 1, "Rsqrt", lambda x, y: 1 / np.sqrt(x)),
+    ("Square", [], [2, 3, 4, 4], 1, "Square", lambda x, y: x * x),
     ("NotEqual", ["y"], [2, 3, 4, 4], 9, "NotEqual", None),
     ("LogicalOr", ["y"], [2, 3, 4, 4], 9, "LogicalOr", None),  # (bool inputs in real graphs)
     ("GreaterEqual", ["y"], [2, 3, 4, 4], 9, "GreaterEqual", lambda x, y: x >= y),
@@ -153,9 +162,10 @@ def test_single_primitive(prim, consts, shape, dtype, lite_op, ref):
     model, report = import_mindir(_single(prim, consts, shape, dtype).bytes())
     assert [n.op for n in model.nodes] == [lite_op] and report.mapped == {prim: 1}
     if ref is not None:
-        feeds = [_X, _Y] if any(isinstance(c, str) for c in consts) else [_X]
+        x = np.abs(_X) + 0.5  # inside every op's domain
+        feeds = [x, _Y] if any(isinstance(c, str) for c in consts) else [x]
         got = run_lite(model, *feeds)[0]
-        want = ref(_X, _Y)
+        want = ref(x, _Y)
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
