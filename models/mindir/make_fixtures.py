@@ -209,8 +209,7 @@ class OpVariants(nn.Cell):
 
 class OpExtras(nn.Cell):
     """More element-wise math, comparisons with Select, Tile, Argmax, Elu / Softplus, SumExt.
-    (Rsqrt, Square and NotEqual map to Lite too, but converters.onnx_export has no rule for
-    them yet, so they are left out of this run-through fixture.)"""
+    (Rsqrt, Square and NotEqual have single-primitive tests in tests/test_mindir_run.py.)"""
 
     def __init__(self) -> None:
         super().__init__()
