@@ -505,3 +505,16 @@ def test_dynamic_batch_stays_unknown():
     model, _ = import_mindir(FIXTURES / "encoder_layer_dynamic.mindir")
     assert model.tensors[model.inputs[0]].shape == (-1, 8, 32)
     assert model.tensors[model.outputs[0]].shape == (-1, 8, 32)
+
+
+def test_nhwc_and_unknown_pad_mode_are_reported():
+    model = fixture_model("lenet5")
+    conv = next(p for p in model.primitives if p.op_type == "Conv2D")
+    fmt = next(a for a in conv.attribute if a.name == "format")
+    fmt.s = b"NHWC"
+    with pytest.raises(UnsupportedError, match="data format NHWC; only NCHW"):
+        import_mindir(model.SerializeToString())
+    fmt.s = b"NCHW"
+    next(a for a in conv.attribute if a.name == "pad_mode").s = b"reflect"
+    with pytest.raises(InvalidModelError, match="pad_mode 'reflect' is not one of"):
+        import_mindir(model.SerializeToString())

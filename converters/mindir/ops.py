@@ -56,21 +56,20 @@ def _hw(b: Builder, n: MsNode, pos: int | None, names, default: Any) -> list[int
     raise InvalidModelError(f"{_where(n)}: {names} {vals} is not 1, 2 or 4 values")
 
 
-def _enum(n: MsNode, table: dict, value: Any, what: str) -> str:
-    key = value.lower() if isinstance(value, str) and what == "pad_mode" else value
-    if isinstance(key, str):
-        key = key if what == "pad_mode" else key.upper()
-    if not isinstance(key, (str, int)) or isinstance(key, bool) or key not in table:
+def _enum(n: MsNode, table: dict, value: Any, what: str, fold: Callable[[str], str]) -> str:
+    """Look up `value` (a name, compared after `fold`, or MindSpore's enum number) in `table`."""
+    key = fold(value) if isinstance(value, str) else value
+    if isinstance(key, bool) or not isinstance(key, (str, int)) or key not in table:
         raise InvalidModelError(f"{_where(n)}: {what} {value!r} is not one of {sorted(map(str, table))}")
     return table[key]
 
 
 def _pad_mode(b: Builder, n: MsNode, pos: int | None) -> str:
-    return _enum(n, _PAD_MODES, b.arg(n, pos, "pad_mode", "valid"), "pad_mode")
+    return _enum(n, _PAD_MODES, b.arg(n, pos, "pad_mode", "valid"), "pad_mode", str.lower)
 
 
 def _nchw(b: Builder, n: MsNode, pos: int | None) -> str:
-    fmt = _enum(n, _FORMATS, b.arg(n, pos, ("format", "data_format"), "NCHW"), "format")
+    fmt = _enum(n, _FORMATS, b.arg(n, pos, ("format", "data_format"), "NCHW"), "format", str.upper)
     if fmt != "NCHW":
         raise UnsupportedError(f"{_where(n)}: data format {fmt}; only NCHW is supported")
     return fmt
