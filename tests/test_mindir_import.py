@@ -518,3 +518,15 @@ def test_nhwc_and_unknown_pad_mode_are_reported():
     next(a for a in conv.attribute if a.name == "pad_mode").s = b"reflect"
     with pytest.raises(InvalidModelError, match="pad_mode 'reflect' is not one of"):
         import_mindir(model.SerializeToString())
+
+
+def test_dims_whose_product_overflows_int64_are_invalid():
+    gm = GraphMaker()
+    x = gm.input("x", [2])
+    w = gm.param("w", np.ones(2, np.float32))
+    del gm.g.parameter[0].dims[:]
+    gm.g.parameter[0].dims.extend([1 << 62, 1 << 62, 2])  # wraps to 0 elements in int64
+    gm.g.parameter[0].raw_data = b""
+    gm.output(gm.op("Add", [x, w], [2]))
+    with pytest.raises(InvalidModelError, match="parameter 'w'"):
+        import_mindir(gm.bytes())

@@ -7,6 +7,7 @@ A MindIR value is a Lite tensor index, a `Const` (compile-time value), a `TupleV
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -68,7 +69,7 @@ class Builder:
         what = f"parameter {self.short(name)!r}"
         info = tensor_info(t, what)
         if t.HasField("external_data"):
-            nbytes = int(np.prod(info.shape, dtype=np.int64)) * info.dtype.itemsize
+            nbytes = math.prod(info.shape) * info.dtype.itemsize
             data = from_bytes(self.external.read(self.short(name), t.external_data, nbytes), info, what)
         else:
             data = inline_tensor(t, what)

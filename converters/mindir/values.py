@@ -6,6 +6,7 @@ MindIR keeps primitive arguments in two shapes: attributes on a PrimitiveProto (
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +77,7 @@ def tensor_info(t: pb.TensorProto, what: str) -> TensorInfo:
 def inline_tensor(t: pb.TensorProto, what: str) -> np.ndarray | None:
     """Values held inside the TensorProto (raw_data or typed fields); None if it holds none."""
     info = tensor_info(t, what)
-    count = int(np.prod(info.shape, dtype=np.int64))
+    count = math.prod(info.shape)
     if any(d < 0 for d in info.shape):
         raise InvalidModelError(f"{what}: constant tensor has unknown dims {info.shape}")
     if t.HasField("raw_data"):
@@ -93,7 +94,7 @@ def inline_tensor(t: pb.TensorProto, what: str) -> np.ndarray | None:
 
 def from_bytes(data: bytes, info: TensorInfo, what: str) -> np.ndarray:
     """A tensor from its little-endian bytes; InvalidModelError if the size does not match."""
-    expected = int(np.prod(info.shape, dtype=np.int64)) * info.dtype.itemsize
+    expected = math.prod(info.shape) * info.dtype.itemsize
     if len(data) != expected:
         raise InvalidModelError(
             f"{what}: tensor data is {len(data)} bytes, dims {info.shape} of {info.dtype} "
