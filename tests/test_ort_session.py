@@ -288,3 +288,19 @@ def test_run_async_computes_on_an_onnxruntime_thread():
     assert done.wait(30)
     assert not result["error"]
     np.testing.assert_allclose(result["outputs"][0], np.maximum(x, 0) + 1, rtol=1e-6)
+
+
+def test_control_flow_bodies_stay_on_cpu():
+    then_graph = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [], [_f("t", [2])])
+    else_graph = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [_f("e", [2])])
+    model = _model(
+        [helper.make_node("Relu", ["x0"], ["x"], name="relu"),
+         helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_graph, else_branch=else_graph)],
+        [_f("x0", [2]), helper.make_tensor_value_info("c", TensorProto.BOOL, [])], [_f("y", [2])])
+    sess = InferenceSession(model, providers=NPU)
+    x = np.array([-1, 2], np.float32)
+    assert sess.run(None, {"x0": x, "c": np.array(True)})[0].tolist() == [0, 2]
+    assert sess.run(None, {"x0": x, "c": np.array(False)})[0].tolist() == [0, -2]
+    placed = {p.name: p for p in sess.partition()}
+    assert placed["relu"].device == "NPU"
+    assert placed["if"].device == "CPU" and "subgraph" in placed["if"].reason

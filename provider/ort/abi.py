@@ -262,7 +262,7 @@ class Ort:
     def __init__(self, api_base_address: int):
         base = _ApiBase.from_address(api_base_address)
         self.version_string: str = base.GetVersionString().decode()
-        runtime = runtime_api_version(self.version_string)
+        runtime = self.runtime_version = runtime_api_version(self.version_string)
         if runtime < MIN_API_VERSION:
             raise LitenpuError(
                 f"onnxruntime {self.version_string} is too old for the NPU execution provider "

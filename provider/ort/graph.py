@@ -21,6 +21,7 @@ from converters.graph_view import GraphView, NodeView, ValueInfo, normalize_doma
 from provider.ort import abi
 
 ONNX_TYPE_TENSOR = 1
+PARENT_NODE_RELIABLE_SINCE = 31  # Graph_GetParentNode is NULL for subgraphs on 1.23; right on 1.31
 
 
 @dataclass(frozen=True)
@@ -74,14 +75,21 @@ class OrtGraphReader:
         o = self.ort
         inputs = [self.value(v) for v in o.array("Graph_GetNumInputs", "Graph_GetInputs", graph)]
         outputs = [self.value(v) for v in o.array("Graph_GetNumOutputs", "Graph_GetOutputs", graph)]
-        for v in o.array("Graph_GetNumInitializers", "Graph_GetInitializers", graph):
-            self.value(v)
+        initializer_names = {self.value(v).name for v in
+                             o.array("Graph_GetNumInitializers", "Graph_GetInitializers", graph)}
         nodes = tuple(self.node(n) for n in o.array("Graph_GetNumNodes", "Graph_GetNodes", graph))
         parent = abi.vp()
         o.api.Graph_GetParentNode(graph, C.byref(parent))
+        nested = bool(parent.value)
+        if not nested and o.runtime_version < PARENT_NODE_RELIABLE_SINCE:
+            # onnxruntime 1.23 reports no parent for If/Loop/Scan bodies: recognise them by
+            # reading values from an enclosing graph, or by having no inputs at all.
+            defined = {vi.name for vi in inputs} | initializer_names | {""}
+            defined |= {name for n in nodes for name in n.view.outputs}
+            nested = not inputs or any(name not in defined for n in nodes for name in n.view.inputs)
         return OrtGraphContents(
             name=o.string("Graph_GetName", graph),
-            nested=bool(parent.value),
+            nested=nested,
             nodes=nodes,
             inputs=tuple(v for v in inputs if v.name not in self.initializers),
             outputs=tuple(outputs),
