@@ -181,6 +181,9 @@ def _graph(ctx: ExportContext, model: LiteModel, header: onnx.ModelProto | None
     initializers = [t for name, t in ctx.initializers.items() if name in used]
     if header is not None:
         initializers += list(header.graph.initializer)
+        if header.ir_version < 4:  # before IR 4 every initializer is also a graph input
+            inputs += [helper.make_tensor_value_info(t.name, t.data_type, t.dims)
+                       for t in initializers if t.name not in listed]
     return helper.make_graph(ctx.nodes, model.name or "litenpu", inputs, outputs, initializers)
 
 

@@ -34,6 +34,7 @@ from converters.report import ConversionReport, CustomNode
 log = logging.getLogger("litenpu.converters")
 
 HEADER_TENSOR = "litenpu.onnx_header"
+CNODE = 2  # schema NodeType of values computed at run time (constants are ValueNode, 0)
 FMK_ONNX = 2  # MindSpore's converter::FmkType::kFmkTypeOnnx
 DEFAULT_DOMAIN = "ai.onnx"
 PROGRESS_EVERY = 64
@@ -76,7 +77,7 @@ class ImportContext:
         # The IR has no "unknown rank": such values get an empty shape (consumers infer).
         shape = () if info is None or info.shape is None else tuple(
             -1 if d is None else d for d in info.shape)
-        index = self.model.add_tensor(LiteTensor(name, type_id, shape))
+        index = self.model.add_tensor(LiteTensor(name, type_id, shape, node_type=CNODE))
         self._index[name] = index
         return index
 

@@ -216,7 +216,15 @@ def top_k(ctx, node, ins, outs):
         k = ctx.add("Reshape", [k, ctx.const(np.array([1], np.int64), f"{node.name}/one")])
     if ctx.opset >= 11:
         attrs.update(largest=int(a.get("largest", 1)), sorted=int(a.get("sorted", True)))
-    ctx.add("TopK", [ins[0], k], outs, name=node.name, **attrs)
+    index_type = ctx.model.tensors[node.outputs[1]].type_id if len(outs) > 1 else dtypes.INT64
+    if index_type in (dtypes.INT64, dtypes.UNKNOWN):
+        ctx.add("TopK", [ins[0], k], outs, name=node.name, **attrs)
+        return
+    # MindSpore Lite's indices are int32; ONNX's are int64.
+    values, indices = outs[0], ctx.fresh(f"{outs[1]}/int64")
+    ctx.add("TopK", [ins[0], k], [values, indices], name=node.name, **attrs)
+    elem = helper.np_dtype_to_tensor_dtype(dtypes.to_numpy(index_type))
+    ctx.add("Cast", [indices], [outs[1]], name=f"{node.name}/cast", to=elem)
 
 
 @EXPORTERS.register("Dropout")

@@ -64,3 +64,18 @@ def static_ints(values, what: str) -> list[int]:
         raise Unmappable(f"{what} is not static")
     return [int(v) for v in values]
 
+
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def int32_operand(ctx, node, i: int, what: str) -> str | int:
+    """Input `i` for a Lite op that reads index data as int32 (as MindSpore Lite's kernels
+    do): a constant int64 operand gets an int32 copy (clamped: ONNX uses INT64 extremes
+    for "to the end"); anything else is passed through."""
+    name = node.inputs[i]
+    value = ctx.const_value(name)
+    if value is None or value.dtype != np.int64:
+        return name
+    clamped = np.clip(value, INT32_MIN, INT32_MAX).astype(np.int32)
+    return ctx.const(f"{node.outputs[0]}/{what}", clamped)

@@ -8,9 +8,12 @@ from converters.errors import UnsupportedError
 from converters.lite import dtypes
 from converters.onnx_ops.import_base import (
     IMPORTERS,
+    INT32_MAX,
+    INT32_MIN,
     attr_or_input,
     const_input,
     emit,
+    int32_operand,
     present,
     single_output,
 )
@@ -59,7 +62,7 @@ def slice_v10(ctx, node):
 def _strided_slice(ctx, node, starts, ends, axes, steps):
     """Lite StridedSlice in its ONNX form: inputs (x, starts, ends, axes, steps), no masks."""
     out = node.outputs[0]
-    inputs = [node.inputs[0]] + [ctx.const(f"{out}/{what}", np.asarray(v, np.int64))
+    inputs = [node.inputs[0]] + [ctx.const(f"{out}/{what}", _int32(v))
                                  for what, v in (("starts", starts), ("ends", ends),
                                                  ("axes", axes), ("steps", steps))]
     attrs = {"begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0, "new_axis_mask": 0,
@@ -67,11 +70,16 @@ def _strided_slice(ctx, node, starts, ends, axes, steps):
     return [emit(ctx, node, "StridedSlice", attrs, inputs)]
 
 
+def _int32(values) -> np.ndarray:
+    """Index values as MindSpore Lite reads them (int32; INT64 extremes clamped)."""
+    return np.clip(np.asarray(values, np.int64), INT32_MIN, INT32_MAX).astype(np.int32)
+
+
 @IMPORTERS.register("Reshape", since=5)
 def reshape(ctx, node):
     if node.attrs.get("allowzero", 0):
         raise Unmappable("allowzero=1")
-    return [emit(ctx, node, "Reshape", {}, node.inputs)]
+    return [emit(ctx, node, "Reshape", {}, [node.inputs[0], int32_operand(ctx, node, 1, "shape")])]
 
 
 @IMPORTERS.register("Flatten")
@@ -189,21 +197,27 @@ def shape(ctx, node):
 
 @IMPORTERS.register("Expand", since=8)
 def expand(ctx, node):
-    return [emit(ctx, node, "BroadcastTo", {}, node.inputs)]
+    return [emit(ctx, node, "BroadcastTo", {}, [node.inputs[0], int32_operand(ctx, node, 1, "shape")])]
 
 
 @IMPORTERS.register("Tile", since=6)
 def tile(ctx, node):
-    return [emit(ctx, node, "TileFusion", {"dims": []}, node.inputs)]
+    # MindSpore Lite needs `dims` (the axes `repeats` applies to): all of them, for ONNX.
+    repeats = ctx.shape(node.inputs[1])
+    if repeats is None or len(repeats) != 1 or not isinstance(repeats[0], int):
+        raise Unmappable("repeats of unknown length")
+    multiples = int32_operand(ctx, node, 1, "multiples")
+    return [emit(ctx, node, "TileFusion", {"dims": list(range(repeats[0]))},
+                 [node.inputs[0], multiples])]
 
 
 @IMPORTERS.register("TopK")
 def top_k(ctx, node):
     a = node.attrs
     if ctx.opset < 10:
-        k = ctx.const(f"{node.outputs[0]}/k", np.array([a["k"]], np.int64))
+        k = ctx.const(f"{node.outputs[0]}/k", np.array([a["k"]], np.int32))
     else:
-        k = node.inputs[1]
+        k = int32_operand(ctx, node, 1, "k")
     attrs = {"sorted": bool(a.get("sorted", 1)), "axis": a.get("axis", -1),
              "largest": a.get("largest", 1)}
     return [emit(ctx, node, "TopKFusion", attrs, [node.inputs[0], k])]
