@@ -16,6 +16,8 @@ import onnxruntime as ort
 import pytest
 
 import provider
+from provider.ort import abi
+from provider.ort.graph import PARENT_NODE_RELIABLE_SINCE
 from provider.session import InferenceSession
 
 NPU = ["NPUExecutionProvider", "CPUExecutionProvider"]
@@ -36,6 +38,13 @@ KNOWN_FAILURES = {
     "test_div_int32_trunc": "NPU kernel 'binary' computes int32 Div with true division "
                             "(provider/npu/kernels, compiler room)",
 }
+if abi.runtime_api_version(ort.__version__) < PARENT_NODE_RELIABLE_SINCE:
+    # onnxruntime 1.23 gives a function body that reads no outer-scope value no parent node,
+    # so it is claimed like a main graph and onnxruntime then rejects the inlined Loop.
+    KNOWN_FAILURES.update(dict.fromkeys(
+        ["test_sequence_map_add_1_sequence_1_tensor", "test_sequence_map_add_2_sequences",
+         "test_sequence_map_extract_shapes"],
+        "onnxruntime 1.23: SequenceMap body not recognisable as a subgraph"))
 
 
 @lru_cache(maxsize=1)
