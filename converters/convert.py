@@ -51,12 +51,19 @@ def register_writer(ext: str, fn: Writer) -> Writer:
     return fn
 
 
+LAYOUTS = ("NCHW", "NHWC")
+
+
 def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
-            progress: Progress = None) -> ConversionReport:
+            progress: Progress = None, layout: str = "NCHW") -> ConversionReport:
     """Convert model file `src` to `dst`, formats chosen by extension; what was done.
 
     `progress(done, total)` is called as nodes are converted (for long conversions).
+    `layout="NHWC"` rewrites NCHW layers to NHWC (see `converters.nhwc`): what MindSpore
+    Lite's own CPU runtime needs; the default keeps the source layout (the NPU takes NCHW).
     """
+    if layout not in LAYOUTS:
+        raise UnsupportedError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
     src, dst = Path(src), Path(dst)
     read = _lookup(READERS, src, "read")
     write = _lookup(WRITERS, dst, "write")
@@ -65,6 +72,10 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
     if src.resolve() == dst.resolve():
         raise UnsupportedError(f"{src}: source and destination are the same file")
     model, report = read(src, progress)
+    if layout == "NHWC":
+        from converters.nhwc import to_nhwc
+
+        model = to_nhwc(model)
     write(model, dst, progress)
     report.source, report.destination = str(src), str(dst)
     return report

@@ -165,6 +165,7 @@ def _export_custom(ctx: ExportContext, node: LiteNode) -> None:
 
 def _graph(ctx: ExportContext, model: LiteModel, header: onnx.ModelProto | None
            ) -> onnx.GraphProto:
+    _unique_node_names(ctx.nodes)
     out_names = [ctx.names[i] for i in model.outputs]
     _materialise_const_outputs(ctx, model)
     if header is not None and _io_matches(header, ctx, model):
@@ -181,10 +182,28 @@ def _graph(ctx: ExportContext, model: LiteModel, header: onnx.ModelProto | None
     initializers = [t for name, t in ctx.initializers.items() if name in used]
     if header is not None:
         initializers += list(header.graph.initializer)
+        # A listed input that is neither a model input nor a constant any more was a weight
+        # the IR replaced (e.g. re-laid out by converters.nhwc).
+        live = {ctx.names[i] for i in model.inputs} | {t.name for t in initializers}
+        inputs = [vi for vi in inputs if vi.name in live]
         if header.ir_version < 4:  # before IR 4 every initializer is also a graph input
             inputs += [helper.make_tensor_value_info(t.name, t.data_type, t.dims)
                        for t in initializers if t.name not in listed]
     return helper.make_graph(ctx.nodes, model.name or "litenpu", inputs, outputs, initializers)
+
+
+def _unique_node_names(nodes: list[onnx.NodeProto]) -> None:
+    """onnxruntime refuses repeated node names (MindSpore files and helper nodes have them)."""
+    seen: set[str] = set()
+    for node in nodes:
+        if not node.name:
+            continue
+        name, k = node.name, 0
+        while name in seen:
+            k += 1
+            name = f"{node.name}_{k}"
+        node.name = name
+        seen.add(name)
 
 
 def _referenced_names(nodes) -> set[str]:

@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx_roundtrip import HAS_WRITER, LIGHT, NO_WRITER, assert_close, random_feeds, run
 
+import models
 from converters import convert as convert_mod
 from converters.convert import convert, register_reader
 from converters.errors import UnsupportedError
@@ -124,3 +125,15 @@ def test_progress_line_only_for_large_models():
     line(1000, 1000)
     line.close()
     assert stream.getvalue() == "\rconverting: 64/1000 nodes\rconverting: 1000/1000 nodes\n"
+
+
+def test_cli_layout_nhwc(tmp_path, capsys):
+    from converters.lite import reader
+
+    src = tmp_path / "r.onnx"
+    onnx.save(models.build("resnet_block"), src)
+    assert main(["convert", str(src), "-o", str(tmp_path / "r.ms"), "--layout", "nhwc", "-q"]) == 0
+    lite = reader.load(tmp_path / "r.ms")
+    assert {n.attrs["format"] for n in lite.nodes if n.op == "Conv2DFusion"} == {"NHWC"}
+    with pytest.raises(UnsupportedError, match="layout 'NWHC'"):
+        convert(src, tmp_path / "x.ms", layout="NWHC")

@@ -2,8 +2,8 @@
 MindSpore Lite 2.0 runtime and give onnxruntime's outputs on the same seeded inputs.
 
 Needs the Python 3.7 venv with mindspore_lite==2.0.0 that `tox -e mslite` creates under
-.tox/mslite-py37. MindSpore Lite's CPU runtime takes NHWC convolutions only, so the models
-here avoid the (NCHW) convolution and pooling layers the importer keeps for the NPU.
+.tox/mslite-py37. MindSpore Lite's CPU runtime takes NHWC convolutions and pools only, so
+CNNs go through `converters.nhwc.to_nhwc` (`litenpu convert --layout nhwc`) first.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx_roundtrip import HAS_WRITER, NO_WRITER, run
 
 import models
+from converters.nhwc import to_nhwc
 from converters.onnx_import import import_onnx
 
 pytestmark = [pytest.mark.mslite, pytest.mark.skipif(not HAS_WRITER, reason=NO_WRITER)]
@@ -27,15 +28,17 @@ MSLITE_PYTHON = ROOT / ".tox" / "mslite-py37" / "bin" / "python"
 RUN_MS = ROOT / "tests" / "mslite" / "run_ms.py"
 
 
-def run_mslite(model: onnx.ModelProto, feeds: dict, tmp_path: Path) -> dict[str, np.ndarray]:
-    """Import `model`, write it as .ms, run it in MindSpore Lite 2.0; outputs by name."""
+def run_mslite(model: onnx.ModelProto, feeds: dict, tmp_path: Path,
+               nhwc: bool = False) -> dict[str, np.ndarray]:
+    """Import `model` (re-laid out to NHWC), write it as .ms, run it in MindSpore Lite 2.0;
+    outputs by name."""
     if not MSLITE_PYTHON.exists():
         pytest.skip(f"no MindSpore Lite venv at {MSLITE_PYTHON} (run `tox -e mslite` once)")
     from converters.lite import writer
 
     lite, report = import_onnx(model)
     assert not report.custom, report.custom
-    writer.save(lite, tmp_path / "m.ms")
+    writer.save(to_nhwc(lite) if nhwc else lite, tmp_path / "m.ms")
     np.savez(tmp_path / "in.npz", **feeds)
     proc = subprocess.run([str(MSLITE_PYTHON), str(RUN_MS), "m.ms", "in.npz", "out.npz"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
@@ -44,8 +47,8 @@ def run_mslite(model: onnx.ModelProto, feeds: dict, tmp_path: Path) -> dict[str,
         return dict(z)
 
 
-def _compare(model, feeds, tmp_path):
-    got = run_mslite(model, feeds, tmp_path)
+def _compare(model, feeds, tmp_path, nhwc=False):
+    got = run_mslite(model, feeds, tmp_path, nhwc)
     want = dict(zip([o.name for o in model.graph.output], run(model, feeds), strict=True))
     assert sorted(got) == sorted(want)
     for name, value in want.items():
@@ -54,12 +57,22 @@ def _compare(model, feeds, tmp_path):
                                    err_msg=name)
 
 
-def test_transformer_encoder_runs_in_mindspore_lite(tmp_path):
-    model = models.build("transformer_encoder")
+def _batch_one(name: str) -> onnx.ModelProto:
+    model = models.build(name)
     for vi in (*model.graph.input, *model.graph.output):
         vi.type.tensor_type.shape.dim[0].dim_value = 1  # MindSpore Lite wants static inputs
+    return model
+
+
+def test_transformer_encoder_runs_in_mindspore_lite(tmp_path):
     x = np.random.default_rng(0).standard_normal((1, 16, 64)).astype(np.float32)
-    _compare(model, {"tokens": x}, tmp_path)
+    _compare(_batch_one("transformer_encoder"), {"tokens": x}, tmp_path)
+
+
+@pytest.mark.parametrize("name,size", [("mobilenet_v2", 64), ("resnet_block", 56)])
+def test_cnns_in_nhwc_run_in_mindspore_lite(tmp_path, name, size):
+    x = np.random.default_rng(0).standard_normal((1, 3, size, size)).astype(np.float32)
+    _compare(_batch_one(name), {"image": x}, tmp_path, nhwc=True)
 
 
 def test_op_zoo_runs_in_mindspore_lite(tmp_path):

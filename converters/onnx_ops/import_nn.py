@@ -132,7 +132,9 @@ def average_pool(ctx, node):
 def _global_pool(ctx, node, op: str):
     if ctx.rank(node.inputs[0]) != 4:
         raise Unmappable("global pooling maps to Lite for 4-D NCHW inputs only")
-    attrs = {"format": "NCHW", "global": True, "activation_type": NO_ACT}
+    # MindSpore Lite checks kernel/stride/pad fields even for global pooling.
+    attrs = {"kernel_size": [1, 1], "strides": [1, 1], "pad": [0, 0, 0, 0], "pad_mode": "VALID",
+             "round_mode": "FLOOR", "format": "NCHW", "global": True, "activation_type": NO_ACT}
     return [emit(ctx, node, op, attrs, node.inputs)]
 
 

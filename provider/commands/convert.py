@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from converters.convert import READERS, WRITERS, convert
+from converters.convert import LAYOUTS, READERS, WRITERS, convert
 from provider.cli import command
 
 # Below this many nodes a conversion is quick enough that a progress line is only noise.
@@ -18,6 +18,9 @@ def _add_args(p: argparse.ArgumentParser) -> None:
                    help=f"source model ({', '.join(sorted(READERS))})")
     p.add_argument("-o", "--output", type=Path, required=True,
                    help=f"destination ({', '.join(sorted(WRITERS))}); written atomically")
+    p.add_argument("--layout", choices=[x.lower() for x in LAYOUTS], default="nchw",
+                   help="nhwc: rewrite NCHW layers to NHWC, as MindSpore Lite's own CPU "
+                        "runtime needs (default nchw: keep the layout; the NPU takes NCHW)")
     p.add_argument("-q", "--quiet", action="store_true", help="print no summary")
 
 
@@ -46,7 +49,8 @@ class _ProgressLine:
 def run(args: argparse.Namespace) -> int:
     progress = _ProgressLine(sys.stderr) if sys.stderr.isatty() else None
     try:
-        report = convert(args.model, args.output, progress=progress)
+        report = convert(args.model, args.output, progress=progress,
+                         layout=args.layout.upper())
     finally:
         if progress is not None:
             progress.close()

@@ -1,0 +1,66 @@
+"""converters.nhwc: NCHW layers rewritten to NHWC compute the same outputs, with few
+Transposes (NHWC carried through element-wise ops), and the rewrite is pure."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx_roundtrip import (
+    HAS_WRITER,
+    LIGHT,
+    assert_close,
+    random_feeds,
+    run,
+    with_random_weights,
+)
+
+import models
+from converters.nhwc import to_nhwc
+from converters.onnx_export import export_onnx
+from converters.onnx_import import HEADER_TENSOR, import_onnx
+
+
+def _nhwc_round_trip(model: onnx.ModelProto):
+    lite, _ = import_onnx(model)
+    nhwc = to_nhwc(lite)
+    if HAS_WRITER:
+        from converters.lite import reader, writer
+
+        nhwc = reader.loads(writer.dumps(nhwc))
+    return lite, nhwc, export_onnx(nhwc)
+
+
+@pytest.mark.parametrize("name", models.NAMES)
+def test_models_in_nhwc_compute_the_same(name):
+    model = models.build(name)
+    lite, nhwc, exported = _nhwc_round_trip(model)
+    feeds = random_feeds(model, seed=5, dim=2)
+    assert_close(run(exported, feeds), run(model, feeds))
+    layers = [n for n in nhwc.nodes if n.attrs.get("format") in ("NCHW", "NHWC")]
+    assert all(n.attrs["format"] == "NHWC" for n in layers)
+    added = sum(n.op == "Transpose" for n in nhwc.nodes) - sum(n.op == "Transpose"
+                                                                for n in lite.nodes)
+    assert added <= 2  # one into the NHWC region, one out of it
+    assert any(t.name == HEADER_TENSOR for t in nhwc.tensors)
+
+
+def test_conv_weights_become_ohwi_and_the_source_is_untouched():
+    lite, _ = import_onnx(models.build("resnet_block"))
+    before = [(n.op, dict(n.attrs), list(n.inputs)) for n in lite.nodes]
+    nhwc = to_nhwc(lite)
+    assert [(n.op, dict(n.attrs), list(n.inputs)) for n in lite.nodes] == before
+    conv = next(n for n in nhwc.nodes if n.op == "Conv2DFusion")
+    w = nhwc.tensors[conv.inputs[1]]
+    src = lite.tensors[next(n for n in lite.nodes if n.op == "Conv2DFusion").inputs[1]]
+    assert w.format == "NHWC"
+    np.testing.assert_array_equal(w.data, src.data.transpose(0, 2, 3, 1))
+    assert all(src.name != t.name for t in nhwc.tensors)  # the KCHW copy is gone
+
+
+@pytest.mark.parametrize("stem", ["light_squeezenet", "light_inception_v1"])
+def test_light_models_in_nhwc(stem):
+    model = with_random_weights(onnx.load(LIGHT / f"{stem}.onnx"))
+    _, _, exported = _nhwc_round_trip(model)
+    feeds = random_feeds(model, seed=6)
+    assert_close(run(exported, feeds), run(model, feeds))
