@@ -1,0 +1,57 @@
+"""The on-disk compile cache: compiled NPU Programs keyed by what they depend on.
+
+Use from an execution provider's Compile callback::
+
+    from provider.cache import CacheKey, CompileCache, normalize_cache_options
+
+    opts = normalize_cache_options({"CachePath": "~/.cache/litenpu", "ModelName": "resnet"})
+    cache = CompileCache.from_options(opts)          # None when no cache_dir was given
+    key = CacheKey.build(partition=lite_partition,    # LiteModel or [(node name, op type)]
+                         input_shapes={"image": (1, 3, 56, 56)},
+                         options={"enable_fp16": False},
+                         model_name=opts.model_name,  # or content=lambda: partition bytes
+                         )
+    program, outcome = cache.get_or_compile(key, lambda: compile_model(lite, shapes))
+    # outcome.status: hit | miss | rebuilt | in-memory; outcome.reason says why
+
+* `CacheKey`: identity = source fingerprint (ModelName, else the sha256 of the partition
+  content), partition signature, input shapes, compile options, device; validity stamps =
+  Program FORMAT_VERSION and litenpu version. `key.digest` names the entry directory.
+* `CompileCache(cache_dir, *, max_bytes=None, cache_version="")`: `get(key)`, `put(key,
+  program, extra_files=...)` (atomic, race-safe), `get_or_compile(key, compile_fn)`,
+  `path(key)` (where extra files live), `entries()`, `verify_entry(name)`, `clear()`,
+  `evict()`. `cache_version` is MindSpore Lite's CacheVersion: entries written with another
+  one are rebuilt in place.
+* Bad entries (truncated, changed bytes, deleted files, bad manifest, stale versions) are
+  logged on `litenpu.cache` at WARNING with the reason and rebuilt, never used; the hit-path
+  checks and their limits are described in `provider.cache.entry`. A cache that cannot be
+  written (read-only, full) degrades to an in-memory compile with one warning per directory.
+* Provider options (both spellings): cache_dir/CachePath, model_name/ModelName,
+  cache_version/CacheVersion, cache_max_bytes -> `normalize_cache_options` -> CacheOptions.
+"""
+
+from provider.cache.entry import BadEntry
+from provider.cache.keys import CacheKey, partition_signature
+from provider.cache.options import (
+    CACHE_OPTION_KEYS,
+    CacheOptionError,
+    CacheOptions,
+    default_cache_dir,
+    normalize_cache_options,
+)
+from provider.cache.store import CacheOutcome, CacheStatus, CompileCache, EntryInfo
+
+__all__ = [
+    "BadEntry",
+    "CacheKey",
+    "partition_signature",
+    "CACHE_OPTION_KEYS",
+    "CacheOptionError",
+    "CacheOptions",
+    "default_cache_dir",
+    "normalize_cache_options",
+    "CacheOutcome",
+    "CacheStatus",
+    "CompileCache",
+    "EntryInfo",
+]

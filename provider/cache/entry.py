@@ -1,0 +1,239 @@
+"""One cache entry on disk: a directory with `manifest.json`, `program.lnp` and extra files.
+
+The manifest records the format and litenpu versions, the cache_version, the key, the I/O
+descriptors, and per file its size, sha256 and a *stamp* (mtime_ns, inode). The writer sets
+each file's mtime to a back-dated value before fsync, so any later write through the
+filesystem (which sets mtime to "now") changes the stamp even within the same clock tick.
+
+Hit path (`open_entry`, cheap): the manifest is read and its own sha256 checked, versions
+and key compared, every file `stat`ed (size must match; a changed stamp means the file was
+written or copied since, and only then is it hashed in full), and the Program mapped with
+`verify=False` (its header CRC and metadata digest are still checked; the weight pages are
+not read). What this does not catch: media corruption below the filesystem, or a tamperer
+who restores the mtime with utime(2). `verify_entry_dir` (`litenpu cache verify`) hashes
+every byte and catches those too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from provider import __version__
+from provider.cache.keys import CacheKey
+from provider.errors import CacheError
+from provider.npu import program as fmt
+from provider.npu.program import Program
+
+__all__ = ["MANIFEST", "PROGRAM", "MANIFEST_VERSION", "BadEntry", "write_entry", "read_manifest",
+           "open_entry", "verify_entry_dir", "restamp"]
+
+MANIFEST = "manifest.json"
+PROGRAM = "program.lnp"
+MANIFEST_VERSION = 1
+MAX_MANIFEST_BYTES = 1 << 20
+_BACKDATE_NS = 5 * 10**9  # > the coarsest mtime granularity we expect (FAT: 2 s)
+_RESERVED = (MANIFEST, PROGRAM)
+
+
+class BadEntry(CacheError):
+    """A cache entry that must not be used; the message is the reason."""
+
+
+def _sha256_bytes(data: bytes | memoryview) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _checksum(manifest: dict[str, Any]) -> str:
+    body = {k: v for k, v in manifest.items() if k != "checksum"}
+    return _sha256_bytes(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
+def _io(program: Program, indices: list[int]) -> list[dict[str, Any]]:
+    return [{"name": program.slots[i].name, "dtype": program.slots[i].dtype,
+             "shape": list(program.slots[i].shape)} for i in indices]
+
+
+def _check_extra_name(name: str) -> None:
+    if name in _RESERVED or not name or name != os.path.basename(name) or name.startswith("."):
+        raise CacheError(f"extra file name {name!r}: expected a plain file name other than "
+                         f"{', '.join(_RESERVED)}")
+
+
+def _write_file(path: Path, data: bytes | memoryview, stamp_ns: int) -> dict[str, Any]:
+    """Write, back-date, fsync one file; its manifest record."""
+    with open(path, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.utime(f.fileno(), ns=(stamp_ns, stamp_ns))
+        os.fsync(f.fileno())
+        st = os.fstat(f.fileno())
+    return {"size": st.st_size, "sha256": _sha256_bytes(data), "mtime_ns": st.st_mtime_ns,
+            "ino": st.st_ino}
+
+
+def _write_manifest(directory: Path, manifest: dict[str, Any], name: str = MANIFEST) -> None:
+    manifest["checksum"] = _checksum(manifest)
+    with open(directory / name, "x", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a directory's entries (new names, renames) durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_entry(directory: Path, key: CacheKey, program: Program, cache_version: str,
+                extra_files: dict[str, bytes]) -> None:
+    """Fill an empty (temporary) directory with a complete, fsynced entry; OSError on failure."""
+    for name in extra_files:
+        _check_extra_name(name)
+    stamp_ns = time.time_ns() - _BACKDATE_NS
+    files = {PROGRAM: _write_file(directory / PROGRAM, fmt.to_bytes(program), stamp_ns)}
+    for name, data in extra_files.items():
+        files[name] = _write_file(directory / name, memoryview(data).cast("B"), stamp_ns)
+    manifest = {
+        "manifest_version": MANIFEST_VERSION,
+        "format_version": fmt.FORMAT_VERSION,
+        "litenpu_version": __version__,
+        "cache_version": cache_version,
+        "key": key.to_dict(),
+        "digest": key.digest,
+        "model_name": key.model_name,
+        "program_name": program.name,
+        "inputs": _io(program, program.inputs),
+        "outputs": _io(program, program.outputs),
+        "weight_bytes": program.weight_bytes,
+        "internal_bytes": program.internal_bytes,
+        "files": files,
+        "created": time.time(),
+    }
+    _write_manifest(directory, manifest)
+    fsync_dir(directory)
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    """The entry's manifest, its checksum verified; BadEntry says what is wrong."""
+    path = directory / MANIFEST
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_MANIFEST_BYTES + 1)
+    except OSError as exc:
+        raise BadEntry(f"manifest unreadable: {exc.strerror or exc}") from exc
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise BadEntry(f"manifest larger than {MAX_MANIFEST_BYTES} bytes")
+    try:
+        manifest = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadEntry(f"manifest is not valid JSON: {exc}") from exc
+    if not isinstance(manifest, dict) or manifest.get("checksum") != _checksum(manifest):
+        raise BadEntry("manifest checksum mismatch")
+    return manifest
+
+
+def _check_versions(manifest: dict[str, Any]) -> None:
+    for field, expected in (("manifest_version", MANIFEST_VERSION),
+                            ("format_version", fmt.FORMAT_VERSION),
+                            ("litenpu_version", __version__)):
+        if manifest.get(field) != expected:
+            raise BadEntry(f"stale entry: {field} {manifest.get(field)!r}, this litenpu "
+                           f"uses {expected!r}")
+
+
+def _check_key(manifest: dict[str, Any], key: CacheKey, cache_version: str) -> None:
+    if manifest.get("cache_version") != cache_version:
+        raise BadEntry(f"cache_version {manifest.get('cache_version')!r}, the cache asks for "
+                       f"{cache_version!r}")
+    if manifest.get("key") != key.to_dict():
+        raise BadEntry(f"entry holds another key {manifest.get('key')!r}")
+
+
+def _files(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    files = manifest.get("files")
+    if not isinstance(files, dict) or PROGRAM not in files:
+        raise BadEntry(f"manifest lists no {PROGRAM}")
+    return files
+
+
+def _check_file(directory: Path, name: str, record: dict[str, Any], deep: bool) -> bool:
+    """Size (always) and content (when `deep` or the stamp changed); True if the stamp changed."""
+    try:
+        st = os.stat(directory / name)
+    except OSError as exc:
+        raise BadEntry(f"{name}: {exc.strerror or exc}") from exc
+    if st.st_size != record.get("size"):
+        raise BadEntry(f"{name}: {st.st_size} bytes, the manifest says {record.get('size')} "
+                       "(truncated or overwritten)")
+    moved = (st.st_mtime_ns, st.st_ino) != (record.get("mtime_ns"), record.get("ino"))
+    if (deep or moved) and _sha256_file(directory / name) != record.get("sha256"):
+        raise BadEntry(f"{name}: content changed since it was written (sha256 mismatch)")
+    return moved
+
+
+def _check_io(manifest: dict[str, Any], program: Program) -> None:
+    if (manifest.get("inputs"), manifest.get("outputs")) != (
+            _io(program, program.inputs), _io(program, program.outputs)):
+        raise BadEntry(f"{PROGRAM}: inputs/outputs differ from the manifest's I/O descriptors")
+
+
+def _load(directory: Path, verify: bool) -> Program:
+    try:
+        return fmt.load(directory / PROGRAM, mmap=True, verify=verify)
+    except CacheError as exc:
+        raise BadEntry(str(exc)) from exc
+
+
+def open_entry(directory: Path, key: CacheKey, cache_version: str) -> tuple[Program, bool]:
+    """The hit path: (Program mapped without populate, whether the stamps need refreshing)."""
+    manifest = read_manifest(directory)
+    _check_versions(manifest)
+    _check_key(manifest, key, cache_version)
+    moved = [_check_file(directory, name, record, deep=False)
+             for name, record in _files(manifest).items()]
+    program = _load(directory, verify=False)
+    _check_io(manifest, program)
+    return program, any(moved)
+
+
+def verify_entry_dir(directory: Path) -> dict[str, Any]:
+    """The full check: every file hashed, the Program's weights too; the manifest if sound."""
+    manifest = read_manifest(directory)
+    _check_versions(manifest)
+    for name, record in _files(manifest).items():
+        _check_file(directory, name, record, deep=True)
+    _check_io(manifest, _load(directory, verify=True))
+    return manifest
+
+
+def restamp(directory: Path, manifest: dict[str, Any] | None = None) -> None:
+    """Record the files' current stamps (after a copy whose content was verified); OSError."""
+    manifest = dict(manifest if manifest is not None else read_manifest(directory))
+    files = {}
+    for name, record in manifest["files"].items():
+        st = os.stat(directory / name)
+        files[name] = {**record, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
+    manifest["files"] = files
+    tmp = f".{MANIFEST}.{os.getpid()}.{time.monotonic_ns()}"
+    try:
+        _write_manifest(directory, manifest, tmp)
+        os.replace(directory / tmp, directory / MANIFEST)
+    finally:
+        (directory / tmp).unlink(missing_ok=True)

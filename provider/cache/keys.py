@@ -1,0 +1,128 @@
+"""CacheKey: what a compiled Program depends on, and the directory name it is stored under.
+
+Identity fields (they name the entry: `CacheKey.digest`): the source fingerprint, the
+partition signature, the input shapes, the compile options and the device. Validity stamps
+(recorded in the entry's manifest and checked on every hit, but not part of the name): the
+Program `FORMAT_VERSION` and the litenpu version. A newer litenpu thus finds the old entry
+under the same name, sees it is stale, and replaces it instead of leaving it to eviction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from converters.lite.ir import LiteModel
+from provider import __version__
+from provider.errors import CacheError
+from provider.npu.program import FORMAT_VERSION
+
+__all__ = ["CacheKey", "partition_signature"]
+
+DIGEST_CHARS = 32  # 128 bits of sha256: the entry's directory name
+
+Content = bytes | bytearray | memoryview
+Partition = LiteModel | Sequence[tuple[str, str]]
+
+
+def _sha256(data: Content) -> str:
+    return hashlib.sha256(memoryview(data).cast("B")).hexdigest()
+
+
+def _canonical(doc: Any) -> bytes:
+    """JSON with sorted keys and no whitespace: the same document always hashes the same."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def partition_signature(partition: Partition) -> str:
+    """A short hash of a partition's node names and op types (and its I/O tensor names)."""
+    if isinstance(partition, LiteModel):
+        nodes = [[n.name, n.op] for n in partition.nodes]
+        io = [[partition.tensors[t].name for t in partition.inputs],
+              [partition.tensors[t].name for t in partition.outputs]]
+    else:
+        nodes = [[str(name), str(op)] for name, op in partition]
+        io = []
+    return _sha256(_canonical({"nodes": nodes, "io": io}))[:DIGEST_CHARS]
+
+
+def _shapes(input_shapes: Mapping[str, Sequence[int]]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Input shapes sorted by name; every dim a concrete int >= 0."""
+    out = []
+    for name, shape in sorted(input_shapes.items()):
+        dims = tuple(shape)
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims):
+            raise CacheError(f"cache key: input {name!r} has shape {list(dims)}, expected "
+                             "concrete dims (ints >= 0)")
+        out.append((str(name), dims))
+    return tuple(out)
+
+
+def _options(options: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """Compile options as sorted (name, JSON value) pairs."""
+    out = []
+    for name, value in sorted(options.items()):
+        try:
+            out.append((str(name), json.dumps(value, sort_keys=True)))
+        except (TypeError, ValueError) as exc:
+            raise CacheError(f"cache key: compile option {name}={value!r} is not JSON-able: "
+                             f"{exc}") from exc
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    """Everything a cached Program depends on; build one with `CacheKey.build`."""
+
+    source: str  # "model:<model_name>" or "sha256:<content hash>"
+    partition: str  # partition_signature(...)
+    input_shapes: tuple[tuple[str, tuple[int, ...]], ...]
+    options: tuple[tuple[str, str], ...]  # (name, JSON value), sorted
+    device: str = "sim"
+    format_version: int = FORMAT_VERSION
+    litenpu_version: str = __version__
+
+    @classmethod
+    def build(cls, *, partition: Partition, input_shapes: Mapping[str, Sequence[int]],
+              options: Mapping[str, Any] | None = None, model_name: str = "",
+              content: Content | Callable[[], Content] | None = None,
+              device: str = "sim") -> CacheKey:
+        """The key of one partition compiled for `input_shapes` with `options`.
+
+        The source is `model_name` when given (MindSpore's ModelName: the user promises the
+        name changes, or the cache's `cache_version` is bumped, when the model does; `content`
+        is then never called), else the sha256 of `content` (bytes, or a callable producing
+        them, e.g. the serialized partition with its weights).
+        """
+        if model_name:
+            source = f"model:{model_name}"
+        elif content is None:
+            raise CacheError("cache key: give model_name or the partition content to hash")
+        else:
+            data = content() if callable(content) else content
+            source = f"sha256:{_sha256(data)}"
+        return cls(source, partition_signature(partition), _shapes(input_shapes),
+                   _options(options or {}), device)
+
+    @property
+    def model_name(self) -> str:
+        """The model name this key was built from ('' for content-hashed keys)."""
+        return self.source[len("model:"):] if self.source.startswith("model:") else ""
+
+    def identity(self) -> dict[str, Any]:
+        """The fields that name the entry (everything but the validity stamps)."""
+        doc = self.to_dict()
+        del doc["format_version"], doc["litenpu_version"]
+        return doc
+
+    @property
+    def digest(self) -> str:
+        """The entry's directory name: a hex sha256 prefix of the identity fields."""
+        return _sha256(_canonical(self.identity()))[:DIGEST_CHARS]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The key as plain JSON-able data (tuples become lists), as stored in the manifest."""
+        return json.loads(json.dumps(asdict(self)))
