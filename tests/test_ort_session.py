@@ -304,3 +304,20 @@ def test_control_flow_bodies_stay_on_cpu():
     placed = {p.name: p for p in sess.partition()}
     assert placed["relu"].device == "NPU"
     assert placed["if"].device == "CPU" and "subgraph" in placed["if"].reason
+
+
+def test_closed_sessions_give_back_their_npu_memory():
+    import gc
+
+    from provider.npu.memory import default_pool
+
+    gc.collect()
+    before, kernels = default_pool().stats().in_use, len(compute._KERNELS)
+    for _ in range(3):
+        sess = InferenceSession(MLP, providers=NPU)
+        sess.run(None, _feeds())
+        assert len(compute._KERNELS) == kernels + 1
+        del sess
+    gc.collect()
+    assert default_pool().stats().in_use == before
+    assert len(compute._KERNELS) == kernels
