@@ -101,6 +101,14 @@ def _dir_bytes(path: Path) -> int:
         return 0
 
 
+def _remove(path: Path) -> None:
+    """Delete a directory tree, or a file squatting on an entry's name (best effort)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def _is_write_failure(exc: OSError) -> bool:
     return exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT,
                          errno.ENOTDIR)
@@ -181,11 +189,11 @@ class CompileCache:
         self.dir.mkdir(parents=True, exist_ok=True)
         cutoff = time.time() - STALE_SECONDS
         for item in os.scandir(self.dir):
-            if item.name.startswith((".tmp-", ".trash-")) and item.is_dir(follow_symlinks=False):
+            if item.name.startswith((".tmp-", ".trash-")):
                 try:
                     if item.stat(follow_symlinks=False).st_mtime < cutoff:
                         log.info("cache %s: removing stale %s", self.dir, item.name)
-                        shutil.rmtree(item.path, ignore_errors=True)
+                        _remove(Path(item.path))
                 except FileNotFoundError:
                     pass
 
@@ -202,7 +210,7 @@ class CompileCache:
             os.rename(directory, trash)
         except FileNotFoundError:
             return False
-        shutil.rmtree(trash, ignore_errors=True)
+        _remove(trash)
         return True
 
     def put(self, key: CacheKey, program: Program, *,
@@ -240,8 +248,8 @@ class CompileCache:
                 os.rename(tmp, final)
                 return True
             except OSError as exc:
-                if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                    raise
+                if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
+                    raise  # ENOTDIR: a file squats on the entry's name
             existing = self._lookup(key)
             if existing.program is not None:
                 log.debug("cache entry %s: another process stored it first; keeping theirs", final)

@@ -50,7 +50,7 @@ def _ls(cache: CompileCache) -> int:
                      _when(info.last_used)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     print(f"{len(infos)} entries, {_size(sum(i.size for i in infos))} in {cache.dir}")
     return 0
 
