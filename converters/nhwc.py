@@ -18,7 +18,10 @@ from converters.lite.ir import LiteModel, LiteNode, LiteTensor
 
 TO_NHWC = [0, 2, 3, 1]
 TO_NCHW = [0, 3, 1, 2]
-LAYOUT_OPS = {"Conv2DFusion", "MaxPoolFusion", "AvgPoolFusion", "Resize", "FusedBatchNorm"}
+LAYOUT_OPS = {"Conv2DFusion", "MaxPoolFusion", "AvgPoolFusion", "Resize", "FusedBatchNorm",
+              "InstanceNorm", "LRN"}
+# Layout ops with no `format` field: their input tensor's format says where channels are.
+FORMAT_FROM_INPUT = {"FusedBatchNorm", "InstanceNorm", "LRN"}
 # Ops whose result does not depend on layout when every input has the same shape.
 ELEMENTWISE = {"Activation", "AddFusion", "SubFusion", "MulFusion", "DivFusion", "Maximum",
                "Minimum", "Clip", "Sqrt", "Abs", "Neg", "Exp", "ExpFusion", "Erf"}
@@ -96,7 +99,7 @@ def to_nhwc(model: LiteModel) -> LiteModel:
             if node.op == "Conv2DFusion":
                 inputs[1] = r.weight_ohwi(node.inputs[1])
             attrs = dict(node.attrs)
-            if node.op != "FusedBatchNorm":  # which has no format field: its input's decides
+            if node.op not in FORMAT_FROM_INPUT:
                 attrs["format"] = "NHWC"
             r.emit_nhwc(node, inputs, attrs)
         elif node.op in ELEMENTWISE and node.inputs and _same_shape_twins(r, node):

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnx_roundtrip import HAS_WRITER, NO_WRITER, run
+from onnx_roundtrip import HAS_WRITER, LIGHT, NO_WRITER, random_feeds, run, with_random_weights
 
 import models
 from converters.nhwc import to_nhwc
@@ -117,3 +117,10 @@ def test_op_zoo_runs_in_mindspore_lite(tmp_path):
         vi.type.CopyFrom(types[vi.name])
     x = rng.standard_normal((2, 6, 8)).astype(np.float32)
     _compare(model, {"x": x}, tmp_path)
+
+
+@pytest.mark.parametrize("stem", ["light_resnet50", "light_inception_v1", "light_densenet121",
+                                  "light_shufflenet", "light_bvlc_alexnet"])
+def test_light_architectures_in_nhwc_run_in_mindspore_lite(tmp_path, stem):
+    model = with_random_weights(onnx.load(LIGHT / f"{stem}.onnx"))
+    _compare(model, random_feeds(model, seed=0), tmp_path, nhwc=True)

@@ -178,8 +178,12 @@ def test_identity_and_dropout_and_constants():
              helper.make_node("Dropout", ["i"], ["d"]),
              helper.make_node("Mul", ["d", "c"], ["y"])]
     m = model_of(nodes, [vi("x", [2, 3])], [vi("y", [2, 3])], opset=13)
-    lite = check(m, ["Dropout", "MulFusion"])
-    assert lite.tensors[lite.nodes[1].inputs[1]].data.tolist() == [2.0]
+    lite = check(m, ["MulFusion"])  # Identity and Dropout alias their input away
+    assert lite.tensors[lite.nodes[0].inputs[1]].data.tolist() == [2.0]
+    assert lite.tensors[lite.nodes[0].inputs[0]].name == "x"
+    kept = model_of([helper.make_node("Dropout", ["x"], ["y"], ratio=0.25)],
+                    [vi("x", [2, 3])], [vi("y", [2, 3])], opset=11)
+    assert check(kept, ["Dropout"]).nodes[0].attrs == {"keep_prob": 0.75}
 
 
 def test_constant_of_shape_and_expand_tile_where():

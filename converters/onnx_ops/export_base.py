@@ -22,7 +22,7 @@ EXPORTERS: OpTable = OpTable("onnx export")
 # Ops whose `format` attribute (or input layout) says NHWC: exported between transposes.
 LAYOUT_OPS = {"Conv2DFusion", "Conv2dTransposeFusion", "MaxPoolFusion", "AvgPoolFusion",
               "Resize", "FusedBatchNorm", "BatchNorm", "InstanceNorm", "PReLUFusion",
-              "DepthToSpace", "SpaceToDepth"}
+              "DepthToSpace", "SpaceToDepth", "LRN"}
 TO_NCHW = [0, 3, 1, 2]
 TO_NHWC = [0, 2, 3, 1]
 

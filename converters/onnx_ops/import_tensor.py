@@ -223,14 +223,19 @@ def top_k(ctx, node):
     return [emit(ctx, node, "TopKFusion", attrs, [node.inputs[0], k])]
 
 
+def _aliasable(ctx, name: str) -> bool:
+    """Whether value `name` may vanish into its source (no graph output or subgraph reads it
+    by name)."""
+    return name not in ctx.graph_outputs and name not in ctx.read_by_subgraphs
+
+
 @IMPORTERS.register("Identity")
 def identity(ctx, node):
     # Lite has no identity primitive: alias the value, unless its name must survive.
-    out = node.outputs[0]
-    if out in ctx.graph_outputs or out in ctx.read_by_subgraphs:
+    if not _aliasable(ctx, node.outputs[0]):
         raise Unmappable("Identity producing a graph output (or a subgraph's outer value) "
                          "keeps its own name")
-    ctx.alias(out, node.inputs[0])
+    ctx.alias(node.outputs[0], node.inputs[0])
     return []
 
 
@@ -244,6 +249,11 @@ def dropout(ctx, node):
         training = const_input(ctx, node, 2, "training_mode")
         if training is not None and bool(training):
             raise Unmappable("training_mode=true")
+    if _aliasable(ctx, node.outputs[0]):
+        # An inference no-op, and MindSpore Lite's runtime has no Dropout kernel (its own
+        # converter removes them too).
+        ctx.alias(node.outputs[0], node.inputs[0])
+        return []
     return [emit(ctx, node, "Dropout", {"keep_prob": 1.0 - ratio}, node.inputs[:1],
                  node.outputs[:1])]
 
