@@ -109,11 +109,6 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _is_write_failure(exc: OSError) -> bool:
-    return exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT,
-                         errno.ENOTDIR)
-
-
 class CompileCache:
     """A compile cache in `cache_dir` (created on first write).
 
@@ -263,13 +258,10 @@ class CompileCache:
         with _warned_lock:
             first = str(self.dir) not in _warned_dirs
             _warned_dirs.add(str(self.dir))
-        cause = exc.__cause__
-        kind = "is not writable" if isinstance(cause, OSError) and _is_write_failure(cause) \
-            else "failed"
         if first:
-            log.warning("cache %s %s (%s); compiling in memory", self.dir, kind, exc)
+            log.warning("%s; compiling in memory (later failures of this cache: DEBUG)", exc)
         else:
-            log.debug("cache %s %s (%s); compiling in memory", self.dir, kind, exc)
+            log.debug("%s; compiling in memory", exc)
 
     def get_or_compile(self, key: CacheKey,
                        compile_fn: Callable[[], Program]) -> tuple[Program, CacheOutcome]:
