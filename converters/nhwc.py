@@ -2,7 +2,8 @@
 
 The ONNX importer keeps ONNX's NCHW layout (the NPU compiler consumes it), but MindSpore
 Lite's own runtime only runs NHWC convolutions and pools. `to_nhwc` rewrites every NCHW
-layout layer to its NHWC form (conv weights to OHWI), with Transposes at the boundary, and
+layout layer to its NHWC form (conv weights OIHW -> OHWI, transposed-conv weights IOHW ->
+IHWO), with Transposes at the boundary, and
 carries NHWC through element-wise ops between such layers so back-to-back layers share
 one layout; Transposes nobody reads are dropped. The result computes the same outputs,
 with the same names, shapes and layouts at the graph's inputs and outputs.
@@ -18,7 +19,7 @@ from converters.lite.ir import LiteModel, LiteNode, LiteTensor
 
 TO_NHWC = [0, 2, 3, 1]
 TO_NCHW = [0, 3, 1, 2]
-LAYOUT_OPS = {"Conv2DFusion", "MaxPoolFusion", "AvgPoolFusion", "Resize", "FusedBatchNorm",
+LAYOUT_OPS = {"Conv2DFusion", "Conv2dTransposeFusion", "MaxPoolFusion", "AvgPoolFusion", "Resize", "FusedBatchNorm",
               "InstanceNorm", "LRN"}
 # Layout ops with no `format` field: their input tensor's format says where channels are.
 FORMAT_FROM_INPUT = {"FusedBatchNorm", "InstanceNorm", "LRN"}
@@ -96,7 +97,9 @@ def to_nhwc(model: LiteModel) -> LiteModel:
         if (node.op in LAYOUT_OPS and node.attrs.get("format", "NCHW") == "NCHW"
                 and _is_4d(r.tensors, node.inputs[0])):
             inputs = [r.nhwc(node.inputs[0]), *node.inputs[1:]]
-            if node.op == "Conv2DFusion":
+            if node.op in ("Conv2DFusion", "Conv2dTransposeFusion"):
+                # OIHW -> OHWI for convolutions; IOHW -> IHWO (what MindSpore Lite wants)
+                # for transposed ones: the same permutation.
                 inputs[1] = r.weight_ohwi(node.inputs[1])
             attrs = dict(node.attrs)
             if node.op not in FORMAT_FROM_INPUT:

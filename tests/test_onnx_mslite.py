@@ -124,3 +124,19 @@ def test_op_zoo_runs_in_mindspore_lite(tmp_path):
 def test_light_architectures_in_nhwc_run_in_mindspore_lite(tmp_path, stem):
     model = with_random_weights(onnx.load(LIGHT / f"{stem}.onnx"))
     _compare(model, random_feeds(model, seed=0), tmp_path, nhwc=True)
+
+
+def test_transposed_conv_in_nhwc_runs_in_mindspore_lite(tmp_path):
+    rng = np.random.default_rng(2)
+    w = numpy_helper.from_array(rng.standard_normal((3, 4, 3, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[2, 2],
+                            pads=[1, 1, 1, 1], output_padding=[1, 1])
+    graph = helper.make_graph([node], "deconv",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 10, 10])],
+                              [w, b])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    x = rng.standard_normal((1, 3, 5, 5)).astype(np.float32)
+    _compare(model, {"x": x}, tmp_path, nhwc=True)

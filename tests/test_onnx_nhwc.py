@@ -64,3 +64,21 @@ def test_light_models_in_nhwc(stem):
     _, _, exported = _nhwc_round_trip(model)
     feeds = random_feeds(model, seed=6)
     assert_close(run(exported, feeds), run(model, feeds))
+
+
+def test_transposed_conv_weights_become_ihwo():
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(3).standard_normal((3, 2, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2])], "d",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 9, 9])],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    _, nhwc, exported = _nhwc_round_trip(model)
+    deconv = next(n for n in nhwc.nodes if n.op == "Conv2dTransposeFusion")
+    np.testing.assert_array_equal(nhwc.tensors[deconv.inputs[1]].data, w.transpose(0, 2, 3, 1))
+    feeds = random_feeds(model, seed=7)
+    assert_close(run(exported, feeds), run(model, feeds))

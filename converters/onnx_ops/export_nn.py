@@ -56,12 +56,18 @@ def conv(ctx, node, ins, outs):
 
 @EXPORTERS.register("Conv2dTransposeFusion")
 def conv_transpose(ctx, node, ins, outs):
+    weight = ins[1]
     if ctx.model.tensors[node.inputs[1]].format in WEIGHTS_OHWI:
-        raise unsupported(node, "a transposed convolution with NHWC weights")
+        # MindSpore Lite's NHWC deconvolution weights are (C_in, H, W, C_out); ONNX wants
+        # (C_in, C_out, H, W).
+        data = ctx.value(node.inputs[1])
+        weight = (ctx.add("Transpose", [weight], perm=TO_NCHW, name=f"{node.name}/weight")
+                  if data is None else
+                  ctx.const(np.ascontiguousarray(data.transpose(TO_NCHW)), f"{weight}/iohw"))
     attrs = conv_attrs(node.attrs)
     if any(node.attrs.get("output_paddings", [])):
         attrs["output_padding"] = list(node.attrs["output_paddings"])
-    ctx.add("ConvTranspose", ins, outs, name=node.name, **attrs)
+    ctx.add("ConvTranspose", [ins[0], weight, *ins[2:]], outs, name=node.name, **attrs)
 
 
 @EXPORTERS.register("FullConnection")
