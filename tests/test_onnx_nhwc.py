@@ -82,3 +82,32 @@ def test_transposed_conv_weights_become_ihwo():
     np.testing.assert_array_equal(nhwc.tensors[deconv.inputs[1]].data, w.transpose(0, 2, 3, 1))
     feeds = random_feeds(model, seed=7)
     assert_close(run(exported, feeds), run(model, feeds))
+
+
+@pytest.mark.slow
+def test_backend_cases_of_layout_ops_in_nhwc():
+    import test_onnx_backend_nodes as nodes
+
+    from converters.lite import reader, writer
+
+    layout_ops = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool",
+                  "GlobalMaxPool", "BatchNormalization", "InstanceNormalization", "Resize",
+                  "LRN"}
+    failures, counted = [], 0
+    for case in nodes.CASES:
+        if nodes._single_op(case) not in layout_ops:
+            continue
+        model, feeds = nodes.constant_operands(case)
+        expected = case.data_sets[0][1]
+        if not nodes._reference_ok(model, feeds, expected, case.rtol, case.atol):
+            continue
+        counted += 1
+        try:
+            lite, _ = import_onnx(model)
+            exported = export_onnx(reader.loads(writer.dumps(to_nhwc(lite))))
+            assert_close(run(exported, nodes._named(exported, feeds)), expected, case.rtol,
+                         case.atol)
+        except Exception as e:  # noqa: BLE001 - collected and listed
+            failures.append(f"{case.name}: {type(e).__name__}: {e}")
+    assert counted > 100
+    assert not failures, "\n".join(failures)
