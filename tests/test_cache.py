@@ -13,11 +13,14 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from npu_oracle import assert_matches, pool, run_ort
 
 from converters.onnx_import import import_onnx
@@ -275,6 +278,11 @@ def _edit_manifest_value(d: Path) -> None:
     (d / "manifest.json").write_text(json.dumps(manifest))
 
 
+def _reformat_manifest(d: Path) -> None:
+    raw = (d / "manifest.json").read_bytes()
+    (d / "manifest.json").write_bytes(raw.replace(b"\n", b"\r\n"))  # same JSON, other bytes
+
+
 def _delete_program(d: Path) -> None:
     (d / "program.lnp").unlink()
 
@@ -298,6 +306,7 @@ CORRUPTIONS = {
     "flipped metadata byte": (_flip_metadata, "sha256 mismatch"),
     "flipped manifest byte": (_flip_manifest_byte, "manifest"),
     "edited manifest": (_edit_manifest_value, "manifest checksum mismatch"),
+    "reformatted manifest": (_reformat_manifest, "manifest was rewritten"),
     "deleted program": (_delete_program, "program.lnp: No such file"),
     "deleted manifest": (_delete_manifest, "manifest unreadable"),
     "entry replaced by a file": (_entry_is_a_file, "manifest unreadable"),
@@ -342,6 +351,23 @@ def test_stale_entry_is_rebuilt(tmp_path, reference, caplog, monkeypatch, field)
     assert any(field in w for w in warnings_of(caplog))
     assert np.array_equal(run(program), reference)
     cache.verify_entry(make_key())
+
+
+@settings(max_examples=15, deadline=None)
+@given(file=st.sampled_from(["program.lnp", "manifest.json"]), where=st.floats(0, 1),
+       bit=st.integers(0, 7))
+def test_a_flipped_bit_anywhere_is_rebuilt(reference, file, where, bit):
+    with tempfile.TemporaryDirectory() as d:
+        cache = CompileCache(d)
+        path = cache.put(make_key(), compile_model(LITE, SHAPES)) / file
+        offset = min(int(where * path.stat().st_size), path.stat().st_size - 1)
+        data = bytearray(path.read_bytes())
+        data[offset] ^= 1 << bit
+        with open(path, "r+b") as f:  # in place: same inode and size, new mtime
+            f.write(data)
+        program, outcome = cache.get_or_compile(make_key(), Compiler())
+        assert outcome.status is CacheStatus.REBUILT, (file, offset)
+        assert np.array_equal(run(program), reference)
 
 
 def test_tampering_that_restores_mtime_is_caught_by_full_verify(tmp_path):

@@ -84,10 +84,15 @@ def _write_file(path: Path, data: bytes | memoryview, stamp_ns: int) -> dict[str
             "ino": st.st_ino}
 
 
+def _dump(manifest: dict[str, Any]) -> bytes:
+    """The manifest's one on-disk form (so any changed byte is detectable, even whitespace)."""
+    return json.dumps(manifest, indent=1, sort_keys=True).encode()
+
+
 def _write_manifest(directory: Path, manifest: dict[str, Any], name: str = MANIFEST) -> None:
     manifest["checksum"] = _checksum(manifest)
-    with open(directory / name, "x", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=1, sort_keys=True)
+    with open(directory / name, "xb") as f:
+        f.write(_dump(manifest))
         f.flush()
         os.fsync(f.fileno())
 
@@ -146,6 +151,8 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         raise BadEntry(f"manifest is not valid JSON: {exc}") from exc
     if not isinstance(manifest, dict) or manifest.get("checksum") != _checksum(manifest):
         raise BadEntry("manifest checksum mismatch")
+    if _dump(manifest) != raw:
+        raise BadEntry("manifest was rewritten (not byte-identical to what litenpu wrote)")
     return manifest
 
 
