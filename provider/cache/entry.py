@@ -5,8 +5,8 @@ descriptors, and per file its size, sha256 and a *stamp* (mtime_ns, inode). The 
 each file's mtime to a back-dated value before fsync, so any later write through the
 filesystem (which sets mtime to "now") changes the stamp even within the same clock tick.
 
-Hit path (`open_entry`, cheap): the manifest is read and its own sha256 checked, versions
-and key compared, every file `stat`ed (size must match; a changed stamp means the file was
+Hit path (`open_entry`, cheap): the manifest is read, its own sha256 checked and its bytes
+compared with the one form litenpu writes, versions and key compared, every file `stat`ed (size must match; a changed stamp means the file was
 written or copied since, and only then is it hashed in full), and the Program mapped with
 `verify=False` (its header CRC and metadata digest are still checked; the weight pages are
 not read). What this does not catch: media corruption below the filesystem, or a tamperer
