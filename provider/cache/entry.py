@@ -6,12 +6,14 @@ each file's mtime to a back-dated value before fsync, so any later write through
 filesystem (which sets mtime to "now") changes the stamp even within the same clock tick.
 
 Hit path (`open_entry`, cheap): the manifest is read, its own sha256 checked and its bytes
-compared with the one form litenpu writes, versions and key compared, every file `stat`ed (size must match; a changed stamp means the file was
-written or copied since, and only then is it hashed in full), and the Program mapped with
-`verify=False` (its header CRC and metadata digest are still checked; the weight pages are
-not read). What this does not catch: media corruption below the filesystem, or a tamperer
-who restores the mtime with utime(2). `verify_entry_dir` (`litenpu cache verify`) hashes
-every byte and catches those too.
+compared with the one form litenpu writes; versions and key compared; every file `stat`ed
+(size must match; a changed stamp means the file was written or copied since, and only
+then is it hashed in full); the Program mapped with `verify=False` (its header CRC and
+metadata digest are still checked; the weight pages are not read). What this does not
+catch: media corruption below the filesystem, or a tamperer who restores the mtime with
+utime(2). `verify_entry_dir` (`litenpu cache verify`) hashes every byte and catches those.
+A sampled hash of a few weight pages was rejected: it reads pages the hit path should not
+touch and still misses most single-byte changes.
 """
 
 from __future__ import annotations
