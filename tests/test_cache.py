@@ -168,6 +168,8 @@ def test_second_call_is_a_hit_with_identical_outputs(tmp_path, reference):
     second, hit = cache.get_or_compile(make_key(), compiler)
     assert hit.status is CacheStatus.HIT and hit.reason == "" and compiler.calls == 1
     assert hit.compile_seconds == 0.0 and hit.load_seconds > 0
+    assert hit.describe().startswith("hit: loaded in ") and "compiled" not in hit.describe()
+    assert miss.describe().startswith("miss: compiled in ")
     assert np.array_equal(run(first), reference)
     assert np.array_equal(run(second), reference)
     assert cache.get(make_key()) is not None
@@ -419,6 +421,8 @@ def test_unwritable_cache_compiles_in_memory_with_one_warning(tmp_path, monkeypa
         assert outcome.status is CacheStatus.IN_MEMORY and compiler.calls == 1
         assert reason in outcome.reason and outcome.entry is None
         assert outcome.pages_touched is None
+        assert outcome.describe() == (f"in-memory: compiled in {outcome.compile_seconds * 1e3:.1f}"
+                                      f" ms ({outcome.reason})")
     assert np.array_equal(run(program), reference)
     warnings = warnings_of(caplog)
     assert len(warnings) == 1 and reason in warnings[0] and "in memory" in warnings[0]
