@@ -393,6 +393,13 @@ def _under_a_file(tmp_path: Path, monkeypatch) -> Path:
     return tmp_path / "file" / "cache"  # mkdir: ENOTDIR, even for root
 
 
+def _chmod_read_only(tmp_path: Path, monkeypatch) -> Path:
+    if os.geteuid() == 0:
+        pytest.skip("root writes through chmod 0555 (the other cases cover it)")
+    (tmp_path / "cache").mkdir(mode=0o555)
+    return tmp_path / "cache"
+
+
 def _read_only(tmp_path: Path, monkeypatch) -> Path:
     def rename(src, dst):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(src))
@@ -410,6 +417,7 @@ def _full(tmp_path: Path, monkeypatch) -> Path:
 
 
 @pytest.mark.parametrize("make_dir, reason", [(_under_a_file, "Not a directory"),
+                                              (_chmod_read_only, "Permission denied"),
                                               (_read_only, "Read-only file system"),
                                               (_full, "No space left on device")])
 def test_unwritable_cache_compiles_in_memory_with_one_warning(tmp_path, monkeypatch, caplog,
