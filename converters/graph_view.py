@@ -51,10 +51,6 @@ log = logging.getLogger("litenpu.converters")
 
 Dim = int | str | None
 
-# Protobuf's limit: shape inference and the in-memory checker refuse bigger models.
-_PROTO_LIMIT = 2**31 - 1
-
-
 @dataclass(frozen=True)
 class ValueInfo:
     """Name, element type and (possibly symbolic) shape of one graph value."""
@@ -200,19 +196,23 @@ def from_onnx(model: onnx.ModelProto | str | os.PathLike, *, check: bool = True,
             raise InvalidModelError(f"{source}: not a readable ONNX model: {e}") from e
         except Exception as e:  # protobuf's DecodeError has no stable import path
             raise InvalidModelError(f"{source}: not a readable ONNX model: {e}") from e
-    small = model.ByteSize() < _PROTO_LIMIT
+    # The checker and shape inference serialise what they are given: give them the graph
+    # without its big weights, so a model's bytes are not copied twice more.
+    skeleton = weightless(model)
     if check:
-        _check(model, source, small)
-    if infer_shapes and small:
+        _check(skeleton, source)
+    known = {vi.name: value_info(vi) for vi in model.graph.value_info}
+    if infer_shapes:
         try:
-            model = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+            inferred = onnx.shape_inference.infer_shapes(skeleton, check_type=False,
+                                                         strict_mode=False)
+            known.update((vi.name, value_info(vi)) for vi in inferred.graph.value_info)
         except Exception as e:  # noqa: BLE001 - inference is best effort
             log.info("%s: shape inference failed, shapes stay as given: %s", source, e)
     graph = model.graph
     initializers = _initializers(graph, base_dir, source)
     nodes = topological_nodes(graph, set(initializers), source)
     opset = {normalize_domain(o.domain): o.version for o in model.opset_import}
-    known = {vi.name: value_info(vi) for vi in graph.value_info}
     return GraphView(
         name=graph.name,
         nodes=tuple(nodes),
@@ -239,12 +239,24 @@ def _initializers(graph: onnx.GraphProto, base_dir: str, source: str) -> dict[st
     return out
 
 
-def _check(model: onnx.ModelProto, source: str, small: bool) -> None:
+def weightless(model: onnx.ModelProto, limit: int = 4096) -> onnx.ModelProto:
+    """A copy of `model` whose initializers over `limit` bytes are typed graph inputs instead
+    (small ones, such as shape constants, stay for shape inference to read)."""
+    out = onnx.ModelProto()
+    _copy_fields(model, out, skip={"graph"})
+    _copy_fields(model.graph, out.graph, skip={"initializer"})
+    listed = {vi.name for vi in model.graph.input}
+    for t in model.graph.initializer:
+        if t.ByteSize() <= limit:
+            out.graph.initializer.append(t)
+        elif t.name not in listed:
+            out.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, t.dims))
+    return out
+
+
+def _check(model: onnx.ModelProto, source: str) -> None:
     try:
-        if small:
-            onnx.checker.check_model(model)
-        else:
-            log.info("%s: over 2 GB, checking the graph without weights", source)
+        onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:
         raise InvalidModelError(f"{source}: fails onnx.checker: {e}") from e
 

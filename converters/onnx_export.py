@@ -18,6 +18,7 @@ import onnx
 from onnx import helper
 
 from converters.errors import InvalidModelError, UnsupportedError
+from converters.graph_view import weightless
 from converters.lite import dtypes
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
 from converters.onnx_import import HEADER_TENSOR, PROGRESS_EVERY
@@ -51,15 +52,15 @@ def export_onnx(model: LiteModel, *,
                                     f"{type(e).__name__}: {e}") from e
         if progress is not None and (done % PROGRESS_EVERY == 0 or done == total):
             progress(done, total)
-    graph = _graph(ctx, model, header)
-    out = helper.make_model(graph, opset_imports=_opsets(header, opset))
+    out = helper.make_model(onnx.GraphProto(), opset_imports=_opsets(header, opset))
+    _fill_graph(out.graph, ctx, model, header)
     if header is not None:
         _restore_model_fields(out, header)
     else:
         out.ir_version = DEFAULT_IR_VERSION
         out.producer_name = "litenpu"
     try:
-        onnx.checker.check_model(out)
+        onnx.checker.check_model(weightless(out))
     except onnx.checker.ValidationError as e:
         raise InvalidModelError(f"exported ONNX model of {model.name!r} is invalid: {e}") from e
     return out
@@ -163,8 +164,9 @@ def _export_custom(ctx: ExportContext, node: LiteNode) -> None:
     ctx.nodes.append(proto)
 
 
-def _graph(ctx: ExportContext, model: LiteModel, header: onnx.ModelProto | None
-           ) -> onnx.GraphProto:
+def _fill_graph(graph: onnx.GraphProto, ctx: ExportContext, model: LiteModel,
+                header: onnx.ModelProto | None) -> None:
+    """Write nodes, I/O and initializers into `graph` (in place: weights are copied once)."""
     _unique_node_names(ctx.nodes)
     out_names = [ctx.names[i] for i in model.outputs]
     _materialise_const_outputs(ctx, model)
@@ -179,17 +181,30 @@ def _graph(ctx: ExportContext, model: LiteModel, header: onnx.ModelProto | None
         if t.data is not None and ctx.names[i] in listed:
             ctx.name(i)  # initializers the source lists as graph inputs, used or not
     used = _referenced_names(ctx.nodes) | listed
-    initializers = [t for name, t in ctx.initializers.items() if name in used]
+    for name, value in ctx.initializers.items():
+        if name in used:
+            _write_tensor(graph.initializer.add(), name, value)
     if header is not None:
-        initializers += list(header.graph.initializer)
+        graph.initializer.extend(header.graph.initializer)
         # A listed input that is neither a model input nor a constant any more was a weight
         # the IR replaced (e.g. re-laid out by converters.nhwc).
-        live = {ctx.names[i] for i in model.inputs} | {t.name for t in initializers}
+        live = {ctx.names[i] for i in model.inputs} | {t.name for t in graph.initializer}
         inputs = [vi for vi in inputs if vi.name in live]
         if header.ir_version < 4:  # before IR 4 every initializer is also a graph input
             inputs += [helper.make_tensor_value_info(t.name, t.data_type, t.dims)
-                       for t in initializers if t.name not in listed]
-    return helper.make_graph(ctx.nodes, model.name or "litenpu", inputs, outputs, initializers)
+                       for t in graph.initializer if t.name not in listed]
+    graph.name = model.name or "litenpu"
+    graph.node.extend(ctx.nodes)
+    graph.input.extend(inputs)
+    graph.output.extend(outputs)
+
+
+def _write_tensor(tensor: onnx.TensorProto, name: str, value: np.ndarray) -> None:
+    """Fill `tensor` from a numeric array: one copy of the bytes (little-endian raw_data)."""
+    tensor.name = name
+    tensor.data_type = helper.np_dtype_to_tensor_dtype(value.dtype)
+    tensor.dims.extend(value.shape)
+    tensor.raw_data = np.ascontiguousarray(value, value.dtype.newbyteorder("<")).tobytes()
 
 
 def _unique_node_names(nodes: list[onnx.NodeProto]) -> None:
@@ -227,7 +242,8 @@ def _materialise_const_outputs(ctx: ExportContext, model: LiteModel) -> None:
         if t.data is not None:
             name = ctx.names[i]
             ctx.initializers.pop(name, None)
-            value = onnx.numpy_helper.from_array(np.asarray(t.data), name)
+            value = onnx.TensorProto()
+            _write_tensor(value, name, np.asarray(t.data))
             ctx.nodes.insert(0, helper.make_node("Constant", [], [name], value=value))
 
 

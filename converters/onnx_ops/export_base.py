@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from converters.errors import UnsupportedError
 from converters.lite import dtypes
@@ -34,7 +34,9 @@ class ExportContext:
         self.model = model
         self.opset = opset
         self.nodes: list[onnx.NodeProto] = []
-        self.initializers: dict[str, onnx.TensorProto] = {}
+        # Values, not TensorProtos: the driver writes each one straight into the graph, so
+        # weights are copied once.
+        self.initializers: dict[str, np.ndarray] = {}
         self.names = _unique_names(model)
         self._taken = set(self.names)
         self._skip = skip
@@ -52,7 +54,7 @@ class ExportContext:
             # .ms cannot tell an empty constant from an activation: nothing produces it.
             data = np.zeros(tensor.shape, tensor.dtype)
         if data is not None:
-            self.initializers[name] = numpy_helper.from_array(np.asarray(data), name)
+            self.initializers[name] = np.asarray(data)
         return name
 
     def fresh(self, hint: str) -> str:
@@ -78,7 +80,7 @@ class ExportContext:
     def const(self, array, hint: str) -> str:
         """A new initializer holding `array`; its name."""
         name = self.fresh(hint)
-        self.initializers[name] = numpy_helper.from_array(np.asarray(array), name)
+        self.initializers[name] = np.asarray(array)
         return name
 
     # ---- facts about Lite tensors ------------------------------------------------------
