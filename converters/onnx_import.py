@@ -229,7 +229,7 @@ def _check_element_types(view: GraphView, source: str) -> None:
 
 def _add_initializers(ctx: ImportContext, view: GraphView, header: onnx.ModelProto) -> None:
     for name, array in view.initializers.items():
-        if dtypes_supported(array.dtype):
+        if _has_typeid(array.dtype):
             ctx.add_initializer(name, array)
         else:
             # No MindSpore TypeId: keep the ONNX tensor in the header, losslessly.
@@ -237,7 +237,7 @@ def _add_initializers(ctx: ImportContext, view: GraphView, header: onnx.ModelPro
             ctx.tensor(name)
 
 
-def dtypes_supported(dtype: np.dtype) -> bool:
+def _has_typeid(dtype: np.dtype) -> bool:
     """Whether a numpy dtype has a MindSpore TypeId."""
     try:
         dtypes.from_numpy(dtype)
@@ -257,6 +257,13 @@ def _import_node(ctx: ImportContext, node, report: ConversionReport) -> None:
         produced = fn(ctx, node)
     except Unmappable as e:
         _custom(ctx, node, report, str(e))
+        return
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        # A node this mapping did not expect (missing attribute, odd operand): carrying it
+        # is always correct, so do that and say so loudly.
+        log.warning("node %r (%s): mapping failed (%s: %s); carried as Custom",
+                    node.name, node.op_type, type(e).__name__, e)
+        _custom(ctx, node, report, f"mapping failed: {type(e).__name__}: {e}")
         return
     for lite_node in produced:
         ctx.model.add_node(lite_node)

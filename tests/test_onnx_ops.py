@@ -263,3 +263,20 @@ def test_depth_space_and_gather_elements(mode):
              helper.make_node("LpNormalization", ["y"], ["z"], axis=1, p=1)]
     m = model_of(nodes, [vi("x", [1, 8, 2, 3])], [vi("z", None)], {"i": idx}, opset=13)
     check(m, ["DepthToSpace", "SpaceToDepth", "GatherD", "LpNormalization"])
+
+
+def test_a_mapping_that_breaks_falls_back_to_custom(caplog):
+    from converters.graph_view import from_onnx
+
+    m = model_of([helper.make_node("DepthToSpace", ["x"], ["y"], blocksize=2)],
+                 [vi("x", [1, 4, 2, 2])], [vi("y", [1, 1, 4, 4])])
+    view = from_onnx(m)
+    node = view.nodes[0]
+    broken = type(node)(node.name, node.op_type, node.domain, node.inputs, node.outputs, {},
+                        _proto=node.proto())  # as if an adapter lost the attribute
+    from dataclasses import replace
+
+    lite, report = import_onnx(replace(view, nodes=(broken,)))
+    assert [n.op for n in lite.nodes] == ["Custom"]
+    assert "mapping failed: KeyError" in report.custom[0].reason
+    assert "carried as Custom" in caplog.text
