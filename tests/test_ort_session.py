@@ -3,10 +3,10 @@
 import threading
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
+from ort_models import MLP, NPU, STATIC, f32, make_model, npu_session_options, reference
 
 import provider
 from provider.errors import BindingError
@@ -14,45 +14,12 @@ from provider.ort import capability, compute
 from provider.ort.options import InvalidOptionError
 from provider.session import InferenceSession
 
-NPU = ["NPUExecutionProvider", "CPUExecutionProvider"]
 RNG = np.random.default_rng(0)
-
-
-def _model(nodes, inputs, outputs, initializers=()) -> bytes:
-    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model.SerializeToString()
-
-
-def _f(name, shape):
-    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
-
-
-W = RNG.standard_normal((3, 4)).astype(np.float32)
-# y = relu(x + b) @ W * 2  -- all NPU-capable
-MLP = _model(
-    [helper.make_node("Add", ["x", "b"], ["s"], name="add"),
-     helper.make_node("Relu", ["s"], ["r"], name="relu"),
-     helper.make_node("MatMul", ["r", "W"], ["m"], name="matmul"),
-     helper.make_node("Mul", ["m", "two"], ["y"], name="scale")],
-    [_f("x", ["N", 3]), _f("b", [3])], [_f("y", ["N", 4])],
-    [numpy_helper.from_array(W, "W"), numpy_helper.from_array(np.array(2, np.float32), "two")])
-# y = relu(x) + 1, all on the NPU, static shape
-STATIC = _model(
-    [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-     helper.make_node("Add", ["r", "one"], ["y"], name="add")],
-    [_f("x", [2, 8])], [_f("y", [2, 8])], [numpy_helper.from_array(np.ones(8, np.float32), "one")])
 
 
 def _feeds():
     return {"x": RNG.standard_normal((5, 3)).astype(np.float32),
             "b": RNG.standard_normal(3).astype(np.float32)}
-
-
-def _reference(model: bytes, feeds: dict) -> list[np.ndarray]:
-    return ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -64,15 +31,13 @@ def test_results_match_cpu_and_nodes_run_on_the_npu():
     sess = InferenceSession(MLP, providers=NPU)
     feeds = _feeds()
     (y,) = sess.run(None, feeds)
-    np.testing.assert_allclose(y, _reference(MLP, feeds)[0], atol=1e-4, rtol=1e-3)
+    np.testing.assert_allclose(y, reference(MLP, feeds)[0], atol=1e-4, rtol=1e-3)
     placed = {p.name: p.device for p in sess.partition()}
     assert placed == dict.fromkeys(["add", "relu", "matmul", "scale"], "NPU")
 
 
 def test_plain_onnxruntime_selects_the_npu_through_ep_devices():
-    options = ort.SessionOptions()
-    options.add_provider_for_devices(provider.ep_devices(), {})
-    sess = ort.InferenceSession(STATIC, options)
+    sess = ort.InferenceSession(STATIC, npu_session_options())
     x = RNG.standard_normal((2, 8)).astype(np.float32)
     before = compute_calls()
     (y,) = sess.run(None, {"x": x})
@@ -87,7 +52,7 @@ def compute_calls() -> int:
 def test_disabled_op_stays_on_cpu_with_its_reason():
     sess = InferenceSession(MLP, providers=NPU, provider_options=[{"disable_ops": "Relu"}, {}])
     feeds = _feeds()
-    np.testing.assert_allclose(sess.run(None, feeds)[0], _reference(MLP, feeds)[0],
+    np.testing.assert_allclose(sess.run(None, feeds)[0], reference(MLP, feeds)[0],
                                atol=1e-4, rtol=1e-3)
     placed = {p.name: p for p in sess.partition()}
     assert placed["relu"].device == "CPU" and "disable_ops" in placed["relu"].reason
@@ -105,7 +70,7 @@ def test_dynamic_batch_compiles_one_program_per_shape():
     for batch in (1, 4, 1):
         feeds = {"x": RNG.standard_normal((batch, 3)).astype(np.float32),
                  "b": RNG.standard_normal(3).astype(np.float32)}
-        np.testing.assert_allclose(sess.run(None, feeds)[0], _reference(MLP, feeds)[0],
+        np.testing.assert_allclose(sess.run(None, feeds)[0], reference(MLP, feeds)[0],
                                    atol=1e-4, rtol=1e-3)
 
 
@@ -154,7 +119,7 @@ def test_two_sessions_chained_on_the_npu_copy_nothing():
 
 
 def test_bind_output_helper_allocates_in_npu_memory():
-    sess = ort.InferenceSession(STATIC, _npu_options())
+    sess = ort.InferenceSession(STATIC, npu_session_options())
     binding = sess.io_binding()
     binding.bind_ortvalue_input("x", provider.ortvalue_from_numpy(np.ones((2, 8), np.float32)))
     provider.bind_output(binding, "y")
@@ -162,12 +127,6 @@ def test_bind_output_helper_allocates_in_npu_memory():
     out = binding.get_outputs()[0]
     assert out.device_name().lower() == "npu"
     np.testing.assert_allclose(provider.view(out), 2.0)
-
-
-def _npu_options() -> ort.SessionOptions:
-    options = ort.SessionOptions()
-    options.add_provider_for_devices(provider.ep_devices(), {})
-    return options
 
 
 def test_cpu_to_npu_edge_is_uploaded_and_counted():
@@ -185,7 +144,7 @@ def test_cpu_to_npu_edge_is_uploaded_and_counted():
 def test_eight_threads_share_one_session():
     sess = InferenceSession(MLP, providers=NPU)
     cases = [_feeds() for _ in range(8)]
-    expected = [_reference(MLP, f)[0] for f in cases]
+    expected = [reference(MLP, f)[0] for f in cases]
     errors = []
 
     def worker(i):
@@ -257,7 +216,7 @@ def test_reused_session_options_are_a_clear_error():
 def test_enable_fp16_runs_within_fp16_tolerance():
     sess = InferenceSession(MLP, providers=NPU, provider_options=[{"enable_fp16": "true"}, {}])
     feeds = _feeds()
-    got, want = sess.run(None, feeds)[0], _reference(MLP, feeds)[0]
+    got, want = sess.run(None, feeds)[0], reference(MLP, feeds)[0]
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, want, atol=2e-2 * float(np.abs(want).max()), rtol=0)
     assert not np.array_equal(got, want)  # fp16 storage really was used
@@ -291,12 +250,12 @@ def test_run_async_computes_on_an_onnxruntime_thread():
 
 
 def test_control_flow_bodies_stay_on_cpu():
-    then_graph = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [], [_f("t", [2])])
-    else_graph = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [_f("e", [2])])
-    model = _model(
+    then_graph = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [], [f32("t", [2])])
+    else_graph = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [f32("e", [2])])
+    model = make_model(
         [helper.make_node("Relu", ["x0"], ["x"], name="relu"),
          helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_graph, else_branch=else_graph)],
-        [_f("x0", [2]), helper.make_tensor_value_info("c", TensorProto.BOOL, [])], [_f("y", [2])])
+        [f32("x0", [2]), helper.make_tensor_value_info("c", TensorProto.BOOL, [])], [f32("y", [2])])
     sess = InferenceSession(model, providers=NPU)
     x = np.array([-1, 2], np.float32)
     assert sess.run(None, {"x0": x, "c": np.array(True)})[0].tolist() == [0, 2]
