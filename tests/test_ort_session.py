@@ -280,3 +280,13 @@ def test_closed_sessions_give_back_their_npu_memory():
     gc.collect()
     assert default_pool().stats().in_use == before
     assert len(compute._KERNELS) == kernels
+
+
+def test_exception_in_compile_fails_the_session_with_its_message(monkeypatch):
+    def boom(*args, **kwargs):
+        raise RuntimeError("simulated compiler crash")
+
+    monkeypatch.setattr(compute.FusedKernel, "build", boom)
+    with pytest.raises(Exception, match="simulated compiler crash") as info:
+        InferenceSession(STATIC, providers=NPU)
+    assert "Ep.Compile" in str(info.value)
