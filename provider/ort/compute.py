@@ -1,11 +1,13 @@
 """OrtNodeComputeInfo: one fused NPU partition, compiled and run on onnxruntime's tensors.
 
 Compile reads the partition's OrtGraph into Lite IR once (weights copied: onnxruntime may drop
-its initializers after fusing). With static input shapes the Program is compiled right away and
-the Lite model dropped; with dynamic dims a Program is compiled on the first run with each
-concrete input-shape combination and cached in memory with its Executor. Compute wraps onnxruntime's input and output tensors as numpy views, without
-copying; the Executor uses NPU-resident ones in place and stages (and counts) the rest, e.g.
-inputs that reach the partition over a CPU->NPU edge and arrive in CPU memory.
+its initializers after fusing), or restores it from one of our EPContext nodes. With static
+input shapes the Program is compiled right away and the Lite model dropped; with dynamic dims a
+Program is compiled on the first run with each concrete input-shape combination and cached in
+memory with its Executor. Compute wraps onnxruntime's input and output tensors as numpy views,
+without copying; the Executor uses NPU-resident ones in place and stages (and counts) the rest,
+e.g. inputs that reach the partition over a CPU->NPU edge and arrive in CPU memory. Runs of one
+kernel are serialized (one arena per Program).
 """
 
 from __future__ import annotations
