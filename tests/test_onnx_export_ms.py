@@ -36,3 +36,19 @@ def test_nhwc_layers_are_wrapped_in_transposes():
         "lenet" in p.name for p in FILES) else FILES[0]
     ops = [n.op_type for n in export_onnx(reader.load(path)).graph.node]
     assert ops[:3] == ["Transpose", "Conv", "Transpose"]
+
+
+@pytest.mark.skipif(not FILES, reason=f"no real .ms files under {MS_DIR}")
+def test_convert_real_ms_file_to_onnx(tmp_path):
+    import onnx
+
+    from converters.convert import convert
+
+    path = FILES[0]
+    report = convert(path, tmp_path / "out.onnx")
+    assert report.mapped_count > 0 and not report.custom
+    exported = onnx.load(tmp_path / "out.onnx")
+    ref = np.load(str(path) + ".ref.npz")
+    got = run(exported, {k[3:]: v for k, v in ref.items() if k.startswith("in:")})
+    np.testing.assert_allclose(got[0], ref["out:" + exported.graph.output[0].name],
+                               rtol=1e-4, atol=1e-5)
