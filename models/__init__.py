@@ -1,19 +1,21 @@
-"""Small, realistic ONNX models built from code (onnx.helper + seeded numpy weights).
+"""The committed `.onnx` files of the zoo models (builders live in `provider.zoo`).
 
 `build(name)` returns the ModelProto; `python -m models.<name>` rewrites `<name>.onnx`.
 """
 
 from __future__ import annotations
 
-import importlib
+from pathlib import Path
 
 import onnx
 
-NAMES = ("mobilenet_v2", "resnet_block", "transformer_encoder")
+from provider.zoo import NAMES, build
+
+__all__ = ["NAMES", "build", "write"]
 
 
-def build(name: str) -> onnx.ModelProto:
-    """The model `name` (one of NAMES), built deterministically."""
-    if name not in NAMES:
-        raise KeyError(f"unknown model {name!r}; known: {', '.join(NAMES)}")
-    return importlib.import_module(f"models.{name}").build()
+def write(model: onnx.ModelProto, script: str) -> Path:
+    """Save `model` next to its script as `<script stem>.onnx`."""
+    path = Path(script).with_suffix(".onnx")
+    onnx.save(model, path)
+    return path

@@ -1,8 +1,6 @@
-"""A tiny graph builder shared by the model scripts: named nodes, seeded weights."""
+"""A tiny graph builder shared by the zoo models: named nodes, seeded weights."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -80,9 +78,3 @@ class GraphBuilder:
 def tensor(name: str, shape) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
 
-
-def write(model: onnx.ModelProto, script: str) -> Path:
-    """Save `model` next to its builder script as `<script stem>.onnx`."""
-    path = Path(script).with_suffix(".onnx")
-    onnx.save(model, path)
-    return path
