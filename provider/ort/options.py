@@ -3,7 +3,9 @@
 Users write them as onnxruntime users do (`provider_options=[{"min_partition_nodes": "2"}]`
 or `add_provider_for_devices(devices, {...})`); onnxruntime hands them to the EP as session
 config entries `ep.npuexecutionprovider.<key>`. They are parsed once, here, into `NpuOptions`,
-and turned back into strings only at the ABI edge.
+and turned back into strings only at the ABI edge. The compile-cache options (`cache_dir`,
+`model_name`, `cache_version`, `cache_max_bytes`, or MindSpore Lite's `CachePath`, `ModelName`,
+`CacheVersion`) are parsed by `provider.cache.normalize_cache_options` into `NpuOptions.cache`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from provider.cache import CACHE_OPTION_KEYS, CacheOptions, normalize_cache_options
 from provider.errors import LitenpuError
 from provider.ort import EP_NAME
 
@@ -28,10 +31,12 @@ class NpuOptions:
     min_partition_nodes: int = 1  # smaller NPU partitions stay on onnxruntime's CPU kernels
     disable_ops: tuple[str, ...] = ()  # ONNX op types never claimed (e.g. ("Conv", "Gemm"))
     enable_fp16: bool = False  # compile NPU programs with fp16 storage between ops
+    cache: CacheOptions = CacheOptions()  # the compile cache (no cache_dir: compile in memory)
 
     @classmethod
     def valid_keys(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
+        """Every option name accepted, both spellings of the cache options included."""
+        return [f.name for f in fields(cls) if f.name != "cache"] + list(CACHE_OPTION_KEYS)
 
     @classmethod
     def parse(cls, options: dict[str, Any] | None) -> NpuOptions:
@@ -44,8 +49,14 @@ class NpuOptions:
                 f"valid options: {', '.join(cls.valid_keys())}")
         values: dict[str, Any] = {}
         for key, raw in options.items():
-            values[key] = _PARSERS[key](key, raw)
-        return cls(**values)
+            if key not in CACHE_OPTION_KEYS:
+                values[key] = _PARSERS[key](key, raw)
+        try:
+            cache = normalize_cache_options({k: v for k, v in options.items()
+                                             if k in CACHE_OPTION_KEYS})
+        except ValueError as exc:
+            raise InvalidOptionError(str(exc)) from exc
+        return cls(**values, cache=cache)
 
     def to_strings(self) -> dict[str, str]:
         """The options as the strings onnxruntime carries (only those differing from defaults)."""
@@ -53,8 +64,14 @@ class NpuOptions:
         out = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if value != getattr(default, f.name):
+            if f.name != "cache" and value != getattr(default, f.name):
                 out[f.name] = _to_string(value)
+        cache = self.cache
+        for key, value in (("cache_dir", cache.cache_dir), ("model_name", cache.model_name),
+                           ("cache_version", cache.cache_version),
+                           ("cache_max_bytes", cache.max_bytes)):
+            if value not in (None, ""):
+                out[key] = str(value)
         return out
 
 
