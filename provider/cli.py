@@ -76,4 +76,8 @@ def _load_commands() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m provider.cli` runs this file as __main__, but subcommands register with the
+    # importable provider.cli, so dispatch through that module.
+    from provider.cli import main as _main
+
+    sys.exit(_main())
