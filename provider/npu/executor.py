@@ -92,6 +92,15 @@ def _release_all(buffers: list[DeviceBuffer]) -> None:
         buffers.pop().release()
 
 
+def _slot_view(per_slot: Mapping[int, np.ndarray], index: int, slot: Slot) -> np.ndarray:
+    """Weight slot `index` from a per-slot mapping of uint8 regions (shared weight store)."""
+    region = per_slot.get(index)
+    if region is None or region.nbytes != slot.nbytes:
+        got = "nothing" if region is None else f"{region.nbytes} bytes"
+        raise BindingError(f"weight {slot.name!r}: got {got}, expected {_describe(slot)}")
+    return region.view(slot.np_dtype).reshape(slot.shape)
+
+
 def _describe(slot: Slot) -> str:
     return f"{slot.dtype}{list(slot.shape)} ({slot.nbytes} bytes)"
 
@@ -105,8 +114,8 @@ class Executor:
         pool: DevicePool | None = None,
         *,
         kernels: Mapping[str, Any] | None = None,
-        weights: DeviceBuffer | None = None,
-        arena: DeviceBuffer | None = None,
+        weights: DeviceBuffer | np.ndarray | Mapping[int, np.ndarray] | None = None,
+        arena: DeviceBuffer | np.ndarray | None = None,
         lock: threading.Lock | None = None,
     ):
         program.validate()
@@ -120,12 +129,14 @@ class Executor:
         self._weights_uploaded = False
         self._close = weakref.finalize(self, _release_all, self._held)
         try:
-            weight_region = self._place_weights(weights)
+            per_slot = weights if isinstance(weights, Mapping) else None
+            weight_region = None if per_slot is not None else self._place_weights(weights)
             arena_region = self._hold(arena, program.internal_bytes, "arena")
             self._views: list[np.ndarray | None] = [None] * len(program.slots)
             for index, slot in enumerate(program.slots):
                 if slot.kind == "weight":
-                    view = view_slot(weight_region, slot)
+                    view = (view_slot(weight_region, slot) if per_slot is None
+                            else _slot_view(per_slot, index, slot))
                     view.flags.writeable = False
                     self._views[index] = view
                 elif slot.kind == "internal":
@@ -150,12 +161,17 @@ class Executor:
             plan.append((kernel.run, list(step.inputs), list(step.outputs), step.attrs))
         return plan
 
-    def _hold(self, given: DeviceBuffer | None, nbytes: int, what: str) -> np.ndarray:
-        """Retain a caller's buffer (checking its size) or allocate one; its bytes as uint8."""
+    def _hold(self, given: DeviceBuffer | np.ndarray | None, nbytes: int, what: str) -> np.ndarray:
+        """Retain a caller's buffer (checking its size) or allocate one; its bytes as uint8.
+
+        A plain uint8 array is a region whose lifetime the caller manages (memory controls).
+        """
         if given is None:
             buffer = self.pool.allocate(nbytes)
         elif given.nbytes < nbytes:
             raise BindingError(f"{what} buffer has {given.nbytes} bytes, the program needs {nbytes}")
+        elif isinstance(given, np.ndarray):
+            return given.reshape(-1).view(np.uint8)
         else:
             buffer = given.retain()
         self._held.append(buffer)
