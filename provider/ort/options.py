@@ -31,6 +31,10 @@ class NpuOptions:
     min_partition_nodes: int = 1  # smaller NPU partitions stay on onnxruntime's CPU kernels
     disable_ops: tuple[str, ...] = ()  # ONNX op types never claimed (e.g. ("Conv", "Gemm"))
     enable_fp16: bool = False  # compile NPU programs with fp16 storage between ops
+    # memory controls (provider/memory_controls.py)
+    mem_alloc_outside: bool = False  # the caller supplies weight and internal memory
+    internal_memory_group: str = ""  # sessions of one group share one arena, runs serialized
+    share_weights: bool = False  # identical weight tensors stored once per process
     cache: CacheOptions = CacheOptions()  # the compile cache (no cache_dir: compile in memory)
 
     @classmethod
@@ -114,4 +118,12 @@ def _bool(key: str, raw: Any) -> bool:
     raise InvalidOptionError(f"option {key}={raw!r}: expected true/false (or 1/0)")
 
 
-_PARSERS = {"min_partition_nodes": _int_at_least_1, "disable_ops": _op_list, "enable_fp16": _bool}
+def _group_name(key: str, raw: Any) -> str:
+    if not isinstance(raw, str):
+        raise InvalidOptionError(f"option {key}={raw!r}: expected a group name (a string)")
+    return raw.strip()
+
+
+_PARSERS = {"min_partition_nodes": _int_at_least_1, "disable_ops": _op_list, "enable_fp16": _bool,
+            "mem_alloc_outside": _bool, "internal_memory_group": _group_name,
+            "share_weights": _bool}
