@@ -123,6 +123,17 @@ class CacheKey:
         """The entry's directory name: a hex sha256 prefix of the identity fields."""
         return _sha256(_canonical(self.identity()))[:DIGEST_CHARS]
 
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> CacheKey:
+        """The key `to_dict` wrote (as in a manifest); CacheError when fields are missing."""
+        try:
+            return cls(str(doc["source"]), str(doc["partition"]),
+                       tuple((str(n), tuple(int(d) for d in s)) for n, s in doc["input_shapes"]),
+                       tuple((str(n), str(v)) for n, v in doc["options"]), str(doc["device"]),
+                       int(doc["format_version"]), str(doc["litenpu_version"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CacheError(f"cache key {doc!r}: not a CacheKey document ({exc})") from exc
+
     def to_dict(self) -> dict[str, Any]:
         """The key as plain JSON-able data (tuples become lists), as stored in the manifest."""
         return json.loads(json.dumps(asdict(self)))

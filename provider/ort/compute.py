@@ -1,10 +1,14 @@
 """OrtNodeComputeInfo: one fused NPU partition, compiled and run on onnxruntime's tensors.
 
-Compile reads the partition's OrtGraph into Lite IR once (weights copied: onnxruntime may drop
-its initializers after fusing), or restores it from one of our EPContext nodes. With static
-input shapes the Program is compiled right away and the Lite model dropped; with dynamic dims a
-Program is compiled on the first run with each concrete input-shape combination and cached in
-memory with its Executor. Compute wraps onnxruntime's input and output tensors as numpy views,
+Compile reads the partition's OrtGraph, or restores it from one of our EPContext nodes (a
+Program embedded, in a cache entry, or Lite IR). With a compile cache (`cache_dir`), the key is
+built from the graph without converting it (`provider.ort.kernel_cache`): a hit maps the cached
+Program and neither imports nor compiles; a miss imports to Lite IR, compiles and stores. With
+static input shapes the Program is obtained right away; with dynamic dims the partition is
+imported once (weights copied: onnxruntime may drop its initializers after fusing) and a Program
+is obtained on the first run with each concrete input-shape combination (its own cache key) and
+kept in memory with its Executor. Where each Program came from is recorded
+(`PartitionCacheStats`, the session's `cache_stats()`). Compute wraps onnxruntime's input and output tensors as numpy views,
 without copying; the Executor uses NPU-resident ones in place and stages (and counts) the rest,
 e.g. inputs that reach the partition over a CPU->NPU edge and arrive in CPU memory. Runs of one
 kernel are serialized (one arena per Program).
@@ -16,11 +20,14 @@ import ctypes as C
 import dataclasses
 import logging
 import threading
+import time
+from pathlib import Path
 
 import numpy as np
 
 from converters.lite.ir import LiteModel
 from converters.onnx_import import import_onnx
+from provider.cache.residency import pages_present, pages_spanned
 from provider.errors import BindingError, UnsupportedError
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor
@@ -28,7 +35,8 @@ from provider.npu.memory import default_pool
 from provider.npu.program import Program
 from provider.ort import abi, epcontext
 from provider.ort.callbacks import address, status_callback, value_callback
-from provider.ort.graph import read_graph
+from provider.ort.graph import OrtGraphContents, read_graph
+from provider.ort.kernel_cache import CONTEXT, OFF, PartitionCacheStats, PartitionKeys
 from provider.ort.transfer import COUNTERS
 
 log = logging.getLogger("litenpu.ort")
@@ -55,7 +63,9 @@ class FusedKernel:
     while more shapes may come)."""
 
     def __init__(self, ep, name: str, input_names: list[str], output_names: list[str],
-                 source: Program | LiteModel, static_shapes: dict[str, tuple[int, ...]] | None):
+                 source: Program | LiteModel | OrtGraphContents,
+                 static_shapes: dict[str, tuple[int, ...]] | None, *,
+                 keys: PartitionKeys | None = None):
         self.ort: abi.Ort = ep.ort
         self.enable_fp16 = ep.options.enable_fp16
         self.name = name
@@ -64,17 +74,25 @@ class FusedKernel:
         self._programs: dict[tuple, _Compiled] = {}
         self._lock = threading.Lock()
         self.calls = 0
+        self.cache = ep.cache if keys is not None else None
+        self._keys = keys
+        self._stats: list[PartitionCacheStats] = ep.cache_stats
+        self.cache_entry: Path | None = None  # the cache entry of the (single) Program
         self.lite: LiteModel | None = None
+        self._graph: OrtGraphContents | None = None  # static partition, during Compile only
         if isinstance(source, Program):
             shapes = {source.slots[i].name: tuple(source.slots[i].shape) for i in source.inputs}
             self._add(_key(shapes), Executor(source, default_pool()))
         elif static_shapes is not None:
-            # One shape only: compile now and keep no Lite model (nor its weight copies).
-            self.lite = source
-            self.executor(static_shapes)
-            self.lite = None
+            # One shape only: get the Program now and keep no graph or Lite model.
+            self._graph, self.lite = (source, None) if isinstance(source, OrtGraphContents) \
+                else (None, source)
+            try:
+                self.executor(static_shapes)
+            finally:
+                self._graph = self.lite = None
         else:
-            self.lite = source
+            self.lite = source if isinstance(source, LiteModel) else _import(source, name)
         s = self.struct = abi.OrtNodeComputeInfo()
         s.ort_version_supported = self.ort.api_version
         s.CreateState = address(_create_state)
@@ -92,19 +110,23 @@ class FusedKernel:
         name = o.string("Node_GetName", fused_node)
         inputs = _names(o, fused_node, "Node_GetNumInputs", "Node_GetInputs")
         outputs = _names(o, fused_node, "Node_GetNumOutputs", "Node_GetOutputs")
-        contents = read_graph(o, graph, copy_initializers=True)
+        contents = read_graph(o, graph, copy_initializers=False)  # views: valid in Compile
         nodes = contents.nodes
         if len(nodes) == 1 and epcontext.is_ours(nodes[0].view.op_type, nodes[0].view.domain,
                                                  nodes[0].view.attrs):
-            blob = epcontext.read_node(nodes[0].view.attrs, epcontext.model_path(o, graph))
-            return cls(ep, name, inputs, outputs, epcontext.from_bytes(blob, name), None)
-        lite, report = import_onnx(contents.view())
-        if report.custom:
-            raise UnsupportedError(f"partition {name}: {report.custom[0].op} has no Lite "
-                                   f"primitive ({report.custom[0].reason})")
+            start = time.perf_counter()
+            source, entry = epcontext.load_node(nodes[0].view.attrs,
+                                                epcontext.model_path(o, graph), name)
+            kernel = cls(ep, name, inputs, outputs, source, None)
+            if isinstance(source, Program):
+                kernel.cache_entry = entry
+                kernel._record(CONTEXT, "", {}, source, time.perf_counter() - start, 0.0, entry)
+            return kernel
+        keys = None if ep.cache is None else PartitionKeys.of(
+            contents, model_name=ep.options.cache.model_name, enable_fp16=ep.options.enable_fp16)
         static = _static(o, contents.inputs)
         shapes = {vi.name: tuple(vi.shape) for vi in contents.inputs} if static else None
-        return cls(ep, name, inputs, outputs, lite, shapes)
+        return cls(ep, name, inputs, outputs, contents, shapes, keys=keys)
 
     def context_blob(self) -> bytes:
         """This partition as an EPContext payload: its Program, or its Lite IR if shapes vary."""
@@ -123,15 +145,44 @@ class FusedKernel:
         with self._lock:
             compiled = self._programs.get(key)
             if compiled is None:
-                if self.lite is None:
+                if self.lite is None and self._graph is None:
                     known = [dict(k) for k in self._programs]
                     raise BindingError(f"partition {self.name} was compiled for input shapes "
                                        f"{known}; got {shapes}")
-                program = compile_model(with_input_shapes(self.lite, shapes), shapes,
-                                        enable_fp16=self.enable_fp16)
-                compiled = self._add(key, Executor(program, default_pool()))
-                log.info("NPU partition %s: compiled a program for %s", self.name, dict(key))
+                compiled = self._add(key, Executor(self._program(shapes), default_pool()))
         return compiled
+
+    def _program(self, shapes: dict[str, tuple[int, ...]]) -> Program:
+        """The Program for `shapes`: from the cache, else imported (if need be) and compiled."""
+        def compile_fn() -> Program:
+            if self.lite is None:
+                self.lite = _import(self._graph, self.name)
+            return compile_model(with_input_shapes(self.lite, shapes), shapes,
+                                 enable_fp16=self.enable_fp16)
+
+        if self.cache is None:
+            start = time.perf_counter()
+            program = compile_fn()
+            self._record(OFF, "", shapes, program, 0.0, time.perf_counter() - start, None)
+            return program
+        program, outcome = self.cache.get_or_compile(self._keys.key(shapes), compile_fn)
+        self.cache_entry = outcome.entry
+        self._stats.append(PartitionCacheStats.of(self.name, shapes, outcome))
+        log.info("NPU partition %s %s: %s", self.name, shapes, outcome.describe())
+        return program
+
+    def _record(self, status: str, reason: str, shapes: dict[str, tuple[int, ...]],
+                program: Program, load_seconds: float, compile_seconds: float,
+                entry: Path | None) -> None:
+        """Record a Program that did not come through get_or_compile (context, no cache)."""
+        weights = program.weights_array()
+        touched = pages_present(weights) if entry is not None else None
+        self._stats.append(PartitionCacheStats(
+            self.name, dict(shapes), status, reason, load_seconds, compile_seconds, touched,
+            pages_spanned(weights), str(entry) if entry is not None else None))
+        log.info("NPU partition %s: program %s (%.1f ms)", self.name,
+                 "loaded from its EPContext node" if status == CONTEXT else "compiled",
+                 (load_seconds + compile_seconds) * 1e3)
 
     def _add(self, key: tuple, executor: Executor) -> _Compiled:
         compiled = _Compiled(executor, self.input_names, self.output_names)
@@ -167,6 +218,17 @@ class FusedKernel:
             for compiled in self._programs.values():
                 compiled.executor.close()
             self._programs.clear()
+
+
+def _import(contents: OrtGraphContents, name: str) -> LiteModel:
+    """The partition as Lite IR (initializers copied: the Lite model may outlive Compile)."""
+    copied = dataclasses.replace(contents, initializers={
+        k: v.copy() for k, v in contents.initializers.items()})
+    lite, report = import_onnx(copied.view())
+    if report.custom:
+        raise UnsupportedError(f"partition {name}: {report.custom[0].op} has no Lite "
+                               f"primitive ({report.custom[0].reason})")
+    return lite
 
 
 def _key(shapes: dict[str, tuple[int, ...]]) -> tuple:

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from provider.cache import CompileCache
 from provider.ort import abi, epcontext
 from provider.ort.callbacks import address, status_callback, value_callback
 from provider.ort.capability import Placement, claim
@@ -32,6 +33,8 @@ class NpuEp:
         self.ort: abi.Ort = factory.ort
         self.options = NpuOptions.parse(options)
         self.context = epcontext.ContextOptions.from_config(config)
+        self.cache = CompileCache.from_options(self.options.cache)  # None: compile in memory
+        self.cache_stats: list = []  # PartitionCacheStats of every Program the kernels got
         self.placements: list[Placement] = []
         self.kernels: dict[int, object] = {}  # OrtNodeComputeInfo address -> FusedKernel
         self._lock = threading.Lock()
@@ -72,9 +75,11 @@ class NpuEp:
                 self.kernels[kernel.address] = kernel
             infos[i] = kernel.address
             if self.context.enable and ep_context_nodes:
+                # embed mode 0 references the Program's cache entry when there is one
+                by_entry = not self.context.embed and kernel.cache_entry is not None
                 ep_context_nodes[i] = epcontext.create_node(
                     self.ort, kernel.name, kernel.input_names, kernel.output_names,
-                    kernel.context_blob(), self.context)
+                    kernel.cache_entry if by_entry else kernel.context_blob(), self.context)
 
     def release_kernels(self, addresses: list[int]) -> None:
         with self._lock:

@@ -6,9 +6,13 @@ node, with `source="NPUExecutionProvider"` and `ep_cache_context` holding the pa
 - a Program (`provider.npu.program` bytes) when its input shapes are static: loading it
   compiles nothing;
 - else its Lite IR as `.ms` bytes, compiled per concrete shape at run time.
-`ep.context_embed_mode=1` embeds those bytes; 0 writes them to a file next to the context model
-(`ep.context_file_path`) and stores the file name, resolved against the model's directory when
-loading. GetCapability claims EPContext nodes whose `source` is ours.
+`ep.context_embed_mode=1` embeds those bytes. With 0, a partition whose Program sits in the
+compile cache (`cache_dir` given) references that cache entry: `ep_cache_context` is the entry
+directory's absolute path and loading maps its Program (checked like a cache hit; a vanished or
+bad entry is an InvalidModelError naming the file). Without a cache entry, 0 writes the bytes to
+a file next to the context model (`ep.context_file_path`) and stores the file name (suffix
+`.lnpu`), resolved against the model's directory when loading. GetCapability claims EPContext
+nodes whose `source` is ours.
 """
 
 from __future__ import annotations
@@ -17,13 +21,15 @@ import ctypes as C
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import provider
 from converters.lite import reader as ms_reader
 from converters.lite import writer as ms_writer
 from converters.lite.ir import LiteModel
-from provider.errors import InvalidModelError
+from provider.cache import CacheKey, entry
+from provider.errors import CacheError, InvalidModelError
 from provider.npu import program as npu_program
 from provider.npu.program import Program
 from provider.ort import EP_NAME, abi
@@ -68,10 +74,15 @@ def from_bytes(blob: bytes, where: str) -> Program | LiteModel:
     return ms_reader.loads(blob, source=where)
 
 
-def create_node(ort: abi.Ort, name: str, inputs: list[str], outputs: list[str], blob: bytes,
-                options: ContextOptions) -> int:
-    """A new OrtNode for the partition (onnxruntime takes ownership when Compile returns it)."""
-    if options.embed:
+def create_node(ort: abi.Ort, name: str, inputs: list[str], outputs: list[str],
+                blob: bytes | Path, options: ContextOptions) -> int:
+    """A new OrtNode for the partition (onnxruntime takes ownership when Compile returns it).
+
+    `blob`: the partition's bytes, or (embed mode 0 only) the cache entry holding its Program.
+    """
+    if isinstance(blob, Path):
+        payload, embed_mode = str(blob.resolve()).encode(), 0
+    elif options.embed:
         payload, embed_mode = blob, 1
     else:
         if not options.file_path:
@@ -99,19 +110,41 @@ def create_node(ort: abi.Ort, name: str, inputs: list[str], outputs: list[str], 
     return node.value
 
 
-def read_node(attrs: Mapping[str, Any], model_path: str) -> bytes:
-    """The partition bytes of one of our EPContext nodes (from its file when not embedded)."""
+def load_node(attrs: Mapping[str, Any], model_path: str, where: str
+              ) -> tuple[Program | LiteModel, Path | None]:
+    """The partition of one of our EPContext nodes, and its cache entry when it references one."""
     payload = attrs.get("ep_cache_context", b"")
     payload = payload.encode() if isinstance(payload, str) else bytes(payload)  # str: UTF-8 text
     if attrs.get("embed_mode", 1) == 1:
-        return payload
+        return from_bytes(payload, where), None
     base = os.path.dirname(model_path) if model_path else os.getcwd()
     path = os.path.join(base, payload.decode())
+    if not path.endswith(FILE_SUFFIX):
+        return open_cache_entry(Path(path), where), Path(path)
     try:
         with open(path, "rb") as f:
-            return f.read()
+            return from_bytes(f.read(), where), None
     except OSError as e:
         raise InvalidModelError(f"EPContext file {path!r} of the NPU partition: {e}") from e
+
+
+def open_cache_entry(directory: Path, where: str) -> Program:
+    """The Program of a cache entry an EPContext node references (mapped, checked as a hit)."""
+    manifest_path = directory / entry.MANIFEST
+    if not manifest_path.is_file():
+        raise InvalidModelError(f"EPContext node {where}: its cache entry is gone: "
+                                f"{manifest_path} does not exist (the cache was cleared or "
+                                "evicted); compile the context model again")
+    try:
+        manifest = entry.read_manifest(directory)
+        key = CacheKey.from_dict(manifest.get("key", {}))
+        if key.digest != directory.name:
+            raise CacheError(f"the entry holds key {key.digest}, not {directory.name}")
+        program, _ = entry.open_entry(directory, key, str(manifest.get("cache_version", "")))
+    except CacheError as e:
+        raise InvalidModelError(f"EPContext node {where}: cache entry {directory} cannot be "
+                                f"used: {e}") from e
+    return program
 
 
 def model_path(ort: abi.Ort, graph: int) -> str:
