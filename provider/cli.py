@@ -13,6 +13,11 @@ from collections.abc import Callable
 
 from provider.errors import LitenpuError
 
+
+class UsageError(LitenpuError, ValueError):
+    """A command-line argument is malformed (the CLI prints it on one line, exit code 1)."""
+
+
 Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 COMMANDS: list[Command] = []
 

@@ -49,4 +49,4 @@ def test_inspect_errors_are_one_line(tmp_path, capsys):
     other = tmp_path / "m.tflite"
     other.write_bytes(b"")
     assert main(["inspect", str(other)]) == 1
-    assert "known: .ms" in capsys.readouterr().err
+    assert "known: .mindir, .ms, .onnx" in capsys.readouterr().err

@@ -1,29 +1,103 @@
-"""`litenpu inspect MODEL`: what a model file holds (I/O, ops, weights, producer).
+"""`litenpu inspect MODEL`: what a model file holds (I/O, ops, weights, producer) and where
+its nodes run.
 
 One summariser per file format, chosen by extension in SUMMARIZERS; each returns the
 format-neutral `ModelSummary`, so adding a format is one function and one table entry.
+The placement comes from a real NPU session on the file (`InferenceSession.partition()`):
+every node on the NPU or on CPU with the reason the NPU did not take it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import asdict, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnx
 
 from converters.lite import reader
-from converters.lite.summary import ModelSummary, format_summary, summarize
-from provider.cli import command
+from converters.lite.summary import ModelSummary, TensorInfo, format_summary, summarize
+from provider.cli import UsageError, command
 from provider.errors import UnsupportedError
+from provider.ort import EP_NAME
+
+if TYPE_CHECKING:
+    from provider.session import NodePlacement
 
 
 def _summarize_ms(path: Path) -> ModelSummary:
     return summarize(reader.load(path, lazy=True))
 
 
+def _summarize_onnx(path: Path) -> ModelSummary:
+    """ONNX op types and initializer sizes, read without loading external weight data."""
+    model = onnx.load(path, load_external_data=False)
+    graph = model.graph
+    inits = {t.name for t in graph.initializer}
+    opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
+
+    def info(v: onnx.ValueInfoProto) -> TensorInfo:
+        t = v.type.tensor_type
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name if t.elem_type else "?"
+        return TensorInfo(v.name, dtype, [d.dim_param or d.dim_value for d in t.shape.dim])
+
+    def nbytes(t: onnx.TensorProto) -> int:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        return int(np.prod(t.dims, dtype=np.int64)) * itemsize
+
+    histogram = Counter(n.op_type for n in graph.node)
+    external = [t for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    return ModelSummary(
+        format="ONNX (.onnx)", name=graph.name,
+        producer=f"{model.producer_name} {model.producer_version}".strip(),
+        source_framework=f"ONNX (IR {model.ir_version}, opset {opsets})",
+        inputs=[info(v) for v in graph.input if v.name not in inits],
+        outputs=[info(v) for v in graph.output], nodes=len(graph.node),
+        ops=dict(sorted(histogram.items(), key=lambda kv: (-kv[1], kv[0]))),
+        weights=len(inits), weight_bytes=sum(nbytes(t) for t in graph.initializer),
+        external_weight_bytes=sum(nbytes(t) for t in external))
+
+
+def _summarize_mindir(path: Path) -> ModelSummary:
+    """The summary of the Lite IR a .mindir imports to (ops are Lite ops)."""
+    from converters.mindir.importer import import_mindir
+
+    return replace(summarize(import_mindir(path)[0]), format="MindIR (.mindir), as Lite IR")
+
+
 SUMMARIZERS: dict[str, Callable[[Path], ModelSummary]] = {
     ".ms": _summarize_ms,
+    ".onnx": _summarize_onnx,
+    ".mindir": _summarize_mindir,
 }
+
+
+def placement(path: Path, options: dict[str, str] | None = None) -> list[NodePlacement]:
+    """Where each node of the model file runs with the NPU EP (onnxruntime's CPU EP for the rest)."""
+    import onnxruntime as ort
+
+    from provider.session import CPU_EP, InferenceSession
+
+    quiet = ort.SessionOptions()
+    quiet.log_severity_level = 3  # onnxruntime's own placement warning repeats what we print
+    session = InferenceSession(str(path), quiet, providers=[EP_NAME, CPU_EP],
+                               provider_options=[options or {}, {}])
+    return session.partition()
+
+
+def format_placement(nodes: list[NodePlacement]) -> str:
+    """`placement: k of n nodes on the NPU ...` then one line per CPU node with its reason."""
+    npu = [n for n in nodes if n.device == "NPU"]
+    partitions = len({n.partition for n in npu})
+    lines = [f"placement: {len(npu)} of {len(nodes)} nodes on the NPU in {partitions} "
+             f"partition(s), {len(nodes) - len(npu)} on CPU"]
+    lines += [f"  CPU  {n.name} ({n.op_type}): {n.reason}" for n in nodes if n.device == "CPU"]
+    return "\n".join(lines)
 
 
 def summarize_file(path: Path) -> ModelSummary:
@@ -37,16 +111,47 @@ def summarize_file(path: Path) -> ModelSummary:
     return summarizer(path)
 
 
+EXAMPLES = """examples:
+  litenpu inspect model.onnx                     # summary + which nodes run on the NPU, and why not
+  litenpu inspect model.ms --json                # the same as JSON
+  litenpu inspect model.onnx --option disable_ops=Softmax
+  litenpu inspect model.mindir --no-placement    # summary only (no session is created)
+"""
+
+
 def _add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", type=Path, help="model file (.ms)")
+    p.epilog = EXAMPLES
+    p.add_argument("model", type=Path, help=f"model file ({', '.join(sorted(SUMMARIZERS))})")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--no-placement", action="store_true",
+                   help="skip the placement (which needs an NPU session on the model)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an NPU provider option for the placement session (repeatable)")
 
 
-@command("inspect", "show a model's inputs, outputs, ops, weights and producer", _add_args)
+@command("inspect", "show a model's inputs, outputs, ops, weights, producer and NPU placement",
+         _add_args)
 def run(args: argparse.Namespace) -> int:
     summary = summarize_file(args.model)
+    nodes = None if args.no_placement else placement(args.model, parse_options(args.option))
     if args.json:
-        print(json.dumps(summary.to_dict(), indent=2))
+        data = summary.to_dict()
+        if nodes is not None:
+            data["placement"] = [asdict(n) for n in nodes]
+        print(json.dumps(data, indent=2))
     else:
         print(format_summary(summary, str(args.model)))
+        if nodes is not None:
+            print(format_placement(nodes))
     return 0
+
+
+def parse_options(items: list[str]) -> dict[str, str]:
+    """`KEY=VALUE` strings as a dict; UsageError names a malformed one."""
+    options = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--option {item!r}: expected KEY=VALUE")
+        options[key.strip()] = value.strip()
+    return options
