@@ -19,8 +19,8 @@ Use from an execution provider's Compile callback::
   Program FORMAT_VERSION and litenpu version. `key.digest` names the entry directory.
 * `CompileCache(cache_dir, *, max_bytes=None, cache_version="")`: `get(key)`, `put(key,
   program, extra_files=...)` (atomic, race-safe), `get_or_compile(key, compile_fn)`,
-  `path(key)` (where extra files live), `entries()`, `verify_entry(name)`, `clear()`,
-  `evict()`. `cache_version` is MindSpore Lite's CacheVersion: entries written with another
+  `path(key)` (where extra files live), `discard(key)`, `entries()`, `verify_entry(name)`,
+  `clear()`, `evict()`. `cache_version` is MindSpore Lite's CacheVersion: entries written with another
   one are rebuilt in place.
 * Bad entries (truncated, changed bytes, deleted files, bad manifest, stale versions) are
   logged on `litenpu.cache` at WARNING with the reason and rebuilt, never used; the hit-path

@@ -220,6 +220,10 @@ class CompileCache:
         _remove(trash)
         return True
 
+    def discard(self, key: CacheKey) -> bool:
+        """Remove the entry of `key` (renamed away first); whether there was one."""
+        return self._discard(self.path(key))
+
     def put(self, key: CacheKey, program: Program, *,
             extra_files: dict[str, bytes] | None = None) -> Path:
         """Store `program` (and extra files) as the entry of `key`, atomically; its path.
