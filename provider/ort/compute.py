@@ -11,7 +11,8 @@ kept in memory with its Executor. Where each Program came from is recorded
 (`PartitionCacheStats`, the session's `cache_stats()`). Compute wraps onnxruntime's input and output tensors as numpy views,
 without copying; the Executor uses NPU-resident ones in place and stages (and counts) the rest,
 e.g. inputs that reach the partition over a CPU->NPU edge and arrive in CPU memory. Runs of one
-kernel are serialized (one arena per Program).
+kernel are serialized (one arena per Program). Executors come from the session's
+`provider.memory_controls.SessionMemory` (memory options, clones, shared weights).
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from converters.lite.ir import LiteModel
 from converters.onnx_import import import_onnx
 from provider.cache.residency import pages_present, pages_spanned
 from provider.errors import BindingError, UnsupportedError
+from provider.memory_controls import session_memory
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor
-from provider.npu.memory import default_pool
 from provider.npu.program import Program
 from provider.ort import abi, epcontext
 from provider.ort.callbacks import address, status_callback, value_callback
@@ -69,6 +70,7 @@ class FusedKernel:
         self.ort: abi.Ort = ep.ort
         self.enable_fp16 = ep.options.enable_fp16
         self.name = name
+        self.memory = session_memory(ep)  # placement per memory options
         # KernelContext inputs/outputs follow the fused node's order; the Program uses names.
         self.input_names, self.output_names = input_names, output_names
         self._programs: dict[tuple, _Compiled] = {}
@@ -82,7 +84,7 @@ class FusedKernel:
         self._graph: OrtGraphContents | None = None  # static partition, during Compile only
         if isinstance(source, Program):
             shapes = {source.slots[i].name: tuple(source.slots[i].shape) for i in source.inputs}
-            self._add(_key(shapes), Executor(source, default_pool()))
+            self._add(_key(shapes), self.memory.executor(name, _key(shapes), lambda: source))
         elif static_shapes is not None:
             # One shape only: get the Program now and keep no graph or Lite model.
             self._graph, self.lite = (source, None) if isinstance(source, OrtGraphContents) \
@@ -149,7 +151,8 @@ class FusedKernel:
                     known = [dict(k) for k in self._programs]
                     raise BindingError(f"partition {self.name} was compiled for input shapes "
                                        f"{known}; got {shapes}")
-                compiled = self._add(key, Executor(self._program(shapes), default_pool()))
+                compiled = self._add(key, self.memory.executor(
+                    self.name, key, lambda: self._program(shapes)))
         return compiled
 
     def _program(self, shapes: dict[str, tuple[int, ...]]) -> Program:
