@@ -34,6 +34,17 @@ def command(name: str, help: str, add_args: Callable[[argparse.ArgumentParser], 
     return register
 
 
+def key_values(items: list[str], flag: str) -> dict[str, str]:
+    """`KEY=VALUE` arguments of `flag` as a dict; UsageError names a malformed one."""
+    result = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
+        result[key.strip()] = value.strip()
+    return result
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="litenpu",

@@ -22,7 +22,7 @@ import onnx
 
 from converters.lite import reader
 from converters.lite.summary import ModelSummary, TensorInfo, format_summary, summarize
-from provider.cli import UsageError, command
+from provider.cli import command, key_values
 from provider.errors import UnsupportedError
 from provider.ort import EP_NAME
 
@@ -133,7 +133,7 @@ def _add_args(p: argparse.ArgumentParser) -> None:
          _add_args)
 def run(args: argparse.Namespace) -> int:
     summary = summarize_file(args.model)
-    nodes = None if args.no_placement else placement(args.model, parse_options(args.option))
+    nodes = None if args.no_placement else placement(args.model, key_values(args.option, "--option"))
     if args.json:
         data = summary.to_dict()
         if nodes is not None:
@@ -145,13 +145,3 @@ def run(args: argparse.Namespace) -> int:
             print(format_placement(nodes))
     return 0
 
-
-def parse_options(items: list[str]) -> dict[str, str]:
-    """`KEY=VALUE` strings as a dict; UsageError names a malformed one."""
-    options = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--option {item!r}: expected KEY=VALUE")
-        options[key.strip()] = value.strip()
-    return options
