@@ -9,7 +9,11 @@ ones), registers the library, and selects the NPU device with `add_provider_for_
 - EP errors surface: onnxruntime's silent retry on CPU after an EP failure is disabled;
 - feeds and bound buffers are checked up front (`BindingError` names the input);
 - `partition()` says which nodes run on the NPU and why the others don't, and is logged at
-  INFO once the session exists; `copy_stats()` gives the CPU<->NPU bytes copied.
+  INFO once the session exists; `copy_stats()` gives the CPU<->NPU bytes copied;
+- compile cache (provider options `cache_dir`, `model_name`, ...): `cache_stats()` lists
+  where each partition's Program came from; a model file with a `model_name` is a
+  CacheSession (`provider.cache_session`): a warm start loads the stored EPContext model and
+  never parses the source.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import onnxruntime as ort
 from converters.lite.reader import load as load_ms
 from converters.mindir.importer import import_mindir
 from converters.onnx_export import export_onnx
+from provider.cache_session import CacheSession, SessionCacheStats
 from provider.errors import BindingError, UnsupportedError
 from provider.ort import EP_NAME
 from provider.ort.capability import Placement
@@ -99,9 +104,10 @@ class InferenceSession(ort.InferenceSession):
                  **kwargs: Any):
         npu, _ = normalize_providers(providers, provider_options)
         self._npu_eps: list[NpuEp] = []
-        model = _model_source(path_or_bytes)
+        self._cache_session: CacheSession | None = None
         if npu is None:
-            super().__init__(model, sess_options, providers, provider_options, **kwargs)
+            super().__init__(_model_source(path_or_bytes), sess_options, providers,
+                             provider_options, **kwargs)
             return
         register()
         options = sess_options if sess_options is not None else ort.SessionOptions()
@@ -110,12 +116,39 @@ class InferenceSession(ort.InferenceSession):
                 "these SessionOptions already select execution providers (e.g. they configured "
                 f"another session with {EP_NAME}); pass a fresh onnxruntime.SessionOptions")
         options.add_provider_for_devices(ep_devices(), npu.to_strings())
-        # onnxruntime adds its CPU provider itself; naming providers here would drop the NPU.
-        with collecting_eps() as self._npu_eps:
-            super().__init__(model, options, None, None, **kwargs)
+        cache_session = self._cache_session = CacheSession.plan(path_or_bytes, npu)
+        model = cache_session.warm_model() if cache_session is not None else None
+        if model is not None:
+            try:
+                self._create(model, options, kwargs)
+            except Exception as exc:  # noqa: BLE001 - a bad stored model falls back to the source
+                model = None
+                cache_session.cold(options, why=f"{type(exc).__name__}: {exc}")
+        elif cache_session is not None:
+            cache_session.cold(options)
+        if model is None:
+            self._create(_model_source(path_or_bytes), options, kwargs)
+            if cache_session is not None:
+                cache_session.store(self.cache_stats().partitions)
+        if cache_session is not None:
+            log.info("CacheSession: %s (%s)", cache_session.path, cache_session.reason)
         self.disable_fallback()
         for line in self.partition_summary().splitlines():
             log.info("%s", line)
+
+    def _create(self, model: Any, options: ort.SessionOptions, kwargs: dict) -> None:
+        """onnxruntime's constructor, with the NPU EPs it creates collected."""
+        # onnxruntime adds its CPU provider itself; naming providers here would drop the NPU.
+        with collecting_eps() as self._npu_eps:
+            super().__init__(model, options, None, None, **kwargs)
+
+    def cache_stats(self) -> SessionCacheStats:
+        """Where each NPU partition's Program came from (cache hit/miss/..., times, pages touched)
+        and which CacheSession path built the session."""
+        partitions = [s for ep in self._npu_eps for s in ep.cache_stats]
+        if self._cache_session is None:
+            return SessionCacheStats("", "", partitions)
+        return self._cache_session.stats(partitions)
 
     # ---- placement --------------------------------------------------------------------
     def _placements(self) -> list[Placement]:

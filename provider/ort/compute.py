@@ -122,7 +122,9 @@ class FusedKernel:
             kernel = cls(ep, name, inputs, outputs, source, None)
             if isinstance(source, Program):
                 kernel.cache_entry = entry
-                kernel._record(CONTEXT, "", {}, source, time.perf_counter() - start, 0.0, entry)
+                shapes = {source.slots[i].name: source.slots[i].shape for i in source.inputs}
+                kernel._record(CONTEXT, "", shapes, source, time.perf_counter() - start, 0.0,
+                               entry)
             return kernel
         keys = None if ep.cache is None else PartitionKeys.of(
             contents, model_name=ep.options.cache.model_name, enable_fp16=ep.options.enable_fp16)
@@ -171,7 +173,6 @@ class FusedKernel:
         program, outcome = self.cache.get_or_compile(self._keys.key(shapes), compile_fn)
         self.cache_entry = outcome.entry
         self._stats.append(PartitionCacheStats.of(self.name, shapes, outcome))
-        log.info("NPU partition %s %s: %s", self.name, shapes, outcome.describe())
         return program
 
     def _record(self, status: str, reason: str, shapes: dict[str, tuple[int, ...]],

@@ -1,0 +1,158 @@
+"""CacheSession: a warm start builds the session from a stored EPContext model, not the source.
+
+MindSpore Lite's CacheSession skips graph conversion and CPU scheduling when the NPU already
+holds a compiled cache for CachePath/ModelName/CacheVersion. Here (DESIGN section 6): when a
+session is created from a model *file* with the provider options `cache_dir` and `model_name`
+(+ `cache_version`), one cache entry (the *session entry*, keyed by the model name, the file's
+absolute path and the NPU options) stores the session's EPContext model (embed mode 0: its
+EPContext nodes reference the partitions' cache entries) and the source file's size and
+mtime. When those still match (`os.stat`, no hashing), onnxruntime loads that small model
+instead of the source, which is not opened at all, and each NPU kernel maps its Program from
+the cache. Otherwise the normal path runs with `ep.context_*` set, and the EPContext model it
+produced is stored afterwards. Which path ran, and why, is `SessionCacheStats.path`/`reason`.
+
+The session entry's Program is a copy of the first partition's (a cache entry holds a Program);
+a model with no NPU partition, or whose Programs are not all in cache entries (an unwritable
+cache), gets no session entry.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnxruntime as ort
+
+from provider.cache import CacheKey, CompileCache, entry
+from provider.errors import CacheError
+from provider.npu.program import load as load_program
+from provider.ort.kernel_cache import PartitionCacheStats
+from provider.ort.options import NpuOptions
+
+__all__ = ["SessionCacheStats", "CacheSession", "CONTEXT_MODEL", "SOURCE_STAT"]
+
+log = logging.getLogger("litenpu.cache")
+
+CONTEXT_MODEL = "context.onnx"  # extra file of the session entry: the EPContext model
+SOURCE_STAT = "source.json"  # extra file: the source file's path, size and mtime
+WARM, COLD = "context-model", "source"
+
+
+@dataclass(frozen=True)
+class SessionCacheStats:
+    """How a session got its NPU Programs: the CacheSession path and every partition's record.
+
+    `path`: "context-model" (warm: built from the stored EPContext model), "source" (the model
+    was parsed; the EPContext model stored afterwards unless `reason` says why not), or "" when
+    no CacheSession applies (no cache_dir/model_name, or the model was given as bytes).
+    """
+
+    path: str
+    reason: str
+    partitions: list[PartitionCacheStats] = field(default_factory=list)
+
+
+def _source_stat(path: str) -> dict[str, Any]:
+    st = os.stat(path)
+    return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+class CacheSession:
+    """The CacheSession decision for one session: the warm model, or storing after a cold one."""
+
+    def __init__(self, source: str, npu: NpuOptions, cache: CompileCache):
+        self.source = os.path.abspath(source)
+        self.cache = cache
+        options = {k: v for k, v in npu.to_strings().items()
+                   if k not in ("cache_dir", "model_name", "cache_version", "cache_max_bytes")}
+        self.key = CacheKey.build(partition=[(self.source, "CacheSession")], input_shapes={},
+                                  options=options, model_name=npu.cache.model_name)
+        self.path, self.reason = COLD, ""
+        self._stat: dict[str, Any] | None = None
+        self._tmp: str | None = None
+
+    @classmethod
+    def plan(cls, path_or_bytes: Any, npu: NpuOptions) -> CacheSession | None:
+        """A CacheSession when the model is a file and the options give cache_dir + model_name."""
+        cache = CompileCache.from_options(npu.cache)
+        if not isinstance(path_or_bytes, (str, os.PathLike)) or cache is None \
+                or not npu.cache.model_name:
+            return None
+        return cls(os.fspath(path_or_bytes), npu, cache)
+
+    def warm_model(self) -> str | None:
+        """The stored EPContext model's path when the entry is valid and the source unchanged."""
+        if self.cache.get(self.key) is None:  # a bad entry is logged by get()
+            self.reason = "no valid session entry"
+            return None
+        directory = self.cache.path(self.key)
+        try:
+            recorded = json.loads((directory / SOURCE_STAT).read_text())
+            current = _source_stat(self.source)
+        except (OSError, ValueError) as exc:
+            self.reason = f"cannot compare the source file: {exc}"
+            return None
+        if recorded != current:
+            self.reason = (f"source changed since it was cached (size/mtime {recorded.get('size')}"
+                           f"/{recorded.get('mtime_ns')} -> {current['size']}/"
+                           f"{current['mtime_ns']})")
+            return None
+        self.path, self.reason = WARM, f"session entry {directory}"
+        return str(directory / CONTEXT_MODEL)
+
+    def cold(self, options: ort.SessionOptions, why: str = "") -> None:
+        """Set up the normal path: stat the source, ask onnxruntime for an EPContext model."""
+        if why:  # the stored EPContext model failed to load
+            log.warning("CacheSession %s: stored EPContext model unusable (%s); loading the "
+                        "source", self.source, why)
+            self.cache.discard(self.key)
+        self.path = COLD
+        try:
+            self._stat = _source_stat(self.source)
+        except OSError:
+            self._stat = None  # onnxruntime will report the missing file
+        self._tmp = tempfile.mkdtemp(prefix="litenpu-ctx-")
+        for key, value in (("ep.context_enable", "1"), ("ep.context_embed_mode", "0"),
+                           ("ep.context_file_path", os.path.join(self._tmp, CONTEXT_MODEL))):
+            options.add_session_config_entry(key, value)
+
+    def store(self, partitions: Sequence[PartitionCacheStats]) -> None:
+        """After a cold session: store its EPContext model + the source stat as the entry."""
+        try:
+            self.reason = self._store(partitions)
+        finally:
+            if self._tmp is not None:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+        log.info("CacheSession %s: %s", self.source, self.reason)
+
+    def _store(self, partitions: Sequence[PartitionCacheStats]) -> str:
+        if not partitions:
+            return "not stored: no NPU partition"
+        in_memory = [p.partition for p in partitions if p.entry is None]
+        if in_memory:
+            return f"not stored: partition(s) {in_memory} not in cache entries"
+        if self._stat is None or self._tmp is None:
+            return "not stored: the source file cannot be stat'ed"
+        try:
+            context = Path(self._tmp, CONTEXT_MODEL).read_bytes()
+        except OSError as exc:
+            return f"not stored: onnxruntime wrote no EPContext model ({exc})"
+        self.cache.discard(self.key)  # a stale or bad session entry is replaced
+        try:
+            program = load_program(Path(str(partitions[0].entry), entry.PROGRAM), verify=False)
+            directory = self.cache.put(self.key, program, extra_files={
+                CONTEXT_MODEL: context, SOURCE_STAT: json.dumps(self._stat).encode()})
+        except CacheError as exc:
+            return f"not stored: {exc}"
+        return f"stored session entry {directory}"
+
+    def stats(self, partitions: list[PartitionCacheStats]) -> SessionCacheStats:
+        """The session's cache record."""
+        return SessionCacheStats(self.path, self.reason, partitions)
