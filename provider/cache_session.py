@@ -123,21 +123,25 @@ class CacheSession:
                            ("ep.context_file_path", os.path.join(self._tmp, CONTEXT_MODEL))):
             options.add_session_config_entry(key, value)
 
-    def store(self, partitions: Sequence[PartitionCacheStats]) -> None:
-        """After a cold session: store its EPContext model + the source stat as the entry."""
+    def store(self, partitions: Sequence[PartitionCacheStats], uncached: Sequence[str]) -> None:
+        """After a cold session: store its EPContext model + the source stat as the entry.
+
+        `uncached`: the NPU kernels whose Program is in no cache entry (in memory, or compiled
+        per shape at run time); their EPContext nodes would not load from the cache, so then
+        nothing is stored.
+        """
         try:
-            self.reason = self._store(partitions)
+            self.reason = self._store(partitions, uncached)
         finally:
             if self._tmp is not None:
                 shutil.rmtree(self._tmp, ignore_errors=True)
         log.info("CacheSession %s: %s", self.source, self.reason)
 
-    def _store(self, partitions: Sequence[PartitionCacheStats]) -> str:
+    def _store(self, partitions: Sequence[PartitionCacheStats], uncached: Sequence[str]) -> str:
         if not partitions:
             return "not stored: no NPU partition"
-        in_memory = [p.partition for p in partitions if p.entry is None]
-        if in_memory:
-            return f"not stored: partition(s) {in_memory} not in cache entries"
+        if uncached:
+            return f"not stored: partition(s) {list(uncached)} not in cache entries"
         if self._stat is None or self._tmp is None:
             return "not stored: the source file cannot be stat'ed"
         try:
