@@ -208,6 +208,28 @@ def test_binary_broadcast(op, shapes):
     check(op, {}, BINARY[op], {}, feeds)
 
 
+def test_int32_div_truncates_toward_zero_like_onnxruntime():
+    """onnxruntime's integer Div rounds toward zero (-7 / 2 == -3), numpy's // toward -inf."""
+    a = np.array([7, -7, 7, -7, 0, 6, -1, 2**31 - 1, -(2**31) + 1, 5], np.int32)
+    b = np.array([2, 2, -2, -2, 3, -3, 4, 10, 3, 5], np.int32)
+    check("Div", {}, "DivFusion", {}, {"a": a, "b": b}, out_dtypes=(np.int32,))
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8])
+def test_trunc_divide_in_place_over_its_dividend(dtype):
+    """The kernel may write over `a` (in-place elementwise): its fix-up is computed first."""
+    from provider.npu.kernels.elementwise import trunc_divide
+
+    r = rng(7)
+    lo = 0 if dtype == np.uint8 else -100
+    a, b = r.integers(lo, 100, 50).astype(dtype), r.integers(1, 9, 50).astype(dtype)
+    if dtype != np.uint8:
+        b[::2] *= -1
+    want = [int(x / y) for x, y in zip(a.tolist(), b.tolist(), strict=True)]
+    trunc_divide(a, b, out=a)
+    np.testing.assert_array_equal(a, np.array(want, dtype))
+
+
 def test_binary_with_constant_operand_and_fused_activation():
     r = rng(9)
     x, c = randn(r, 2, 3, 4), randn(r, 3, 1)

@@ -36,10 +36,7 @@ FAST = [
 ]
 
 # Cases that fail for a reason owned elsewhere; reported, not hidden.
-KNOWN_FAILURES = {
-    "test_div_int32_trunc": "NPU kernel 'binary' computes int32 Div with true division "
-                            "(provider/npu/kernels, compiler room)",
-}
+KNOWN_FAILURES: dict[str, str] = {}
 if abi.runtime_api_version(ort.__version__) < PARENT_NODE_RELIABLE_SINCE:
     # onnxruntime 1.23 gives a function body that reads no outer-scope value no parent node,
     # so it is claimed like a main graph and onnxruntime then rejects the inlined Loop.

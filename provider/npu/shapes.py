@@ -298,8 +298,12 @@ def binary(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     if node.op == "PowFusion" and (node.attrs.get("scale", 1.0) != 1.0 or node.attrs.get("shift", 0.0) != 0.0):
         raise UnsupportedError(f"{_where(node)}: PowFusion with scale/shift")
     out = broadcast(node, ins[0].shape, ins[1].shape)
-    attrs = {"op": _BINARY[node.op], "activation": _activation(node)}
-    return Lowered("binary", attrs, [0, 1], [(out, _data_dtype(ins))])
+    dtype = _data_dtype(ins)
+    op = _BINARY[node.op]
+    if op == "div" and dtype.kind in "iu":  # integer Div truncates toward zero
+        op = "trunc_div"
+    attrs = {"op": op, "activation": _activation(node)}
+    return Lowered("binary", attrs, [0, 1], [(out, dtype)])
 
 
 @rule("AddN")

@@ -10,11 +10,28 @@ import numpy as np
 from provider.npu.kernels import activation
 from provider.npu.kernels.registry import register
 
+
+def trunc_divide(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Integer a / b rounded toward zero (ONNX and onnxruntime integer Div, C semantics).
+
+    numpy's floor_divide rounds toward -inf, so a signed quotient of an inexact division
+    with operands of opposite signs is moved up by one. Division by zero gives 0.
+    """
+    if out.dtype.kind != "i":
+        return np.floor_divide(a, b, out=out)
+    fix = np.remainder(a, b) != 0  # computed before out is written: out may be a's memory
+    fix &= (a < 0) != (b < 0)
+    np.floor_divide(a, b, out=out)
+    out += fix
+    return out
+
+
 BINARY = {
     "add": np.add,
     "sub": np.subtract,
     "mul": np.multiply,
     "div": np.divide,
+    "trunc_div": trunc_divide,
     "pow": np.power,
     "maximum": np.maximum,
     "minimum": np.minimum,
