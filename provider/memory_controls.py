@@ -602,3 +602,41 @@ def merge_infos(infos: Sequence[SessionMemoryInfo], pool_in_use: int) -> Session
                "device_staging")]
     return SessionMemoryInfo(*fields, pool_in_use)
 
+
+
+# ---- session-level entry points (used by provider.session.InferenceSession) ------------------
+
+def _memories(eps: Sequence[Any]) -> list[SessionMemory]:
+    return [m for m in (find_session_memory(ep) for ep in eps) if m is not None]
+
+
+def session_info(eps: Sequence[Any]) -> SessionMemoryInfo:
+    """The memory of a session's NpuEps (zeros when nothing runs on the NPU)."""
+    infos = [m.info() for m in _memories(eps)]
+    return merge_infos(infos, default_pool().stats().in_use)
+
+
+def set_caller_memory(eps: Sequence[Any], kind: str, buffer: Any) -> None:
+    """Hand the caller's weight or internal memory to a mem_alloc_outside session."""
+    memories = _memories(eps)
+    for ep in eps:
+        if not ep.options.mem_alloc_outside:
+            raise BindingError(f"set_{kind}_memory() needs the provider option mem_alloc_outside=1")
+    for memory in memories:
+        (memory.set_weight_memory if kind == "weight" else memory.set_internal_memory)(buffer)
+
+
+def check_ready(eps: Sequence[Any]) -> None:
+    """Before a run: BindingError stating the bytes needed if caller memory is missing."""
+    for memory in _memories(eps):
+        if memory.family.options.mem_alloc_outside:
+            memory.check_ready()
+
+
+def clone_session(eps: Sequence[Any], make: Callable[[], Any]) -> Any:
+    """`make()` a session whose NPU kernels reuse the Programs and weights of `eps`' session."""
+    memories = _memories(eps)
+    if not memories:
+        return make()
+    with cloning(memories[0]):
+        return make()
