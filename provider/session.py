@@ -16,8 +16,6 @@ ones), registers the library, and selects the NPU device with `add_provider_for_
   never parses the source.
 - memory controls (`provider.memory_controls`): `memory_info()`, caller-owned memory
   (`set_weight_memory` / `set_internal_memory`), `clone()` for one session per thread.
-- memory controls (`provider.memory_controls`): `memory_info()`, caller-owned memory
-  (`set_weight_memory` / `set_internal_memory`), `clone()` for one session per thread.
 """
 
 from __future__ import annotations
@@ -34,7 +32,6 @@ import onnxruntime as ort
 from converters.lite.reader import load as load_ms
 from converters.mindir.importer import import_mindir
 from converters.onnx_export import export_onnx
-from provider import memory_controls
 from provider import memory_controls
 from provider.cache_session import CacheSession, SessionCacheStats
 from provider.errors import BindingError, UnsupportedError
@@ -109,7 +106,6 @@ class InferenceSession(ort.InferenceSession):
                  providers: Sequence | None = None, provider_options: Sequence[dict] | None = None,
                  **kwargs: Any):
         npu, _ = normalize_providers(providers, provider_options)
-        self._clone_source = (path_or_bytes, npu, kwargs)  # clone() builds the same session
         self._clone_source = (path_or_bytes, npu, kwargs)  # clone() builds the same session
         self._npu_eps: list[NpuEp] = []
         self._cache_session: CacheSession | None = None
@@ -211,32 +207,10 @@ class InferenceSession(ort.InferenceSession):
         return memory_controls.clone_session(
             self._npu_eps, lambda: type(self)(source, None, providers, **kwargs))
 
-    # ---- memory controls (provider/memory_controls.py) ---------------------------------
-    def memory_info(self) -> memory_controls.SessionMemoryInfo:
-        """NPU memory of this session: Program sizes and the pool bytes it holds."""
-        return memory_controls.session_info(self._npu_eps)
-
-    def set_weight_memory(self, buffer: Any) -> None:
-        """mem_alloc_outside=1: the caller's memory for the weights (filled by the session)."""
-        memory_controls.set_caller_memory(self._npu_eps, "weight", buffer)
-
-    def set_internal_memory(self, buffer: Any) -> None:
-        """mem_alloc_outside=1: the caller's memory for the internal tensors (arenas)."""
-        memory_controls.set_caller_memory(self._npu_eps, "internal", buffer)
-
-    def clone(self) -> InferenceSession:
-        """A session sharing this one's NPU Programs and weights, with its own arena (one
-        per thread, like rknn_dup_context); built with default SessionOptions."""
-        source, npu, kwargs = self._clone_source
-        providers = [(EP_NAME, npu.to_strings()), CPU_EP] if npu is not None else self.get_providers()
-        return memory_controls.clone_session(
-            self._npu_eps, lambda: type(self)(source, None, providers, **kwargs))
-
     # ---- checked feeds and bindings ----------------------------------------------------
     def run(self, output_names, input_feed, run_options=None):
         """onnxruntime's run(), with feeds checked first (BindingError names the input)."""
         check_feeds(self.get_inputs(), input_feed)
-        memory_controls.check_ready(self._npu_eps)
         memory_controls.check_ready(self._npu_eps)
         return super().run(output_names, input_feed, run_options)
 
