@@ -22,6 +22,8 @@ _EXPORTS = {
     "npu_device": "provider.tensors",
     "bind_output": "provider.tensors",
     "copy_stats": "provider.tensors",
+    "import_fd": "provider.external_memory",
+    "wrap": "provider.external_memory",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -3,7 +3,9 @@
 onnxruntime asks the factory for an allocator for the NPU memory info it declared; every NPU
 tensor it creates (session outputs and intermediates placed on the NPU, `provider.empty`,
 `OrtValue.ortvalue_from_shape_and_type(..., "npu", ...)`) is then carved from
-`provider.npu.memory.default_pool()`.
+`provider.npu.memory.default_pool()`. `adopting(buffer)` makes the next allocation on this
+thread return an existing buffer instead (imported fd / wrapped memory, no copy): that is how
+`provider.import_fd` / `provider.wrap` turn memory made elsewhere into an NPU `OrtValue`.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ from __future__ import annotations
 import ctypes as C
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from provider.errors import DeviceMemoryError
-from provider.npu.memory import default_pool
+from provider.npu.memory import DeviceBuffer, default_pool
 from provider.ort import abi
 from provider.ort.callbacks import address, value_callback
 
@@ -39,6 +43,16 @@ class PoolAllocator:
         _ALLOCATORS[self.address] = self
 
     def alloc(self, nbytes: int) -> int | None:
+        adopted = getattr(_ADOPT, "buffer", None)
+        if adopted is not None:
+            _ADOPT.buffer = None
+            if adopted.nbytes < nbytes:
+                log.error("NPU allocator: adopted %r is smaller than %d bytes", adopted, nbytes)
+                return None
+            with self._lock:  # its reference passes to onnxruntime: Free releases it
+                self._live[adopted.address] = adopted
+                self.allocations += 1
+            return adopted.address
         try:
             buffer = self.pool.allocate(max(nbytes, 1))
         except DeviceMemoryError as e:
@@ -61,6 +75,22 @@ class PoolAllocator:
     def live_bytes(self) -> int:
         with self._lock:
             return sum(b.nbytes for b in self._live.values())
+
+
+_ADOPT = threading.local()
+
+
+@contextmanager
+def adopting(buffer: DeviceBuffer) -> Iterator[None]:
+    """The next NPU allocation on this thread returns `buffer` (which then belongs to the
+    tensor); if no allocation took it by the end of the block, it is released."""
+    _ADOPT.buffer = buffer
+    try:
+        yield
+    finally:
+        if getattr(_ADOPT, "buffer", None) is buffer:
+            _ADOPT.buffer = None
+            buffer.release()
 
 
 # Never emptied: onnxruntime may free a tensor after releasing the allocator that made it.
