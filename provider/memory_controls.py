@@ -49,13 +49,13 @@ from typing import Any
 
 import numpy as np
 
-from provider.errors import BindingError, LitenpuError
+from provider.errors import BindingError, DeviceMemoryError, LitenpuError
 from provider.npu.executor import CopyStats, Executor, weights_are_mapped
 from provider.npu.memory import ALIGNMENT, DeviceBuffer, DevicePool, default_pool
 from provider.npu.program import Program
 
 __all__ = ["SessionMemoryInfo", "WeightStore", "ArenaGroup", "SessionMemory", "ManagedExecutor",
-           "session_memory", "find_session_memory", "cloning", "merge_infos", "caller_region",
+           "session_memory", "find_session_memory", "cloning", "surfacing_device_errors", "merge_infos", "caller_region",
            "block_bytes", "weight_store"]
 
 log = logging.getLogger("litenpu.memory")
@@ -420,8 +420,10 @@ class ManagedExecutor:
                 self._group.join(program.internal_bytes)
             else:
                 self._arena = _allocate(memory.pool, program.internal_bytes)
-        except BaseException:
+        except BaseException as exc:
             memory.family.release(program)
+            if isinstance(exc, DeviceMemoryError):
+                _RAISED.error = exc
             raise
 
     @property
@@ -562,6 +564,25 @@ class SessionMemory:
             device_weights = device_internal = 0
         return SessionMemoryInfo(weights, internal, io, weights + internal + io, device_weights,
                                  device_internal, staging, self.pool.stats().in_use)
+
+
+_RAISED = threading.local()  # the DeviceMemoryError a kernel raised while a session is created
+
+
+@contextmanager
+def surfacing_device_errors() -> Iterator[None]:
+    """Around session creation: when onnxruntime fails because a kernel ran out of device
+    memory on this thread, raise that DeviceMemoryError itself (not onnxruntime's Fail)."""
+    _RAISED.error = None
+    try:
+        yield
+    except Exception as exc:
+        error = getattr(_RAISED, "error", None)
+        if error is None or error is exc:
+            raise
+        raise error from exc
+    finally:
+        _RAISED.error = None
 
 
 _SESSIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

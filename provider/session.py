@@ -145,7 +145,7 @@ class InferenceSession(ort.InferenceSession):
     def _create(self, model: Any, options: ort.SessionOptions, kwargs: dict) -> None:
         """onnxruntime's constructor, with the NPU EPs it creates collected."""
         # onnxruntime adds its CPU provider itself; naming providers here would drop the NPU.
-        with collecting_eps() as self._npu_eps:
+        with collecting_eps() as self._npu_eps, memory_controls.surfacing_device_errors():
             super().__init__(model, options, None, None, **kwargs)
 
     def cache_stats(self) -> SessionCacheStats:
@@ -199,13 +199,14 @@ class InferenceSession(ort.InferenceSession):
         """mem_alloc_outside=1: the caller's memory for the internal tensors (arenas)."""
         memory_controls.set_caller_memory(self._npu_eps, "internal", buffer)
 
-    def clone(self) -> InferenceSession:
-        """A session sharing this one's NPU Programs and weights, with its own arena (one
-        per thread, like rknn_dup_context); built with default SessionOptions."""
+    def clone(self, sess_options: ort.SessionOptions | None = None) -> InferenceSession:
+        """A session sharing this one's NPU Programs and weights, with its own arena (one per
+        thread, like rknn_dup_context). SessionOptions cannot be copied: pass fresh ones
+        (e.g. with the same free dimension overrides) or get onnxruntime's defaults."""
         source, npu, kwargs = self._clone_source
         providers = [(EP_NAME, npu.to_strings()), CPU_EP] if npu is not None else self.get_providers()
         return memory_controls.clone_session(
-            self._npu_eps, lambda: type(self)(source, None, providers, **kwargs))
+            self._npu_eps, lambda: type(self)(source, sess_options, providers, **kwargs))
 
     # ---- checked feeds and bindings ----------------------------------------------------
     def run(self, output_names, input_feed, run_options=None):
