@@ -1,0 +1,246 @@
+"""The compile cache inside the NPU EP: sessions hit, miss, rebuild and degrade, never wrong.
+
+Models: models/resnet_block.onnx with its batch fixed to 1 (static: compiled in Compile) and
+the dynamic-batch MLP of ort_models (compiled per shape at run time). Outputs are compared
+with onnxruntime's CPU EP, and a hit's outputs bit for bit with the first session's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from ort_models import MLP, reference
+from test_cache import CORRUPTIONS, _full, _read_only, _under_a_file
+
+import provider
+from provider.cache import CompileCache, entry
+from provider.ort import compute
+from provider.ort.options import InvalidOptionError
+from provider.session import InferenceSession
+
+ROOT = Path(__file__).resolve().parent.parent
+IMAGE = np.random.default_rng(11).standard_normal((1, 3, 56, 56)).astype(np.float32)
+
+
+def static_model(name: str = "resnet_block", batch: int = 1) -> bytes:
+    """A models/ ONNX file with its symbolic batch dim fixed (all inputs)."""
+    model = onnx.load(ROOT / "models" / f"{name}.onnx")
+    for value in model.graph.input:
+        dims = value.type.tensor_type.shape.dim
+        if dims and dims[0].dim_param:
+            dims[0].dim_value = batch
+    return model.SerializeToString()
+
+
+RESNET = static_model()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    provider.register()
+
+
+@pytest.fixture(scope="module")
+def expected() -> np.ndarray:
+    return reference(RESNET, {"image": IMAGE})[0]
+
+
+class Calls:
+    """Counts compile_model and import_onnx calls made by the EP (monkeypatched wrappers)."""
+
+    def __init__(self, monkeypatch):
+        self.compile = self.imports = 0
+        real_compile, real_import = compute.compile_model, compute.import_onnx
+
+        def counted_compile(*args, **kwargs):
+            self.compile += 1
+            return real_compile(*args, **kwargs)
+
+        def counted_import(*args, **kwargs):
+            self.imports += 1
+            return real_import(*args, **kwargs)
+
+        monkeypatch.setattr(compute, "compile_model", counted_compile)
+        monkeypatch.setattr(compute, "import_onnx", counted_import)
+
+
+def session(model, cache_dir, **options) -> InferenceSession:
+    opts = {"cache_dir": str(cache_dir), **options}
+    return InferenceSession(model, providers=[("NPUExecutionProvider", opts),
+                                              "CPUExecutionProvider"])
+
+
+def run(sess, image=IMAGE) -> np.ndarray:
+    return sess.run(None, {"image": image})[0]
+
+
+def statuses(sess) -> list[str]:
+    return [p.status for p in sess.cache_stats().partitions]
+
+
+def test_second_session_is_a_hit_with_bit_identical_outputs(tmp_path, monkeypatch, expected):
+    calls = Calls(monkeypatch)
+    first = session(RESNET, tmp_path)
+    assert (calls.compile, calls.imports) == (1, 1) and statuses(first) == ["miss"]
+    out = run(first)
+    np.testing.assert_allclose(out, expected, atol=1e-4, rtol=1e-3)
+    second = session(RESNET, tmp_path)
+    assert (calls.compile, calls.imports) == (1, 1), "a hit must neither import nor compile"
+    (stats,) = second.cache_stats().partitions
+    assert stats.status == "hit" and stats.compile_seconds == 0 and stats.entry
+    assert stats.input_shapes == {"image": (1, 3, 56, 56)}
+    # mapped without populate: the weights come in when a kernel reads them
+    assert stats.pages_touched is not None and stats.pages_touched < stats.weight_pages
+    assert run(second).tobytes() == out.tobytes()
+    assert second.cache_stats().path == ""  # bytes, not a file: no CacheSession
+
+
+@pytest.mark.parametrize("change", ["enable_fp16", "cache_version", "shape", "model_name"])
+def test_changed_options_or_shapes_miss(tmp_path, monkeypatch, change):
+    calls = Calls(monkeypatch)
+    base = {"model_name": "resnet"}
+    session(RESNET, tmp_path, **base)
+    model, options = RESNET, dict(base)
+    if change == "shape":
+        model = static_model(batch=2)
+    elif change == "model_name":
+        options["model_name"] = "resnet-v2"
+    else:
+        options[change] = "1"
+    sess = session(model, tmp_path, **options)
+    expect = "rebuilt" if change == "cache_version" else "miss"  # same key, other version
+    assert statuses(sess) == [expect] and calls.compile == 2
+    if change == "cache_version":
+        assert "cache_version" in sess.cache_stats().partitions[0].reason
+    assert statuses(session(model, tmp_path, **options)) == ["hit"] and calls.compile == 2
+
+
+def test_content_hash_without_model_name_sees_changed_weights(tmp_path):
+    """No model_name: the key hashes the partition's initializers, so new weights miss; with a
+    model_name the user vouches for the model (and bumps cache_version when it changes)."""
+    model = onnx.load_from_string(RESNET)
+    weight = next(t for t in model.graph.initializer if len(t.dims) == 4)
+    array = onnx.numpy_helper.to_array(weight) * 2
+    weight.CopyFrom(onnx.numpy_helper.from_array(array, weight.name))
+    changed = model.SerializeToString()
+    assert statuses(session(RESNET, tmp_path)) == ["miss"]
+    sess = session(changed, tmp_path)
+    assert statuses(sess) == ["miss"]
+    np.testing.assert_allclose(run(sess), reference(changed, {"image": IMAGE})[0],
+                               atol=1e-4, rtol=1e-3)
+    assert statuses(session(RESNET, tmp_path, model_name="r")) == ["miss"]
+    assert statuses(session(changed, tmp_path, model_name="r")) == ["hit"]
+
+
+def test_dynamic_shapes_each_concrete_shape_is_its_own_key(tmp_path, monkeypatch):
+    calls = Calls(monkeypatch)
+    feeds = {n: {"x": np.random.default_rng(n).standard_normal((n, 3)).astype(np.float32),
+                 "b": np.ones(3, np.float32)} for n in (1, 3)}
+    first = session(MLP, tmp_path)
+    outs = {n: first.run(None, f)[0] for n, f in feeds.items()}
+    assert statuses(first) == ["miss", "miss"] and calls.compile == 2
+    second = session(MLP, tmp_path)
+    for n, f in feeds.items():
+        assert second.run(None, f)[0].tobytes() == outs[n].tobytes()
+        np.testing.assert_allclose(outs[n], reference(MLP, f)[0], atol=1e-4, rtol=1e-3)
+    assert statuses(second) == ["hit", "hit"] and calls.compile == 2
+    assert [p.input_shapes["x"] for p in second.cache_stats().partitions] == [(1, 3), (3, 3)]
+
+
+def test_cache_options_both_spellings_and_bad_values(tmp_path):
+    sess = InferenceSession(RESNET, providers=[("NPUExecutionProvider", {
+        "CachePath": str(tmp_path), "ModelName": "r", "CacheVersion": "7"}), "CPUExecutionProvider"])
+    assert statuses(sess) == ["miss"]
+    (info,) = CompileCache(tmp_path).entries()
+    assert (info.model_name, info.cache_version) == ("r", "7")
+    with pytest.raises(InvalidOptionError, match="cache_max_bytes.*integer"):
+        session(RESNET, tmp_path, cache_max_bytes="lots")
+    with pytest.raises(InvalidOptionError, match="CachePath"):
+        session(RESNET, tmp_path, cache_path="x")  # the error lists every valid key
+
+
+# ---- corruption and unwritable caches, through sessions -----------------------------------
+
+
+def _stale_format(d: Path) -> None:
+    manifest = json.loads((d / entry.MANIFEST).read_text())
+    manifest["format_version"] -= 1
+    del manifest["checksum"]
+    (d / entry.MANIFEST).unlink()
+    entry._write_manifest(d, manifest)  # a well-formed manifest of an older litenpu
+
+
+SESSION_CORRUPTIONS = {name: CORRUPTIONS[name] for name in (
+    "truncated program", "flipped weight byte", "flipped manifest byte", "deleted program",
+    "deleted manifest")}
+SESSION_CORRUPTIONS["stale format version"] = (_stale_format, "stale entry: format_version")
+
+
+@pytest.mark.parametrize("name", SESSION_CORRUPTIONS)
+def test_corrupt_entry_is_rebuilt_with_a_logged_reason(tmp_path, caplog, expected, name):
+    corrupt, reason = SESSION_CORRUPTIONS[name]
+    out = run(session(RESNET, tmp_path))
+    (entry_dir,) = [p for p in tmp_path.iterdir()]
+    corrupt(entry_dir)
+    with caplog.at_level(logging.WARNING, logger="litenpu.cache"):
+        sess = session(RESNET, tmp_path)
+    (stats,) = sess.cache_stats().partitions
+    assert stats.status == "rebuilt" and reason in stats.reason
+    assert any(reason in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert run(sess).tobytes() == out.tobytes()
+    np.testing.assert_allclose(out, expected, atol=1e-4, rtol=1e-3)
+    assert statuses(session(RESNET, tmp_path)) == ["hit"]
+
+
+@pytest.mark.parametrize("make_dir, reason", [(_under_a_file, "Not a directory"),
+                                              (_read_only, "Read-only file system"),
+                                              (_full, "No space left on device")])
+def test_unwritable_cache_runs_in_memory(tmp_path, monkeypatch, caplog, expected, make_dir,
+                                         reason):
+    cache_dir = make_dir(tmp_path, monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="litenpu.cache"):
+        sess = session(RESNET, cache_dir)
+    (stats,) = sess.cache_stats().partitions
+    assert stats.status == "in-memory" and reason in stats.reason and stats.entry is None
+    assert [r for r in caplog.records if reason in r.getMessage()]
+    np.testing.assert_allclose(run(sess), expected, atol=1e-4, rtol=1e-3)
+
+
+# ---- four processes, one cache -------------------------------------------------------------
+
+
+def _worker(model: bytes, cache_dir: str, barrier, results) -> None:
+    try:
+        provider.register()
+        barrier.wait(timeout=60)
+        sess = session(model, cache_dir)
+        results.put((statuses(sess), run(sess).tobytes()))
+    except BaseException as exc:  # report, never hang the parent
+        results.put((["error", repr(exc)], b""))
+
+
+def test_four_processes_creating_sessions_leave_one_valid_entry(tmp_path, expected):
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(4), ctx.Queue()
+    workers = [ctx.Process(target=_worker, args=(RESNET, str(tmp_path), barrier, results))
+               for _ in range(4)]
+    for w in workers:
+        w.start()
+    outcomes = [results.get(timeout=120) for _ in workers]
+    for w in workers:
+        w.join(timeout=30)
+    assert all(s in (["miss"], ["hit"]) for s, _ in outcomes), outcomes
+    assert len({out for _, out in outcomes}) == 1
+    np.testing.assert_allclose(np.frombuffer(outcomes[0][1], np.float32).reshape(expected.shape),
+                               expected, atol=1e-4, rtol=1e-3)
+    cache = CompileCache(tmp_path)
+    (info,) = cache.entries()
+    assert os.listdir(tmp_path) == [info.name]  # no temp or trash left
+    cache.verify_entry(info.name)
