@@ -26,15 +26,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 import provider
 from converters.convert import convert
+from provider.bench.sessions import NPU, cache_options, open_and_run
 from provider.npu.memory import default_pool
-from provider.ort import EP_NAME
-from provider.ort.options import NpuOptions
 from provider.zoo import build
 
 log = logging.getLogger("litenpu.demo")
 
 MODEL = "mobilenet_v2"
-NPU = [EP_NAME, "CPUExecutionProvider"]
 CPU = ["CPUExecutionProvider"]
 # ImageNet-style per-channel normalisation done by the chained preprocessing model.
 MEAN = np.array([0.485, 0.456, 0.406], np.float32).reshape(1, 3, 1, 1)
@@ -122,12 +120,12 @@ def run_demo(workdir: Path, *, quick: bool = False, progress: Progress | None = 
     expected = ort.InferenceSession(str(onnx_path), providers=CPU).run(None, {in_name: image})[0]
 
     cache_dir = workdir / "cache"
-    options = _cache_options(cache_dir)
+    options = cache_options(cache_dir, MODEL)
     with _step(say, "cold session + first run (convert .ms, partition, compile)"):
-        _, report.cold_s = _open_and_run(ms_path, options, {in_name: image})
+        report.cold_s, _ = open_and_run(ms_path, options, {in_name: image})
     report.cache = _warm_source(cache_dir)
     with _step(say, "warm session + first run"):
-        session, report.warm_s = _open_and_run(ms_path, options, {in_name: image})
+        report.warm_s, session = open_and_run(ms_path, options, {in_name: image})
     report.placement = session.partition_summary()
     nodes = session.partition()
     report.total_nodes = len(nodes)
@@ -172,28 +170,11 @@ def run_demo(workdir: Path, *, quick: bool = False, progress: Progress | None = 
     return report
 
 
-def _cache_options(cache_dir: Path) -> dict[str, str]:
-    """NPU options for the demo's sessions: the compile cache in `cache_dir` if the EP has one."""
-    if "cache_dir" in NpuOptions.valid_keys():
-        return {"cache_dir": str(cache_dir), "model_name": MODEL}
-    return {}
-
-
 def _warm_source(cache_dir: Path) -> str:
     """Where the warm session's program comes from, judged by what the cold one left behind."""
     if cache_dir.is_dir() and any(cache_dir.iterdir()):
         return "warm = from the compile cache"
     return "warm = a second session; the EP wrote no compile cache"
-
-
-def _open_and_run(path: Path, options: dict[str, str], feeds: dict[str, np.ndarray]
-                  ) -> tuple[provider.InferenceSession, float]:
-    """A new NPU session on `path` and the seconds until its first run returned (the EP
-    compiles on the first run with concrete shapes)."""
-    start = time.perf_counter()
-    session = provider.InferenceSession(str(path), providers=NPU, provider_options=[options, {}])
-    session.run(None, feeds)
-    return session, time.perf_counter() - start
 
 
 def _max_diff(got: np.ndarray, expected: np.ndarray) -> float:

@@ -1,0 +1,112 @@
+"""The zoo models on onnxruntime's CPU provider and on the NPU EP, measured in one run.
+
+Per model (batch 1, the same seeded input for both): median run time with numpy I/O on each
+provider and with I/O bound to NPU memory, session creation (+ first run, where the EP
+compiles) for onnxruntime, the NPU cold and the NPU warm (second session; from the compile
+cache when the EP has one), CPU<->NPU bytes copied per run, and the max abs difference.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+import provider
+from provider.bench.sessions import cache_options, open_and_run
+from provider.zoo import NAMES, build
+
+CPU = ["CPUExecutionProvider"]
+
+
+@dataclass(frozen=True)
+class ModelResult:
+    """One zoo model's numbers (milliseconds, bytes)."""
+
+    model: str
+    ort_run_ms: float
+    npu_run_ms: float
+    npu_bound_ms: float
+    ort_session_ms: float
+    npu_cold_ms: float
+    npu_warm_ms: float
+    copied_plain: int
+    copied_bound: int
+    max_abs_diff: float
+
+    @property
+    def speed_ratio(self) -> float:
+        """onnxruntime CPU time / NPU time with numpy I/O (> 1: the NPU sim is faster)."""
+        return self.ort_run_ms / self.npu_run_ms
+
+
+def median_ms(fn: Callable[[], object], runs: int, warmup: int = 2) -> float:
+    """Median milliseconds of `runs` calls after `warmup` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def measure(name: str, runs: int, workdir: Path) -> ModelResult:
+    """Measure zoo model `name` (see the module docstring)."""
+    path = workdir / f"{name}.onnx"
+    onnx.save(build(name), path)
+    cpu = ort.InferenceSession(str(path), providers=CPU)
+    meta = cpu.get_inputs()[0]
+    shape = [d if isinstance(d, int) else 1 for d in meta.shape]
+    feeds = {meta.name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+    out_name = cpu.get_outputs()[0].name
+
+    start = time.perf_counter()
+    expected = ort.InferenceSession(str(path), providers=CPU).run(None, feeds)[0]
+    ort_session_ms = (time.perf_counter() - start) * 1e3
+    options = cache_options(workdir / "cache", name)
+    npu_cold_s, _ = open_and_run(path, options, feeds)
+    npu_warm_s, npu = open_and_run(path, options, feeds)
+
+    before = provider.copy_stats()
+    got = npu.run(None, feeds)[0]
+    copied_plain = (provider.copy_stats() - before).total_bytes
+    x, y = provider.empty(shape), provider.empty(expected.shape)
+    provider.view(x)[...] = feeds[meta.name]
+    binding = npu.io_binding()
+    binding.bind_ortvalue_input(meta.name, x)
+    binding.bind_ortvalue_output(out_name, y)
+    before = provider.copy_stats()
+    npu.run_with_iobinding(binding)
+    copied_bound = (provider.copy_stats() - before).total_bytes
+    diff = max(float(np.max(np.abs(got - expected))),
+               float(np.max(np.abs(provider.view(y) - expected))))
+
+    return ModelResult(
+        model=name,
+        ort_run_ms=median_ms(lambda: cpu.run(None, feeds), runs),
+        npu_run_ms=median_ms(lambda: npu.run(None, feeds), runs),
+        npu_bound_ms=median_ms(lambda: npu.run_with_iobinding(binding), runs),
+        ort_session_ms=ort_session_ms, npu_cold_ms=npu_cold_s * 1e3, npu_warm_ms=npu_warm_s * 1e3,
+        copied_plain=copied_plain, copied_bound=copied_bound, max_abs_diff=diff)
+
+
+def measure_all(names: tuple[str, ...] = NAMES, runs: int = 20,
+                progress: Callable[[str], None] | None = None) -> list[ModelResult]:
+    """`measure` every model in `names`, files in a temporary directory."""
+    results = []
+    with tempfile.TemporaryDirectory(prefix="litenpu-bench-") as tmp:
+        for name in names:
+            if progress:
+                progress(f"model {name}")
+            results.append(measure(name, runs, Path(tmp)))
+    return results
+

@@ -1,0 +1,100 @@
+"""`litenpu bench`: run the benchmark suite and write docs/benchmarks/ (see provider.bench)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from provider.cli import UsageError, command
+
+EXAMPLES = """examples:
+  litenpu bench                         # everything; writes docs/benchmarks/ of the checkout
+  litenpu bench --quick                 # fewer runs, scripts with --quick where they have it
+  litenpu bench --no-scripts -o /tmp/b  # zoo models only (works from an installed package)
+  litenpu bench --only ep_overhead --models resnet_block
+"""
+
+
+def _add_args(p: argparse.ArgumentParser) -> None:
+    p.epilog = EXAMPLES
+    p.add_argument("-o", "--out", type=Path, default=None,
+                   help="report folder (default: docs/benchmarks of the checkout, else "
+                        "./litenpu-benchmarks)")
+    p.add_argument("--quick", action="store_true", help="fewer runs; scripts get --quick")
+    p.add_argument("--runs", type=int, default=None, help="timed runs per model (default 30, "
+                   "5 with --quick)")
+    p.add_argument("--models", default=None,
+                   help="comma-separated zoo models (default: all); 'none' skips them")
+    p.add_argument("--benchmarks", type=Path, default=None,
+                   help="folder of bench_*.py scripts (default: benchmarks/ of the checkout "
+                        "around the working directory)")
+    p.add_argument("--no-scripts", action="store_true", help="run no bench_*.py scripts")
+    p.add_argument("--only", action="append", default=None, metavar="WORD",
+                   help="run only the scripts whose name contains WORD (repeatable)")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds per script (default 900)")
+
+
+@command("bench", "run the benchmark suite against onnxruntime and write a Markdown report "
+         "with plots", _add_args)
+def run(args: argparse.Namespace) -> int:
+    from provider.bench import machine, report
+    from provider.bench.models import measure_all
+    from provider.bench.scripts import find_benchmarks, run_scripts
+    from provider.zoo import NAMES
+
+    names = _model_names(args.models, NAMES)
+    runs = args.runs or (5 if args.quick else 30)
+    if runs < 1:
+        raise UsageError(f"--runs {runs}: expected at least 1")
+
+    def progress(message: str) -> None:
+        print(f"bench: {message}", file=sys.stderr, flush=True)
+
+    folder = None if args.no_scripts else find_benchmarks(args.benchmarks)
+    out = args.out or (folder.parent / "docs" / "benchmarks" if folder else Path("litenpu-benchmarks"))
+    info = machine.describe()  # before the runs: the load average of the idle machine
+    models = measure_all(names, runs, progress)
+    if args.no_scripts:
+        scripts, note = [], "Not run (`--no-scripts`)."
+    elif folder is None:
+        scripts = []
+        note = ("Not available: the `benchmarks/bench_*.py` scripts live in a litenpu "
+                "checkout, not in the installed package; run `litenpu bench` inside a checkout "
+                "or pass `--benchmarks DIR`.")
+        progress(note)
+    else:
+        scripts = run_scripts(folder, quick=args.quick, timeout=args.timeout, only=args.only,
+                              progress=progress)
+        note = (f"Every `{folder.name}/bench_*.py` script"
+                + (f" matching {args.only}" if args.only else "")
+                + ", run as a subprocess; each prints its own same-run baseline.")
+    command_line = "litenpu bench " + " ".join(shlex.quote(a) for a in sys.argv[2:]) \
+        if sys.argv[1:2] == ["bench"] else "litenpu bench"
+    path = report.write(out, info, models, scripts, note, command_line.strip())
+    for r in models:
+        print(f"{r.model:22s} onnxruntime {r.ort_run_ms:8.2f} ms  NPU {r.npu_run_ms:8.2f} ms  "
+              f"bound {r.npu_bound_ms:8.2f} ms  ratio {r.speed_ratio:5.2f}")
+    for s in scripts:
+        print(f"{s.name:22s} {'timed out' if s.returncode is None else f'exit {s.returncode}'}"
+              f" in {s.seconds:.1f} s")
+    print(f"wrote {path}")
+    failed = [s.name for s in scripts if s.returncode != 0]
+    if failed:
+        print(f"litenpu bench: {len(failed)} script(s) failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _model_names(spec: str | None, known: tuple[str, ...]) -> tuple[str, ...]:
+    """The zoo models asked for; UsageError names an unknown one."""
+    if spec is None:
+        return known
+    if spec == "none":
+        return ()
+    names = tuple(n.strip() for n in spec.split(",") if n.strip())
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise UsageError(f"--models: unknown {unknown}; known: {', '.join(known)}")
+    return names
