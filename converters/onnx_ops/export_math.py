@@ -143,20 +143,34 @@ _REDUCE_INPUT_SINCE = {"ReduceSum": 13}
 
 @EXPORTERS.register("ReduceFusion")
 def reduce(ctx, node, ins, outs):
+    """MindSpore Lite's reduce: `reduce_to_end` reduces from the (single) given axis to the
+    last one and then scales by `coeff` (unless |coeff| <= 1e-5); without it, `coeff` is
+    ignored (MindSpore's converter writes 0 there)."""
     a = node.attrs
     op = a.get("mode", "ReduceMean")
     if op not in ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSum",
-                  "ReduceSumSquare", "ReduceL2") or a.get("reduce_to_end", False):
-        raise unsupported(node, f"reduce mode {op} / reduce_to_end")
+                  "ReduceSumSquare", "ReduceL2"):
+        raise unsupported(node, f"reduce mode {op}")
     attrs = {"keepdims": int(a.get("keep_dims", False))}
     inputs = [ins[0]]
-    if len(ins) > 1:
-        if ctx.opset >= _REDUCE_INPUT_SINCE.get(op, 18):
+    to_end = a.get("reduce_to_end", False)
+    if to_end:
+        rank = ctx.rank(node.inputs[0])
+        if rank is None or len(ins) < 2:
+            raise unsupported(node, "reduce_to_end without a known rank and begin axis")
+        begin = ctx.const_ints(node.inputs[1], "axes", node)[0] % rank
+        axes = np.arange(begin, rank, dtype=np.int64)
+    if ctx.opset >= _REDUCE_INPUT_SINCE.get(op, 18):
+        if to_end:
+            inputs.append(ctx.const(axes, f"{node.name}/axes"))
+        elif len(ins) > 1:
             inputs.append(ctx.int64(node.inputs[1], f"{node.name}/axes"))
-        else:
-            attrs["axes"] = ctx.const_ints(node.inputs[1], "axes", node)
-    coeff = a.get("coeff", 1.0)
-    if coeff == 1.0:
+    elif to_end:
+        attrs["axes"] = axes.tolist()
+    elif len(ins) > 1:
+        attrs["axes"] = ctx.const_ints(node.inputs[1], "axes", node)
+    coeff = float(a.get("coeff", 1.0))
+    if not to_end or abs(coeff) <= 1e-5 or coeff == 1.0:
         ctx.add(op, inputs, outs, name=node.name, **attrs)
         return
     reduced = ctx.add(op, inputs, name=node.name, **attrs)

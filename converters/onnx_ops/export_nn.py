@@ -150,15 +150,40 @@ def instance_norm(ctx, node, ins, outs):
 
 @EXPORTERS.register("LayerNormFusion")
 def layer_norm(ctx, node, ins, outs):
+    """MindSpore Lite normalises over the axes from `begin_norm_axis` and applies gamma/beta
+    whenever they are inputs (whatever `elementwise_affine` says: its converter writes False
+    with both present), broadcast over the axes from `begin_params_axis`."""
     a = node.attrs
-    axis = a.get("begin_norm_axis", 0)
-    if ctx.opset < 17:
-        raise unsupported(node, "LayerNormalization before opset 17")
-    if not a.get("elementwise_affine", False) or a.get("begin_params_axis", axis) != axis \
-            or len(ins) != 3:
-        raise unsupported(node, "layer norm without (gamma, beta) over the normalised axes")
-    ctx.add("LayerNormalization", ins, outs[:1], name=node.name, axis=axis,
-            epsilon=float(a.get("epsilon", 1e-5)))
+    rank = ctx.rank(node.inputs[0])
+    axis, params_axis = a.get("begin_norm_axis", 0), a.get("begin_params_axis", 0)
+    if rank is not None:
+        axis, params_axis = axis % rank, params_axis % rank
+    eps = float(a.get("epsilon", 1e-5))
+    if len(ins) not in (1, 3):
+        raise unsupported(node, f"layer norm with {len(ins)} inputs")
+    if len(ins) == 3 and axis == params_axis and ctx.opset >= 17:
+        ctx.add("LayerNormalization", ins, outs[:1], name=node.name, axis=axis, epsilon=eps)
+        return
+    if rank is None:
+        raise unsupported(node, "layer norm of unknown rank without matching gamma/beta")
+    dtype = ctx.np_dtype(node.inputs[0])
+    axes = ctx.const(np.arange(axis, rank, dtype=np.int64), f"{node.name}/axes")
+    mean = ctx.add("ReduceMean", [ins[0], axes], name=f"{node.name}/mean", keepdims=1) \
+        if ctx.opset >= 18 else ctx.add("ReduceMean", ins[:1], name=f"{node.name}/mean",
+                                         axes=list(range(axis, rank)), keepdims=1)
+    centred = ctx.add("Sub", [ins[0], mean], name=f"{node.name}/centred")
+    square = ctx.add("Mul", [centred, centred], name=f"{node.name}/square")
+    var = ctx.add("ReduceMean", [square, axes], name=f"{node.name}/var", keepdims=1) \
+        if ctx.opset >= 18 else ctx.add("ReduceMean", [square], name=f"{node.name}/var",
+                                        axes=list(range(axis, rank)), keepdims=1)
+    std = ctx.add("Sqrt", [ctx.add("Add", [var, ctx.const(np.array(eps, dtype),
+                                                           f"{node.name}/eps")])])
+    if len(ins) == 1:
+        ctx.add("Div", [centred, std], outs[:1], name=node.name)
+        return
+    normed = ctx.add("Div", [centred, std], name=node.name)
+    scaled = ctx.add("Mul", [normed, ins[1]], name=f"{node.name}/gamma")
+    ctx.add("Add", [scaled, ins[2]], outs[:1], name=f"{node.name}/beta")
 
 
 def _softmax_axis(ctx, node, axis: int) -> int:

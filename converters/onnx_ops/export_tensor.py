@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from converters.lite import dtypes
 from converters.onnx_ops.export_base import EXPORTERS, unsupported
@@ -18,6 +18,8 @@ def concat(ctx, node, ins, outs):
 def split(ctx, node, ins, outs):
     a = node.attrs
     sizes = list(a.get("size_splits", []))
+    if not sizes and len(ins) > 1:  # MindSpore's converter passes the sizes as an input
+        sizes = ctx.const_ints(node.inputs[1], "split sizes", node)
     axis = a.get("axis", 0)
     if not sizes:
         extra = {"num_outputs": len(outs)} if ctx.opset >= 18 else {}
@@ -143,14 +145,10 @@ def resize(ctx, node, ins, outs):
     a = node.attrs
     if ctx.opset < 11:
         raise unsupported(node, "Resize before opset 11")
-    h, w = a.get("new_height", 0), a.get("new_width", 0)
-    if len(ins) > 1 or h <= 0 or w <= 0:
-        raise unsupported(node, "a resize whose size is not in its attributes")
     shape = ctx.add("Shape", ins[:1], name=f"{node.name}/shape")
     nc = ctx.add("Slice", [shape, ctx.const(np.array([0], np.int64), f"{node.name}/zero"),
                            ctx.const(np.array([2], np.int64), f"{node.name}/two")])
-    sizes = ctx.add("Concat", [nc, ctx.const(np.array([h, w], np.int64), f"{node.name}/hw")],
-                    axis=0)
+    sizes = ctx.add("Concat", [nc, _resize_hw(ctx, node, ins, shape)], axis=0)
     empty = ctx.const(np.zeros(0, np.float32), f"{node.name}/empty")
     attrs = {"mode": _METHOD[a.get("method", "LINEAR")],
              "coordinate_transformation_mode": _COORD[a.get("coordinate_transform_mode",
@@ -163,6 +161,35 @@ def resize(ctx, node, ins, outs):
     if a.get("extrapolation_value", 0.0):
         attrs["extrapolation_value"] = float(a["extrapolation_value"])
     ctx.add("Resize", [ins[0], empty, empty, sizes], outs, name=node.name, **attrs)
+
+
+def _resize_hw(ctx, node, ins, shape: str) -> str:
+    """The output (height, width) as an int64 ONNX value, as MindSpore Lite's Resize infers
+    it: from the attributes, or from a second input of 2 (H, W) or 4 (NHWC) values that are
+    sizes when int32 and scales when float (output = round(scale * input), half away from 0).
+    """
+    if len(ins) == 1:
+        h, w = node.attrs.get("new_height", 0), node.attrs.get("new_width", 0)
+        if h <= 0 or w <= 0:
+            raise unsupported(node, "a one-input resize without new_height/new_width")
+        return ctx.const(np.array([h, w], np.int64), f"{node.name}/hw")
+    data = ctx.value(node.inputs[1])
+    count = data.size if data is not None else int(np.prod(ctx.shape(node.inputs[1])))
+    if count not in (2, 4):
+        raise unsupported(node, f"a resize size/scale input of {count} values")
+    where = ctx.const(np.array([0, 1] if count == 2 else [1, 2], np.int64), f"{node.name}/hw_at")
+    picked = ctx.add("Gather", [ins[1], where], name=f"{node.name}/hw_pick")
+    dtype = ctx.np_dtype(node.inputs[1])
+    if np.issubdtype(dtype, np.integer):
+        return ctx.add("Cast", [picked], to=TensorProto.INT64, name=f"{node.name}/hw")
+    if dtype != np.float32:
+        picked = ctx.add("Cast", [picked], to=TensorProto.FLOAT, name=f"{node.name}/scale")
+    in_hw = ctx.add("Slice", [shape, ctx.const(np.array([2], np.int64), f"{node.name}/h_at"),
+                              ctx.const(np.array([4], np.int64), f"{node.name}/w_end")])
+    scaled = ctx.add("Mul", [ctx.add("Cast", [in_hw], to=TensorProto.FLOAT), picked])
+    half = ctx.const(np.array(0.5, np.float32), f"{node.name}/half")
+    rounded = ctx.add("Floor", [ctx.add("Add", [scaled, half])])
+    return ctx.add("Cast", [rounded], to=TensorProto.INT64, name=f"{node.name}/hw")
 
 
 @EXPORTERS.register("Gather")

@@ -1,0 +1,213 @@
+"""Convert ONNX models with MindSpore Lite's own converter into the committed `.ms` fixtures.
+
+Opt-in (not run by the tests): needs the Python 3.7 venv with mindspore_lite==2.0.0 that
+`tox -e mslite` creates under .tox/mslite-py37 (its wheel ships the converter). Run
+
+    python3 models/mslite/make_fixtures.py
+
+For each model below (the `models/` networks at batch 1, plus small op-coverage graphs)
+it writes `<name>.ms` (MindSpore Lite 2.0's converter output, `mslite_convert.py`) and
+`<name>.npz` next to this file: `in:<input>` the seeded input as the .ms model takes it
+(MindSpore's converter makes 4-D inputs NHWC unless asked for NCHW), `out:<output>`
+onnxruntime's outputs for the original ONNX model, and `mslite:<output>` what MindSpore
+Lite 2.0's runtime computes from the .ms file on the same input (checked against
+onnxruntime here, within atol 1e-5 / rtol 1e-4).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))
+
+import models  # noqa: E402
+
+MSLITE_PYTHON = ROOT / ".tox" / "mslite-py37" / "bin" / "python"
+CONVERT = HERE / "mslite_convert.py"
+RUN_MS = ROOT / "tests" / "mslite" / "run_ms.py"
+OPSET = 17
+
+
+def _batch_one(name: str) -> onnx.ModelProto:
+    """A `models/` network with its symbolic batch fixed to 1 (the converter wants static
+    shapes to fuse and lay out the graph)."""
+    model = models.build(name)
+    for vi in (*model.graph.input, *model.graph.output):
+        vi.type.tensor_type.shape.dim[0].dim_value = 1
+    return model
+
+
+def _rand(rng: np.random.Generator, *shape: int, scale: float = 0.3) -> np.ndarray:
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes, "ops", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 8
+    model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    onnx.checker.check_model(model)
+    return model
+
+
+def op_cnn() -> onnx.ModelProto:
+    """NCHW layers MindSpore's converter fuses and re-lays out: Conv+BN+LeakyRelu,
+    dilated depthwise Conv+Sigmoid, Conv+Tanh, channel Concat, per-channel PRelu,
+    AveragePool, ConvTranspose, MaxPool, Resize, Add+Relu, InstanceNormalization, Pad, channel Slice, ReduceMean,
+    GlobalAveragePool, Gemm with bias, Softmax."""
+    rng = np.random.default_rng(11)
+    n = helper.make_node
+    inits = {
+        "w0": _rand(rng, 8, 3, 3, 3), "b0": _rand(rng, 8, scale=0.1),
+        "bn_s": 1 + _rand(rng, 8, scale=0.1), "bn_b": _rand(rng, 8, scale=0.1),
+        "bn_m": _rand(rng, 8, scale=0.1), "bn_v": 1 + np.abs(_rand(rng, 8, scale=0.2)),
+        "w1": _rand(rng, 8, 1, 3, 3), "b1": _rand(rng, 8, scale=0.1),
+        "w2": _rand(rng, 8, 8, 1, 1), "b2": _rand(rng, 8, scale=0.1),
+        "slope": np.abs(_rand(rng, 16, 1, 1, scale=0.2)),
+        "wt": _rand(rng, 16, 4, 3, 3), "bt": _rand(rng, 4, scale=0.1),
+        "scales": np.array([1, 1, 2, 2], np.float32),
+        "pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64),
+        "st": np.array([1], np.int64), "en": np.array([3], np.int64),
+        "ax1": np.array([1], np.int64),
+        "fc_w": _rand(rng, 5, 4), "fc_b": _rand(rng, 5, scale=0.1),
+        "in_s": 1 + _rand(rng, 4, scale=0.1), "in_b": _rand(rng, 4, scale=0.1),
+    }
+    nodes = [
+        n("Conv", ["x", "w0", "b0"], ["c0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+          strides=[1, 1], dilations=[1, 1]),
+        n("BatchNormalization", ["c0", "bn_s", "bn_b", "bn_m", "bn_v"], ["bn"]),
+        n("LeakyRelu", ["bn"], ["a"], alpha=0.1),
+        n("Conv", ["a", "w1", "b1"], ["c1"], kernel_shape=[3, 3], group=8, dilations=[2, 2],
+          strides=[1, 1], pads=[2, 2, 2, 2]),
+        n("Sigmoid", ["c1"], ["b"]),
+        n("Conv", ["a", "w2", "b2"], ["c2"], kernel_shape=[1, 1], strides=[1, 1],
+          dilations=[1, 1], pads=[0, 0, 0, 0]),
+        n("Tanh", ["c2"], ["c"]),
+        n("Concat", ["b", "c"], ["d"], axis=1),
+        n("PRelu", ["d", "slope"], ["e"]),
+        n("AveragePool", ["e"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        n("ConvTranspose", ["p", "wt", "bt"], ["f"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+          output_padding=[1, 1], dilations=[1, 1]),
+        n("MaxPool", ["f"], ["mp"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        n("Resize", ["mp", "", "scales"], ["up"], mode="nearest"),
+        n("Add", ["up", "f"], ["sum"]),
+        n("Relu", ["sum"], ["h"]),
+        n("InstanceNormalization", ["h", "in_s", "in_b"], ["inorm"], epsilon=1e-5),
+        n("Pad", ["h", "pads"], ["padded"]),
+        n("Slice", ["padded", "st", "en", "ax1"], ["sl"]),
+        n("ReduceMean", ["sl"], ["mean"], axes=[2, 3], keepdims=0),
+        n("GlobalAveragePool", ["h"], ["gap"]),
+        n("Flatten", ["gap"], ["flat"]),
+        n("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1),
+        n("Softmax", ["logits"], ["prob"], axis=-1),
+    ]
+    return _model(nodes, [("x", [1, 3, 16, 16])], ["prob", "mean", "padded", "inorm"], inits)
+
+
+def op_seq() -> onnx.ModelProto:
+    """Non-image ops: MatMul+Add (MatMulFusion with bias), Erf GELU, Split, Tanh,
+    HardSigmoid, Transpose, batched MatMul, Gemm (transB), Gather, Greater/Where,
+    Neg, Sub/Div/Sqrt/Abs/Pow, ReduceSum/ReduceMax, Clip, LogSoftmax,
+    Unsqueeze/Tile/Squeeze."""
+    rng = np.random.default_rng(12)
+    n = helper.make_node
+    inits = {
+        "w": _rand(rng, 16, 12), "b": _rand(rng, 12, scale=0.1),
+        "sqrt2": np.float32(np.sqrt(2.0)), "one": np.float32(1.0), "half": np.float32(0.5),
+        "split": np.array([4, 8], np.int64), "gw": _rand(rng, 6, 16), "gb": _rand(rng, 6),
+        "shape2d": np.array([16, 16], np.int64), "idx": np.array([3, 0, 5], np.int64),
+        "zero": np.float32(0.0), "two": np.float32(2.0), "lo": np.float32(-0.25),
+        "hi": np.float32(0.5), "ax0": np.array([0], np.int64),
+        "rep": np.array([2, 1, 1, 1], np.int64), "ax_last": np.array([-1], np.int64),
+    }
+    nodes = [
+        n("MatMul", ["x", "w"], ["mm"]), n("Add", ["mm", "b"], ["lin"]),
+        n("Div", ["lin", "sqrt2"], ["g0"]), n("Erf", ["g0"], ["g1"]),
+        n("Add", ["g1", "one"], ["g2"]), n("Mul", ["lin", "g2"], ["g3"]),
+        n("Mul", ["g3", "half"], ["gelu"]),
+        n("Split", ["gelu", "split"], ["s1", "s2"], axis=-1),
+        # MindSpore Lite 2.0's converter turns any HardSigmoid into HSIGMOID, i.e. drops
+        # alpha/beta for its fixed 1/6 and 0.5: only those values convert faithfully.
+        n("Tanh", ["s1"], ["t"]), n("HardSigmoid", ["s1"], ["hs"], alpha=1 / 6, beta=0.5),
+        n("Mul", ["t", "hs"], ["th"]),
+        n("Transpose", ["s2"], ["s2t"], perm=[0, 2, 1]),
+        n("MatMul", ["s2t", "s2"], ["gram"]),
+        n("Reshape", ["x", "shape2d"], ["x2"]),
+        n("Gemm", ["x2", "gw", "gb"], ["gemm"], transB=1),
+        n("Gather", ["x", "idx"], ["ga"], axis=1),
+        n("Greater", ["ga", "zero"], ["pos"]), n("Neg", ["ga"], ["neg"]),
+        n("Where", ["pos", "ga", "neg"], ["wh"]),
+        n("Abs", ["x"], ["ab"]), n("Sqrt", ["ab"], ["sq"]), n("Sub", ["sq", "half"], ["sb"]),
+        n("Pow", ["sb", "two"], ["pw"]), n("Div", ["pw", "two"], ["dv"]),
+        n("ReduceSum", ["dv", "ax_last"], ["rs"], keepdims=1),
+        n("ReduceMax", ["th"], ["rmax"], axes=[1], keepdims=0),
+        n("Clip", ["x", "lo", "hi"], ["cl"]),
+        n("LogSoftmax", ["cl"], ["lsm"], axis=-1),
+        n("Unsqueeze", ["th", "ax0"], ["us"]), n("Tile", ["us", "rep"], ["tl"]),
+    ]
+    outputs = ["gram", "gemm", "wh", "rs", "rmax", "lsm", "tl"]
+    return _model(nodes, [("x", [2, 8, 16])], outputs, inits)
+
+
+FIXTURES: dict[str, tuple[Callable[[], onnx.ModelProto], str]] = {
+    **{name: ((lambda name=name: _batch_one(name)), "NHWC") for name in models.NAMES},
+    "op_cnn": (op_cnn, "NHWC"),
+    "op_cnn_nchw": (op_cnn, "NCHW"),
+    "op_seq": (op_seq, "NHWC"),
+}
+
+
+def _mslite(*args: str, cwd: Path) -> None:
+    proc = subprocess.run([str(MSLITE_PYTHON), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600)
+    if proc.returncode:
+        raise RuntimeError(f"MindSpore Lite failed ({' '.join(args)}):\n{proc.stderr[-4000:]}")
+
+
+def make(name: str) -> None:
+    """Convert fixture `name` with MindSpore Lite's converter; write <name>.ms and .npz."""
+    build, input_format = FIXTURES[name]
+    model = build()
+    rng = np.random.default_rng(0)
+    feeds = {vi.name: rng.standard_normal([d.dim_value for d in vi.type.tensor_type.shape.dim])
+             .astype(np.float32) for vi in model.graph.input}
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True))
+    ms_feeds = {k: v.transpose(0, 2, 3, 1).copy() if v.ndim == 4 and input_format == "NHWC"
+                else v for k, v in feeds.items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        onnx.save(model, tmp / f"{name}.onnx")
+        _mslite(str(CONVERT), f"{name}.onnx", name, input_format, cwd=tmp)
+        np.savez(tmp / "in.npz", **ms_feeds)
+        _mslite(str(RUN_MS), f"{name}.ms", "in.npz", "out.npz", cwd=tmp)
+        with np.load(tmp / "out.npz") as z:
+            got = dict(z)
+        (HERE / f"{name}.ms").write_bytes((tmp / f"{name}.ms").read_bytes())
+    assert sorted(got) == sorted(want), (sorted(got), sorted(want))
+    for out, value in want.items():
+        diff = np.abs(got[out].astype(np.float64) - value).max()
+        print(f"{name}: {out} {value.shape} MindSpore Lite vs onnxruntime max |diff| {diff:.2e}")
+        np.testing.assert_allclose(got[out], value, rtol=1e-4, atol=1e-5, err_msg=f"{name}:{out}")
+    np.savez_compressed(HERE / f"{name}.npz", **{f"in:{k}": v for k, v in ms_feeds.items()},
+                        **{f"out:{k}": v for k, v in want.items()},
+                        **{f"mslite:{k}": v for k, v in got.items()})
+
+
+if __name__ == "__main__":
+    for fixture in sys.argv[1:] or FIXTURES:
+        make(fixture)

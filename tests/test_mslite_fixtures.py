@@ -1,0 +1,71 @@
+""".ms files written by MindSpore Lite 2.0's own converter (`models/mslite/`, made by
+`models/mslite/make_fixtures.py` from the `models/` networks and op-coverage graphs) load
+into Lite IR, export to ONNX and reproduce the original ONNX model's onnxruntime outputs
+(atol 1e-5 / rtol 1e-4) and MindSpore Lite's own outputs; the NPU session runs them too.
+
+The files carry what only the real converter writes: NHWC activations with OHWI/KHWC
+weights, BatchNorm folded into convs, fused activations (RELU6, LEAKY_RELU, GELU,
+HARD_TANH), MatMulFusion with bias and transposes folded in, LayerNormFusion, ReduceFusion,
+TileFusion, Split with size inputs, and (NHWC-input variant) transposes at the graph edge.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx_roundtrip import run
+
+from converters.lite import reader
+from converters.onnx_export import export_onnx
+
+FIXTURES = Path(__file__).resolve().parents[1] / "models" / "mslite"
+NAMES = sorted(p.stem for p in FIXTURES.glob("*.ms"))
+NPU = ["NPUExecutionProvider", "CPUExecutionProvider"]
+
+
+def _reference(name: str) -> tuple[dict, dict, dict]:
+    """(inputs as the .ms takes them, original ONNX outputs, MindSpore Lite's outputs)."""
+    with np.load(FIXTURES / f"{name}.npz") as z:
+        return tuple({k.split(":", 1)[1]: z[k] for k in z.files if k.startswith(prefix)}
+                     for prefix in ("in:", "out:", "mslite:"))
+
+
+def _check(name: str, names: list[str], got: list[np.ndarray], want: dict, mslite: dict,
+           rtol: float = 1e-4, atol: float = 1e-5) -> None:
+    assert sorted(names) == sorted(want)
+    for out, value in zip(names, got, strict=True):
+        assert value.shape == want[out].shape, out
+        np.testing.assert_allclose(value, want[out], rtol=rtol, atol=atol, err_msg=f"{name}:{out}")
+        np.testing.assert_allclose(value, mslite[out], rtol=rtol, atol=atol,
+                                   err_msg=f"{name}:{out} vs MindSpore Lite")
+
+
+def test_fixtures_are_there():
+    assert {"mobilenet_v2", "resnet_block", "transformer_encoder", "op_cnn", "op_cnn_nchw",
+            "op_seq"} <= set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_converter_output_exports_to_onnx_and_matches(name):
+    feeds, want, mslite = _reference(name)
+    exported = export_onnx(reader.load(FIXTURES / f"{name}.ms"))
+    _check(name, [o.name for o in exported.graph.output], run(exported, feeds), want, mslite)
+
+
+# provider/npu gets Transpose -> PRelu(per-channel slope) -> Transpose wrong when the first
+# Transpose reads another Transpose's output (NHWC conv output); see the lead's issue list.
+NPU_PRELU = pytest.mark.xfail(strict=True, reason="provider/npu: PRelu between transposes")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=NPU_PRELU) if n.startswith("op_cnn")
+                                  else n for n in NAMES])
+def test_converter_output_runs_on_the_npu_session(name):
+    import provider
+
+    feeds, want, mslite = _reference(name)
+    sess = provider.InferenceSession(str(FIXTURES / f"{name}.ms"), providers=NPU)
+    names = [o.name for o in sess.get_outputs()]
+    # the NPU's own tolerance (as in tests/test_ort_models.py): float32 sums in another order
+    _check(name, names, sess.run(None, feeds), want, mslite, rtol=1e-3, atol=1e-4)
