@@ -14,8 +14,15 @@ from provider.cache import CompileCache, EntryInfo, default_cache_dir
 from provider.cache.entry import BadEntry
 from provider.cli import command
 
+EXAMPLES = """examples:
+  litenpu cache ls                          # entries of the default cache, least recently used first
+  litenpu cache verify --cache-dir ./cache  # hash every entry; exit 1 naming the bad ones
+  litenpu cache clear --model resnet        # remove one model's entries
+"""
+
 
 def _add_args(p: argparse.ArgumentParser) -> None:
+    p.epilog = EXAMPLES
     p.add_argument("action", choices=("ls", "verify", "clear"),
                    help="ls: list entries; verify: full integrity check; clear: remove entries")
     p.add_argument("--cache-dir", type=Path, default=None,

@@ -13,7 +13,16 @@ from provider.cli import command
 PROGRESS_MIN_NODES = 500
 
 
+EXAMPLES = """examples:
+  litenpu convert model.onnx -o model.ms                 # ONNX -> MindSpore Lite
+  litenpu convert model.onnx -o model.ms --layout nhwc   # for MindSpore Lite's own CPU runtime
+  litenpu convert model.ms -o model.onnx                 # and back
+  litenpu convert net.mindir -o net.onnx                 # MindSpore MindIR -> ONNX
+"""
+
+
 def _add_args(p: argparse.ArgumentParser) -> None:
+    p.epilog = EXAMPLES
     p.add_argument("model", type=Path,
                    help=f"source model ({', '.join(sorted(READERS))})")
     p.add_argument("-o", "--output", type=Path, required=True,
