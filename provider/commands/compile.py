@@ -1,0 +1,97 @@
+"""`litenpu compile MODEL [-o OUT] [--embed] [--cache-dir DIR]`: write an EPContext model.
+
+The NPU partitions of MODEL are compiled once (onnxruntime's `ModelCompiler` with the NPU EP)
+and saved as `com.microsoft:EPContext` nodes: loading OUT builds each NPU kernel straight from
+its Program, with no import and no compile. By default the Programs stay in the compile cache
+and OUT references their entries (a small file; `litenpu cache clear` makes OUT unloadable);
+`--embed` puts the Program bytes into OUT itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import onnx
+import onnxruntime as ort
+
+from provider.cache import default_cache_dir
+from provider.cli import UsageError, command, key_values
+from provider.ort import epcontext
+from provider.ort.options import NpuOptions
+from provider.registration import ep_devices, register
+
+EXAMPLE = """\
+example:
+  litenpu compile models/resnet_block.onnx -o resnet_ctx.onnx --cache-dir /tmp/npu-cache
+  python -c "import provider; s = provider.InferenceSession('resnet_ctx.onnx', \\
+      providers=['NPUExecutionProvider', 'CPUExecutionProvider'])"
+"""
+
+
+def _add_args(p: argparse.ArgumentParser) -> None:
+    p.epilog = EXAMPLE
+    p.add_argument("model", type=Path, help="source ONNX model")
+    p.add_argument("-o", "--output", type=Path,
+                   help="the EPContext model to write (default: MODEL_ctx.onnx beside MODEL)")
+    p.add_argument("--embed", action="store_true",
+                   help="embed the Programs in the output (default: reference cache entries)")
+    p.add_argument("--cache-dir", type=Path,
+                   help="compile cache directory (default without --embed: "
+                        f"{default_cache_dir()}; with --embed: none)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an NPU provider option, e.g. model_name=resnet or disable_ops=Add "
+                        "(repeatable)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print no summary")
+
+
+def _npu_options(args: argparse.Namespace) -> NpuOptions:
+    options = key_values(args.option, "--option")
+    cache_dir = args.cache_dir if args.cache_dir is not None else (
+        None if args.embed else default_cache_dir())
+    if cache_dir is not None:
+        if any(k in options for k in ("cache_dir", "CachePath")):
+            raise UsageError("give the cache directory once: --cache-dir or --option cache_dir")
+        options["cache_dir"] = str(cache_dir)
+    return NpuOptions.parse(options)
+
+
+def compile_model_file(model: Path, output: Path, npu: NpuOptions, *, embed: bool) -> None:
+    """Compile `model`'s NPU partitions into the EPContext model `output`."""
+    register()
+    options = ort.SessionOptions()
+    options.add_provider_for_devices(ep_devices(), npu.to_strings())
+    output.parent.mkdir(parents=True, exist_ok=True)
+    if output.exists():
+        output.unlink()  # onnxruntime refuses to overwrite
+    compiler = ort.ModelCompiler(options, str(model), embed_compiled_data_into_model=embed)
+    compiler.compile_to_file(str(output))
+
+
+def summary(output: Path) -> str:
+    """What the written model holds: nodes, EPContext nodes and where their Programs live."""
+    nodes = onnx.load(str(output), load_external_data=False).graph.node
+    ours = [n for n in nodes if n.op_type == epcontext.OP_TYPE and n.domain == epcontext.DOMAIN]
+    lines = [f"{output}: {len(nodes)} node(s), {len(ours)} NPU partition(s) as EPContext nodes"]
+    for node in ours:
+        attrs = {a.name: a for a in node.attribute}
+        if attrs["embed_mode"].i == 1:
+            where = f"embedded, {len(attrs['ep_cache_context'].s)} bytes"
+        else:
+            where = attrs["ep_cache_context"].s.decode()
+        lines.append(f"  {node.name}: {where}")
+    return "\n".join(lines)
+
+
+@command("compile", "compile a model's NPU partitions into an EPContext model (loads without "
+         "compiling)", _add_args)
+def run(args: argparse.Namespace) -> int:
+    if not args.model.is_file():
+        raise FileNotFoundError(f"model {args.model} does not exist")
+    output = args.output or args.model.with_name(f"{args.model.stem}_ctx.onnx")
+    if output.resolve() == args.model.resolve():
+        raise UsageError(f"-o {output}: would overwrite the source model")
+    compile_model_file(args.model, output, _npu_options(args), embed=args.embed)
+    if not args.quiet:
+        print(summary(output))
+    return 0
