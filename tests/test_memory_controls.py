@@ -1,0 +1,292 @@
+"""Memory controls through real sessions: memory_info, caller-owned memory, internal memory
+groups, clones, shared weights, exhaustion, leaks. Results are checked against onnxruntime CPU."""
+
+import gc
+import threading
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from ort_models import NPU, STATIC, reference
+
+import models
+import provider
+from provider import memory_controls
+from provider.errors import BindingError, DeviceMemoryError
+from provider.memory_controls import block_bytes
+from provider.npu.memory import DevicePool, default_pool
+from provider.session import InferenceSession
+
+MODELS_DIR = Path(models.__file__).parent
+INPUT = {"mobilenet_v2": ("image", (3, 64, 64)), "resnet_block": ("image", (3, 56, 56)),
+         "transformer_encoder": ("tokens", (16, 64))}
+_REFERENCE: dict[str, ort.InferenceSession] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    provider.register()
+
+
+def _options(batch: int) -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.add_free_dimension_override_by_name("batch", batch)  # static: compiled at creation
+    return options
+
+
+def _session(name: str, batch: int = 1, **npu: str) -> InferenceSession:
+    return InferenceSession(str(MODELS_DIR / f"{name}.onnx"), _options(batch),
+                            providers=[("NPUExecutionProvider", npu), "CPUExecutionProvider"])
+
+
+def _feeds(name: str, batch: int = 1, seed: int = 0) -> dict[str, np.ndarray]:
+    input_name, shape = INPUT[name]
+    return {input_name: np.random.default_rng(seed).standard_normal((batch, *shape)).astype(np.float32)}
+
+
+def _check(sess: InferenceSession, name: str, batch: int = 1, seed: int = 0) -> None:
+    feeds = _feeds(name, batch, seed)
+    if name not in _REFERENCE:
+        _REFERENCE[name] = ort.InferenceSession(str(MODELS_DIR / f"{name}.onnx"),
+                                                providers=["CPUExecutionProvider"])
+    expected = _REFERENCE[name].run(None, feeds)
+    for got, want in zip(sess.run(None, feeds), expected, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-3)
+
+
+def _in_use() -> int:
+    gc.collect()
+    return default_pool().stats().in_use
+
+
+def _programs(sess: InferenceSession):
+    return [e.program for ep in sess._npu_eps
+            for e in memory_controls.find_session_memory(ep).executors]
+
+
+def test_memory_info_equals_what_the_pool_hands_out():
+    before = _in_use()
+    sess = _session("mobilenet_v2")
+    info = sess.memory_info()
+    (program,) = _programs(sess)
+    assert info.weights == block_bytes(program.weight_bytes) > 0
+    assert info.internal == block_bytes(program.internal_bytes) > 0
+    assert info.io == program.io_bytes and info.total == info.weights + info.internal + info.io
+    assert (info.device_weights, info.device_internal) == (info.weights, info.internal)
+    assert default_pool().stats().in_use - before == info.device_total
+    _check(sess, "mobilenet_v2")
+    after_run = sess.memory_info()
+    assert default_pool().stats().in_use - before == after_run.device_total
+    assert after_run.pool_in_use == default_pool().stats().in_use
+    del sess
+    assert _in_use() == before
+
+
+def test_two_models_in_one_group_use_the_larger_arena_not_the_sum():
+    before = _in_use()
+    small = _session("transformer_encoder", internal_memory_group="pair")
+    large = _session("mobilenet_v2", internal_memory_group="pair")  # grows the arena
+    infos = small.memory_info(), large.memory_info()
+    weights = sum(i.device_weights for i in infos)
+    arena = max(i.internal for i in infos)
+    assert infos[0].internal < infos[1].internal
+    assert default_pool().stats().in_use - before == weights + arena
+    assert infos[0].device_internal == infos[1].device_internal == arena
+    for seed in range(2):  # one after the other, both after the growth
+        _check(small, "transformer_encoder", seed=seed)
+        _check(large, "mobilenet_v2", seed=seed)
+    del small, large
+    assert _in_use() == before
+
+
+def test_two_threads_hammering_one_group_stay_correct():
+    sessions = {name: _session(name, internal_memory_group="hammer")
+                for name in ("resnet_block", "transformer_encoder")}
+    errors: list[BaseException] = []
+
+    def hammer(name: str) -> None:
+        try:
+            for seed in range(6):
+                _check(sessions[name], name, seed=seed)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=hammer, args=(n,)) for n in sessions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_eight_clones_in_eight_threads_share_the_weights():
+    before = _in_use()
+    sess = _session("resnet_block")
+    info = sess.memory_info()
+    clones = [sess.clone(_options(1)) for _ in range(8)]
+    assert [_programs(c) for c in clones] == [_programs(sess)] * 8  # the same Program objects
+    # weights once; one arena per clone
+    assert default_pool().stats().in_use - before == info.device_weights + 9 * info.device_internal
+    errors: list[BaseException] = []
+
+    def run(clone: InferenceSession, seed: int) -> None:
+        try:
+            for _ in range(2):
+                _check(clone, "resnet_block", seed=seed)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(c, i)) for i, c in enumerate(clones)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    del sess, clones, threads
+    assert _in_use() == before
+
+
+def test_shared_weights_are_stored_once_whatever_the_input_shape():
+    before = _in_use()
+    one = _session("mobilenet_v2", batch=1, share_weights="1")
+    tensors, stored = memory_controls.weight_store().stats()
+    mid = default_pool().stats().in_use
+    two = _session("mobilenet_v2", batch=2, share_weights="1")
+    assert memory_controls.weight_store().stats() == (tensors, stored)
+    assert default_pool().stats().in_use - mid == two.memory_info().device_internal
+    assert one.memory_info().device_weights == two.memory_info().device_weights > 0
+    _check(one, "mobilenet_v2", batch=1)
+    _check(two, "mobilenet_v2", batch=2)
+    del one, two
+    assert _in_use() == before
+    assert memory_controls.weight_store().stats() == (0, 0)
+
+
+def _aligned(nbytes: int) -> np.ndarray:
+    raw = np.zeros(nbytes + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start:start + nbytes]
+
+
+def test_caller_owned_memory():
+    before = _in_use()
+    sess = _session("transformer_encoder", mem_alloc_outside="1")
+    info = sess.memory_info()
+    assert info.weights > 0 and info.internal > 0
+    assert (info.device_weights, info.device_internal) == (0, 0)
+    assert _in_use() == before  # nothing allocated for weights or arenas
+    with pytest.raises(BindingError, match=f"weight memory of at least {info.weights} bytes"):
+        sess.run(None, _feeds("transformer_encoder"))
+    with pytest.raises(BindingError, match=f"needs {info.weights} bytes"):
+        sess.set_weight_memory(_aligned(info.weights - 64))
+    with pytest.raises(BindingError, match="not 64-byte aligned"):
+        sess.set_weight_memory(_aligned(info.weights + 64)[1:info.weights + 1])
+    sess.set_weight_memory(_aligned(info.weights))
+    with pytest.raises(BindingError, match=f"internal memory of at least {info.internal} bytes"):
+        sess.run(None, _feeds("transformer_encoder"))
+    internal = provider.empty([info.internal], "uint8")  # an NPU OrtValue
+    sess.set_internal_memory(internal)
+    _check(sess, "transformer_encoder")
+    clone = sess.clone(_options(1))  # shares the caller's weights, needs its own internal memory
+    with pytest.raises(BindingError, match="internal memory"):
+        clone.run(None, _feeds("transformer_encoder"))
+    clone.set_internal_memory(_aligned(info.internal))
+    _check(clone, "transformer_encoder", seed=1)
+
+
+def test_caller_memory_from_an_imported_fd(tmp_path):
+    sess = _session("resnet_block", mem_alloc_outside="1")
+    info = sess.memory_info()
+    path = tmp_path / "weights.bin"
+    path.write_bytes(bytes(info.weights))
+    with open(path, "r+b") as f:
+        region = default_pool().import_fd(f.fileno(), 0, info.weights)
+    sess.set_weight_memory(region)
+    sess.set_internal_memory(_aligned(info.internal))
+    _check(sess, "resnet_block")
+    assert path.read_bytes() != bytes(info.weights)  # the weights went into the file
+
+
+def test_memory_options_need_mem_alloc_outside():
+    sess = _session("resnet_block")
+    with pytest.raises(BindingError, match="mem_alloc_outside=1"):
+        sess.set_internal_memory(_aligned(64))
+
+
+def test_import_fd_and_wrap_are_zero_copy_inputs(tmp_path):
+    sess = InferenceSession(STATIC, providers=NPU)
+    x = _aligned(64).view(np.float32).reshape(2, 8)
+    x[:] = np.random.default_rng(1).standard_normal((2, 8))
+    wrapped = provider.wrap(x)
+    path = tmp_path / "input.bin"
+    path.write_bytes(x.tobytes() + bytes(4096))
+    with open(path, "r+b") as f:
+        imported = provider.import_fd(f.fileno(), 0, 64, (2, 8), "float32")
+    for value in (wrapped, imported):
+        assert value.device_name().lower() == "npu"
+        np.testing.assert_array_equal(provider.view(value), x)
+        start = provider.copy_stats()
+        (y,) = sess.run(None, {"x": value})
+        assert provider.copy_stats().bytes_to_device == start.bytes_to_device  # 0 bytes in
+        np.testing.assert_allclose(y, reference(STATIC, {"x": x})[0], atol=1e-6)
+
+
+def test_import_fd_and_wrap_reject_bad_regions(tmp_path):
+    path = tmp_path / "r.bin"
+    path.write_bytes(bytes(256))
+    with open(path, "r+b") as f:
+        with pytest.raises(BindingError, match="not 64-byte aligned"):
+            provider.import_fd(f.fileno(), 8, 64, (2, 8), "float32")
+        with pytest.raises(BindingError, match="needs 64 bytes, the region has 32"):
+            provider.import_fd(f.fileno(), 0, 32, (2, 8), "float32")
+        with pytest.raises(BindingError, match="too small"):
+            provider.import_fd(f.fileno(), 0, 512, (2, 64), "float32")
+    with pytest.raises(BindingError, match="aligned"):
+        provider.wrap(_aligned(68)[4:].view(np.float32))
+
+
+def test_device_exhaustion_mid_creation_leaves_the_pool_as_it_was(monkeypatch):
+    probe = _session("transformer_encoder")
+    weights = probe.memory_info().device_weights
+    del probe
+    small = DevicePool(weights + 64)  # room for the weights, not the arena
+    monkeypatch.setattr(memory_controls, "default_pool", lambda: small)
+    for options in ({}, {"internal_memory_group": "tiny"}, {"share_weights": "1"}):
+        with pytest.raises(DeviceMemoryError):
+            _session("transformer_encoder", **options)
+        gc.collect()
+        assert small.stats().in_use == 0
+    assert memory_controls.weight_store().stats() == (0, 0)
+
+
+def _cycles(count: int, tmp_path) -> None:
+    import resource
+
+    def one() -> None:
+        sess = InferenceSession(STATIC, providers=[("NPUExecutionProvider", {
+            "cache_dir": str(tmp_path), "internal_memory_group": "leak"}), "CPUExecutionProvider"])
+        clone = sess.clone()
+        x = {"x": np.ones((2, 8), np.float32)}
+        for s in (sess, clone):
+            np.testing.assert_array_equal(s.run(None, x)[0], np.full((2, 8), 2, np.float32))
+
+    before = _in_use()
+    for _ in range(20):  # warm-up: caches, interned strings, allocator arenas
+        one()
+    gc.collect()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for _ in range(count):
+        one()
+    assert _in_use() == before
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss
+    assert grown_kib < 20 * 1024, f"peak RSS grew {grown_kib} KiB over {count} cycles"  # tolerance 20 MiB
+
+
+def test_create_run_destroy_cycles_leak_nothing(tmp_path):
+    _cycles(100, tmp_path)
+
+
+@pytest.mark.slow
+def test_a_thousand_cycles_leak_nothing(tmp_path):
+    _cycles(1000, tmp_path)
