@@ -1,3 +1,3 @@
 """CLI subcommands, one module each; importing this package registers them all."""
 
-from provider.commands import bench, cache, convert, demo, inspect, run  # noqa: F401
+from provider.commands import bench, cache, compile, convert, demo, inspect, run  # noqa: F401
