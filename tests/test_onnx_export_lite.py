@@ -163,3 +163,111 @@ def test_malformed_ir_is_invalid_model_naming_the_node():
     b.m.add_node(LiteNode("dangling", "Neg", {}, [x], [7]))
     with pytest.raises(InvalidModelError, match="'dangling'.*\\[7\\]"):
         b.run([x], [x], {})
+
+
+def test_not_equal_ones_like_zeros_like():
+    b = Lite()
+    x = b.act("x", (2, 3), fmt="NCHW")
+    k = b.act("k", (3,), fmt="NCHW", dtype=np.int32)
+    ref = np.array([0.5, -1.0, 2.0], np.float32)
+    ne = b.node("NotEqual", {}, [x, b.const("ref", ref)], (2, 3), fmt="NCHW", dtype=np.bool_)
+    ones = b.node("OnesLike", {}, [x], (2, 3), fmt="NCHW")
+    zeros = b.node("ZerosLike", {}, [k], (3,), fmt="NCHW", dtype=np.int32)
+    xv = np.array([[0.5, 1.0, 2.0], [0.0, -1.0, -2.0]], np.float32)
+    got_ne, got_ones, got_zeros = b.run([x, k], [ne, ones, zeros],
+                                        {"x": xv, "k": np.array([4, 5, 6], np.int32)})
+    np.testing.assert_array_equal(got_ne, xv != ref)
+    assert got_ones.dtype == np.float32 and got_zeros.dtype == np.int32
+    np.testing.assert_array_equal(got_ones, np.ones((2, 3), np.float32))
+    np.testing.assert_array_equal(got_zeros, np.zeros(3, np.int32))
+
+
+def test_fast_gelu_activation_and_fused():
+    """MindSpore's FastGeLU: x / (1 + exp(-1.702 |x|)) * exp(0.851 (x - |x|))."""
+    b = Lite()
+    x = b.act("x", (3, 5), fmt="NCHW")
+    fg = b.node("Activation", {"activation_type": "FAST_GELU"}, [x], (3, 5), fmt="NCHW")
+    fused = b.node("AddFusion", {"activation_type": "FAST_GELU"}, [x, x], (3, 5), fmt="NCHW")
+    xv = (rng.standard_normal((3, 5)) * 4).astype(np.float32)
+    got, got_fused = b.run([x], [fg, fused], {"x": xv})
+
+    def fast_gelu(v):
+        v = v.astype(np.float64)
+        return v / (1 + np.exp(-1.702 * np.abs(v))) * np.exp(0.851 * (v - np.abs(v)))
+
+    np.testing.assert_allclose(got, fast_gelu(xv), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got_fused, fast_gelu(2 * xv), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("size_input,out_hw", [
+    (np.array([2.0, 2.0], np.float32), (8, 6)),          # (H, W) scales, as MindSpore's converter writes
+    (np.array([1, 8, 6, 1], np.int32), (8, 6)),          # NHWC sizes
+    (np.array([1.0, 1.5, 1.5, 1.0], np.float32), (6, 5)),  # NHWC scales: round(4*1.5), round(3*1.5)
+])
+def test_resize_takes_its_size_from_a_second_input(size_input, out_hw):
+    b = Lite()
+    x = b.act("x", (1, 4, 3, 2))
+    attrs = dict(format="NHWC", method="NEAREST", coordinate_transform_mode="ASYMMETRIC",
+                 nearest_mode="FLOOR")
+    y = b.node("Resize", attrs, [x, b.const("size", size_input)], (1, *out_hw, 2))
+    xv = rng.standard_normal((1, 4, 3, 2)).astype(np.float32)
+    got = b.run([x], [y], {"x": xv})[0]
+    oh, ow = out_hw
+    rows = np.floor(np.arange(oh) * 4 / oh).astype(int)
+    cols = np.floor(np.arange(ow) * 3 / ow).astype(int)
+    np.testing.assert_array_equal(got, xv[:, rows][:, :, cols])
+
+
+def test_split_sizes_from_an_input():
+    b = Lite()
+    x = b.act("x", (2, 7), fmt="NCHW")
+    outs = [b.act(f"s{i}", (2, n), fmt="NCHW") for i, n in enumerate((3, 4))]
+    b.m.add_node(LiteNode("split", "Split", {"output_num": 2, "size_splits": [], "axis": -1},
+                          [x, b.const("sizes", np.array([3, 4], np.int32))], outs))
+    xv = rng.standard_normal((2, 7)).astype(np.float32)
+    got = b.run([x], outs, {"x": xv})
+    np.testing.assert_array_equal(got[0], xv[:, :3])
+    np.testing.assert_array_equal(got[1], xv[:, 3:])
+
+
+def test_reduce_coeff_applies_only_with_reduce_to_end():
+    b = Lite()
+    x = b.act("x", (2, 3, 4), fmt="NCHW")
+    axes = b.const("axes", np.array([1], np.int32))
+    # MindSpore's converter writes coeff 0 on plain reductions: MindSpore Lite ignores it.
+    mean = b.node("ReduceFusion", dict(mode="ReduceMean", keep_dims=False, coeff=0.0), [x, axes],
+                  (2, 4), fmt="NCHW")
+    to_end = b.node("ReduceFusion", dict(mode="ReduceSum", keep_dims=True, reduce_to_end=True,
+                                         coeff=2.5), [x, axes], (2, 1, 1), fmt="NCHW")
+    xv = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    got_mean, got_to_end = b.run([x], [mean, to_end], {"x": xv})
+    np.testing.assert_allclose(got_mean, xv.mean(axis=1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got_to_end, 2.5 * xv.sum(axis=(1, 2), keepdims=True), rtol=1e-5)
+
+
+def _layer_norm(v, axis, eps):
+    axes = tuple(range(axis, v.ndim))
+    mean = v.mean(axis=axes, keepdims=True)
+    return (v - mean) / np.sqrt(((v - mean) ** 2).mean(axis=axes, keepdims=True) + eps)
+
+
+def test_layer_norm_as_mindspore_lite_computes_it():
+    b = Lite()
+    x = b.act("x", (2, 3, 4), fmt="NCHW")
+    g, beta = rng.standard_normal(4).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    # MindSpore's converter: elementwise_affine False, gamma/beta present, epsilon 0.
+    conv_style = b.node("LayerNormFusion", dict(begin_norm_axis=-1, begin_params_axis=-1,
+                                                elementwise_affine=False, epsilon=0.0),
+                        [x, b.const("g", g), b.const("b", beta)], (2, 3, 4), fmt="NCHW")
+    plain = b.node("LayerNormFusion", dict(begin_norm_axis=1, epsilon=1e-5), [x], (2, 3, 4),
+                   fmt="NCHW")
+    # normalised over axes 1.., gamma/beta only over the last axis
+    wide = b.node("LayerNormFusion", dict(begin_norm_axis=1, begin_params_axis=2,
+                                          elementwise_affine=True, epsilon=1e-5),
+                  [x, b.const("g2", g), b.const("b2", beta)], (2, 3, 4), fmt="NCHW")
+    xv = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    got_conv, got_plain, got_wide = b.run([x], [conv_style, plain, wide], {"x": xv})
+    np.testing.assert_allclose(got_conv, _layer_norm(xv, 2, 0.0) * g + beta, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got_plain, _layer_norm(xv, 1, 1e-5), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got_wide, _layer_norm(xv, 1, 1e-5) * g + beta, rtol=1e-4,
+                               atol=1e-5)

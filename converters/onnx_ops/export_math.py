@@ -57,6 +57,11 @@ def activation(ctx, kind: str, a: dict, x: str, y: str, dtype: np.dtype, name: s
         ctx.add("Mul", [x, gate], [y], name=name)
     elif kind == "GELU":
         gelu(ctx, x, y, bool(a.get("approximate", False)), dtype, name)
+    elif kind == "FAST_GELU":  # x * sigmoid(1.702 x), MindSpore's FastGeLU
+        k = ctx.const(np.array(1.702, dtype), f"{name}/k")
+        gate = ctx.add("Sigmoid", [ctx.add("Mul", [x, k], name=f"{name}/scaled")],
+                       name=f"{name}/gate")
+        ctx.add("Mul", [x, gate], [y], name=name)
     else:
         raise unsupported_activation(kind)
 
@@ -100,6 +105,20 @@ def gelu(ctx, x: str, y: str, approximate: bool, dtype: np.dtype, name: str) -> 
 def activation_node(ctx, node, ins, outs):
     activation(ctx, node.attrs.get("activation_type", "NO_ACTIVATION"), node.attrs, ins[0],
                outs[0], ctx.np_dtype(node.inputs[0]), node.name)
+
+
+@EXPORTERS.register("NotEqual")
+def not_equal(ctx, node, ins, outs):
+    ctx.add("Not", [ctx.add("Equal", ins[:2], name=f"{node.name}/equal")], outs, name=node.name)
+
+
+@EXPORTERS.register("OnesLike", "ZerosLike")
+def fill_like(ctx, node, ins, outs):
+    """A tensor of x's shape and dtype filled with 1 or 0 (x's values are not read)."""
+    value = 1 if node.op == "OnesLike" else 0
+    fill = ctx.const(np.array(value, ctx.np_dtype(node.inputs[0])), f"{node.name}/value")
+    ctx.add("Expand", [fill, ctx.add("Shape", ins[:1], name=f"{node.name}/shape")], outs,
+            name=node.name)
 
 
 @EXPORTERS.register("Clip")
