@@ -117,8 +117,8 @@ class FusedKernel:
         if len(nodes) == 1 and epcontext.is_ours(nodes[0].view.op_type, nodes[0].view.domain,
                                                  nodes[0].view.attrs):
             start = time.perf_counter()
-            source, entry = epcontext.load_node(nodes[0].view.attrs,
-                                                epcontext.model_path(o, graph), name)
+            source, entry = epcontext.load_node(nodes[0].view.attrs,  # named as in the file
+                                                epcontext.model_path(o, graph), nodes[0].view.name)
             kernel = cls(ep, name, inputs, outputs, source, None)
             if isinstance(source, Program):
                 kernel.cache_entry = entry
