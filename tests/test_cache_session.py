@@ -1,0 +1,145 @@
+"""CacheSession: a warm start loads the stored EPContext model and never parses the source."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from ort_models import MLP, reference
+from test_ort_cache import IMAGE, RESNET, Calls
+
+import provider
+from provider import cache_session
+from provider.session import InferenceSession
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    provider.register()
+
+
+@pytest.fixture(scope="module")
+def expected() -> np.ndarray:
+    return reference(RESNET, {"image": IMAGE})[0]
+
+
+@pytest.fixture
+def source(tmp_path) -> Path:
+    path = tmp_path / "resnet.onnx"
+    path.write_bytes(RESNET)
+    return path
+
+
+def session(model, cache_dir, **options) -> InferenceSession:
+    opts = {"cache_dir": str(cache_dir), "model_name": "resnet", **options}
+    return InferenceSession(model if isinstance(model, bytes) else str(model),
+                            providers=[("NPUExecutionProvider", opts), "CPUExecutionProvider"])
+
+
+def run(sess) -> np.ndarray:
+    return sess.run(None, {"image": IMAGE})[0]
+
+
+@pytest.mark.parametrize("options", [{}, {"disable_ops": "Add"}], ids=["one kernel", "split"])
+def test_warm_start_uses_the_stored_context_model(tmp_path, source, expected, options):
+    cold = session(source, tmp_path, **options)
+    stats = cold.cache_stats()
+    assert stats.path == "source" and stats.reason.startswith("stored session entry")
+    out = run(cold)
+    np.testing.assert_allclose(out, expected, atol=1e-4, rtol=1e-3)
+    warm = session(source, tmp_path, **options)
+    stats = warm.cache_stats()
+    assert stats.path == "context-model" and stats.partitions
+    assert {p.status for p in stats.partitions} == {"context"}
+    assert run(warm).tobytes() == out.tobytes()
+    npu = [p.op_type for p in warm.partition() if p.device == "NPU"]
+    assert npu == ["EPContext"] * len(stats.partitions)  # onnxruntime saw the context model
+
+
+def test_warm_start_does_not_parse_the_source(tmp_path, source, monkeypatch, expected):
+    out = run(session(source, tmp_path))
+    st = source.stat()
+    source.write_bytes(b"\0" * st.st_size)  # garbage of the same size ...
+    os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns))  # ... and the same mtime
+    calls = Calls(monkeypatch)
+
+    def no_parsing(*args, **kwargs):
+        raise AssertionError("the source model was parsed")
+
+    monkeypatch.setattr(onnx, "load", no_parsing)
+    warm = session(source, tmp_path)
+    assert warm.cache_stats().path == "context-model"
+    assert (calls.compile, calls.imports) == (0, 0)
+    assert run(warm).tobytes() == out.tobytes()
+
+
+def test_changed_source_takes_the_normal_path_and_restores(tmp_path, source, expected):
+    session(source, tmp_path)
+    st = source.stat()
+    os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    sess = session(source, tmp_path)
+    stats = sess.cache_stats()
+    assert stats.path == "source" and stats.reason.startswith("stored session entry")
+    assert [p.status for p in stats.partitions] == ["hit"]  # the partition entry still holds
+    np.testing.assert_allclose(run(sess), expected, atol=1e-4, rtol=1e-3)
+    assert session(source, tmp_path).cache_stats().path == "context-model"
+
+
+def test_vanished_partition_entry_falls_back_to_the_source(tmp_path, source, caplog, expected):
+    session(source, tmp_path)
+    warm = session(source, tmp_path)
+    (partition,) = warm.cache_stats().partitions
+    shutil.rmtree(partition.entry)
+    with caplog.at_level(logging.WARNING, logger="litenpu.cache"):
+        sess = session(source, tmp_path)
+    stats = sess.cache_stats()
+    assert stats.path == "source" and [p.status for p in stats.partitions] == ["miss"]
+    assert any("stored EPContext model unusable" in r.getMessage() and "cache entry is gone"
+               in r.getMessage() for r in caplog.records)
+    np.testing.assert_allclose(run(sess), expected, atol=1e-4, rtol=1e-3)
+    assert session(source, tmp_path).cache_stats().path == "context-model"
+
+
+def test_cache_version_or_options_select_another_session_entry(tmp_path, source):
+    session(source, tmp_path)
+    assert session(source, tmp_path, cache_version="2").cache_stats().path == "source"
+    assert session(source, tmp_path, enable_fp16="1").cache_stats().path == "source"
+    assert session(source, tmp_path, enable_fp16="1").cache_stats().path == "context-model"
+
+
+def test_no_cache_session_for_bytes_or_without_model_name(tmp_path, source):
+    assert session(RESNET, tmp_path).cache_stats().path == ""
+    sess = InferenceSession(str(source), providers=[
+        ("NPUExecutionProvider", {"cache_dir": str(tmp_path)}), "CPUExecutionProvider"])
+    assert sess.cache_stats().path == "" and sess.cache_stats().partitions[0].status == "miss"
+
+
+def test_dynamic_shapes_store_no_session_entry(tmp_path):
+    path = tmp_path / "mlp.onnx"
+    path.write_bytes(MLP)
+    sess = InferenceSession(str(path), providers=[
+        ("NPUExecutionProvider", {"cache_dir": str(tmp_path / "c"), "model_name": "mlp"}),
+        "CPUExecutionProvider"])
+    stats = sess.cache_stats()
+    assert stats.path == "source" and "not stored" in stats.reason
+    again = InferenceSession(str(path), providers=[
+        ("NPUExecutionProvider", {"cache_dir": str(tmp_path / "c"), "model_name": "mlp"}),
+        "CPUExecutionProvider"])
+    assert again.cache_stats().path == "source"
+    feeds = {"x": np.ones((2, 3), np.float32), "b": np.ones(3, np.float32)}
+    np.testing.assert_allclose(again.run(None, feeds)[0], reference(MLP, feeds)[0], atol=1e-4)
+
+
+def test_session_entry_holds_context_model_and_source_stat(tmp_path, source):
+    sess = session(source, tmp_path)
+    entry_dir = Path(sess.cache_stats().reason.split()[-1])
+    assert (entry_dir / cache_session.CONTEXT_MODEL).stat().st_size < 4096
+    recorded = json.loads((entry_dir / cache_session.SOURCE_STAT).read_text())
+    assert recorded == {"path": str(source.resolve()), "size": source.stat().st_size,
+                        "mtime_ns": source.stat().st_mtime_ns}
