@@ -178,8 +178,8 @@ def _mslite(*args: str, cwd: Path) -> None:
         raise RuntimeError(f"MindSpore Lite failed ({' '.join(args)}):\n{proc.stderr[-4000:]}")
 
 
-def make(name: str) -> None:
-    """Convert fixture `name` with MindSpore Lite's converter; write <name>.ms and .npz."""
+def reference(name: str) -> tuple[onnx.ModelProto, dict, dict]:
+    """(ONNX model, seeded inputs as the converted .ms takes them, onnxruntime's outputs)."""
     build, input_format = FIXTURES[name]
     model = build()
     rng = np.random.default_rng(0)
@@ -189,16 +189,33 @@ def make(name: str) -> None:
     want = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True))
     ms_feeds = {k: v.transpose(0, 2, 3, 1).copy() if v.ndim == 4 and input_format == "NHWC"
                 else v for k, v in feeds.items()}
+    return model, ms_feeds, want
+
+
+def convert(name: str, model: onnx.ModelProto, folder: Path) -> Path:
+    """`model` converted by MindSpore Lite's converter into folder/<name>.ms."""
+    onnx.save(model, folder / f"{name}.onnx")
+    _mslite(str(CONVERT), f"{name}.onnx", name, FIXTURES[name][1], cwd=folder)
+    return folder / f"{name}.ms"
+
+
+def run_mslite(path: Path, feeds: dict) -> dict:
+    """Outputs by name of the .ms file at `path` run by MindSpore Lite 2.0 on `feeds`."""
+    np.savez(path.parent / "in.npz", **feeds)
+    _mslite(str(RUN_MS), path.name, "in.npz", "out.npz", cwd=path.parent)
+    with np.load(path.parent / "out.npz") as z:
+        return dict(z)
+
+
+def make(name: str) -> None:
+    """Convert fixture `name` with MindSpore Lite's converter; write <name>.ms and .npz."""
+    model, ms_feeds, want = reference(name)
     with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        onnx.save(model, tmp / f"{name}.onnx")
-        _mslite(str(CONVERT), f"{name}.onnx", name, input_format, cwd=tmp)
-        np.savez(tmp / "in.npz", **ms_feeds)
-        _mslite(str(RUN_MS), f"{name}.ms", "in.npz", "out.npz", cwd=tmp)
-        with np.load(tmp / "out.npz") as z:
-            got = dict(z)
-        (HERE / f"{name}.ms").write_bytes((tmp / f"{name}.ms").read_bytes())
-    assert sorted(got) == sorted(want), (sorted(got), sorted(want))
+        path = convert(name, model, Path(tmp))
+        got = run_mslite(path, ms_feeds)
+        (HERE / path.name).write_bytes(path.read_bytes())
+    if sorted(got) != sorted(want):
+        raise RuntimeError(f"{name}: MindSpore Lite outputs {sorted(got)}, ONNX {sorted(want)}")
     for out, value in want.items():
         diff = np.abs(got[out].astype(np.float64) - value).max()
         print(f"{name}: {out} {value.shape} MindSpore Lite vs onnxruntime max |diff| {diff:.2e}")
