@@ -224,6 +224,7 @@ class ArenaGroup:
                 grown = _allocate(self.pool, nbytes)
                 self.region.release()
                 self.region = grown
+                self.pool.trim()  # the old arena's pages go back to the OS
                 self.generation += 1
                 log.info("internal memory group %r: arena grown to %d bytes", self.name, nbytes)
             self.members += 1
