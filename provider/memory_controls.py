@@ -221,10 +221,10 @@ class ArenaGroup:
         """Add a member needing `nbytes`; grows the arena first (DeviceMemoryError leaves it)."""
         with self.lock:  # no member runs while the arena is replaced
             if nbytes > self.region.array.nbytes:
-                grown = _allocate(self.pool, nbytes)
-                self.region.release()
-                self.region = grown
-                self.pool.trim()  # the old arena's pages go back to the OS
+                old, self.region = self.region, _allocate(self.pool, nbytes)
+                if old.buffer is not None:
+                    old.release()
+                    self.pool.trim()  # the old arena's pages go back to the OS
                 self.generation += 1
                 log.info("internal memory group %r: arena grown to %d bytes", self.name, nbytes)
             self.members += 1
