@@ -1,37 +1,52 @@
-"""NPU-sim latency vs onnxruntime CPU (2 threads) on real architectures.
+"""NPU-sim latency vs onnxruntime CPU on real architectures, side by side.
 
 For each model: import_onnx -> compile_model -> Executor, and an onnxruntime CPU session on
-the same ONNX model, both timed on the same seeded input (median of --runs after warm-up).
-Prints the speed ratio (onnxruntime time / NPU time: >= 1 means the NPU sim is faster; the
-goal is >= 0.7), a per-kernel profile (where the NPU's time goes), and the planned internal
-arena against the sum of all intermediate tensor sizes.
+the same ONNX model, timed on the same seeded input in interleaved runs (one onnxruntime run,
+one NPU run, repeated), so a neighbour's load hits both alike. Prints the median and the
+10th-90th percentile spread of each, the speed ratio (onnxruntime median / NPU median: >= 1
+means the NPU sim is faster; the goal is >= 0.7), the accuracy against onnxruntime, a
+per-kernel profile (where the NPU's time goes, conv split into GEMM and the rest: im2col,
+padding, bias, activation) and the planned internal arena against the sum of all
+intermediate tensor sizes.
 
-The light models' ConstantOfShape weights are replaced by seeded random ones (as in the
-tests) so both runtimes see realistic values (no denormals, no saturated softmax).
+The onnx package's light models ship with all-equal weights (ConstantOfShape), under which
+every architecture computes a constant and any error hides; they are replaced by seeded
+random weights (as in the tests) stored as real initializers (IR >= 4, not graph inputs),
+so onnxruntime may constant-fold and pre-pack them as it would for a real model. Accuracy
+is checked on every output and on the logits before a final softmax (a softmax of random
+logits is nearly one-hot, which would hide errors).
 
-Measure on an otherwise idle machine: numpy's OpenBLAS threads spin-wait, and when another
-process holds a core its multi-threaded GEMMs slow down 3-10x (single-threaded ones do not);
-on a shared machine run with OPENBLAS_NUM_THREADS=1 (and --ort-threads 1 for a per-core
-comparison). The BLAS setting and the load average are printed with the results.
+Environment: the machine exports OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE for old OpenBLAS
+builds; with a current numpy they force the Haswell kernels (half the AVX-512 speed), so
+this script drops both before numpy loads (in its own process only). The BLAS library, its
+kernel and thread count, the NPU core count and the load average are printed. OpenBLAS
+threads spin-wait, so when another process holds a core a multi-threaded BLAS slows down
+3-10x: run with OPENBLAS_NUM_THREADS=1 and let the NPU split large kernels over its own
+cores (--npu-threads, default: the onnxruntime thread count).
 
-    OPENBLAS_NUM_THREADS=1 python3 benchmarks/bench_npu_vs_ort.py [--runs 10] [--ort-threads 2]
-        [--models resnet50 squeezenet shufflenet mobilenet]
+    OPENBLAS_NUM_THREADS=1 python3 benchmarks/bench_npu_vs_ort.py [--runs 20] [--ort-threads 2]
+        [--npu-threads 2] [--models resnet50 squeezenet shufflenet mobilenet]
 """
 
 from __future__ import annotations
 
-import argparse
-import glob
 import os
-import statistics
-import sys
-import time
-from collections import Counter
-from collections.abc import Callable
 
-import numpy as np
-import onnx
-import onnxruntime as ort
+DROPPED_ENV = {k: os.environ.pop(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+               if k in os.environ}
+
+import argparse  # noqa: E402
+import ctypes  # noqa: E402
+import dataclasses  # noqa: E402
+import glob  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections import Counter  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+import onnxruntime as ort  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
@@ -41,7 +56,7 @@ from npu_oracle import ort_values, randomized, subgraph, supported_components  #
 from converters.onnx_import import import_onnx  # noqa: E402
 from provider.npu.compiler import compile_model  # noqa: E402
 from provider.npu.executor import Executor  # noqa: E402
-from provider.npu.kernels import KERNELS, Kernel  # noqa: E402
+from provider.npu.kernels import KERNELS, Kernel, gemm, parallel  # noqa: E402
 from provider.npu.memory import DevicePool  # noqa: E402
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
@@ -57,15 +72,59 @@ def model_path(name: str) -> str | None:
     return found[0] if found else None
 
 
-def median_ms(fn: Callable[[], object], runs: int) -> float:
+def blas_setup() -> str:
+    """numpy's BLAS as loaded in this process: library, kernel (core) and thread count."""
+    libs = sorted({line.split()[-1] for line in open("/proc/self/maps")
+                   if "blas" in os.path.basename(line.split()[-1]).lower()})
+    for path in libs:
+        lib = ctypes.CDLL(path)
+        for prefix, suffix in (("openblas_", ""), ("scipy_openblas_", "64_"), ("scipy_openblas_", "")):
+            core = getattr(lib, f"{prefix}get_corename{suffix}", None)
+            nthreads = getattr(lib, f"{prefix}get_num_threads{suffix}", None)
+            config = getattr(lib, f"{prefix}get_config{suffix}", None)
+            if core is None or nthreads is None or config is None:
+                continue
+            core.restype = config.restype = ctypes.c_char_p
+            version = config().decode().split("  ")[0]
+            return f"{version}, {core().decode()} kernel, {nthreads()} thread(s) ({os.path.basename(path)})"
+    info = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+    return f"{info.get('name')} {info.get('version')} (kernel and threads unknown: {libs or 'no BLAS library mapped'})"
+
+
+def as_constants(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with initializers that are not graph inputs (IR >= 4) and none unused."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    out.ir_version = max(out.ir_version, 4)
+    inits = {i.name for i in out.graph.initializer}
+    inputs = [i for i in out.graph.input if i.name not in inits]
+    used = {name for node in out.graph.node for name in node.input}
+    initializers = [i for i in out.graph.initializer if i.name in used]
+    del out.graph.input[:]
+    out.graph.input.extend(inputs)
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(initializers)
+    return out
+
+
+def interleaved_ms(fns: list[Callable[[], object]], runs: int) -> list[list[float]]:
+    """Per function, `runs` wall times in ms, the functions taking turns (2 warm-ups each)."""
     for _ in range(2):
-        fn()
-    times = []
+        for fn in fns:
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+        for fn, spent in zip(fns, times, strict=True):
+            start = time.perf_counter()
+            fn()
+            spent.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def spread(ms: list[float]) -> str:
+    """Median and 10th-90th percentile of a list of times."""
+    p10, p50, p90 = np.percentile(ms, [10, 50, 90])
+    return f"{p50:8.2f} ms [{p10:.2f}-{p90:.2f}]"
 
 
 def timed_kernels(spent: Counter) -> dict[str, Kernel]:
@@ -81,12 +140,36 @@ def timed_kernels(spent: Counter) -> dict[str, Kernel]:
     return {name: wrap(k) for name, k in KERNELS.items()}
 
 
+def profile(program, pool: DevicePool, inputs: list[np.ndarray], runs: int) -> Counter:
+    """Seconds per kernel over `runs` runs on one core, conv's GEMMs counted apart."""
+    spent: Counter = Counter()
+    plain = gemm.matmul
+
+    def timed_matmul(a, b, out):
+        start = time.perf_counter()
+        plain(a, b, out)
+        spent["  GEMM"] += time.perf_counter() - start
+
+    threads = parallel.threads()
+    parallel.set_threads(1)
+    gemm.matmul = timed_matmul
+    try:
+        with Executor(program, pool, kernels=timed_kernels(spent)) as ex:
+            ex.run(inputs)
+            spent.clear()
+            for _ in range(runs):
+                ex.run(inputs)
+    finally:
+        gemm.matmul = plain
+        parallel.set_threads(threads)
+    return spent
+
+
 def bench(name: str, path: str, runs: int, pool: DevicePool, ort_threads: int) -> None:
     model = onnx.load(path)
     if os.path.dirname(path) == LIGHT:
-        model = randomized(model)
-    inits = {i.name for i in model.graph.initializer}
-    vi = next(i for i in model.graph.input if i.name not in inits)
+        model = as_constants(randomized(model))
+    vi = model.graph.input[0]
     shape = [d.dim_value or 1 for d in vi.type.tensor_type.shape.dim]
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
 
@@ -96,58 +179,70 @@ def bench(name: str, path: str, runs: int, pool: DevicePool, ort_threads: int) -
     part = ""
     nodes = supported_components(lite)[0]
     if len(nodes) < len(lite.nodes):  # time the largest NPU part, its inputs from onnxruntime
-        sub = subgraph(lite, nodes)
-        part = f"; NPU part {len(nodes)} of {len(lite.nodes)} nodes, the rest is not timed"
-        names = [lite.tensors[t].name for t in sub.inputs]
-        feeds = ort_values(model, {vi.name: x}, names)
-        want_names = [lite.tensors[t].name for t in sub.outputs]
-        lite = sub
-    program = compile_model(lite, {k: v.shape for k, v in feeds.items()})
+        lite = subgraph(lite, nodes)
+        feeds = ort_values(model, {vi.name: x}, [lite.tensors[t].name for t in lite.inputs])
+        part = f"; only the NPU part is timed ({len(nodes)} nodes, rest on CPU)"
+    input_shapes = {k: v.shape for k, v in feeds.items()}
+    program = compile_model(lite, input_shapes)
     compile_s = time.perf_counter() - start
     inputs = [feeds[program.slots[i].name] for i in program.inputs]
 
+    # accuracy: every NPU output and the logits before a softmax, against onnxruntime
+    logits = [n.inputs[0] for n in lite.nodes if n.op in ("Softmax", "LogSoftmax")]
+    checked = [*lite.outputs, *logits]
+    probe = compile_model(dataclasses.replace(lite, outputs=checked, subgraphs=[]), input_shapes)
+    want = ort_values(model, {vi.name: x}, [lite.tensors[t].name for t in checked])
+    with Executor(probe, pool) as ex:
+        got = dict(zip(ex.output_names, (np.array(v) for v in ex.run(inputs)), strict=True))
+    err = max(float(np.max(np.abs(got[k] - w))) for k, w in want.items())
+    scale = max(float(np.max(np.abs(w))) for w in want.values())
+
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = ort_threads
+    opts.log_severity_level = 3
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    want = sess.run(None, {vi.name: x}) if not part else list(ort_values(model, {vi.name: x}, want_names).values())
-    ort_ms = median_ms(lambda: sess.run(None, {vi.name: x}), runs)
-
     with Executor(program, pool) as ex:
-        got = [np.array(v) for v in ex.run(inputs)]
-        npu_ms = median_ms(lambda: ex.run(inputs), runs)
-    err = max(float(np.max(np.abs(g - w))) for g, w in zip(got, want, strict=True))
-
-    spent: Counter = Counter()
-    with Executor(program, pool, kernels=timed_kernels(spent)) as ex:
-        for _ in range(runs):
-            ex.run(inputs)
+        ort_ms, npu_ms = interleaved_ms([lambda: sess.run(None, {vi.name: x}),
+                                         lambda: ex.run(inputs)], runs)
+    spent = profile(program, pool, inputs, runs)
     counts = Counter(s.kernel for s in program.steps)
-    total = sum(spent.values())
+    total = sum(v for k, v in spent.items() if k != "  GEMM")
 
     internal = [s for s in program.slots if s.kind == "internal"]
     tensors = sum({s.name: s.nbytes for s in internal}.values())
+    ratio = float(np.median(ort_ms) / np.median(npu_ms))
     print(f"\n== {name}  ({os.path.basename(path)}; {len(program.steps)} steps, "
-          f"import+compile {compile_s:.2f} s, max |npu - ort| {err:.2e}{part})")
-    print(f"   onnxruntime ({ort_threads} threads) {ort_ms:8.2f} ms   npu-sim {npu_ms:8.2f} ms   "
-          f"speed ratio {ort_ms / npu_ms:.2f}x (goal >= 0.7x)")
+          f"import+compile {compile_s:.2f} s{part})")
+    print(f"   max |npu - ort| {err:.2e} over outputs and logits, {err / scale:.1e} of the "
+          f"largest |value| {scale:.3g}")
+    print(f"   onnxruntime ({ort_threads} threads) {spread(ort_ms)}   "
+          f"npu-sim ({parallel.threads()} cores) {spread(npu_ms)}   "
+          f"speed ratio {ratio:.2f}x (goal >= 0.7x)   load {os.getloadavg()[0]:.2f}")
     print(f"   arena {program.internal_bytes / 2**20:.2f} MiB vs {tensors / 2**20:.2f} MiB of "
           f"intermediate tensors ({program.internal_bytes / max(tensors, 1):.0%}); "
           f"weights {program.weight_bytes / 2**20:.2f} MiB")
-    print("   profile:")
+    print("   profile (one core):")
     for kernel, seconds in spent.most_common():
-        print(f"     {kernel:14s} {seconds / runs * 1e3:8.2f} ms  {seconds / total:6.1%}  "
-              f"({counts[kernel]} steps)")
+        label = "(inside conv2d/matmul)" if kernel == "  GEMM" else f"({counts[kernel]} steps)"
+        print(f"     {kernel:14s} {seconds / runs * 1e3:8.2f} ms  {seconds / total:6.1%}  {label}")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--models", nargs="*", default=DEFAULT)
     parser.add_argument("--ort-threads", type=int, default=2)
+    parser.add_argument("--npu-threads", type=int, default=None,
+                        help="NPU cores (kernels.parallel); default: --ort-threads")
     args = parser.parse_args(argv)
+    ort.set_default_logger_severity(3)  # no initializer warnings from the oracle sessions
+    parallel.set_threads(args.npu_threads or args.ort_threads)
     pool = DevicePool(capacity=1 << 31)
-    print(f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '(default)')}, "
-          f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    dropped = ", ".join(f"{k}={v}" for k, v in DROPPED_ENV.items()) or "none"
+    print(f"BLAS: {blas_setup()}; OPENBLAS_NUM_THREADS="
+          f"{os.environ.get('OPENBLAS_NUM_THREADS', '(unset)')}; dropped from env: {dropped}")
+    print(f"numpy {np.__version__}, onnxruntime {ort.__version__}; load average "
+          f"{' '.join(f'{v:.2f}' for v in os.getloadavg())} on {os.cpu_count()} CPUs")
     for name in args.models:
         path = model_path(name)
         if path is None:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from npu_oracle import assert_matches, lite_graph, one_node_onnx, rng, run_npu, run_ort
 
 from provider.errors import UnsupportedError
-from provider.npu.kernels import KERNELS, get, register
+from provider.npu.kernels import KERNELS, get, parallel, register
 from provider.npu.kernels.activation import erf
 
 F32 = np.float32
@@ -116,6 +116,21 @@ CONV_CASES = {
 @pytest.mark.parametrize("case", CONV_CASES)
 def test_conv(case):
     conv_case(rng(1), **CONV_CASES[case])
+
+
+@pytest.fixture
+def two_cores(monkeypatch):
+    """Every kernel that can split its work does, over 2 threads (no minimum work)."""
+    monkeypatch.setattr(parallel, "MIN_US", 0)
+    parallel.set_threads(2)
+    yield
+    parallel.set_threads(1)
+
+
+@pytest.mark.parametrize("case", ["pads", "stride2", "group2", "depthwise", "pointwise",
+                                  "batch2", "fused_relu", "dilation2", "rect_kernel"])
+def test_conv_split_over_two_cores(case, two_cores):
+    conv_case(rng(1), **{"o": 20, "c": 8, **CONV_CASES[case]})
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])

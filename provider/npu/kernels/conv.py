@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from provider.npu.kernels import activation, gemm
+from provider.npu.kernels import activation, gemm, parallel
 from provider.npu.kernels.registry import register
 
 
@@ -21,18 +21,18 @@ def scratch(outputs: Sequence[np.ndarray], attrs: dict) -> dict[str, np.ndarray]
 
 
 def pad_into(x: np.ndarray, buf: np.ndarray, pads: Sequence[int], value: float) -> np.ndarray:
-    """Copy NCHW x into the centre of buf, fill the border with value; returns buf.
+    """Copy x (..., H, W) into the centre of buf, fill the border with value; returns buf.
 
     The border is rewritten every run because the arena memory is shared with other tensors.
     """
     top, left = pads[0], pads[2]
-    h, w = x.shape[2], x.shape[3]
-    buf[:, :, :top, :] = value
-    buf[:, :, top + h:, :] = value
-    rows = buf[:, :, top:top + h]
-    rows[:, :, :, :left] = value
-    rows[:, :, :, left + w:] = value
-    rows[:, :, :, left:left + w] = x
+    h, w = x.shape[-2:]
+    buf[..., :top, :] = value
+    buf[..., top + h:, :] = value
+    rows = buf[..., top:top + h, :]
+    rows[..., :left] = value
+    rows[..., left + w:] = value
+    rows[..., left:left + w] = x
     return buf
 
 
@@ -46,57 +46,86 @@ def windows(xp: np.ndarray, groups: int, kernel, stride, dilation, out_hw) -> np
     return np.lib.stride_tricks.as_strided(xp, shape, strides, writeable=False)
 
 
-def _conv_shifted(x: np.ndarray, w: np.ndarray, y: np.ndarray, s: dict[str, np.ndarray],
-                  attrs: dict) -> None:
-    """Stride-1 conv over the padded image flattened per channel: every tap is then one
-    contiguous shifted slice of length OH*Wp (long copies instead of OH short rows), the
-    GEMM computes Wp - OW extra "wrap-around" columns per row into `wide`, and those are
-    dropped when it is copied into y. The pad buffer has one spare row so the last tap's
-    slice stays inside it.
-    """
-    n, o, oh, ow = y.shape
-    c = x.shape[1]
-    g = attrs["group"]
+def _shifted_cols(x: np.ndarray, s: dict[str, np.ndarray], attrs: dict, oh: int,
+                  ch: slice) -> None:
+    """Stride-1 im2col over the padded image flattened per channel, for channels `ch`:
+    every tap is one contiguous shifted slice of length OH*Wp (long copies instead of OH
+    short rows); the GEMM then computes Wp - OW extra "wrap-around" columns per row, which
+    the epilogue drops. The pad buffer has one spare row so the last tap's slice fits."""
     kh, kw = attrs["kernel"]
     dh, dw = attrs["dilation"]
-    xp = pad_into(x, s["pad"], attrs["pads"], 0.0)
-    wp = xp.shape[3]
-    flat = xp.reshape(n, c, -1)
+    pad = s["pad"]
+    n, c, _, wp = pad.shape
+    xp = pad_into(x[:, ch], pad[:, ch], attrs["pads"], 0.0)
+    flat = xp.reshape(n, xp.shape[1], -1)
     span = oh * wp
-    cols = s["cols"].reshape(n, c, kh * kw, span)
+    cols = s["cols"].reshape(n, c, kh * kw, span)[:, ch]
     for i in range(kh):
         for j in range(kw):
             off = i * dh * wp + j * dw
             np.copyto(cols[:, :, i * kw + j], flat[:, :, off:off + span])
-    wide = s["wide"].reshape(n, g, o // g, span)
-    gemm.matmul(w, s["cols"].reshape(n, g, w.shape[-1], span), wide)
-    np.copyto(y, wide.reshape(n, o, oh, wp)[:, :, :, :ow], casting="same_kind")
+
+
+def _window_cols(x: np.ndarray, s: dict[str, np.ndarray], attrs: dict, out_hw, ch: slice) -> None:
+    """General im2col of group channels `ch` (every group) into cols (N, G, C/G*KH*KW, OH*OW)."""
+    g = attrs["group"]
+    xp = x
+    if "pad" in s:
+        xp = s["pad"]
+        n, c, h, w = x.shape
+        pad_into(x.reshape(n, g, c // g, h, w)[:, :, ch],
+                 xp.reshape(n, g, c // g, *xp.shape[2:])[:, :, ch], attrs["pads"], 0.0)
+    win = windows(xp, g, attrs["kernel"], attrs["stride"], attrs["dilation"], out_hw)
+    np.copyto(s["cols"].reshape(win.shape)[:, :, ch], win[:, :, ch])
 
 
 @register("conv2d")
 def conv2d(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
     """NCHW conv: inputs x, packed weight (G, O/G, K) [, bias (O, 1)]; attrs kernel, stride,
     dilation, pads [top, bottom, left, right], group, activation, scratch: (pad, cols, wide)
-    for the shifted stride-1 form, else (pad, cols) for im2col, or none for a pointwise conv."""
+    for the shifted stride-1 form, else (pad, cols) for im2col, or none for a pointwise conv.
+
+    Large convs are split over the NPU's cores (kernels.parallel): im2col by input channel,
+    then GEMM + bias + activation by block of output channels (each block's epilogue runs
+    while its rows are still in cache).
+    """
     x, w = inputs[0], inputs[1]
     y = outputs[0]
     s = scratch(outputs, attrs)
     n, o, oh, ow = y.shape
+    c = x.shape[1]
     g = attrs["group"]
-    y3 = y.reshape(n, g, o // g, oh * ow)
-    if "wide" in s:
-        _conv_shifted(x, w, y, s, attrs)
-    elif "cols" in s:
-        xp = pad_into(x, s["pad"], attrs["pads"], 0.0) if "pad" in s else x
-        cols = s["cols"]
-        win = windows(xp, g, attrs["kernel"], attrs["stride"], attrs["dilation"], (oh, ow))
-        np.copyto(cols.reshape(win.shape), win)
-        gemm.matmul(w, cols.reshape(n, g, w.shape[-1], oh * ow), y3)
+    og, k = o // g, w.shape[-1]
+    kh, kw = attrs["kernel"]
+    wide = s.get("wide")
+    if "cols" in s:
+        hw = oh * (wide.shape[-1] // oh if wide is not None else ow)
+        copied = n * c * kh * kw * hw
+        if wide is not None:
+            parallel.run(lambda ch: _shifted_cols(x, s, attrs, oh, ch),
+                         parallel.blocks(c, copied / parallel.ELEMENTS_PER_US))
+        else:
+            parallel.run(lambda ch: _window_cols(x, s, attrs, (oh, ow), ch),
+                         parallel.blocks(c // g, copied / parallel.ELEMENTS_PER_US))
+        operand = s["cols"].reshape(n, g, k, hw)
     else:  # 1x1, stride 1, no padding, fp32: the input already is the GEMM operand
-        gemm.matmul(w, x.reshape(n, g, w.shape[-1], oh * ow), y3)
-    if len(inputs) > 2:
-        y.reshape(n, o, oh * ow)[...] += inputs[2]
-    activation.fused(y, attrs)
+        hw = oh * ow
+        operand = x.reshape(n, g, k, hw)
+    y3 = y.reshape(n, g, og, oh * ow)
+    target = y3 if wide is None else wide.reshape(n, g, og, hw)
+    bias = inputs[2].reshape(g, og, 1) if len(inputs) > 2 else None
+
+    def rows(r: slice) -> None:
+        gemm.matmul(w[:, r], operand, target[:, :, r])
+        part = y3[:, :, r]
+        if wide is not None:
+            np.copyto(part.reshape(n, g, -1, oh, ow),
+                      target[:, :, r].reshape(n, g, -1, oh, hw // oh)[..., :ow], casting="same_kind")
+        if bias is not None:
+            part += bias[:, r]
+        activation.fused(part, attrs)
+
+    parallel.run(rows, parallel.blocks(og, n * o * k * hw / parallel.MACS_PER_US, align=8))
 
 
 @register("deconv2d")

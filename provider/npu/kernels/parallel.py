@@ -1,0 +1,85 @@
+"""Fork-join over the simulated NPU's compute cores (threads), for kernels with big work.
+
+numpy releases the GIL inside BLAS calls, copies and ufunc loops, so a kernel that splits
+its output into independent row blocks can run them on several threads at once. Unlike
+OpenBLAS's own threads these do not spin while idle, so a busy neighbour on a shared
+machine costs a wake-up, not a stalled GEMM. `set_threads(n)` sets the core count (1, the
+default, runs everything inline; call it before running, not during); `blocks(rows, cost_us)`
+says how to cut a kernel's rows, and `run(fn, parts)` runs fn(part) for every part and
+returns when all are done.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
+__all__ = ["ELEMENTS_PER_US", "MACS_PER_US", "MIN_US", "blocks", "run", "set_threads", "threads"]
+
+T = TypeVar("T")
+
+# Rough single-core speeds, to turn a kernel's work into microseconds: fp32 GEMM multiply-adds
+# (~200 GFLOPS with AVX-512) and elements moved by a copy or a ufunc pass.
+MACS_PER_US = 100_000
+ELEMENTS_PER_US = 2_000
+# Splitting pays when each extra core gets at least this much: waking a worker thread costs
+# ~30-40 us on a VM.
+MIN_US = 100
+
+_lock = threading.Lock()
+_threads = 1
+_pool: ThreadPoolExecutor | None = None
+
+
+def set_threads(n: int) -> None:
+    """Use `n` cores (threads) for large kernels from now on; 1 runs everything inline."""
+    global _threads, _pool
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"NPU thread count must be a positive int, got {n!r}")
+    with _lock:
+        if _pool is not None:
+            _pool.shutdown(wait=True)
+            _pool = None
+        _threads = n
+        if n > 1:
+            _pool = ThreadPoolExecutor(n - 1, thread_name_prefix="litenpu-npu")
+
+
+def threads() -> int:
+    """The number of cores large kernels are split over."""
+    return _threads
+
+
+def blocks(rows: int, cost_us: float, align: int = 1) -> list[slice]:
+    """Cut range(rows) into one slice per core (multiples of `align` rows) when the work,
+    `cost_us` microseconds on one core, is worth splitting; else one slice."""
+    worth = int(cost_us // MIN_US) if MIN_US > 0 else _threads
+    n = min(_threads, max(worth, 1), max(rows // align, 1))
+    if n <= 1:
+        return [slice(0, rows)]
+    step = -(-rows // (n * align)) * align
+    return [slice(start, min(start + step, rows)) for start in range(0, rows, step)]
+
+
+def run(fn: Callable[[T], object], parts: Sequence[T]) -> None:
+    """fn(part) for every part: all but the first on the pool, the first inline; the first
+    exception is raised after every part has finished (no part still writes afterwards)."""
+    pool = _pool
+    if len(parts) == 1 or pool is None:
+        for part in parts:
+            fn(part)
+        return
+    futures: list[Future] = [pool.submit(fn, part) for part in parts[1:]]
+    error: BaseException | None = None
+    try:
+        fn(parts[0])
+    except BaseException as exc:  # noqa: BLE001 - re-raised once the workers are done
+        error = exc
+    for future in futures:
+        exc = future.exception()
+        if error is None and exc is not None:
+            error = exc
+    if error is not None:
+        raise error
