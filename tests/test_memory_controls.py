@@ -290,3 +290,18 @@ def test_create_run_destroy_cycles_leak_nothing(tmp_path):
 @pytest.mark.slow
 def test_a_thousand_cycles_leak_nothing(tmp_path):
     _cycles(1000, tmp_path)
+
+
+def test_inspect_memory_prints_the_plan_of_a_real_session(capsys):
+    from provider.cli import main
+    from provider.memory_report import memory_plan
+
+    path = MODELS_DIR / "resnet_block.onnx"
+    plan = memory_plan(path)
+    (program,) = plan.programs
+    assert plan.dims == {"batch": 1}
+    assert (plan.info.weights, plan.info.internal) == (program.weights, program.internal)
+    assert plan.info.internal == _session("resnet_block").memory_info().internal
+    assert main(["inspect", str(path), "--memory", "--no-placement"]) == 0
+    out = capsys.readouterr().out
+    assert f"memory (at batch=1): weights {program.weights}, internal {program.internal}" in out

@@ -116,6 +116,7 @@ EXAMPLES = """examples:
   litenpu inspect model.ms --json                # the same as JSON
   litenpu inspect model.onnx --option disable_ops=Softmax
   litenpu inspect model.mindir --no-placement    # summary only (no session is created)
+  litenpu inspect model.onnx --memory            # + NPU memory: weights, internal, I/O bytes
 """
 
 
@@ -127,6 +128,8 @@ def _add_args(p: argparse.ArgumentParser) -> None:
                    help="skip the placement (which needs an NPU session on the model)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="an NPU provider option for the placement session (repeatable)")
+    p.add_argument("--memory", action="store_true",
+                   help="print the NPU memory plan (weights, internal, I/O bytes; dynamic dims at 1)")
 
 
 @command("inspect", "show a model's inputs, outputs, ops, weights, producer and NPU placement",
@@ -134,14 +137,22 @@ def _add_args(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     summary = summarize_file(args.model)
     nodes = None if args.no_placement else placement(args.model, key_values(args.option, "--option"))
+    plan = None
+    if args.memory:
+        from provider.memory_report import format_memory, memory_plan
+        plan = memory_plan(args.model, key_values(args.option, "--option"))
     if args.json:
         data = summary.to_dict()
         if nodes is not None:
             data["placement"] = [asdict(n) for n in nodes]
+        if plan is not None:
+            data["memory"] = plan.to_dict()
         print(json.dumps(data, indent=2))
     else:
         print(format_summary(summary, str(args.model)))
         if nodes is not None:
             print(format_placement(nodes))
+        if plan is not None:
+            print(format_memory(plan))
     return 0
 
