@@ -4,9 +4,12 @@ into Lite IR, export to ONNX and reproduce the original ONNX model's onnxruntime
 (atol 1e-5 / rtol 1e-4) and MindSpore Lite's own outputs; the NPU session runs them too.
 
 The files carry what only the real converter writes: NHWC activations with OHWI/KHWC
-weights, BatchNorm folded into convs, fused activations (RELU6, LEAKY_RELU, GELU,
-HARD_TANH), MatMulFusion with bias and transposes folded in, LayerNormFusion, ReduceFusion,
-TileFusion, Split with size inputs, and (NHWC-input variant) transposes at the graph edge.
+weights, BatchNorm and constant Mul/Add folded into convs, fused activations (RELU, RELU6 on
+convs and adds) and standalone ones (LEAKY_RELU, SIGMOID, TANH, GELU, HSIGMOID, HARD_TANH),
+MatMulFusion with bias and transposes folded in, LayerNormFusion (epsilon 0, no affine
+flag), ReduceFusion (coeff 0), TileFusion, Split and Resize with size inputs, PadFusion,
+StridedSlice with axes, InstanceNorm between NHWC/NCHW transposes, and (the `_nchw`
+variant) transposes at the graph edge.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def _check(name: str, names: list[str], got: list[np.ndarray], want: dict, mslit
 
 def test_fixtures_are_there():
     assert {"mobilenet_v2", "resnet_block", "transformer_encoder", "op_cnn", "op_cnn_nchw",
-            "op_seq"} <= set(NAMES)
+            "op_cnn2", "op_seq"} <= set(NAMES)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -59,7 +62,7 @@ def test_converter_output_exports_to_onnx_and_matches(name):
 NPU_PRELU = pytest.mark.xfail(strict=True, reason="provider/npu: PRelu between transposes")
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=NPU_PRELU) if n.startswith("op_cnn")
+@pytest.mark.parametrize("name", [pytest.param(n, marks=NPU_PRELU) if n in ("op_cnn", "op_cnn_nchw")
                                   else n for n in NAMES])
 def test_converter_output_runs_on_the_npu_session(name):
     import provider

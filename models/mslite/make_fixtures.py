@@ -118,6 +118,44 @@ def op_cnn() -> onnx.ModelProto:
     return _model(nodes, [("x", [1, 3, 16, 16])], ["prob", "mean", "padded", "inorm"], inits)
 
 
+def op_cnn2() -> onnx.ModelProto:
+    """More layouts MindSpore's converter rewrites: SAME_UPPER strided Conv, standalone
+    BatchNormalization, per-channel constant Mul/Add, ceil-mode MaxPool, padded AveragePool,
+    bilinear Resize (half_pixel) to sizes, DepthToSpace, Concat over H, channel Softmax,
+    ReduceMean with keepdims, Clip, Reshape of an NHWC activation, Transpose."""
+    rng = np.random.default_rng(13)
+    n = helper.make_node
+    inits = {
+        "w0": _rand(rng, 8, 3, 3, 3), "b0": _rand(rng, 8, scale=0.1),
+        "bn_s": 1 + _rand(rng, 8, scale=0.1), "bn_b": _rand(rng, 8, scale=0.1),
+        "bn_m": _rand(rng, 8, scale=0.1), "bn_v": 1 + np.abs(_rand(rng, 8, scale=0.2)),
+        "cm": 1 + _rand(rng, 1, 8, 1, 1, scale=0.2), "ca": _rand(rng, 1, 8, 1, 1, scale=0.2),
+        "sizes": np.array([1, 8, 7, 7], np.int64), "lo": np.float32(-0.5),
+        "hi": np.float32(0.5), "shape": np.array([1, 8, -1], np.int64),
+    }
+    nodes = [
+        n("Conv", ["x", "w0", "b0"], ["c0"], kernel_shape=[3, 3], strides=[2, 2],
+          dilations=[1, 1], auto_pad="SAME_UPPER"),
+        n("BatchNormalization", ["c0", "bn_s", "bn_b", "bn_m", "bn_v"], ["bn"]),
+        n("Mul", ["bn", "cm"], ["m"]), n("Add", ["m", "ca"], ["a"]),
+        n("MaxPool", ["a"], ["mp"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
+        # MindSpore Lite's average pool never counts padding: the converter drops
+        # count_include_pad=1 (0 converts faithfully).
+        n("AveragePool", ["a"], ["ap"], kernel_shape=[3, 3], strides=[1, 1],
+          pads=[1, 1, 1, 1]),
+        n("Resize", ["mp", "", "", "sizes"], ["up"], mode="linear",
+          coordinate_transformation_mode="half_pixel"),
+        n("DepthToSpace", ["ap"], ["d2s"], blocksize=2, mode="DCR"),
+        n("Concat", ["up", "ap"], ["cat"], axis=2),
+        n("Softmax", ["cat"], ["sm"], axis=1),
+        n("ReduceMean", ["sm"], ["rm"], axes=[2], keepdims=1),
+        n("Clip", ["d2s", "lo", "hi"], ["cl"]),
+        n("Reshape", ["a", "shape"], ["flat"]),
+        n("Transpose", ["flat"], ["tr"], perm=[0, 2, 1]),
+    ]
+    return _model(nodes, [("x", [1, 3, 13, 13])], ["rm", "cl", "tr", "sm"], inits)
+
+
 def op_seq() -> onnx.ModelProto:
     """Non-image ops: MatMul+Add (MatMulFusion with bias), Erf GELU, Split, Tanh,
     HardSigmoid, Transpose, batched MatMul, Gemm (transB), Gather, Greater/Where,
@@ -167,6 +205,7 @@ FIXTURES: dict[str, tuple[Callable[[], onnx.ModelProto], str]] = {
     **{name: ((lambda name=name: _batch_one(name)), "NHWC") for name in models.NAMES},
     "op_cnn": (op_cnn, "NHWC"),
     "op_cnn_nchw": (op_cnn, "NCHW"),
+    "op_cnn2": (op_cnn2, "NHWC"),
     "op_seq": (op_seq, "NHWC"),
 }
 
