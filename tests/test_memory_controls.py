@@ -163,6 +163,46 @@ def test_shared_weights_are_stored_once_whatever_the_input_shape():
     assert memory_controls.weight_store().stats() == (0, 0)
 
 
+def test_shared_weights_with_the_compile_cache_map_each_tensor_once(tmp_path):
+    cache = {"cache_dir": str(tmp_path), "share_weights": "1"}
+    first = _session("resnet_block", batch=1, **cache)
+    stored = memory_controls.weight_store().stats()
+    assert stored[1] == 0 and first.memory_info().device_weights == 0  # views of the mapped entry
+    second = _session("resnet_block", batch=2, **cache)  # another cache entry, same tensors
+    assert memory_controls.weight_store().stats() == stored
+    _check(first, "resnet_block", batch=1)
+    _check(second, "resnet_block", batch=2)
+    del first  # the tensors stay valid while another session uses them
+    gc.collect()
+    _check(second, "resnet_block", batch=2, seed=3)
+
+
+def test_a_group_arena_grows_while_a_member_keeps_running():
+    small = _session("transformer_encoder", internal_memory_group="grow")
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def keep_running() -> None:
+        seed = 0
+        try:
+            while not stop.is_set():
+                _check(small, "transformer_encoder", seed=seed % 3)
+                seed += 1
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=keep_running)
+    thread.start()
+    try:
+        large = _session("mobilenet_v2", internal_memory_group="grow")
+        _check(large, "mobilenet_v2")
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors
+    assert small.memory_info().device_internal == large.memory_info().internal
+
+
 def _aligned(nbytes: int) -> np.ndarray:
     raw = np.zeros(nbytes + 64, np.uint8)
     start = -raw.ctypes.data % 64
