@@ -103,6 +103,37 @@ def test_second_session_is_a_hit_with_bit_identical_outputs(tmp_path, monkeypatc
 
 
 @pytest.mark.parametrize("change", ["enable_fp16", "cache_version", "shape", "model_name"])
+def big_matmul() -> bytes:
+    """y = x @ W with an 8 MiB W: a Program spanning several 2 MiB page-cache folios."""
+    w = np.random.default_rng(5).standard_normal((1024, 2048)).astype(np.float32)
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], "big",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 1024])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2048])],
+        [onnx.numpy_helper.from_array(w, "W")])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def test_hit_maps_under_two_percent_of_the_weight_pages(tmp_path):
+    """Header and metadata are read, not mapped: a hit maps (almost) no weight page, even
+    where one fault would map a whole large page-cache folio."""
+    model = big_matmul()
+    x = np.random.default_rng(6).standard_normal((1, 1024)).astype(np.float32)
+    first = session(model, tmp_path)
+    out = first.run(None, {"x": x})[0]
+    del first
+    hit = session(model, tmp_path)
+    (stats,) = hit.cache_stats().partitions
+    assert stats.status == "hit" and stats.weight_pages >= 2048
+    if stats.pages_touched is None:
+        pytest.skip("/proc/self/pagemap is not readable here")
+    assert stats.pages_touched < 0.02 * stats.weight_pages, stats
+    assert hit.run(None, {"x": x})[0].tobytes() == out.tobytes()
+    np.testing.assert_allclose(out, reference(model, {"x": x})[0], atol=1e-3, rtol=1e-3)
+
+
 def test_changed_options_or_shapes_miss(tmp_path, monkeypatch, change):
     calls = Calls(monkeypatch)
     base = {"model_name": "resnet"}

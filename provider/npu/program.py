@@ -15,7 +15,9 @@ File format (little endian), version `FORMAT_VERSION`:
     weights   the blob; slot offsets are relative to its start
 
 `load(path)` maps the file read-only (no populate: pages come in when a kernel touches
-them) and the Program's `weights` is a uint8 view of that map. Every defect (bad magic,
+them) and the Program's `weights` is a uint8 view of that map. The header and metadata are
+read with pread, not through the map: on filesystems with large page-cache folios one fault
+maps a whole folio (up to 2 MiB), which would count weight pages as touched. Every defect (bad magic,
 unknown version, truncation, checksum mismatch, inconsistent metadata) raises
 `CacheError` naming the source; `verify=False` skips hashing the weights (the cache-hit
 path, where the entry's manifest already vouches for them), never the metadata.
@@ -251,10 +253,15 @@ def to_bytes(program: Program) -> bytes:
     return b"".join((header, meta, weights))
 
 
-def _check_header(buf: memoryview, source: str) -> tuple[int, int, int, int, bytes, bytes]:
-    """Validate magic, version, header checksum and section bounds; return the header fields."""
+def _check_header(buf: memoryview, source: str, size: int | None = None
+                  ) -> tuple[int, int, int, int, bytes, bytes]:
+    """Validate magic, version, header checksum and section bounds; return the header fields.
+
+    `buf` holds at least the header; `size` is the whole file's (default: `buf`'s) size.
+    """
+    size = buf.nbytes if size is None else size
     if buf.nbytes < _PREFIX.size:
-        raise CacheError(f"{source}: truncated: {buf.nbytes} bytes, not even a header")
+        raise CacheError(f"{source}: truncated: {size} bytes, not even a header")
     magic, version, _ = _PREFIX.unpack_from(buf)
     if magic != MAGIC:
         raise CacheError(f"{source}: bad magic {bytes(magic)!r}, not a litenpu Program ({MAGIC!r})")
@@ -263,14 +270,14 @@ def _check_header(buf: memoryview, source: str) -> tuple[int, int, int, int, byt
             f"{source}: format version {version}, this litenpu reads version {FORMAT_VERSION}"
         )
     if buf.nbytes < _HEADER_SIZE:
-        raise CacheError(f"{source}: truncated: {buf.nbytes} bytes, header needs {_HEADER_SIZE}")
+        raise CacheError(f"{source}: truncated: {size} bytes, header needs {_HEADER_SIZE}")
     (crc,) = struct.unpack_from("<I", buf, _HEADER.size)
     if zlib.crc32(buf[: _HEADER.size]) != crc:
         raise CacheError(f"{source}: header checksum mismatch")
     _, _, _, meta_off, meta_size, w_off, w_size, meta_digest, w_digest = _HEADER.unpack_from(buf)
     end = max(meta_off + meta_size, w_off + w_size)
-    if end > buf.nbytes:
-        raise CacheError(f"{source}: truncated: {buf.nbytes} bytes, header promises {end}")
+    if end > size:
+        raise CacheError(f"{source}: truncated: {size} bytes, header promises {end}")
     if w_off % 64:
         raise CacheError(f"{source}: weights offset {w_off} is not 64-byte aligned")
     return meta_off, meta_size, w_off, w_size, meta_digest, w_digest
@@ -296,7 +303,13 @@ def from_bytes(buf: Blob | _mmap.mmap, *, verify: bool = True, source: str = "<b
     """Decode a Program; its weights are a read-only view of `buf` (no copy)."""
     view = memoryview(buf).cast("B")
     meta_off, meta_size, w_off, w_size, meta_digest, w_digest = _check_header(view, source)
-    meta = view[meta_off : meta_off + meta_size]
+    return _decode(view[meta_off : meta_off + meta_size], buf, w_off, w_size, meta_digest,
+                   w_digest, verify, source)
+
+
+def _decode(meta: Blob, buf: Blob | _mmap.mmap, w_off: int, w_size: int, meta_digest: bytes,
+            w_digest: bytes, verify: bool, source: str) -> Program:
+    """The Program of checked header fields: metadata verified, weights a view of `buf`."""
     if _digest(meta) != meta_digest:
         raise CacheError(f"{source}: metadata checksum mismatch")
     if w_size:
@@ -339,14 +352,17 @@ def save(program: Program, path: str | os.PathLike[str]) -> None:
 
 def load(path: str | os.PathLike[str], mmap: bool = True, *, verify: bool = True) -> Program:
     """Read a Program file; with `mmap` the weights stay in the read-only file mapping."""
+    source = os.fspath(path)
     try:
         with open(path, "rb") as f:
-            if not mmap:
-                data: Blob | _mmap.mmap = f.read()
-            elif os.fstat(f.fileno()).st_size == 0:
-                data = b""
-            else:
-                data = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ)
+            size = os.fstat(f.fileno()).st_size
+            if not mmap or size == 0:
+                return from_bytes(f.read(), verify=verify, source=source)
+            head = memoryview(os.pread(f.fileno(), _HEADER_SIZE, 0))
+            meta_off, meta_size, w_off, w_size, meta_digest, w_digest = _check_header(
+                head, source, size)
+            meta = os.pread(f.fileno(), meta_size, meta_off)
+            data = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ)
     except OSError as exc:
         raise CacheError(f"{path}: cannot read: {exc}") from exc
-    return from_bytes(data, verify=verify, source=os.fspath(path))
+    return _decode(meta, data, w_off, w_size, meta_digest, w_digest, verify, source)
