@@ -18,6 +18,7 @@ from provider.errors import InvalidModelError, UnsupportedError
 from provider.npu import capability, planner
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor
+from provider.npu.kernels import parallel
 from provider.npu.program import from_bytes, to_bytes
 
 F32 = np.float32
@@ -275,6 +276,61 @@ def test_parameter_free_activations_fuse_into_their_producer():
     conv = run_ort(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), {"x": xv})[0]
     sig = 1 / (1 + np.exp(-2 * np.clip(conv, 0, 6)))
     assert_matches(run_npu(model, {"x": xv})[0], sig.astype(F32))
+
+
+def test_residual_add_folds_into_the_conv_that_runs_last(monkeypatch):
+    """ResNet's shortcut: relu(conv_c(relu(conv_b(x))) + conv_a(x)) and a plain conv_d(x) +
+    conv_e(x): each Add joins the epilogue of the conv computed after the other operand; a
+    conv whose output is read twice keeps its Add."""
+    r = rng(12)
+    ws = {f"w{k}": (r.standard_normal((16, 16, 3, 3)) * 0.1).astype(F32) for k in "abcdef"}
+    bs = {f"b{k}": r.standard_normal(16).astype(F32) for k in "ac"}
+    g = Graph("residual")
+    x = g.input("x", (2, 16, 6, 6))
+    consts = {k: g.const(k, v) for k, v in {**ws, **bs}.items()}
+    a = g.node("Conv2DFusion", [x, consts["wa"], consts["ba"]], CONV)
+    h = g.node("Conv2DFusion", [x, consts["wb"]], {**CONV, "activation_type": "RELU"})
+    c = g.node("Conv2DFusion", [h, consts["wc"], consts["bc"]], CONV)
+    y1 = g.node("AddFusion", [c, a], {"activation_type": "RELU"})
+    d = g.node("Conv2DFusion", [x, consts["wd"]], CONV)
+    e = g.node("Conv2DFusion", [x, consts["we"]], CONV)
+    y2 = g.node("AddFusion", [d, e])
+    f = g.node("Conv2DFusion", [x, consts["wf"]], CONV)
+    y3 = g.node("AddFusion", [f, f])
+    program = compile_model(g.outputs(y1, y2, y3))
+    assert [(st.kernel, st.attrs.get("residual", False), st.attrs.get("activation"))
+            for st in program.steps] == [
+        ("conv2d", False, "NO_ACTIVATION"), ("conv2d", False, "RELU"), ("conv2d", True, "RELU"),
+        ("conv2d", False, "NO_ACTIVATION"), ("conv2d", True, "NO_ACTIVATION"),
+        ("conv2d", False, "NO_ACTIVATION"), ("binary", False, "NO_ACTIVATION")]
+    assert_plan_sound(program)
+    conv = {"pads": [1, 1, 1, 1]}
+    nodes = [helper.make_node("Conv", ["x", "wa", "ba"], ["a"], **conv),
+             helper.make_node("Conv", ["x", "wb"], ["hb"], **conv),
+             helper.make_node("Relu", ["hb"], ["h"]),
+             helper.make_node("Conv", ["h", "wc", "bc"], ["c"], **conv),
+             helper.make_node("Add", ["c", "a"], ["s1"]), helper.make_node("Relu", ["s1"], ["y1"]),
+             helper.make_node("Conv", ["x", "wd"], ["d"], **conv),
+             helper.make_node("Conv", ["x", "we"], ["e"], **conv),
+             helper.make_node("Add", ["d", "e"], ["y2"]),
+             helper.make_node("Conv", ["x", "wf"], ["f"], **conv),
+             helper.make_node("Add", ["f", "f"], ["y3"])]
+    graph = helper.make_graph(nodes, "residual", [helper.make_tensor_value_info("x", 1, (2, 16, 6, 6))],
+                              [helper.make_tensor_value_info(n, 1, None) for n in ("y1", "y2", "y3")],
+                              [numpy_helper.from_array(v, k) for k, v in {**ws, **bs}.items()])
+    xv = r.standard_normal((2, 16, 6, 6)).astype(F32)
+    want = run_ort(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+                   {"x": xv})
+    monkeypatch.setattr(parallel, "MIN_US", 0)
+    for cores in (1, 2):  # epilogue on the whole output, then per output-channel block
+        parallel.set_threads(cores)
+        try:
+            with Executor(program, pool()) as ex:
+                got = ex.run([xv])
+        finally:
+            parallel.set_threads(1)
+        for name, gv, wv in zip(("y1", "y2", "y3"), got, want, strict=True):
+            assert_matches(gv, wv, what=f"{name} on {cores} cores")
 
 
 # ---- fp16 -------------------------------------------------------------------------------------

@@ -4,7 +4,9 @@ Pipeline (each stage returns new data, the input model is never mutated):
 1. `fold_batchnorm`: inference BatchNorm / FusedBatchNorm after a Conv2DFusion whose output
    feeds nothing else is folded into the conv's weights and bias (float64 arithmetic);
    `fuse_activations` then folds a parameter-free Activation into the conv / GEMM /
-   binary / pooling node before it (its activation_type), saving one pass over the tensor.
+   binary / pooling node before it (its activation_type), saving one pass over the tensor;
+   after lowering, a residual Add of a conv's output (ResNet's shortcut) is folded into
+   that conv's epilogue (`_fuse_residual_adds`).
 2. Walk the nodes in topological order with concrete shapes (`shapes.lower`, one rule per
    primitive). A node whose inputs are all constants is run at compile time (constant
    folding of weight-only subgraphs, e.g. ConstantOfShape -> Reshape); every other node
@@ -327,6 +329,43 @@ def _live_steps(b: _Builder, outputs: list[int]) -> list[_Step]:
     return keep[::-1]
 
 
+def _fuse_residual_adds(b: _Builder, steps: list[_Step]) -> list[_Step]:
+    """Fold `y = conv(x) + r` (a residual Add) into the conv step: the conv's epilogue adds r
+    while its output rows are still in cache, and the Add's pass over memory disappears.
+
+    Applies when the conv has no activation of its own (the Add's becomes the conv's), its
+    output feeds only this Add and is not a graph output, r has the output's shape and
+    dtype, and r is made before the conv step (so the fused step can read it).
+    """
+    made_at = {v: i for i, s in enumerate(steps) for v in s.outputs}
+    reads = {}
+    for s in steps:
+        for v in s.inputs:
+            reads[v] = reads.get(v, 0) + 1
+    fused: dict[int, _Step] = {}  # add step index -> the conv step that absorbed it
+    for ai, add in enumerate(steps):
+        if add.kernel != "binary" or add.attrs.get("op") != "add" or len(add.inputs) != 2:
+            continue
+        for pos in (0, 1):
+            y, r = add.inputs[pos], add.inputs[1 - pos]
+            ci = made_at.get(y)
+            if ci is None or ci in fused.values() or y == r:
+                continue
+            conv = steps[ci]
+            vy, vr, vo = b.vals[y], b.vals[r], b.vals[add.outputs[0]]
+            if (conv.kernel != "conv2d" or conv.attrs.get("residual") or reads.get(y) != 1 or vy.io
+                    or conv.attrs.get("activation", "NO_ACTIVATION") != "NO_ACTIVATION"
+                    or not vr.shape == vy.shape == vo.shape or not vr.dtype == vy.dtype == vo.dtype
+                    or made_at.get(r, -1) > ci):
+                continue
+            steps[ci] = _Step("conv2d", {**conv.attrs, "residual": True,
+                                         "activation": add.attrs.get("activation", "NO_ACTIVATION")},
+                              [*conv.inputs, r], list(add.outputs), conv.scratch)
+            fused[ai] = ci
+            break
+    return [s for i, s in enumerate(steps) if i not in fused]
+
+
 def _is_arena(b: _Builder, v: int) -> bool:
     return not b.vals[v].io and b.vals[v].value is None
 
@@ -472,7 +511,7 @@ def compile_model(model: LiteModel, input_shapes: Mapping[str, Sequence[int]] | 
     if missing:
         raise InvalidModelError(f"model {model.name!r}: outputs {missing} are produced by no node")
     outputs = _bind_outputs(b, graph, env)
-    steps = _live_steps(b, outputs)
+    steps = _fuse_residual_adds(b, _live_steps(b, outputs))
     parent = list(range(len(b.vals)))
     steps = _resolve_aliases(b, steps, parent)
     arena = {v for s in steps for v in (*s.inputs, *s.outputs, *s.scratch) if _is_arena(b, v)}

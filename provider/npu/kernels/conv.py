@@ -81,9 +81,11 @@ def _window_cols(x: np.ndarray, s: dict[str, np.ndarray], attrs: dict, out_hw, c
 
 @register("conv2d")
 def conv2d(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
-    """NCHW conv: inputs x, packed weight (G, O/G, K) [, bias (O, 1)]; attrs kernel, stride,
-    dilation, pads [top, bottom, left, right], group, activation, scratch: (pad, cols, wide)
-    for the shifted stride-1 form, else (pad, cols) for im2col, or none for a pointwise conv.
+    """NCHW conv: inputs x, packed weight (G, O/G, K) [, bias (O, 1)] [, residual (the
+    output's shape, added before the activation when attrs["residual"])]; attrs kernel,
+    stride, dilation, pads [top, bottom, left, right], group, activation, scratch: (pad,
+    cols, wide) for the shifted stride-1 form, else (pad, cols) for im2col, or none for a
+    pointwise conv.
 
     Large convs are split over the NPU's cores (kernels.parallel): im2col by input channel,
     then GEMM + bias + activation by block of output channels (each block's epilogue runs
@@ -113,7 +115,9 @@ def conv2d(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: d
         operand = x.reshape(n, g, k, hw)
     y3 = y.reshape(n, g, og, oh * ow)
     target = y3 if wide is None else wide.reshape(n, g, og, hw)
-    bias = inputs[2].reshape(g, og, 1) if len(inputs) > 2 else None
+    extra = list(inputs[2:])
+    residual = extra.pop().reshape(n, g, og, oh * ow) if attrs.get("residual") else None
+    bias = extra[0].reshape(g, og, 1) if extra else None
 
     def rows(r: slice) -> None:
         gemm.matmul(w[:, r], operand, target[:, :, r])
@@ -123,6 +127,8 @@ def conv2d(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: d
                       target[:, :, r].reshape(n, g, -1, oh, hw // oh)[..., :ow], casting="same_kind")
         if bias is not None:
             part += bias[:, r]
+        if residual is not None:
+            part += residual[:, :, r]
         activation.fused(part, attrs)
 
     parallel.run(rows, parallel.blocks(og, n * o * k * hw / parallel.MACS_PER_US, align=8))
