@@ -338,18 +338,18 @@ def _fuse_residual_adds(b: _Builder, steps: list[_Step]) -> list[_Step]:
     dtype, and r is made before the conv step (so the fused step can read it).
     """
     made_at = {v: i for i, s in enumerate(steps) for v in s.outputs}
-    reads = {}
+    reads: dict[int, int] = {}
     for s in steps:
         for v in s.inputs:
             reads[v] = reads.get(v, 0) + 1
-    fused: dict[int, _Step] = {}  # add step index -> the conv step that absorbed it
+    fused: set[int] = set()  # indices of the Add steps folded away
     for ai, add in enumerate(steps):
         if add.kernel != "binary" or add.attrs.get("op") != "add" or len(add.inputs) != 2:
             continue
         for pos in (0, 1):
             y, r = add.inputs[pos], add.inputs[1 - pos]
             ci = made_at.get(y)
-            if ci is None or ci in fused.values() or y == r:
+            if ci is None or y == r:
                 continue
             conv = steps[ci]
             vy, vr, vo = b.vals[y], b.vals[r], b.vals[add.outputs[0]]
@@ -361,7 +361,7 @@ def _fuse_residual_adds(b: _Builder, steps: list[_Step]) -> list[_Step]:
             steps[ci] = _Step("conv2d", {**conv.attrs, "residual": True,
                                          "activation": add.attrs.get("activation", "NO_ACTIVATION")},
                               [*conv.inputs, r], list(add.outputs), conv.scratch)
-            fused[ai] = ci
+            fused.add(ai)
             break
     return [s for i, s in enumerate(steps) if i not in fused]
 
