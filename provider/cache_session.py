@@ -11,9 +11,10 @@ instead of the source, which is not opened at all, and each NPU kernel maps its 
 the cache. Otherwise the normal path runs with `ep.context_*` set, and the EPContext model it
 produced is stored afterwards. Which path ran, and why, is `SessionCacheStats.path`/`reason`.
 
-The session entry's Program is a copy of the first partition's (a cache entry holds a Program);
-a model with no NPU partition, or whose Programs are not all in cache entries (an unwritable
-cache), gets no session entry.
+A cache entry holds a Program: the session entry's is an empty one (no slots, steps or
+weights) named after the model; the real Programs stay in the partition entries, stored once.
+A model with no NPU partition, or whose Programs are not all in cache entries (dynamic shapes,
+an unwritable cache), gets no session entry.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from typing import Any
 
 import onnxruntime as ort
 
-from provider.cache import CacheKey, CompileCache, entry
+from provider.cache import CacheKey, CompileCache
 from provider.errors import CacheError
-from provider.npu.program import load as load_program
+from provider.npu.program import Program
 from provider.ort.kernel_cache import PartitionCacheStats
 from provider.ort.options import NpuOptions
 
@@ -149,9 +150,10 @@ class CacheSession:
         except OSError as exc:
             return f"not stored: onnxruntime wrote no EPContext model ({exc})"
         self.cache.discard(self.key)  # a stale or bad session entry is replaced
+        marker = Program(slots=[], steps=[], inputs=[], outputs=[], internal_bytes=0,
+                         name=f"CacheSession {os.path.basename(self.source)}")
         try:
-            program = load_program(Path(str(partitions[0].entry), entry.PROGRAM), verify=False)
-            directory = self.cache.put(self.key, program, extra_files={
+            directory = self.cache.put(self.key, marker, extra_files={
                 CONTEXT_MODEL: context, SOURCE_STAT: json.dumps(self._stat).encode()})
         except CacheError as exc:
             return f"not stored: {exc}"

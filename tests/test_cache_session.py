@@ -16,6 +16,7 @@ from test_ort_cache import IMAGE, RESNET, Calls
 
 import provider
 from provider import cache_session
+from provider.cache import CompileCache
 from provider.session import InferenceSession
 
 
@@ -140,6 +141,11 @@ def test_session_entry_holds_context_model_and_source_stat(tmp_path, source):
     sess = session(source, tmp_path)
     entry_dir = Path(sess.cache_stats().reason.split()[-1])
     assert (entry_dir / cache_session.CONTEXT_MODEL).stat().st_size < 4096
+    # the Programs stay in the partition entries: the session entry's is an empty one
+    assert (entry_dir / "program.lnp").stat().st_size <= 8192
+    cache = CompileCache(tmp_path)
+    cache.verify_entry(entry_dir.name)
+    assert {e.program_name for e in cache.entries()} >= {"CacheSession resnet.onnx"}
     recorded = json.loads((entry_dir / cache_session.SOURCE_STAT).read_text())
     assert recorded == {"path": str(source.resolve()), "size": source.stat().st_size,
                         "mtime_ns": source.stat().st_mtime_ns}
