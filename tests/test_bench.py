@@ -10,7 +10,10 @@ from provider.bench.scripts import find_benchmarks, script_args
 from provider.cli import UsageError, main
 
 FAKE = '''import sys
+from pathlib import Path
 print("fake benchmark", " ".join(sys.argv[1:]))
+Path("docs/benchmarks").mkdir(parents=True, exist_ok=True)
+Path("docs/benchmarks/fake.md").write_text("fake")
 if "--quick" in sys.argv:  # the runner passes "--quick" to scripts that mention it
     pass
 '''
@@ -65,6 +68,7 @@ def test_bench_command_writes_report_with_scripts(tmp_path, monkeypatch, capsys)
     assert "### `bench_fake.py --quick` (exit 0," in text and "fake benchmark --quick" in text
     assert "### `bench_broken.py` (exit 3," in text and "partial" in text
     assert "helper.py" not in text
+    assert "Files the scripts wrote next to this report: [fake.md](fake.md)." in text
 
 
 def test_bench_without_checkout_says_scripts_are_unavailable(tmp_path, monkeypatch, capsys):
