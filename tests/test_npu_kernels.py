@@ -421,6 +421,14 @@ def test_pool(op, case):
     check(op, a, lite, pool_lite_attrs(a), {"x": x})
 
 
+@pytest.mark.parametrize("case", ["k3s2p1_ceil", "asym_pads", "k2s2"])
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_pool_split_over_two_cores(op, case, two_cores):
+    a = POOL_CASES[case]
+    lite = "MaxPoolFusion" if op == "MaxPool" else "AvgPoolFusion"
+    check(op, a, lite, pool_lite_attrs(a), {"x": randn(rng(22), 2, 5, 9, 8)})
+
+
 @pytest.mark.parametrize("case", ["k3s1p1", "k3s2p1_ceil", "asym_pads"])
 def test_avg_pool_count_include_pad(case):
     a = {**POOL_CASES[case], "count_include_pad": 1}

@@ -524,8 +524,11 @@ def pool(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
         raise InvalidModelError(f"{_where(node)}: empty output {oh}x{ow} for input {x.shape}")
     eff = [pads[0], pads[1] + extra_h, pads[2], pads[3] + extra_w]
     scratch = []
+    hp = h + eff[0] + eff[1]
     if any(eff):
-        scratch.append(("pad", (n, c, h + eff[0] + eff[1], w + eff[2] + eff[3]), x.dtype))
+        scratch.append(("pad", (n, c, hp, w + eff[2] + eff[3]), x.dtype))
+    if kernel[0] > 1 and kernel[1] > 1:  # separable window reduction (kernels.pool)
+        scratch.append(("rows", (n, c, hp, ow), x.dtype))
     attrs = {"kernel": kernel, "stride": stride, "pads": eff, "activation": act,
              "scratch": [s[0] for s in scratch]}
     operands: list[int | np.ndarray] = [0]

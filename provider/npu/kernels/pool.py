@@ -1,7 +1,9 @@
 """MaxPoolFusion / AvgPoolFusion (windowed and global), NCHW.
 
-Windows are visited tap by tap (KH*KW vectorised ufunc calls over the whole tensor) instead of
-reducing a 6-D strided view, which numpy does far faster. Ceil mode and explicit pads arrive
+Windows are visited tap by tap (vectorised ufunc calls over the whole tensor) instead of
+reducing a 6-D strided view, which numpy does far faster; a KH x KW window is reduced along
+W into the `rows` scratch first, then along H (KH + KW calls instead of KH*KW), split over
+the NPU's cores by channel for large tensors. Ceil mode and explicit pads arrive
 as pads (the compiler extends bottom/right so the last window fits); average pooling divides by
 a per-position reciprocal count the compiler precomputes (count_include_pad or not).
 """
@@ -12,35 +14,52 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from provider.npu.kernels import activation
+from provider.npu.kernels import activation, parallel
 from provider.npu.kernels.conv import pad_into, scratch
 from provider.npu.kernels.registry import register
 
 
-def _taps(x: np.ndarray, y: np.ndarray, attrs: dict):
-    """Yield the (N, C, OH, OW) strided view of x for every kernel tap."""
+def _fold(op: np.ufunc, out: np.ndarray, taps: list[np.ndarray]) -> None:
+    """out = op(...op(taps[0], taps[1])..., taps[-1]), accumulated in out."""
+    np.copyto(out, taps[0])
+    for tap in taps[1:]:
+        op(out, tap, out=out)
+
+
+def _reduce_windows(op: np.ufunc, x: np.ndarray, y: np.ndarray, s: dict[str, np.ndarray],
+                    attrs: dict) -> None:
+    """y = op-reduction of every window of x (padded NCHW): along W into s["rows"] (when
+    planned), then along H; channel blocks go to the NPU's cores."""
     kh, kw = attrs["kernel"]
     sh, sw = attrs["stride"]
-    oh, ow = y.shape[2], y.shape[3]
-    for i in range(kh):
-        for j in range(kw):
-            yield x[:, :, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw]
+    n, c, oh, ow = y.shape
+    rows = s.get("rows")
+
+    def reduce(ch: slice) -> None:
+        src, dst = x[:, ch], y[:, ch]
+        if rows is None:
+            taps = [src[:, :, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw]
+                    for i in range(kh) for j in range(kw)]
+        else:  # separable: the W taps into rows (N, C, Hp, OW), then the H taps of rows
+            mid = rows[:, ch]
+            _fold(op, mid, [src[:, :, :, j:j + (ow - 1) * sw + 1:sw] for j in range(kw)])
+            taps = [mid[:, :, i:i + (oh - 1) * sh + 1:sh] for i in range(kh)]
+        _fold(op, dst, taps)
+
+    work = n * c * (x.shape[2] * ow * kw + oh * ow * kh)
+    parallel.run(reduce, parallel.blocks(c, work / parallel.ELEMENTS_PER_US))
 
 
-def _padded(x: np.ndarray, outputs: Sequence[np.ndarray], attrs: dict, value: float):
-    s = scratch(outputs, attrs)
+def _padded(x: np.ndarray, s: dict[str, np.ndarray], attrs: dict, value: float) -> np.ndarray:
     return pad_into(x, s["pad"], attrs["pads"], value) if "pad" in s else x
 
 
 @register("max_pool")
 def max_pool(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
-    """outputs[0] = window max; attrs kernel, stride, pads, activation, scratch (pad)."""
+    """outputs[0] = window max; attrs kernel, stride, pads, activation, scratch (pad, rows)."""
     y = outputs[0]
-    xp = _padded(inputs[0], outputs, attrs, -np.inf)
-    taps = _taps(xp, y, attrs)
-    np.copyto(y, next(taps))
-    for tap in taps:
-        np.maximum(y, tap, out=y)
+    s = scratch(outputs, attrs)
+    _reduce_windows(np.maximum, _padded(inputs[0], s, attrs, -np.inf), y, s, attrs)
     activation.fused(y, attrs)
 
 
@@ -48,11 +67,8 @@ def max_pool(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs:
 def avg_pool(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
     """outputs[0] = window sum * inputs[1] (reciprocal counts, (OH, OW)); attrs as max_pool."""
     y = outputs[0]
-    xp = _padded(inputs[0], outputs, attrs, 0.0)
-    taps = _taps(xp, y, attrs)
-    np.copyto(y, next(taps))
-    for tap in taps:
-        y += tap
+    s = scratch(outputs, attrs)
+    _reduce_windows(np.add, _padded(inputs[0], s, attrs, 0.0), y, s, attrs)
     y *= inputs[1]
     activation.fused(y, attrs)
 
