@@ -60,6 +60,14 @@ class SessionCacheStats:
     partitions: list[PartitionCacheStats] = field(default_factory=list)
 
 
+def _has_config(options: ort.SessionOptions, key: str) -> bool:
+    try:
+        options.get_session_config_entry(key)
+    except RuntimeError:  # onnxruntime's way of saying "not set"
+        return False
+    return True
+
+
 def _source_stat(path: str) -> dict[str, Any]:
     st = os.stat(path)
     return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
@@ -68,11 +76,13 @@ def _source_stat(path: str) -> dict[str, Any]:
 class CacheSession:
     """The CacheSession decision for one session: the warm model, or storing after a cold one."""
 
-    def __init__(self, source: str, npu: NpuOptions, cache: CompileCache):
+    def __init__(self, source: str, npu: NpuOptions, cache: CompileCache,
+                 sess_options: ort.SessionOptions):
         self.source = os.path.abspath(source)
         self.cache = cache
         options = {k: v for k, v in npu.to_strings().items()
                    if k not in ("cache_dir", "model_name", "cache_version", "cache_max_bytes")}
+        options["graph_optimization_level"] = str(sess_options.graph_optimization_level)
         self.key = CacheKey.build(partition=[(self.source, "CacheSession")], input_shapes={},
                                   options=options, model_name=npu.cache.model_name)
         self.path, self.reason = COLD, ""
@@ -80,13 +90,15 @@ class CacheSession:
         self._tmp: str | None = None
 
     @classmethod
-    def plan(cls, path_or_bytes: Any, npu: NpuOptions) -> CacheSession | None:
-        """A CacheSession when the model is a file and the options give cache_dir + model_name."""
+    def plan(cls, path_or_bytes: Any, npu: NpuOptions, sess_options: ort.SessionOptions
+             ) -> CacheSession | None:
+        """A CacheSession when the model is a file and the options give cache_dir + model_name
+        (not when the caller asks for an EPContext model of their own: `ep.context_enable`)."""
         cache = CompileCache.from_options(npu.cache)
         if not isinstance(path_or_bytes, (str, os.PathLike)) or cache is None \
-                or not npu.cache.model_name:
+                or not npu.cache.model_name or _has_config(sess_options, "ep.context_enable"):
             return None
-        return cls(os.fspath(path_or_bytes), npu, cache)
+        return cls(os.fspath(path_or_bytes), npu, cache, sess_options)
 
     def warm_model(self) -> str | None:
         """The stored EPContext model's path when the entry is valid and the source unchanged."""

@@ -120,7 +120,7 @@ class InferenceSession(ort.InferenceSession):
                 "these SessionOptions already select execution providers (e.g. they configured "
                 f"another session with {EP_NAME}); pass a fresh onnxruntime.SessionOptions")
         options.add_provider_for_devices(ep_devices(), npu.to_strings())
-        cache_session = self._cache_session = CacheSession.plan(path_or_bytes, npu)
+        cache_session = self._cache_session = CacheSession.plan(path_or_bytes, npu, options)
         model = cache_session.warm_model() if cache_session is not None else None
         if model is not None:
             try:

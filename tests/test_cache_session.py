@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from ort_models import MLP, reference
 from test_ort_cache import IMAGE, RESNET, Calls
@@ -149,3 +150,20 @@ def test_session_entry_holds_context_model_and_source_stat(tmp_path, source):
     recorded = json.loads((entry_dir / cache_session.SOURCE_STAT).read_text())
     assert recorded == {"path": str(source.resolve()), "size": source.stat().st_size,
                         "mtime_ns": source.stat().st_mtime_ns}
+
+
+def test_callers_own_context_request_or_other_optimization_level(tmp_path, source):
+    options = ort.SessionOptions()
+    options.add_session_config_entry("ep.context_enable", "1")
+    options.add_session_config_entry("ep.context_file_path", str(tmp_path / "mine_ctx.onnx"))
+    sess = InferenceSession(str(source), options, providers=[
+        ("NPUExecutionProvider", {"cache_dir": str(tmp_path / "c"), "model_name": "r"}),
+        "CPUExecutionProvider"])
+    assert sess.cache_stats().path == "" and (tmp_path / "mine_ctx.onnx").is_file()
+    session(source, tmp_path)
+    basic = ort.SessionOptions()
+    basic.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    sess = InferenceSession(str(source), basic, providers=[
+        ("NPUExecutionProvider", {"cache_dir": str(tmp_path), "model_name": "resnet"}),
+        "CPUExecutionProvider"])
+    assert sess.cache_stats().path == "source"
