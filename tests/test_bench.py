@@ -68,7 +68,7 @@ def test_bench_command_writes_report_with_scripts(tmp_path, monkeypatch, capsys)
     assert "### `bench_fake.py --quick` (exit 0," in text and "fake benchmark --quick" in text
     assert "### `bench_broken.py` (exit 3," in text and "partial" in text
     assert "helper.py" not in text
-    assert "Files the scripts wrote next to this report: [fake.md](fake.md)." in text
+    assert "Files the scripts wrote next to this report: `fake.md`." in text
 
 
 def test_bench_without_checkout_says_scripts_are_unavailable(tmp_path, monkeypatch, capsys):

@@ -46,7 +46,7 @@ def markdown(machine: dict[str, str], models: list[ModelResult], scripts: list[S
     lines += ["", "## Benchmark scripts", "", scripts_note]
     if other_files:
         lines += ["", "Files the scripts wrote next to this report: "
-                  + ", ".join(f"[{name}]({name})" for name in other_files) + "."]
+                  + ", ".join(f"`{name}`" for name in other_files) + "."]
     for s in scripts:
         status = "timed out" if s.returncode is None else f"exit {s.returncode}"
         args = " ".join(s.args)
