@@ -187,7 +187,11 @@ def conv2d(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
         operands.append(const(node, ins, 2, "bias").reshape(o, 1))
     hp, wp = h + pads[0] + pads[1], wd + pads[2] + pads[3]
     scratch = []
-    if stride == [1, 1] and kh * kw > 1:  # shifted form (kernels.conv._conv_shifted)
+    # The shifted stride-1 form (kernels.conv._shifted_cols) copies long contiguous taps but
+    # makes the GEMM compute Wp - OW wasted columns per row: worth it unless that waste is
+    # over 1/8 of a big GEMM (ResNet's 7x7 maps: im2col is ~25% faster there).
+    wasted = (wp - ow) * 8 > ow and o * cg * kh * kw * oh * wp >= 1 << 21
+    if stride == [1, 1] and kh * kw > 1 and not wasted:
         scratch = [("pad", (n, c, hp + 1, wp), x.dtype), ("cols", (n, g, cg * kh * kw, oh * wp), F32),
                    ("wide", (n, o, oh * wp), F32)]
     elif any(pads) or kernel != [1, 1] or stride != [1, 1] or x.dtype != F32:
