@@ -280,6 +280,32 @@ def caller_region(buffer: Any, what: str) -> tuple[np.ndarray, Any]:
     return array.reshape(-1).view(np.uint8), buffer
 
 
+def _release_held(held: list) -> None:
+    while held:
+        held.pop().release()
+
+
+_CALLER_REGIONS: list[tuple[weakref.ref, int, int, threading.RLock]] = []
+_CALLER_LOCK = threading.Lock()
+
+
+def _region_lock(layout: _Layout, region: np.ndarray) -> threading.RLock:
+    """The run lock for a caller's internal region: shared with every session whose internal
+    region overlaps it (RKNN lets contexts share internal memory and leaves the races to the
+    user; here their runs are serialized)."""
+    start, end = region.ctypes.data, region.ctypes.data + region.nbytes
+    with _CALLER_LOCK:
+        _CALLER_REGIONS[:] = [e for e in _CALLER_REGIONS if e[0]() not in (None, layout)]
+        locks = {id(e[3]): e[3] for e in _CALLER_REGIONS if e[1] < end and start < e[2]}
+        if len(locks) > 1:
+            raise BindingError("set_internal_memory(): the region overlaps the internal memory of "
+                               "sessions that do not share memory with each other; give it "
+                               "exactly one of their regions")
+        lock = next(iter(locks.values())) if locks else threading.RLock()
+        _CALLER_REGIONS.append((weakref.ref(layout), start, end, lock))
+    return lock
+
+
 class _Layout:
     """Programs laid out one after another at 64-byte aligned offsets in a caller's region."""
 
@@ -288,7 +314,10 @@ class _Layout:
         self.offsets: dict[int, tuple[int, int]] = {}  # id(program) -> (offset, nbytes)
         self.end = 0
         self.region: np.ndarray | None = None
-        self.owner: Any = None
+        self.owner: Any = None  # keeps the caller's memory alive
+        self.lock = threading.RLock()  # runs using the region (shared when regions overlap)
+        self._held: list[DeviceBuffer] = []  # a caller's DeviceBuffer, retained while used
+        weakref.finalize(self, _release_held, self._held)
 
     def add(self, program: Program, nbytes: int) -> None:
         if id(program) not in self.offsets:
@@ -304,12 +333,20 @@ class _Layout:
         offset, nbytes = self.offsets[id(program)]
         return self.region[offset:offset + nbytes]
 
-    def set(self, buffer: Any) -> np.ndarray:
+    def set(self, buffer: Any, *, shared_lock: bool = False) -> np.ndarray:
+        """Use the caller's `buffer` from now on (retained if a DeviceBuffer)."""
         region, owner = caller_region(buffer, f"{self.setter}()")
         if region.nbytes < self.end:
             raise BindingError(f"{self.setter}(): {self.what} memory of {region.nbytes} bytes is "
                                f"too small; the session needs {self.end} bytes")
-        self.region, self.owner = region, owner
+        lock = _region_lock(self, region) if shared_lock else self.lock
+        with self.lock:  # not while a run uses the previous region
+            if isinstance(owner, DeviceBuffer):
+                owner.retain()
+            _release_held(self._held)
+            if isinstance(owner, DeviceBuffer):
+                self._held.append(owner)
+            self.region, self.owner, self.lock = region, owner, lock
         return region
 
 
@@ -410,7 +447,7 @@ class ManagedExecutor:
         self._closed = False
         options = memory.family.options
         self._group = _group(options.internal_memory_group, memory.pool) \
-            if options.internal_memory_group and not options.mem_alloc_outside else None
+            if options.internal_memory_group else None
         self._lock = self._group.lock if self._group is not None else threading.RLock()
         self._arena: _Region | None = None
         self._weights = memory.family.acquire(program)
@@ -466,8 +503,10 @@ class ManagedExecutor:
         self._memory()
 
     def run(self, inputs: Sequence, outputs: Sequence | None = None) -> list[np.ndarray]:
-        """Run the Program (serialized with the whole group when in one)."""
-        with self._lock:
+        """Run the Program (serialized with its group, or with every session whose caller-owned
+        internal memory overlaps this one's)."""
+        outside = self.memory.family.options.mem_alloc_outside
+        with self.memory.internal_layout.lock if outside else self._lock:
             inner = self._ready()
             results = inner.run(inputs, outputs)
             self.copy_stats = inner.copy_stats
@@ -532,7 +571,7 @@ class SessionMemory:
 
     def set_internal_memory(self, buffer: Any) -> None:
         self._outside("set_internal_memory")
-        self.internal_layout.set(buffer)
+        self.internal_layout.set(buffer, shared_lock=True)
 
     def _outside(self, method: str) -> None:
         if not self.family.options.mem_alloc_outside:

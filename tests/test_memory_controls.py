@@ -16,6 +16,7 @@ from provider import memory_controls
 from provider.errors import BindingError, DeviceMemoryError
 from provider.memory_controls import block_bytes
 from provider.npu.memory import DevicePool, default_pool
+from provider.ort.options import InvalidOptionError
 from provider.session import InferenceSession
 
 MODELS_DIR = Path(models.__file__).parent
@@ -233,6 +234,50 @@ def test_caller_owned_memory():
         clone.run(None, _feeds("transformer_encoder"))
     clone.set_internal_memory(_aligned(info.internal))
     _check(clone, "transformer_encoder", seed=1)
+
+
+def test_sessions_given_one_internal_buffer_run_serialized_and_correct():
+    a = _session("resnet_block", mem_alloc_outside="1")
+    b = _session("transformer_encoder", mem_alloc_outside="1")
+    shared = _aligned(max(a.memory_info().internal, b.memory_info().internal))
+    errors: list[BaseException] = []
+    for sess in (a, b):
+        sess.set_weight_memory(_aligned(sess.memory_info().weights))
+        sess.set_internal_memory(shared)
+
+    def hammer(sess: InferenceSession, name: str) -> None:
+        try:
+            for seed in range(6):
+                _check(sess, name, seed=seed)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=hammer, args=(a, "resnet_block")),
+               threading.Thread(target=hammer, args=(b, "transformer_encoder"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_a_caller_device_buffer_is_retained_while_the_session_uses_it():
+    before = _in_use()
+    sess = _session("transformer_encoder", mem_alloc_outside="1")
+    info = sess.memory_info()
+    weights, internal = default_pool().allocate(info.weights), default_pool().allocate(info.internal)
+    sess.set_weight_memory(weights)
+    sess.set_internal_memory(internal)
+    weights.release()  # the caller lets go: the session still holds them
+    internal.release()
+    _check(sess, "transformer_encoder")
+    del sess
+    assert _in_use() == before
+
+
+def test_mem_alloc_outside_excludes_groups_and_shared_weights():
+    with pytest.raises(InvalidOptionError, match="cannot be combined"):
+        _session("resnet_block", mem_alloc_outside="1", internal_memory_group="g")
 
 
 def test_caller_memory_from_an_imported_fd(tmp_path):

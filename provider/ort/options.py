@@ -55,6 +55,12 @@ class NpuOptions:
         for key, raw in options.items():
             if key not in CACHE_OPTION_KEYS:
                 values[key] = _PARSERS[key](key, raw)
+        if values.get("mem_alloc_outside") and (values.get("internal_memory_group")
+                                                or values.get("share_weights")):
+            raise InvalidOptionError("option mem_alloc_outside=1 cannot be combined with "
+                                     "internal_memory_group or share_weights: the caller's "
+                                     "memory is used as given (pass one internal buffer to "
+                                     "several sessions to share it)")
         try:
             cache = normalize_cache_options({k: v for k, v in options.items()
                                              if k in CACHE_OPTION_KEYS})
