@@ -26,7 +26,12 @@ Every fused partition's Program gets a `ManagedExecutor` from its session's `Ses
 - `mem_alloc_outside=1`: nothing is allocated for weights or arenas; the caller passes
   regions (`set_weight_memory` / `set_internal_memory`) which are laid out as each Program's
   blob / arena at 64-byte aligned offsets in Program order; `memory_info()` gives the
-  sizes to provide. The weights are copied into the caller's region once.
+  sizes to provide (before any run when the input shapes are static, e.g. with free
+  dimension overrides; dynamic shapes compile, and so learn their sizes, at the first run).
+  The weights are copied into the caller's region once; a caller's DeviceBuffer is retained
+  while used. Sessions given overlapping internal regions (RKNN's way to share internal
+  memory) share one run lock, so their runs cannot interleave. It excludes the two options
+  above (InvalidOptionError).
 
 `sess.clone()` builds a second onnxruntime session over the same model whose kernels take
 their Programs (and weights) from the source's family instead of compiling: one session
@@ -433,8 +438,8 @@ class _Family:
 class ManagedExecutor:
     """A Program's Executor with its memory placed by the session's memory controls.
 
-    Same surface as `Executor` for the fused kernel (program, names, run, copy_stats, close,
-    memory_info). The inner Executor is (re)built under the run lock when first needed and
+    Same surface as `Executor` for the fused kernel (program, names, run, copy_stats, close).
+    The inner Executor is (re)built under the run lock when first needed and
     after its group's arena moved or caller memory was set.
     """
 
@@ -517,11 +522,6 @@ class ManagedExecutor:
         """Pool bytes of the inner Executor's I/O staging buffers."""
         inner = self._inner
         return 0 if inner is None else sum(block_bytes(v.nbytes) for v in inner._staging.values())
-
-    def memory_info(self):
-        """The inner Executor's MemoryInfo (built on demand)."""
-        with self._lock:
-            return self._ready().memory_info()
 
     def close(self) -> None:
         """Release the arena (or group membership), the weights reference and staging."""
