@@ -127,10 +127,16 @@ def two_cores(monkeypatch):
     parallel.set_threads(1)
 
 
-@pytest.mark.parametrize("case", ["pads", "stride2", "group2", "depthwise", "pointwise",
-                                  "batch2", "fused_relu", "dilation2", "rect_kernel"])
+@pytest.mark.parametrize("case", ["pads", "stride2", "group2", "pointwise", "batch2",
+                                  "fused_relu", "dilation2", "rect_kernel"])
 def test_conv_split_over_two_cores(case, two_cores):
+    """By output-channel block (20 rows: 16 + 4) or by group (group2: 10 rows each)."""
     conv_case(rng(1), **{"o": 20, "c": 8, **CONV_CASES[case]})
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_conv_split_by_group_over_two_cores(stride, two_cores):
+    conv_case(rng(1), c=8, o=8, group=8, stride=(stride, stride), pads=(1, 1, 1, 1), act="RELU6")
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])

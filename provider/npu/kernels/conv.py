@@ -66,17 +66,24 @@ def _shifted_cols(x: np.ndarray, s: dict[str, np.ndarray], attrs: dict, oh: int,
             np.copyto(cols[:, :, i * kw + j], flat[:, :, off:off + span])
 
 
-def _window_cols(x: np.ndarray, s: dict[str, np.ndarray], attrs: dict, out_hw, ch: slice) -> None:
-    """General im2col of group channels `ch` (every group) into cols (N, G, C/G*KH*KW, OH*OW)."""
+def _window_cols(x: np.ndarray, s: dict[str, np.ndarray], attrs: dict, out_hw, at: tuple) -> None:
+    """General im2col into cols (N, G, C/G*KH*KW, OH*OW) of the input channels picked by the
+    index `at` into (N, G, C/G, ...) (a block of groups, or of channels in every group)."""
     g = attrs["group"]
+    n, c, h, w = x.shape
     xp = x
     if "pad" in s:
         xp = s["pad"]
-        n, c, h, w = x.shape
-        pad_into(x.reshape(n, g, c // g, h, w)[:, :, ch],
-                 xp.reshape(n, g, c // g, *xp.shape[2:])[:, :, ch], attrs["pads"], 0.0)
+        pad_into(x.reshape(n, g, c // g, h, w)[at], xp.reshape(n, g, c // g, *xp.shape[2:])[at],
+                 attrs["pads"], 0.0)
     win = windows(xp, g, attrs["kernel"], attrs["stride"], attrs["dilation"], out_hw)
-    np.copyto(s["cols"].reshape(win.shape)[:, :, ch], win[:, :, ch])
+    np.copyto(s["cols"].reshape(win.shape)[at], win[at])
+
+
+def _axis(axis: int, part: slice) -> tuple:
+    """Index picking `part` along `axis` (1 = groups, 2 = channels in each group) of arrays
+    laid out (N, G, channels, ...)."""
+    return (slice(None),) * axis + (part,)
 
 
 @register("conv2d")
@@ -87,9 +94,9 @@ def conv2d(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: d
     cols, wide) for the shifted stride-1 form, else (pad, cols) for im2col, or none for a
     pointwise conv.
 
-    Large convs are split over the NPU's cores (kernels.parallel): im2col by input channel,
-    then GEMM + bias + activation by block of output channels (each block's epilogue runs
-    while its rows are still in cache).
+    Large convs are split over the NPU's cores (kernels.parallel): im2col by input channel
+    (or group), then GEMM + bias + residual + activation by block of output channels, or of
+    groups when each group has few (each block's epilogue runs while its rows are in cache).
     """
     x, w = inputs[0], inputs[1]
     y = outputs[0]
@@ -102,13 +109,13 @@ def conv2d(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: d
     wide = s.get("wide")
     if "cols" in s:
         hw = oh * (wide.shape[-1] // oh if wide is not None else ow)
-        copied = n * c * kh * kw * hw
+        cost = n * c * kh * kw * hw / parallel.ELEMENTS_PER_US
         if wide is not None:
-            parallel.run(lambda ch: _shifted_cols(x, s, attrs, oh, ch),
-                         parallel.blocks(c, copied / parallel.ELEMENTS_PER_US))
-        else:
-            parallel.run(lambda ch: _window_cols(x, s, attrs, (oh, ow), ch),
-                         parallel.blocks(c // g, copied / parallel.ELEMENTS_PER_US))
+            parallel.run(lambda ch: _shifted_cols(x, s, attrs, oh, ch), parallel.blocks(c, cost))
+        else:  # by whole groups, or by channel when there is one group
+            axis = 1 if g > 1 else 2
+            parallel.run(lambda part: _window_cols(x, s, attrs, (oh, ow), _axis(axis, part)),
+                         parallel.blocks(g if g > 1 else c, cost))
         operand = s["cols"].reshape(n, g, k, hw)
     else:  # 1x1, stride 1, no padding, fp32: the input already is the GEMM operand
         hw = oh * ow
@@ -118,20 +125,23 @@ def conv2d(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: d
     extra = list(inputs[2:])
     residual = extra.pop().reshape(n, g, og, oh * ow) if attrs.get("residual") else None
     bias = extra[0].reshape(g, og, 1) if extra else None
+    by_group = g > 1 and og < 16  # depthwise-like: too few rows per group to split
 
-    def rows(r: slice) -> None:
-        gemm.matmul(w[:, r], operand, target[:, :, r])
-        part = y3[:, :, r]
+    def epilogue(part: slice) -> None:
+        at = _axis(1 if by_group else 2, part)
+        gemm.matmul(w[at[1:]], operand[at] if by_group else operand, target[at])
+        out = y3[at]
         if wide is not None:
-            np.copyto(part.reshape(n, g, -1, oh, ow),
-                      target[:, :, r].reshape(n, g, -1, oh, hw // oh)[..., :ow], casting="same_kind")
+            np.copyto(out.reshape(*out.shape[:3], oh, ow),
+                      target[at].reshape(*out.shape[:3], oh, hw // oh)[..., :ow], casting="same_kind")
         if bias is not None:
-            part += bias[:, r]
+            out += bias[at[1:]]
         if residual is not None:
-            part += residual[:, :, r]
-        activation.fused(part, attrs)
+            out += residual[at]
+        activation.fused(out, attrs)
 
-    parallel.run(rows, parallel.blocks(og, n * o * k * hw / parallel.MACS_PER_US, align=8))
+    cost = n * o * k * hw / parallel.MACS_PER_US
+    parallel.run(epilogue, parallel.blocks(g, cost) if by_group else parallel.blocks(og, cost, align=8))
 
 
 @register("deconv2d")
