@@ -8,8 +8,9 @@ weights, BatchNorm and constant Mul/Add folded into convs, fused activations (RE
 convs and adds) and standalone ones (LEAKY_RELU, SIGMOID, TANH, GELU, HSIGMOID, HARD_TANH),
 MatMulFusion with bias and transposes folded in, LayerNormFusion (epsilon 0, no affine
 flag), ReduceFusion (coeff 0), TileFusion, Split and Resize with size inputs, PadFusion,
-StridedSlice with axes, InstanceNorm between NHWC/NCHW transposes, and (the `_nchw`
-variant) transposes at the graph edge.
+StridedSlice with axes, InstanceNorm between NHWC/NCHW transposes, Eltwise SUM, Mod,
+Round, CumSum, GatherNd, ScatterNdUpdate, Tril, BroadcastTo, constant-folded Range/OneHot
+outputs, and (the `_nchw` variant) transposes at the graph edge.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def _check(name: str, names: list[str], got: list[np.ndarray], want: dict, mslit
 
 def test_fixtures_are_there():
     assert {"mobilenet_v2", "resnet_block", "transformer_encoder", "op_cnn", "op_cnn_nchw",
-            "op_cnn2", "op_seq"} <= set(NAMES)
+            "op_cnn2", "op_seq", "op_misc"} <= set(NAMES)
 
 
 @pytest.mark.parametrize("name", NAMES)

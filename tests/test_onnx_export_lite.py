@@ -271,3 +271,127 @@ def test_layer_norm_as_mindspore_lite_computes_it():
     np.testing.assert_allclose(got_plain, _layer_norm(xv, 1, 1e-5), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got_wide, _layer_norm(xv, 1, 1e-5) * g + beta, rtol=1e-4,
                                atol=1e-5)
+
+
+def test_mod_floor_mod_floor_div_as_mindspore_lite():
+    """Mod is C fmod; FloorMod/FloorDiv floor (Python's % and //), for floats and int32."""
+    b = Lite()
+    xf, yf = b.act("xf", (6,), fmt="NCHW"), b.act("yf", (6,), fmt="NCHW")
+    xi = b.act("xi", (6,), fmt="NCHW", dtype=np.int32)
+    yi = b.act("yi", (6,), fmt="NCHW", dtype=np.int32)
+    outs = [b.node(op, {}, [x, y], (6,), fmt="NCHW", dtype=dt)
+            for op in ("Mod", "FloorMod", "FloorDiv")
+            for x, y, dt in ((xf, yf, np.float32), (xi, yi, np.int32))]
+    fv = np.array([7.5, -7.5, 7.5, -7.5, 3.0, -0.5], np.float32)
+    gv = np.array([2.0, 2.0, -2.0, -2.0, 1.5, 4.0], np.float32)
+    iv = np.array([7, -7, 7, -7, 6, -1], np.int32)
+    jv = np.array([2, 2, -2, -2, 3, 4], np.int32)
+    got = b.run([xf, yf, xi, yi], outs, {"xf": fv, "yf": gv, "xi": iv, "yi": jv})
+    want = [np.fmod(fv, gv), np.fmod(iv, jv), fv - np.floor(fv / gv) * gv, iv % jv,
+            np.floor(fv / gv), iv // jv]
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_unary_extras_round_log1p_is_finite_elu_leaky_relu_addn_select():
+    b = Lite()
+    x = b.act("x", (7,), fmt="NCHW")
+    rnd = b.node("Round", {}, [x], (7,), fmt="NCHW")
+    fin = b.node("IsFinite", {}, [x], (7,), fmt="NCHW", dtype=np.bool_)
+    elu = b.node("Elu", {"alpha": 0.7}, [x], (7,), fmt="NCHW")
+    lrelu = b.node("LeakyRelu", {"negative_slope": 0.2}, [x], (7,), fmt="NCHW")
+    addn = b.node("AddN", {}, [x, x, x], (7,), fmt="NCHW")
+    sel = b.node("Select", {}, [fin, x, addn], (7,), fmt="NCHW")
+    p = b.act("p", (3,), fmt="NCHW")
+    l1p = b.node("Log1p", {}, [p], (3,), fmt="NCHW")
+    xv = np.array([1.4, -2.6, 0.0, np.inf, -np.inf, np.nan, 3.2], np.float32)
+    pv = np.array([0.0, 1e-7, 3.0], np.float32)
+    got = b.run([x, p], [rnd, fin, elu, lrelu, addn, sel, l1p], {"x": xv, "p": pv})
+    np.testing.assert_array_equal(got[0], np.round(xv))
+    np.testing.assert_array_equal(got[1], np.isfinite(xv))
+    finite = np.isfinite(xv)
+    np.testing.assert_allclose(got[2][finite], np.where(xv > 0, xv, 0.7 * (np.exp(xv) - 1))[finite],
+                               rtol=1e-6)
+    np.testing.assert_allclose(got[3][finite], np.where(xv > 0, xv, 0.2 * xv)[finite], rtol=1e-6)
+    np.testing.assert_array_equal(got[4], 3 * xv)
+    np.testing.assert_array_equal(got[5], np.where(np.isfinite(xv), xv, 3 * xv))
+    np.testing.assert_allclose(got[6], np.log1p(pv), rtol=1e-6)
+
+
+def test_gather_scatter_nd_triangles_cum_sum():
+    b = Lite()
+    x = b.act("x", (4, 5), fmt="NCHW")
+    gidx = b.const("gidx", np.array([[0, 1], [3, 4]], np.int32))
+    gnd = b.node("GatherNd", {}, [x, gidx], (2,), fmt="NCHW")
+    upd = rng.standard_normal((2, 5)).astype(np.float32)
+    snu = b.node("ScatterNdUpdate", {}, [x, b.const("sidx", np.array([[2], [0]], np.int32)),
+                                         b.const("upd", upd)], (4, 5), fmt="NCHW")
+    # TF/MindSpore ScatterNd sums updates that hit the same place
+    snd = b.node("ScatterNd", {}, [b.const("didx", np.array([[1], [1], [3]], np.int32)),
+                                   b.const("dupd", upd[[0, 1, 0]]),
+                                   b.const("dshape", np.array([4, 5], np.int32))],
+                 (4, 5), fmt="NCHW")
+    tril = b.node("Tril", {}, [x, b.const("k", np.array(1, np.int32))], (4, 5), fmt="NCHW")
+    triu = b.node("Triu", {}, [x], (4, 5), fmt="NCHW")
+    cs = b.node("CumSum", {"exclusive": True, "reverse": True},
+                [x, b.const("axis", np.array(1, np.int32))], (4, 5), fmt="NCHW")
+    xv = rng.standard_normal((4, 5)).astype(np.float32)
+    got = b.run([x], [gnd, snu, snd, tril, triu, cs], {"x": xv})
+    np.testing.assert_array_equal(got[0], xv[[0, 3], [1, 4]])
+    want_snu = xv.copy()
+    want_snu[[2, 0]] = upd
+    np.testing.assert_array_equal(got[1], want_snu)
+    want_snd = np.zeros((4, 5), np.float32)
+    want_snd[1], want_snd[3] = upd[0] + upd[1], upd[0]
+    np.testing.assert_allclose(got[2], want_snd, rtol=1e-6)
+    np.testing.assert_array_equal(got[3], np.tril(xv, 1))
+    np.testing.assert_array_equal(got[4], np.triu(xv))
+    rev = np.cumsum(xv[:, ::-1], axis=1)[:, ::-1]
+    np.testing.assert_allclose(got[5], rev - xv, rtol=1e-5, atol=1e-6)
+
+
+def test_reverse_slice_fusion_unstack():
+    b = Lite()
+    x = b.act("x", (3, 4, 5), fmt="NCHW")
+    rev = b.node("ReverseV2", {"axis": [0, 2]}, [x], (3, 4, 5), fmt="NCHW")
+    sl = b.node("SliceFusion", {"axes": [1, 2]},
+                [x, b.const("begin", np.array([1, 2], np.int32)),
+                 b.const("size", np.array([2, -1], np.int32))], (3, 2, 3), fmt="NCHW")
+    parts = [b.act(f"u{i}", (3, 5), fmt="NCHW") for i in range(4)]
+    b.m.add_node(LiteNode("unstack", "Unstack", {"axis": 1}, [x], parts))
+    xv = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    got = b.run([x], [rev, sl, *parts], {"x": xv})
+    np.testing.assert_array_equal(got[0], xv[::-1, :, ::-1])
+    np.testing.assert_array_equal(got[1], xv[:, 1:3, 2:])
+    for i in range(4):
+        np.testing.assert_array_equal(got[2 + i], xv[:, i])
+
+
+def test_range_one_hot_fill_size_rank():
+    b = Lite()
+    x = b.act("x", (2, 3), fmt="NCHW")
+    start = b.act("start", (1,), fmt="NCHW")
+    rng_in = b.node("Range", {}, [start, b.const("limit", np.array([2.0], np.float32)),
+                                  b.const("delta", np.array([0.5], np.float32))],
+                    (-1,), fmt="NCHW")
+    rng_attr = b.node("Range", {"d_type": 34, "start": 3, "limit": 11, "delta": 3}, [], (3,),
+                      fmt="NCHW", dtype=np.int32)
+    idx = b.act("idx", (4,), fmt="NCHW", dtype=np.int32)
+    oh = b.node("OneHot", {"axis": -1}, [idx, b.const("depth", np.array(5, np.int32)),
+                                         b.const("on", np.array(2.0, np.float32)),
+                                         b.const("off", np.array(-1.0, np.float32))],
+                (4, 5), fmt="NCHW")
+    fill = b.node("Fill", {}, [b.const("v", np.array([1.5], np.float32)),
+                               b.const("fshape", np.array([2, 2], np.int32))], (2, 2), fmt="NCHW")
+    size = b.node("Size", {}, [x], (), fmt="NCHW", dtype=np.int32)
+    rank = b.node("Rank", {}, [x], (), fmt="NCHW", dtype=np.int32)
+    feeds = {"x": np.zeros((2, 3), np.float32), "start": np.array([0.5], np.float32),
+             "idx": np.array([0, 4, 2, 2], np.int32)}
+    got = b.run([x, start, idx], [rng_in, rng_attr, oh, fill, size, rank], feeds)
+    np.testing.assert_allclose(got[0], [0.5, 1.0, 1.5])
+    assert got[1].dtype == np.int32
+    np.testing.assert_array_equal(got[1], [3, 6, 9])
+    np.testing.assert_array_equal(got[2], np.where(np.eye(5)[[0, 4, 2, 2]] == 1, 2.0, -1.0))
+    np.testing.assert_array_equal(got[3], np.full((2, 2), 1.5, np.float32))
+    assert got[4].dtype == np.int32 and got[4] == 6 and got[5] == 2

@@ -16,8 +16,8 @@ _PLAIN = {"AddFusion": "Add", "SubFusion": "Sub", "MulFusion": "Mul", "DivFusion
           "Sin": "Sin", "Cos": "Cos", "Log": "Log", "Floor": "Floor", "Ceil": "Ceil",
           "Reciprocal": "Reciprocal", "Equal": "Equal", "Less": "Less", "Greater": "Greater",
           "LessEqual": "LessOrEqual", "GreaterEqual": "GreaterOrEqual", "LogicalNot": "Not",
-          "LogicalAnd": "And", "LogicalOr": "Or", "Where": "Where", "Maximum": "Max",
-          "Minimum": "Min"}
+          "LogicalAnd": "And", "LogicalOr": "Or", "Where": "Where", "Select": "Where",
+          "Maximum": "Max", "Minimum": "Min", "Round": "Round", "AddN": "Sum"}
 
 
 def _plain(ctx, node, ins, outs):
@@ -105,6 +105,68 @@ def gelu(ctx, x: str, y: str, approximate: bool, dtype: np.dtype, name: str) -> 
 def activation_node(ctx, node, ins, outs):
     activation(ctx, node.attrs.get("activation_type", "NO_ACTIVATION"), node.attrs, ins[0],
                outs[0], ctx.np_dtype(node.inputs[0]), node.name)
+
+
+@EXPORTERS.register("Mod")
+def mod(ctx, node, ins, outs):
+    """MindSpore Lite's Mod is C fmod for floats and ints alike."""
+    ctx.add("Mod", ins[:2], outs, name=node.name, fmod=1)
+
+
+def _floor_mod(ctx, node, ins, name: str, out: list[str] | None = None) -> str:
+    """x - floor(x / y) * y (the remainder takes y's sign)."""
+    if np.issubdtype(ctx.np_dtype(node.inputs[0]), np.integer):
+        return ctx.add("Mod", ins[:2], out, name=name, fmod=0)
+    quotient = ctx.add("Floor", [ctx.add("Div", ins[:2], name=f"{name}/div")])
+    return ctx.add("Sub", [ins[0], ctx.add("Mul", [quotient, ins[1]])], out, name=name)
+
+
+@EXPORTERS.register("FloorMod")
+def floor_mod(ctx, node, ins, outs):
+    _floor_mod(ctx, node, ins, node.name, outs)
+
+
+@EXPORTERS.register("FloorDiv")
+def floor_div(ctx, node, ins, outs):
+    """floor(x / y); for integers (x - floor_mod(x, y)) / y, which divides exactly."""
+    if np.issubdtype(ctx.np_dtype(node.inputs[0]), np.integer):
+        rest = _floor_mod(ctx, node, ins, f"{node.name}/mod")
+        ctx.add("Div", [ctx.add("Sub", [ins[0], rest]), ins[1]], outs, name=node.name)
+    else:
+        ctx.add("Floor", [ctx.add("Div", ins[:2], name=f"{node.name}/div")], outs,
+                name=node.name)
+
+
+@EXPORTERS.register("Log1p")
+def log1p(ctx, node, ins, outs):
+    """log(1 + x) accurate for tiny x (Kahan): u = 1 + x; x where u == 1, else
+    log(u) * x / (u - 1), which cancels the rounding of 1 + x."""
+    x = ins[0]
+    one = ctx.const(np.array(1, ctx.np_dtype(node.inputs[0])), f"{node.name}/one")
+    u = ctx.add("Add", [x, one], name=f"{node.name}/u")
+    d = ctx.add("Sub", [u, one], name=f"{node.name}/u_minus_1")
+    scaled = ctx.add("Div", [ctx.add("Mul", [ctx.add("Log", [u]), x]), d])
+    exact = ctx.add("Equal", [d, ctx.const(np.array(0, ctx.np_dtype(node.inputs[0])),
+                                           f"{node.name}/zero")])
+    ctx.add("Where", [exact, x, scaled], outs, name=node.name)
+
+
+@EXPORTERS.register("IsFinite")
+def is_finite(ctx, node, ins, outs):
+    bad = ctx.add("Or", [ctx.add("IsInf", ins[:1], name=f"{node.name}/inf"),
+                         ctx.add("IsNaN", ins[:1], name=f"{node.name}/nan")])
+    ctx.add("Not", [bad], outs, name=node.name)
+
+
+@EXPORTERS.register("Elu")
+def elu(ctx, node, ins, outs):
+    ctx.add("Elu", ins[:1], outs, name=node.name, alpha=float(node.attrs.get("alpha", 0.0)))
+
+
+@EXPORTERS.register("LeakyRelu")
+def leaky_relu(ctx, node, ins, outs):
+    ctx.add("LeakyRelu", ins[:1], outs, name=node.name,
+            alpha=float(node.attrs.get("negative_slope", 0.0)))
 
 
 @EXPORTERS.register("NotEqual")

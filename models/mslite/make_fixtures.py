@@ -201,12 +201,49 @@ def op_seq() -> onnx.ModelProto:
     return _model(nodes, [("x", [2, 8, 16])], outputs, inits)
 
 
+def op_misc() -> onnx.ModelProto:
+    """Ops that become Lite primitives with no direct ONNX twin: Sum (Eltwise), Mod, Elu,
+    Round, CumSum, GatherND, ScatterND (ScatterNdUpdate), Trilu (Tril), Softplus, Expand
+    (BroadcastTo), Reciprocal, Floor; Range and OneHot of constants (folded into constant
+    outputs). MindSpore Lite 2.0 has no ONNX Sign or LpNormalization parser, and no CPU
+    kernel for ScatterElements."""
+    rng = np.random.default_rng(14)
+    n = helper.make_node
+    inits = {
+        "three": np.float32(3.0), "ax": np.array(1, np.int64),
+        "gidx": np.array([[0, 1], [2, 3], [1, 0]], np.int64),
+        "sidx": np.array([[1], [3]], np.int64), "supd": _rand(rng, 2, 6),
+        "r0": np.float32(0.0), "r1": np.float32(6.0), "rd": np.float32(1.5),
+        "depth": np.array(5, np.int64), "onoff": np.array([0.0, 1.0], np.float32),
+        "oidx": np.array([0, 3, 4, 1], np.int64), "eshape": np.array([2, 4, 6], np.int64),
+    }
+    nodes = [
+        n("Sum", ["x", "y"], ["s"]),
+        n("Mod", ["s", "three"], ["md"], fmod=1),
+        n("Elu", ["x"], ["el"], alpha=0.7),
+        n("Round", ["y"], ["rnd"]),
+        n("CumSum", ["x", "ax"], ["cs"]),
+        n("GatherND", ["x", "gidx"], ["gnd"]),
+        n("ScatterND", ["x", "sidx", "supd"], ["snd"]),
+        n("Trilu", ["x"], ["tri"], upper=0),
+        n("Range", ["r0", "r1", "rd"], ["rng"]),
+        n("OneHot", ["oidx", "depth", "onoff"], ["oh"], axis=-1),
+        n("Softplus", ["x"], ["sp"]),
+        n("Expand", ["x", "eshape"], ["ex"]),
+        n("Reciprocal", ["s"], ["rc"]), n("Floor", ["y"], ["fl"]),
+    ]
+    outputs = ["md", "el", "rnd", "cs", "gnd", "snd", "tri", "rng", "oh",
+               "sp", "ex", "rc", "fl"]
+    return _model(nodes, [("x", [4, 6]), ("y", [4, 6])], outputs, inits)
+
+
 FIXTURES: dict[str, tuple[Callable[[], onnx.ModelProto], str]] = {
     **{name: ((lambda name=name: _batch_one(name)), "NHWC") for name in models.NAMES},
     "op_cnn": (op_cnn, "NHWC"),
     "op_cnn_nchw": (op_cnn, "NCHW"),
     "op_cnn2": (op_cnn2, "NHWC"),
     "op_seq": (op_seq, "NHWC"),
+    "op_misc": (op_misc, "NHWC"),
 }
 
 
