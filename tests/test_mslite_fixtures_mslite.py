@@ -36,7 +36,8 @@ def _make_fixtures():
 
 
 @pytest.mark.parametrize("name", ["mobilenet_v2", "resnet_block", "transformer_encoder",
-                                  "op_cnn", "op_cnn_nchw", "op_cnn2", "op_seq", "op_misc"])
+                                  "op_cnn", "op_cnn_nchw", "op_cnn2", "op_seq", "op_misc",
+                                  "op_cnn_fp16", "op_seq_fp16"])
 def test_fresh_converter_output_imports_and_matches(tmp_path, name):
     mf = _make_fixtures()
     model, feeds, want = mf.reference(name)
@@ -46,7 +47,7 @@ def test_fresh_converter_output_imports_and_matches(tmp_path, name):
     names = [o.name for o in exported.graph.output]
     assert sorted(names) == sorted(want)
     for out, value in zip(names, run(exported, feeds), strict=True):
-        np.testing.assert_allclose(value, want[out], rtol=1e-4, atol=1e-5, err_msg=out)
+        np.testing.assert_allclose(value, want[out], err_msg=out, **mf.tolerance(name))
 
 
 def _one_op(op: str, attrs: dict, out_dtype, tmp_path: Path) -> tuple[Path, LiteModel]:

@@ -395,3 +395,28 @@ def test_range_one_hot_fill_size_rank():
     np.testing.assert_array_equal(got[2], np.where(np.eye(5)[[0, 4, 2, 2]] == 1, 2.0, -1.0))
     np.testing.assert_array_equal(got[3], np.full((2, 2), 1.5, np.float32))
     assert got[4].dtype == np.int32 and got[4] == 6 and got[5] == 2
+
+
+def test_float16_weights_of_float32_kernels_are_widened():
+    """MindSpore's `weight_fp16` conversion stores weights as float16 and MindSpore Lite
+    widens them for its float32 kernels; float16 activations keep float16 constants."""
+    b = Lite()
+    x = b.act("x", (1, 4, 4, 2))
+    w = rng.standard_normal((3, 1, 1, 2)).astype(np.float16)
+    conv = dict(format="NHWC", kernel_size=[1, 1], stride=[1, 1], dilation=[1, 1],
+                pad_mode="PAD", pad_list=[0, 0, 0, 0], group=1, in_channel=2, out_channel=3)
+    y = b.node("Conv2DFusion", conv, [x, b.const("w", w), b.const("bias", np.ones(3, np.float16))],
+               (1, 4, 4, 3))
+    gt = b.node("Greater", {}, [y, b.const("zero", np.float16(0.5))], (1, 4, 4, 3),
+                dtype=np.bool_)
+    h = b.act("h", (3,), fmt="NCHW", dtype=np.float16)
+    h2 = b.node("AddFusion", {}, [h, b.const("k", np.full(3, 0.25, np.float16))], (3,),
+                fmt="NCHW", dtype=np.float16)
+    xv = rng.standard_normal((1, 4, 4, 2)).astype(np.float32)
+    got_y, got_gt, got_h2 = b.run([x, h], [y, gt, h2],
+                                  {"x": xv, "h": np.array([1, 2, 3], np.float16)})
+    ref = conv_nhwc(xv, w.astype(np.float32), 1.0, 1, [0, 0, 0, 0], 1)
+    assert got_y.dtype == np.float32 and got_h2.dtype == np.float16
+    np.testing.assert_allclose(got_y, ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got_gt, ref > 0.5)
+    np.testing.assert_array_equal(got_h2, np.array([1.25, 2.25, 3.25], np.float16))

@@ -41,6 +41,7 @@ class ExportContext:
         self._taken = set(self.names)
         self._skip = skip
         self._sourced = set(model.inputs) | {o for n in model.nodes for o in n.outputs}
+        self._widened = _fp16_weights_read_as_fp32(model)
 
     # ---- names -------------------------------------------------------------------------
     def name(self, index: int) -> str:
@@ -49,7 +50,7 @@ class ExportContext:
         name = self.names[index]
         if name in self.initializers or index in self._skip:
             return name
-        data = tensor.data
+        data = self.value(index)
         if data is None and index not in self._sourced and _empty(tensor):
             # .ms cannot tell an empty constant from an activation: nothing produces it.
             data = np.zeros(tensor.shape, tensor.dtype)
@@ -85,7 +86,11 @@ class ExportContext:
 
     # ---- facts about Lite tensors ------------------------------------------------------
     def value(self, index: int) -> np.ndarray | None:
-        return self.model.tensors[index].data
+        """The constant data of tensor `index` (float32 for a widened float16 weight)."""
+        data = self.model.tensors[index].data
+        if data is not None and index in self._widened:
+            return np.asarray(data, np.float32)
+        return data
 
     def shape(self, index: int) -> tuple:
         return self.model.tensors[index].shape
@@ -98,6 +103,8 @@ class ExportContext:
         return len(t.shape) if t.shape else None
 
     def np_dtype(self, index: int, default=np.float32) -> np.dtype:
+        if index in self._widened:
+            return np.dtype(np.float32)
         t = self.model.tensors[index]
         return dtypes.to_numpy(t.type_id) if dtypes.has_numpy(t.type_id) else np.dtype(default)
 
@@ -116,6 +123,19 @@ class ExportContext:
             raise UnsupportedError(f"node {node.name!r} ({node.op}): {what} must be constant "
                                    "to export to ONNX")
         return [int(v) for v in np.asarray(data).reshape(-1)]
+
+
+def _fp16_weights_read_as_fp32(model: LiteModel) -> set[int]:
+    """Float16 constants read by a node that also reads a float32 activation: MindSpore Lite
+    widens them (weights stored as float16 by `weight_fp16` conversion) before its float32
+    kernels use them, so the export writes them as float32."""
+    widened = set()
+    for node in model.nodes:
+        tensors = [(i, model.tensors[i]) for i in node.inputs]
+        if any(t.data is None and t.type_id == dtypes.FLOAT32 for _, t in tensors):
+            widened.update(i for i, t in tensors
+                           if t.data is not None and t.type_id == dtypes.FLOAT16)
+    return widened
 
 
 def _empty(tensor) -> bool:
