@@ -23,7 +23,8 @@ def test_quick_demo_report(tmp_path):
     assert all(diff < 1e-4 for diff in report.max_abs_diff.values()), report.max_abs_diff
     image_bytes, logits_bytes = 3 * 64 * 64 * 4, 10 * 4
     assert report.copied == {"plain run": image_bytes + logits_bytes, "bound run": 0, "chained": 0}
-    assert report.cold_s > 0 and report.warm_s > 0 and report.device_peak >= report.device_in_use > 0
+    assert min(report.cold_open_s, report.cold_run_s, report.warm_open_s, report.warm_run_s) > 0
+    assert report.device_peak >= report.device_in_use > 0
     assert any(s.startswith("chain") and s.endswith("ms") for s in steps)
     text = report.format()
     assert "44 of 44 nodes on the NPU" in text and "0 bytes copied" in text

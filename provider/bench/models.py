@@ -73,8 +73,9 @@ def measure(name: str, runs: int, workdir: Path) -> ModelResult:
     expected = ort.InferenceSession(str(path), providers=CPU).run(None, feeds)[0]
     ort_session_ms = (time.perf_counter() - start) * 1e3
     options = cache_options(workdir / "cache", name)
-    npu_cold_s, _ = open_and_run(path, options, feeds)
-    npu_warm_s, npu = open_and_run(path, options, feeds)
+    npu_cold_s = open_and_run(path, options, feeds).total_s
+    warm = open_and_run(path, options, feeds)
+    npu_warm_s, npu = warm.total_s, warm.session
 
     before = provider.copy_stats()
     got = npu.run(None, feeds)[0]
