@@ -204,7 +204,10 @@ def main() -> int:
     with open(os.path.join(OUT, "session_create.md"), "w") as f:
         f.write("# Session creation: compile cache, CacheSession, EPContext\n\n"
                 "`python3 benchmarks/bench_session_create.py` (median of "
-                f"{args.runs} session creations per mode; see the script's docstring).\n\n"
+                f"{args.runs} session creations per mode; see the script's docstring), "
+                f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
+                f"load average {' / '.join(f'{x:.1f}' for x in os.getloadavg())} (1/5/15 min): "
+                "onnxruntime's own session creation varies by 2x with the load.\n\n"
                 f"{text}\n\n{verdict}\n")
     if plot(rows, os.path.join(OUT, "session_create.png")):
         print(f"wrote {OUT}/session_create.md and session_create.png")
