@@ -11,7 +11,10 @@ flag), ReduceFusion (coeff 0), TileFusion, Split and Resize with size inputs, Pa
 StridedSlice with axes, InstanceNorm between NHWC/NCHW transposes, Eltwise SUM, Mod,
 Round, CumSum, GatherNd, ScatterNdUpdate, Tril, BroadcastTo, constant-folded Range/OneHot
 outputs, transposes at the graph edge (the `_nchw` variant) and float16 weights feeding
-float32 kernels (the `_fp16` variants, the converter's `weight_fp16`).
+float32 kernels (the `_fp16` variants, the converter's `weight_fp16`), and 8-bit
+per-channel weight quantization of convs, transposed convs and MatMul operands (the `_wq`
+variants, which MindSpore Lite 2.0's own runtime fails to load: compared with the float
+model within quantization error only).
 """
 
 from __future__ import annotations
@@ -30,37 +33,41 @@ NAMES = sorted(p.stem for p in FIXTURES.glob("*.ms"))
 NPU = ["NPUExecutionProvider", "CPUExecutionProvider"]
 
 
-def _reference(name: str) -> tuple[dict, dict, dict]:
-    """(inputs as the .ms takes them, original ONNX outputs, MindSpore Lite's outputs)."""
+def _reference(name: str) -> tuple[dict, dict, dict, dict]:
+    """(inputs as the .ms takes them, original ONNX outputs, MindSpore Lite's outputs (none
+    for files its runtime cannot load), tolerance against the original outputs)."""
     with np.load(FIXTURES / f"{name}.npz") as z:
-        return tuple({k.split(":", 1)[1]: z[k] for k in z.files if k.startswith(prefix)}
-                     for prefix in ("in:", "out:", "mslite:"))
+        parts = tuple({k.split(":", 1)[1]: z[k] for k in z.files if k.startswith(prefix)}
+                      for prefix in ("in:", "out:", "mslite:", "tol:"))
+    return parts[0], parts[1], parts[2], {k: float(v) for k, v in parts[3].items()}
 
 
 def _check(name: str, names: list[str], got: list[np.ndarray], want: dict, mslite: dict,
-           rtol: float = 1e-4, atol: float = 1e-5) -> None:
+           original: dict, rtol: float = 1e-4, atol: float = 1e-5) -> None:
     """Outputs against MindSpore Lite's within (rtol, atol), and against the original ONNX
-    model's within the same or, for fixtures converted with float16 weights, 1e-2."""
-    original = {"rtol": 1e-2, "atol": 1e-2} if name.endswith("_fp16") else \
-        {"rtol": rtol, "atol": atol}
+    model's within the fixture's tolerance (at least as loose)."""
+    original = {"rtol": max(original["rtol"], rtol), "atol": max(original["atol"], atol)}
     assert sorted(names) == sorted(want)
     for out, value in zip(names, got, strict=True):
         assert value.shape == want[out].shape, out
         np.testing.assert_allclose(value, want[out], err_msg=f"{name}:{out}", **original)
-        np.testing.assert_allclose(value, mslite[out], rtol=rtol, atol=atol,
-                                   err_msg=f"{name}:{out} vs MindSpore Lite")
+        if mslite:
+            np.testing.assert_allclose(value, mslite[out], rtol=rtol, atol=atol,
+                                       err_msg=f"{name}:{out} vs MindSpore Lite")
 
 
 def test_fixtures_are_there():
     assert {"mobilenet_v2", "resnet_block", "transformer_encoder", "op_cnn", "op_cnn_nchw",
-            "op_cnn2", "op_seq", "op_misc", "op_cnn_fp16", "op_seq_fp16"} <= set(NAMES)
+            "op_cnn2", "op_seq", "op_misc", "op_cnn_fp16", "op_seq_fp16", "op_cnn_wq",
+            "op_seq_wq"} <= set(NAMES)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_converter_output_exports_to_onnx_and_matches(name):
-    feeds, want, mslite = _reference(name)
+    feeds, want, mslite, tol = _reference(name)
     exported = export_onnx(reader.load(FIXTURES / f"{name}.ms"))
-    _check(name, [o.name for o in exported.graph.output], run(exported, feeds), want, mslite)
+    _check(name, [o.name for o in exported.graph.output], run(exported, feeds), want, mslite,
+           tol)
 
 
 # provider/npu gets Transpose -> PRelu(per-channel slope) -> Transpose wrong when the first
@@ -68,13 +75,13 @@ def test_converter_output_exports_to_onnx_and_matches(name):
 NPU_PRELU = pytest.mark.xfail(strict=True, reason="provider/npu: PRelu between transposes")
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=NPU_PRELU) if n in ("op_cnn", "op_cnn_nchw", "op_cnn_fp16")
+@pytest.mark.parametrize("name", [pytest.param(n, marks=NPU_PRELU) if n in ("op_cnn", "op_cnn_nchw", "op_cnn_fp16", "op_cnn_wq")
                                   else n for n in NAMES])
 def test_converter_output_runs_on_the_npu_session(name):
     import provider
 
-    feeds, want, mslite = _reference(name)
+    feeds, want, mslite, tol = _reference(name)
     sess = provider.InferenceSession(str(FIXTURES / f"{name}.ms"), providers=NPU)
     names = [o.name for o in sess.get_outputs()]
     # the NPU's own tolerance (as in tests/test_ort_models.py): float32 sums in another order
-    _check(name, names, sess.run(None, feeds), want, mslite, rtol=1e-3, atol=1e-4)
+    _check(name, names, sess.run(None, feeds), want, mslite, tol, rtol=1e-3, atol=1e-4)

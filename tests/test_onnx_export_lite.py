@@ -420,3 +420,53 @@ def test_float16_weights_of_float32_kernels_are_widened():
     np.testing.assert_allclose(got_y, ref, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(got_gt, ref > 0.5)
     np.testing.assert_array_equal(got_h2, np.array([1.25, 2.25, 3.25], np.float16))
+
+
+def test_weight_quantized_matmul_and_conv_are_dequantized():
+    """QUANT_WEIGHT nodes: per-channel (q - zp) * scale * var_corr + mean_corr along the
+    op's channel axis (B's columns without transpose_b, conv axis 0), per-tensor (q - zp) *
+    scale; an out-of-range var_corr counts as 1, as in MindSpore Lite's weight decoder."""
+    from converters.lite.ir import QuantParam
+
+    b = Lite()
+    a = b.act("a", (2, 4), fmt="NCHW")
+    q = rng.integers(-127, 128, (4, 3)).astype(np.int8)
+    params = [QuantParam(scale=0.02, zero_point=3, var_corr=1.01, mean_corr=-0.001),
+              QuantParam(scale=0.05, zero_point=-2, var_corr=11.0, mean_corr=0.0),
+              QuantParam(scale=0.01, zero_point=0)]
+    w = b.m.add_tensor(LiteTensor.of("w", np.int8, (4, 3), q, format="NCHW",
+                                     quant_params=params))
+    mm = b.node("MatMulFusion", {"transpose_b": False}, [a, w], (2, 3), fmt="NCHW")
+    b.m.nodes[-1].quant_type = "QUANT_WEIGHT"
+    x = b.act("x", (1, 3, 3, 2))
+    qc = rng.integers(-127, 128, (2, 1, 1, 2)).astype(np.int8)
+    wc = b.m.add_tensor(LiteTensor.of("wc", np.int8, qc.shape, qc, format="NHWC",
+                                      quant_params=[QuantParam(scale=0.1, zero_point=1)]))
+    conv = dict(format="NHWC", kernel_size=[1, 1], stride=[1, 1], dilation=[1, 1],
+                pad_mode="PAD", pad_list=[0, 0, 0, 0], group=1, in_channel=2, out_channel=2)
+    y = b.node("Conv2DFusion", conv, [x, wc], (1, 3, 3, 2))
+    b.m.nodes[-1].quant_type = "QUANT_WEIGHT"
+    av = rng.standard_normal((2, 4)).astype(np.float32)
+    xv = rng.standard_normal((1, 3, 3, 2)).astype(np.float32)
+    got_mm, got_y = b.run([a, x], [mm, y], {"a": av, "x": xv})
+    scale = np.array([0.02, 0.05, 0.01])
+    zp, var, mean = np.array([3, -2, 0]), np.array([1.01, 1.0, 1.0]), np.array([-0.001, 0, 0])
+    w_ref = (q - zp) * scale * var + mean
+    np.testing.assert_allclose(got_mm, av @ w_ref, rtol=1e-5, atol=1e-6)
+    ref_y = conv_nhwc(xv, ((qc.astype(np.float32) - 1) * 0.1).astype(np.float32), 0, 1,
+                      [0, 0, 0, 0], 1)
+    np.testing.assert_allclose(got_y, ref_y, rtol=1e-5, atol=1e-6)
+
+
+def test_weight_quant_params_that_fit_no_axis_are_invalid():
+    from converters.errors import InvalidModelError
+    from converters.lite.ir import QuantParam
+
+    b = Lite()
+    a = b.act("a", (2, 4), fmt="NCHW")
+    w = b.m.add_tensor(LiteTensor.of("w", np.int8, (4, 3), np.zeros((4, 3), np.int8),
+                                     format="NCHW", quant_params=[QuantParam()] * 2))
+    b.node("MatMulFusion", {}, [a, w], (2, 3), fmt="NCHW")
+    b.m.nodes[-1].quant_type = "QUANT_WEIGHT"
+    with pytest.raises(InvalidModelError, match="'w': 2 quant params do not match axis 1"):
+        b.run([a], [b.m.nodes[-1].outputs[0]], {})

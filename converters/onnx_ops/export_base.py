@@ -15,6 +15,7 @@ from onnx import helper
 from converters.errors import UnsupportedError
 from converters.lite import dtypes
 from converters.lite.ir import LiteModel, LiteNode
+from converters.onnx_ops.export_quant import weight_quantized
 from converters.onnx_ops.registry import OpTable
 
 EXPORTERS: OpTable = OpTable("onnx export")
@@ -42,6 +43,7 @@ class ExportContext:
         self._skip = skip
         self._sourced = set(model.inputs) | {o for n in model.nodes for o in n.outputs}
         self._widened = _fp16_weights_read_as_fp32(model)
+        self._dequantized = weight_quantized(model)
 
     # ---- names -------------------------------------------------------------------------
     def name(self, index: int) -> str:
@@ -86,7 +88,10 @@ class ExportContext:
 
     # ---- facts about Lite tensors ------------------------------------------------------
     def value(self, index: int) -> np.ndarray | None:
-        """The constant data of tensor `index` (float32 for a widened float16 weight)."""
+        """The constant data of tensor `index` (float32 for a widened float16 weight or a
+        dequantized integer weight)."""
+        if index in self._dequantized:
+            return self._dequantized[index]
         data = self.model.tensors[index].data
         if data is not None and index in self._widened:
             return np.asarray(data, np.float32)
@@ -103,7 +108,7 @@ class ExportContext:
         return len(t.shape) if t.shape else None
 
     def np_dtype(self, index: int, default=np.float32) -> np.dtype:
-        if index in self._widened:
+        if index in self._widened or index in self._dequantized:
             return np.dtype(np.float32)
         t = self.model.tensors[index]
         return dtypes.to_numpy(t.type_id) if dtypes.has_numpy(t.type_id) else np.dtype(default)

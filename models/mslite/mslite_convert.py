@@ -1,9 +1,11 @@
 """Convert an ONNX model to .ms with MindSpore Lite's own converter (mindspore_lite 2.0).
 
-Usage: mslite_convert.py MODEL.onnx OUT_PREFIX [NHWC|NCHW [fp16]]
-Writes OUT_PREFIX.ms. NHWC/NCHW is the converted model's input layout (MindSpore Lite's
-default, NHWC, turns 4-D NCHW inputs into NHWC ones; NCHW keeps them as they are); `fp16`
-stores float32 weights as float16 (the converter's `weight_fp16`).
+Usage: mslite_convert.py MODEL.onnx OUT_PREFIX [input_format=NHWC|NCHW] [weight_fp16=1]
+                         [config=FILE.cfg]
+Writes OUT_PREFIX.ms. input_format is the converted model's input layout (MindSpore Lite's
+default, NHWC, turns 4-D NCHW inputs into NHWC ones; NCHW keeps them as they are);
+weight_fp16=1 stores float32 weights as float16; config passes a converter config file
+(e.g. `[common_quant_param]` for weight quantization).
 Runs in the Python 3.7 venv of `tox -e mslite`; kept Python 3.7 compatible.
 """
 
@@ -12,14 +14,16 @@ import sys
 import mindspore_lite as mslite
 
 
-def main(model_path, out_prefix, input_format="NHWC", weights=""):
+def main(model_path, out_prefix, *options):
+    opts = dict(option.split("=", 1) for option in options)
     converter = mslite.Converter()
     converter.save_type = mslite.ModelType.MINDIR_LITE
-    converter.input_format = getattr(mslite.Format, input_format)
-    converter.weight_fp16 = weights == "fp16"
-    converter.convert(mslite.FmkType.ONNX, model_path, out_prefix)
+    converter.input_format = getattr(mslite.Format, opts.get("input_format", "NHWC"))
+    converter.weight_fp16 = opts.get("weight_fp16") == "1"
+    converter.convert(mslite.FmkType.ONNX, model_path, out_prefix,
+                      config_file=opts.get("config", ""))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:5]))
+    sys.exit(main(*sys.argv[1:]))
