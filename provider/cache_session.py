@@ -24,6 +24,7 @@ import logging
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,6 +133,8 @@ class CacheSession:
         except OSError:
             self._stat = None  # onnxruntime will report the missing file
         self._tmp = tempfile.mkdtemp(prefix="litenpu-ctx-")
+        # removed by store(), or with this object when the session fails to build
+        weakref.finalize(self, shutil.rmtree, self._tmp, ignore_errors=True)
         for key, value in (("ep.context_enable", "1"), ("ep.context_embed_mode", "0"),
                            ("ep.context_file_path", os.path.join(self._tmp, CONTEXT_MODEL))):
             options.add_session_config_entry(key, value)

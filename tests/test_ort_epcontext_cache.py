@@ -6,6 +6,7 @@ NPU partitions: every partition must round-trip, not only the first.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -143,3 +144,14 @@ def test_without_a_cache_embed_mode_0_writes_a_side_file(tmp_path):
     assert {a.name: a for a in node.attribute}["ep_cache_context"].s.endswith(b".lnpu")
     x = np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32)
     np.testing.assert_allclose(npu_session(out).run(None, {"x": x})[0], np.maximum(x, 0) + 1)
+
+
+def test_loading_a_context_model_marks_its_entries_used(tmp_path, source):
+    """LRU eviction goes by an entry's mtime: a context model's entries are touched on load."""
+    out = tmp_path / "ctx.onnx"
+    nodes = compile_context(source, out, embed=False, cache_dir=str(tmp_path / "cache"), **SPLIT)
+    entries = [Path({a.name: a for a in n.attribute}["ep_cache_context"].s.decode()) for n in nodes]
+    for directory in entries:
+        os.utime(directory, (1_000_000, 1_000_000))
+    npu_session(out, **SPLIT)
+    assert all(d.stat().st_mtime > 1_000_000 for d in entries)

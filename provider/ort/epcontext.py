@@ -144,6 +144,10 @@ def open_cache_entry(directory: Path, where: str) -> Program:
     except CacheError as e:
         raise InvalidModelError(f"EPContext node {where}: cache entry {directory} cannot be "
                                 f"used: {e}") from e
+    try:  # used now: least recently used eviction must not pick an entry a model refers to
+        os.utime(directory)
+    except OSError:
+        pass  # a read-only cache keeps its order
     return program
 
 
