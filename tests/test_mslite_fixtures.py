@@ -14,7 +14,7 @@ outputs, transposes at the graph edge (the `_nchw` variant) and float16 weights 
 float32 kernels (the `_fp16` variants, the converter's `weight_fp16`), and 8-bit
 per-channel weight quantization of convs, transposed convs and MatMul operands (the `_wq`
 variants, which MindSpore Lite 2.0's own runtime fails to load: compared with the float
-model within quantization error only).
+model within quantization error only), and a symbolic batch (-1 dims, `op_dyn`, fed 3).
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ def _check(name: str, names: list[str], got: list[np.ndarray], want: dict, mslit
 
 def test_fixtures_are_there():
     assert {"mobilenet_v2", "resnet_block", "transformer_encoder", "op_cnn", "op_cnn_nchw",
-            "op_cnn2", "op_seq", "op_misc", "op_cnn_fp16", "op_seq_fp16", "op_cnn_wq",
-            "op_seq_wq"} <= set(NAMES)
+            "op_cnn2", "op_seq", "op_misc", "op_dyn", "op_cnn_fp16", "op_seq_fp16",
+            "op_cnn_wq", "op_seq_wq"} <= set(NAMES)
 
 
 @pytest.mark.parametrize("name", NAMES)

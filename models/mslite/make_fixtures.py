@@ -39,6 +39,7 @@ MSLITE_PYTHON = ROOT / ".tox" / "mslite-py37" / "bin" / "python"
 CONVERT = HERE / "mslite_convert.py"
 RUN_MS = ROOT / "tests" / "mslite" / "run_ms.py"
 OPSET = 17
+DYNAMIC_BATCH = 3  # the size fed for a symbolic dim
 
 
 def _batch_one(name: str) -> onnx.ModelProto:
@@ -239,6 +240,29 @@ def op_misc() -> onnx.ModelProto:
     return _model(nodes, [("x", [4, 6]), ("y", [4, 6])], outputs, inits)
 
 
+def op_dyn() -> onnx.ModelProto:
+    """A symbolic batch through NHWC layers: Conv+Relu, MaxPool, GlobalAveragePool, Flatten,
+    Gemm, and a batch-preserving Reshape (0 / -1) into a batched MatMul and Softmax."""
+    rng = np.random.default_rng(15)
+    n = helper.make_node
+    inits = {
+        "w": _rand(rng, 6, 3, 3, 3), "b": _rand(rng, 6, scale=0.1),
+        "fc_w": _rand(rng, 4, 6), "fc_b": _rand(rng, 4, scale=0.1),
+        "shape": np.array([0, 6, -1], np.int64), "mw": _rand(rng, 16, 5),
+    }
+    nodes = [
+        n("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], strides=[1, 1],
+          dilations=[1, 1], pads=[1, 1, 1, 1]),
+        n("Relu", ["c"], ["r"]),
+        n("MaxPool", ["r"], ["mp"], kernel_shape=[2, 2], strides=[2, 2]),
+        n("GlobalAveragePool", ["mp"], ["gap"]), n("Flatten", ["gap"], ["flat"]),
+        n("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1),
+        n("Reshape", ["mp", "shape"], ["seq"]), n("MatMul", ["seq", "mw"], ["mm"]),
+        n("Softmax", ["mm"], ["sm"], axis=-1),
+    ]
+    return _model(nodes, [("x", ["batch", 3, 8, 8])], ["logits", "sm"], inits)
+
+
 FIXTURES: dict[str, tuple[Callable[[], onnx.ModelProto], str]] = {
     **{name: ((lambda name=name: _batch_one(name)), "NHWC") for name in models.NAMES},
     "op_cnn": (op_cnn, "NHWC"),
@@ -246,6 +270,7 @@ FIXTURES: dict[str, tuple[Callable[[], onnx.ModelProto], str]] = {
     "op_cnn2": (op_cnn2, "NHWC"),
     "op_seq": (op_seq, "NHWC"),
     "op_misc": (op_misc, "NHWC"),
+    "op_dyn": (op_dyn, "NHWC"),  # fed a batch of 3
     # the converter's weight_fp16: float32 weights stored as float16
     "op_cnn_fp16": (op_cnn, "NHWC"),
     "op_seq_fp16": (op_seq, "NHWC"),
@@ -285,7 +310,8 @@ def reference(name: str) -> tuple[onnx.ModelProto, dict, dict]:
     build, input_format = FIXTURES[name]
     model = build()
     rng = np.random.default_rng(0)
-    feeds = {vi.name: rng.standard_normal([d.dim_value for d in vi.type.tensor_type.shape.dim])
+    feeds = {vi.name: rng.standard_normal([d.dim_value or DYNAMIC_BATCH
+                                           for d in vi.type.tensor_type.shape.dim])
              .astype(np.float32) for vi in model.graph.input}
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     want = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True))

@@ -1,7 +1,8 @@
 """Run a .ms model with the real MindSpore Lite runtime (Python 3.7, mindspore_lite 2.0).
 
 Usage: run_ms.py MODEL.ms INPUTS.npz OUTPUTS.npz
-Inputs are matched to the model's inputs by name; outputs are saved under their names.
+Inputs are matched to the model's inputs by name (the model is resized to their shapes when
+they differ, e.g. for a dynamic batch); outputs are saved under their names.
 Run it from the model's folder: MindSpore Lite 2.0 resolves external weight files
 (`.msw`) against the working directory, not the model's location.
 Kept Python 3.7 compatible (no walrus, no f-string '=').
@@ -20,6 +21,9 @@ def main(model_path, inputs_path, outputs_path):
     model.build_from_file(model_path, mslite.ModelType.MINDIR_LITE, context)
     feeds = np.load(inputs_path)
     inputs = model.get_inputs()
+    shapes = [list(feeds[tensor.name].shape) for tensor in inputs]
+    if shapes != [list(tensor.shape) for tensor in inputs]:  # dynamic dims: size them first
+        model.resize(inputs, shapes)
     for tensor in inputs:
         tensor.set_data_from_numpy(np.ascontiguousarray(feeds[tensor.name]))
     outputs = model.predict(inputs)
