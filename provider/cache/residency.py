@@ -10,14 +10,13 @@ an upper bound of the pages actually read, never an under-count.
 from __future__ import annotations
 
 import mmap
-import struct
 
 import numpy as np
 
 __all__ = ["PAGE_SIZE", "pages_spanned", "pages_present"]
 
 PAGE_SIZE = mmap.PAGESIZE
-_PRESENT = 1 << 63
+_PRESENT = np.uint64(1 << 63)
 
 
 def pages_spanned(array: np.ndarray) -> int:
@@ -43,4 +42,4 @@ def pages_present(array: np.ndarray) -> int | None:
         return None
     if len(raw) != count * 8:
         return None
-    return sum(1 for (entry,) in struct.iter_unpack("<Q", raw) if entry & _PRESENT)
+    return int(np.count_nonzero(np.frombuffer(raw, dtype="<u8") & _PRESENT))
