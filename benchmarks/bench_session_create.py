@@ -26,6 +26,7 @@ litenpu[bench]`), docs/benchmarks/session_create.png.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import shutil
 import statistics
@@ -96,13 +97,20 @@ def _npu(model: Path, **options: str) -> provider.InferenceSession:
 
 def median_seconds(create: Callable[[], object], runs: int, before: Callable[[], None] = lambda: None
                    ) -> tuple[float, object]:
-    """Median seconds of `create()` (each preceded by an untimed `before()`), the last result."""
+    """Median seconds of `create()` (each preceded by an untimed `before()`), the last result.
+
+    The previous result is released and garbage collected before the clock starts: only the
+    creation is timed, not the teardown of the session before it.
+    """
     times, result = [], None
     for _ in range(runs):
+        result = None
+        gc.collect()
         before()
         start = time.perf_counter()
-        result = create()
+        created = create()
         times.append(time.perf_counter() - start)
+        result = created
     return statistics.median(times), result
 
 
