@@ -26,6 +26,7 @@ def test_quick_demo_report(tmp_path):
     assert min(report.cold_open_s, report.cold_run_s, report.warm_open_s, report.warm_run_s) > 0
     assert report.device_peak >= report.device_in_use > 0
     assert any(s.startswith("chain") and s.endswith("ms") for s in steps)
+    assert report.cache == "warm: built from the cached EPContext model; partition programs: context"
     text = report.format()
     assert "44 of 44 nodes on the NPU" in text and "0 bytes copied" in text
 
