@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 import os
 import shutil
 from pathlib import Path
@@ -167,3 +168,55 @@ def test_callers_own_context_request_or_other_optimization_level(tmp_path, sourc
         ("NPUExecutionProvider", {"cache_dir": str(tmp_path), "model_name": "resnet"}),
         "CPUExecutionProvider"])
     assert sess.cache_stats().path == "source"
+
+
+@pytest.mark.parametrize("corrupt", ["context model", "source stat"])
+def test_bad_session_entry_is_rebuilt(tmp_path, source, caplog, expected, corrupt):
+    entry_dir = Path(session(source, tmp_path).cache_stats().reason.split()[-1])
+    name = cache_session.CONTEXT_MODEL if corrupt == "context model" else cache_session.SOURCE_STAT
+    data = bytearray((entry_dir / name).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (entry_dir / name).write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="litenpu.cache"):
+        sess = session(source, tmp_path)
+    assert sess.cache_stats().path == "source"
+    assert any(name in r.getMessage() and "sha256 mismatch" in r.getMessage()
+               for r in caplog.records)
+    np.testing.assert_allclose(run(sess), expected, atol=1e-4, rtol=1e-3)
+    assert session(source, tmp_path).cache_stats().path == "context-model"
+
+
+def _worker(source: str, cache_dir: str, barrier, results) -> None:
+    try:
+        provider.register()
+        barrier.wait(timeout=60)
+        sess = session(source, cache_dir)
+        stats = sess.cache_stats()
+        results.put((stats.path, [p.status for p in stats.partitions], run(sess).tobytes()))
+    except BaseException as exc:  # report, never hang the parent
+        results.put(("error", repr(exc), b""))
+
+
+def test_four_processes_one_partition_entry_and_one_session_entry(tmp_path, source, expected):
+    cache_dir = tmp_path / "cache"
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(4), ctx.Queue()
+    workers = [ctx.Process(target=_worker, args=(str(source), str(cache_dir), barrier, results))
+               for _ in range(4)]
+    for w in workers:
+        w.start()
+    outcomes = [results.get(timeout=120) for _ in workers]
+    for w in workers:
+        w.join(timeout=30)
+    assert all(path in ("source", "context-model") for path, _, _ in outcomes), outcomes
+    assert len({out for _, _, out in outcomes}) == 1
+    got = np.frombuffer(outcomes[0][2], np.float32).reshape(expected.shape)
+    np.testing.assert_allclose(got, expected, atol=1e-4, rtol=1e-3)
+    cache = CompileCache(cache_dir)
+    infos = cache.entries()
+    assert sorted(os.listdir(cache_dir)) == sorted(i.name for i in infos)  # no temp or trash
+    assert len(infos) == 2 and {i.program_name.startswith("CacheSession") for i in infos} == {
+        True, False}
+    for info in infos:
+        cache.verify_entry(info.name)
+    assert session(source, cache_dir).cache_stats().path == "context-model"
