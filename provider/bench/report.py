@@ -27,10 +27,10 @@ def markdown(machine: dict[str, str], models: list[ModelResult], scripts: list[S
              "## Machine", "", "| | |", "| --- | --- |"]
     lines += [f"| {k} | {v} |" for k, v in machine.items()]
     lines += ["", "## Zoo models: NPU EP vs onnxruntime CPU", "",
-              "Batch 1, median of the timed runs. *ratio* = onnxruntime time / NPU time "
-              "(> 1: the NPU simulator is faster). Session times include the first run, where "
-              "the EP compiles; *warm* is a second session (from the compile cache when the "
-              "EP has one). Bytes are CPU<->NPU copies per run.", "",
+              "Batch 1 (fixed), median of the timed runs. *ratio* = onnxruntime time / NPU "
+              "time (> 1: the NPU simulator is faster). Session times are creation + first "
+              "run; *cold* compiles, *warm* is a second session built by the compile cache "
+              "from the stored EPContext model. Bytes are CPU<->NPU copies per run.", "",
               "| model | onnxruntime CPU ms | NPU ms | NPU bound I/O ms | ratio | "
               "onnxruntime session ms | NPU cold ms | NPU warm ms | bytes copied (numpy I/O) | "
               "bytes copied (bound) | max abs diff |",
