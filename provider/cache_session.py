@@ -10,6 +10,9 @@ mtime. When those still match (`os.stat`, no hashing), onnxruntime loads that sm
 instead of the source, which is not opened at all, and each NPU kernel maps its Program from
 the cache. Otherwise the normal path runs with `ep.context_*` set, and the EPContext model it
 produced is stored afterwards. Which path ran, and why, is `SessionCacheStats.path`/`reason`.
+When the file changed under its model_name (the recorded size/mtime differ), that session's
+partitions are keyed by a hash of their content, not the model name, so Programs compiled from
+the old file are not reused.
 
 A cache entry holds a Program: the session entry's is an empty one (no slots, steps or
 weights) named after the model; the real Programs stay in the partition entries, stored once.
@@ -87,6 +90,7 @@ class CacheSession:
         self.key = CacheKey.build(partition=[(self.source, "CacheSession")], input_shapes={},
                                   options=options, model_name=npu.cache.model_name)
         self.path, self.reason = COLD, ""
+        self.source_changed = False  # the session entry recorded another size/mtime
         self._stat: dict[str, Any] | None = None
         self._tmp: str | None = None
 
@@ -114,12 +118,23 @@ class CacheSession:
             self.reason = f"cannot compare the source file: {exc}"
             return None
         if recorded != current:
+            self.source_changed = True
             self.reason = (f"source changed since it was cached (size/mtime {recorded.get('size')}"
                            f"/{recorded.get('mtime_ns')} -> {current['size']}/"
                            f"{current['mtime_ns']})")
             return None
         self.path, self.reason = WARM, f"session entry {directory}"
         return str(directory / CONTEXT_MODEL)
+
+    def ep_options(self, npu: NpuOptions) -> dict[str, str]:
+        """The NPU provider options for this session. When the source changed under its
+        model_name, the partitions are keyed by their content instead: entries compiled from
+        the old file must not be hits."""
+        options = npu.to_strings()
+        if self.source_changed:
+            log.info("CacheSession %s: source changed; partition keys hash the content instead "
+                     "of model_name %r", self.source, options.pop("model_name"))
+        return options
 
     def cold(self, options: ort.SessionOptions, why: str = "") -> None:
         """Set up the normal path: stat the source, ask onnxruntime for an EPContext model."""

@@ -119,9 +119,10 @@ class InferenceSession(ort.InferenceSession):
             raise InvalidOptionError(
                 "these SessionOptions already select execution providers (e.g. they configured "
                 f"another session with {EP_NAME}); pass a fresh onnxruntime.SessionOptions")
-        options.add_provider_for_devices(ep_devices(), npu.to_strings())
         cache_session = self._cache_session = CacheSession.plan(path_or_bytes, npu, options)
         model = cache_session.warm_model() if cache_session is not None else None
+        options.add_provider_for_devices(ep_devices(), npu.to_strings() if cache_session is None
+                                         else cache_session.ep_options(npu))
         if model is not None:
             try:
                 self._create(model, options, kwargs)

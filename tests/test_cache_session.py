@@ -89,9 +89,31 @@ def test_changed_source_takes_the_normal_path_and_restores(tmp_path, source, exp
     sess = session(source, tmp_path)
     stats = sess.cache_stats()
     assert stats.path == "source" and stats.reason.startswith("stored session entry")
-    assert [p.status for p in stats.partitions] == ["hit"]  # the partition entry still holds
+    # the file changed under its model_name: the partitions are keyed by content this time
+    assert [p.status for p in stats.partitions] == ["miss"]
     np.testing.assert_allclose(run(sess), expected, atol=1e-4, rtol=1e-3)
     assert session(source, tmp_path).cache_stats().path == "context-model"
+
+
+def test_new_weights_under_the_same_model_name_are_not_served_stale(tmp_path, source):
+    """The file changed (new size/mtime) but kept its model_name: partitions are keyed by
+    content for that session, so the old Program is not a hit."""
+    session(source, tmp_path)
+    model = onnx.load(str(source))
+    weight = next(t for t in model.graph.initializer if len(t.dims) == 4)
+    array = onnx.numpy_helper.to_array(weight) * 2
+    weight.CopyFrom(onnx.numpy_helper.from_array(array, weight.name))
+    onnx.save(model, str(source))
+    sess = session(source, tmp_path)
+    stats = sess.cache_stats()
+    assert stats.path == "source" and "source changed" not in stats.reason  # stored anew
+    assert [p.status for p in stats.partitions] == ["miss"]
+    changed = model.SerializeToString()
+    np.testing.assert_allclose(run(sess), reference(changed, {"image": IMAGE})[0],
+                               atol=1e-4, rtol=1e-3)
+    warm = session(source, tmp_path)
+    assert warm.cache_stats().path == "context-model"
+    assert run(warm).tobytes() == run(sess).tobytes()
 
 
 def test_vanished_partition_entry_falls_back_to_the_source(tmp_path, source, caplog, expected):
