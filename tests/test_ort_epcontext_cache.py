@@ -133,6 +133,10 @@ def test_cli_compile_writes_a_context_model(tmp_path, source, capsys):
     assert (source.parent / "resnet_ctx.onnx").stat().st_size > source.stat().st_size // 2
     assert main(["compile", str(source), "-o", str(source), "--embed"]) == 1
     assert "overwrite the source" in capsys.readouterr().err
+    ms_model = tmp_path / "m.ms"
+    ms_model.write_bytes(b"")
+    assert main(["compile", str(ms_model)]) == 1
+    assert "convert it first" in capsys.readouterr().err
 
 
 def test_without_a_cache_embed_mode_0_writes_a_side_file(tmp_path):

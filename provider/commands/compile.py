@@ -88,6 +88,9 @@ def summary(output: Path) -> str:
 def run(args: argparse.Namespace) -> int:
     if not args.model.is_file():
         raise FileNotFoundError(f"model {args.model} does not exist")
+    if args.model.suffix.lower() != ".onnx":
+        raise UsageError(f"{args.model}: expected an .onnx model; convert it first, e.g. "
+                         f"litenpu convert {args.model} -o {args.model.with_suffix('.onnx')}")
     output = args.output or args.model.with_name(f"{args.model.stem}_ctx.onnx")
     if output.resolve() == args.model.resolve():
         raise UsageError(f"-o {output}: would overwrite the source model")
