@@ -65,7 +65,9 @@ def blocks(rows: int, cost_us: float, align: int = 1) -> list[slice]:
 
 def run(fn: Callable[[T], object], parts: Sequence[T]) -> None:
     """fn(part) for every part: all but the first on the pool, the first inline; the first
-    exception is raised after every part has finished (no part still writes afterwards)."""
+    exception is raised after every part has finished (no part still writes afterwards).
+    Parts must not call run() themselves (a part waiting on the pool it runs on could wait
+    forever); runs from several threads (executors) just share the pool's cores."""
     pool = _pool
     if len(parts) == 1 or pool is None:
         for part in parts:
