@@ -21,11 +21,12 @@ builds; with a current numpy they force the Haswell kernels (half the AVX-512 sp
 this script drops both before numpy loads (in its own process only). The BLAS library, its
 kernel and thread count, the NPU core count and the load average are printed. OpenBLAS
 threads spin-wait, so when another process holds a core a multi-threaded BLAS slows down
-3-10x: run with OPENBLAS_NUM_THREADS=1 and let the NPU split large kernels over its own
-cores (--npu-threads, default: the onnxruntime thread count).
+3-10x, and together with the NPU's own threads it oversubscribes the cores: so this script
+sets OPENBLAS_NUM_THREADS=1 unless it is set, and the NPU splits large kernels over its own
+cores (--npu-threads, default: the onnxruntime thread count), which sleep while idle.
 
-    OPENBLAS_NUM_THREADS=1 python3 benchmarks/bench_npu_vs_ort.py [--runs 20] [--ort-threads 2]
-        [--npu-threads 2] [--models resnet50 squeezenet shufflenet mobilenet]
+    python3 benchmarks/bench_npu_vs_ort.py [--runs 20] [--ort-threads 2]
+        [--npu-threads 2] [--models resnet50 squeezenet shufflenet mobilenet] [--quick]
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import os
 
 DROPPED_ENV = {k: os.environ.pop(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
                if k in os.environ}
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # the NPU's cores split the GEMMs instead
 
 import argparse  # noqa: E402
 import ctypes  # noqa: E402
@@ -234,7 +236,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ort-threads", type=int, default=2)
     parser.add_argument("--npu-threads", type=int, default=None,
                         help="NPU cores (kernels.parallel); default: --ort-threads")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: 3 runs of squeezenet and mobilenet only")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.runs, args.models = 3, ["squeezenet", "mobilenet"]
     ort.set_default_logger_severity(3)  # no initializer warnings from the oracle sessions
     parallel.set_threads(args.npu_threads or args.ort_threads)
     pool = DevicePool(capacity=1 << 31)

@@ -34,7 +34,11 @@ _pool: ThreadPoolExecutor | None = None
 
 
 def set_threads(n: int) -> None:
-    """Use `n` cores (threads) for large kernels from now on; 1 runs everything inline."""
+    """Use `n` cores (threads) for large kernels from now on; 1 runs everything inline.
+
+    Meant for a single-threaded BLAS (OPENBLAS_NUM_THREADS=1): OpenBLAS's own threads
+    spin-wait and, added to these, oversubscribe the cores (GEMMs then run several times
+    slower)."""
     global _threads, _pool
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"NPU thread count must be a positive int, got {n!r}")
