@@ -1,7 +1,8 @@
 """Opt-in (`pytest -m mslite`): MindSpore Lite 2.0's own converter, run now on every
-`models/mslite/make_fixtures.py` model, writes files that import into our IR and export to
-ONNX matching onnxruntime on the original model; the committed fixtures are exactly what it
-writes; and what MindSpore Lite 2.0's runtime does with the ops our exporter learned from it.
+`models/mslite/make_fixtures.py` model and the nine onnx light architectures, writes files
+that import into our IR and export to ONNX matching onnxruntime on the original model; the
+committed fixtures are exactly what it writes; and what MindSpore Lite 2.0's runtime does
+with the ops our exporter learned from it.
 
 Needs the Python 3.7 venv with mindspore_lite==2.0.0 under .tox/mslite-py37 (`tox -e mslite`).
 """
@@ -12,8 +13,9 @@ import importlib.util
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
-from onnx_roundtrip import run
+from onnx_roundtrip import LIGHT, random_feeds, run, with_random_weights
 
 from converters.lite import reader, writer
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
@@ -48,6 +50,36 @@ def test_fresh_converter_output_imports_and_matches(tmp_path, name):
     assert sorted(names) == sorted(want)
     for out, value in zip(names, run(exported, feeds), strict=True):
         np.testing.assert_allclose(value, want[out], err_msg=out, **mf.tolerance(name))
+
+
+def _logits(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` without a final Softmax (saturated probabilities would hide differences)."""
+    last = model.graph.node[-1]
+    if last.op_type == "Softmax" and last.output[0] == model.graph.output[0].name:
+        del model.graph.node[-1]
+        model.graph.output[0].name = last.input[0]
+        model.graph.output[0].type.tensor_type.ClearField("shape")
+    return model
+
+
+@pytest.mark.parametrize("path", sorted(LIGHT.glob("*.onnx")), ids=lambda p: p.stem)
+def test_converter_output_of_light_architectures_exports_and_matches(tmp_path, path):
+    """The nine onnx light architectures (seeded random weights), converted by MindSpore
+    Lite's converter (NHWC inputs), exported back: onnxruntime's logits within rtol 1e-4 and
+    1e-5 of their largest magnitude."""
+    mf = _make_fixtures()
+    model = _logits(with_random_weights(onnx.load(path)))
+    onnx.save(model, tmp_path / "light.onnx")
+    mf._mslite(str(mf.CONVERT), "light.onnx", "light", cwd=tmp_path)
+    feeds = random_feeds(model, seed=0)
+    want = run(model, feeds)
+    exported = export_onnx(reader.load(tmp_path / "light.ms"))
+    nhwc = {k: v.transpose(0, 2, 3, 1).copy() if v.ndim == 4 else v for k, v in feeds.items()}
+    got = run(exported, {vi.name: nhwc[vi.name] for vi in exported.graph.input})
+    for g, w in zip(got, want, strict=True):
+        # the converter folds BatchNorm into conv weights: float32 rounding changes with the
+        # logits' scale (up to 1e7 here with random weights), so atol follows that scale
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * max(1.0, np.abs(w).max()))
 
 
 def _one_op(op: str, attrs: dict, out_dtype, tmp_path: Path) -> tuple[Path, LiteModel]:

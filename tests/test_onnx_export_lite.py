@@ -470,3 +470,17 @@ def test_weight_quant_params_that_fit_no_axis_are_invalid():
     b.m.nodes[-1].quant_type = "QUANT_WEIGHT"
     with pytest.raises(InvalidModelError, match="'w': 2 quant params do not match axis 1"):
         b.run([a], [b.m.nodes[-1].outputs[0]], {})
+
+
+def test_lrn_with_the_empty_norm_region_mindspore_writes():
+    """MindSpore's converter leaves norm_region empty; MindSpore Lite normalises across
+    channels: y = x / (bias + alpha * sum of x^2 over channels c-r..c+r)^beta."""
+    b = Lite()
+    x = b.act("x", (1, 2, 2, 5))
+    attrs = {"depth_radius": 1, "bias": 1.0, "alpha": 0.3, "beta": 0.75, "norm_region": ""}
+    y = b.node("LRN", attrs, [x], (1, 2, 2, 5))
+    xv = rng.standard_normal((1, 2, 2, 5)).astype(np.float32)
+    got = b.run([x], [y], {"x": xv})[0]
+    sq = np.pad(xv.astype(np.float64) ** 2, ((0, 0), (0, 0), (0, 0), (1, 1)))
+    window = sum(sq[..., i:i + 5] for i in range(3))
+    np.testing.assert_allclose(got, xv / (1.0 + 0.3 * window) ** 0.75, rtol=1e-5, atol=1e-6)

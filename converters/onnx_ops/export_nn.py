@@ -221,7 +221,8 @@ def prelu(ctx, node, ins, outs):
 @EXPORTERS.register("LRN")
 def lrn(ctx, node, ins, outs):
     a = node.attrs
-    if a.get("norm_region", "ACROSS_CHANNELS") != "ACROSS_CHANNELS":
+    # MindSpore's converter leaves norm_region empty; its runtime normalises across channels
+    if a.get("norm_region", "") not in ("", "ACROSS_CHANNELS"):
         raise unsupported(node, f"LRN norm_region {a['norm_region']}")
     size = 2 * a.get("depth_radius", 0) + 1
     ctx.add("LRN", ins, outs, name=node.name, size=size, alpha=float(a.get("alpha", 0.0)) * size,
