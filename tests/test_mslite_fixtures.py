@@ -8,13 +8,14 @@ weights, BatchNorm and constant Mul/Add folded into convs, fused activations (RE
 convs and adds) and standalone ones (LEAKY_RELU, SIGMOID, TANH, GELU, HSIGMOID, HARD_TANH),
 MatMulFusion with bias and transposes folded in, LayerNormFusion (epsilon 0, no affine
 flag), ReduceFusion (coeff 0), TileFusion, Split and Resize with size inputs, PadFusion,
-StridedSlice with axes, InstanceNorm between NHWC/NCHW transposes, Eltwise SUM, Mod,
-Round, CumSum, GatherNd, ScatterNdUpdate, Tril, BroadcastTo, constant-folded Range/OneHot
-outputs, transposes at the graph edge (the `_nchw` variant) and float16 weights feeding
-float32 kernels (the `_fp16` variants, the converter's `weight_fp16`), and 8-bit
-per-channel weight quantization of convs, transposed convs and MatMul operands (the `_wq`
-variants, which MindSpore Lite 2.0's own runtime fails to load: compared with the float
-model within quantization error only), and a symbolic batch (-1 dims, `op_dyn`, fed 3).
+StridedSlice with axes, InstanceNorm between NHWC/NCHW transposes, LRN (empty
+norm_region), Eltwise SUM, Mod, Round, CumSum, GatherNd, ScatterNdUpdate, Tril,
+BroadcastTo, constant-folded Range/OneHot outputs, transposes at the graph edge (the `_nchw`
+variant), float16 weights feeding float32 kernels (the `_fp16` variants, the converter's
+`weight_fp16`), 8-bit per-channel weight quantization of convs, transposed convs and MatMul
+operands (the `_wq` variants, which MindSpore Lite 2.0's own runtime fails to load:
+compared with the float model within quantization error only), and a symbolic batch (-1
+dims, `op_dyn`, fed 3).
 """
 
 from __future__ import annotations

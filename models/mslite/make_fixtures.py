@@ -124,7 +124,7 @@ def op_cnn() -> onnx.ModelProto:
 def op_cnn2() -> onnx.ModelProto:
     """More layouts MindSpore's converter rewrites: SAME_UPPER strided Conv, standalone
     BatchNormalization, per-channel constant Mul/Add, ceil-mode MaxPool, padded AveragePool,
-    bilinear Resize (half_pixel) to sizes, DepthToSpace, Concat over H, channel Softmax,
+    bilinear Resize (half_pixel) to sizes, LRN, DepthToSpace, Concat over H, channel Softmax,
     ReduceMean with keepdims, Clip, Reshape of an NHWC activation, Transpose."""
     rng = np.random.default_rng(13)
     n = helper.make_node
@@ -148,7 +148,8 @@ def op_cnn2() -> onnx.ModelProto:
           pads=[1, 1, 1, 1]),
         n("Resize", ["mp", "", "", "sizes"], ["up"], mode="linear",
           coordinate_transformation_mode="half_pixel"),
-        n("DepthToSpace", ["ap"], ["d2s"], blocksize=2, mode="DCR"),
+        n("LRN", ["ap"], ["lrn"], size=3, alpha=0.3, beta=0.75, bias=1.0),
+        n("DepthToSpace", ["lrn"], ["d2s"], blocksize=2, mode="DCR"),
         n("Concat", ["up", "ap"], ["cat"], axis=2),
         n("Softmax", ["cat"], ["sm"], axis=1),
         n("ReduceMean", ["sm"], ["rm"], axes=[2], keepdims=1),
