@@ -16,8 +16,10 @@ the old file are not reused.
 
 A cache entry holds a Program: the session entry's is an empty one (no slots, steps or
 weights) named after the model; the real Programs stay in the partition entries, stored once.
-A model with no NPU partition, or whose Programs are not all in cache entries (dynamic shapes,
-an unwritable cache), gets no session entry.
+A dynamic-shape partition's EPContext node holds its Lite IR in a side file, stored in the
+session entry too; its Programs come per shape from the cache at run time. A model with no NPU
+partition, or with a static partition whose Program is in no cache entry (an unwritable
+cache), gets no session entry.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import onnxruntime as ort
 from provider.cache import CacheKey, CompileCache
 from provider.errors import CacheError
 from provider.npu.program import Program
+from provider.ort.compute import FusedKernel
 from provider.ort.kernel_cache import PartitionCacheStats
 from provider.ort.options import NpuOptions
 
@@ -154,37 +157,39 @@ class CacheSession:
                            ("ep.context_file_path", os.path.join(self._tmp, CONTEXT_MODEL))):
             options.add_session_config_entry(key, value)
 
-    def store(self, partitions: Sequence[PartitionCacheStats], uncached: Sequence[str]) -> None:
+    def store(self, kernels: Sequence[FusedKernel]) -> None:
         """After a cold session: store its EPContext model + the source stat as the entry.
 
-        `uncached`: the NPU kernels whose Program is in no cache entry (in memory, or compiled
-        per shape at run time); their EPContext nodes would not load from the cache, so then
-        nothing is stored.
+        Not when a static kernel's Program is in no cache entry (an unwritable cache): its
+        EPContext node would hold the whole Program.
         """
         try:
-            self.reason = self._store(partitions, uncached)
+            self.reason = self._store(kernels)
         finally:
             if self._tmp is not None:
                 shutil.rmtree(self._tmp, ignore_errors=True)
         log.info("CacheSession %s: %s", self.source, self.reason)
 
-    def _store(self, partitions: Sequence[PartitionCacheStats], uncached: Sequence[str]) -> str:
-        if not partitions:
+    def _store(self, kernels: Sequence[FusedKernel]) -> str:
+        if not kernels:
             return "not stored: no NPU partition"
+        uncached = [k.name for k in kernels if k.cache_entry is None and k.lite is None]
         if uncached:
-            return f"not stored: partition(s) {list(uncached)} not in cache entries"
+            return f"not stored: partition(s) {uncached} not in cache entries"
         if self._stat is None or self._tmp is None:
             return "not stored: the source file cannot be stat'ed"
-        try:
-            context = Path(self._tmp, CONTEXT_MODEL).read_bytes()
+        try:  # the EPContext model and its side files (Lite IR of dynamic partitions)
+            files = {f.name: f.read_bytes() for f in Path(self._tmp).iterdir()}
         except OSError as exc:
-            return f"not stored: onnxruntime wrote no EPContext model ({exc})"
+            return f"not stored: cannot read onnxruntime's EPContext model ({exc})"
+        if CONTEXT_MODEL not in files:
+            return "not stored: onnxruntime wrote no EPContext model"
         self.cache.discard(self.key)  # a stale or bad session entry is replaced
         marker = Program(slots=[], steps=[], inputs=[], outputs=[], internal_bytes=0,
                          name=f"CacheSession {os.path.basename(self.source)}")
         try:
             directory = self.cache.put(self.key, marker, extra_files={
-                CONTEXT_MODEL: context, SOURCE_STAT: json.dumps(self._stat).encode()})
+                **files, SOURCE_STAT: json.dumps(self._stat).encode()})
         except CacheError as exc:
             return f"not stored: {exc}"
         return f"stored session entry {directory}"

@@ -134,9 +134,7 @@ class InferenceSession(ort.InferenceSession):
         if model is None:
             self._create(_model_source(path_or_bytes), options, kwargs)
             if cache_session is not None:
-                cache_session.store(self.cache_stats().partitions, [
-                    k.name for ep in self._npu_eps for k in ep.kernels.values()
-                    if k.cache_entry is None])
+                cache_session.store([k for ep in self._npu_eps for k in ep.kernels.values()])
         if cache_session is not None:
             log.info("CacheSession: %s (%s)", cache_session.path, cache_session.reason)
         self.disable_fallback()

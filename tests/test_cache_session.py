@@ -145,20 +145,29 @@ def test_no_cache_session_for_bytes_or_without_model_name(tmp_path, source):
     assert sess.cache_stats().path == "" and sess.cache_stats().partitions[0].status == "miss"
 
 
-def test_dynamic_shapes_store_no_session_entry(tmp_path):
+def test_dynamic_shapes_warm_start_compiles_nothing_it_has_seen(tmp_path, monkeypatch):
+    """A dynamic partition's EPContext node holds Lite IR (a side file in the session entry);
+    its Programs per shape come from the cache, keyed alike in cold and warm sessions."""
     path = tmp_path / "mlp.onnx"
     path.write_bytes(MLP)
-    sess = InferenceSession(str(path), providers=[
-        ("NPUExecutionProvider", {"cache_dir": str(tmp_path / "c"), "model_name": "mlp"}),
-        "CPUExecutionProvider"])
-    stats = sess.cache_stats()
-    assert stats.path == "source" and "not stored" in stats.reason
-    again = InferenceSession(str(path), providers=[
-        ("NPUExecutionProvider", {"cache_dir": str(tmp_path / "c"), "model_name": "mlp"}),
-        "CPUExecutionProvider"])
-    assert again.cache_stats().path == "source"
-    feeds = {"x": np.ones((2, 3), np.float32), "b": np.ones(3, np.float32)}
-    np.testing.assert_allclose(again.run(None, feeds)[0], reference(MLP, feeds)[0], atol=1e-4)
+    feeds = {n: {"x": np.random.default_rng(n).standard_normal((n, 3)).astype(np.float32),
+                 "b": np.ones(3, np.float32)} for n in (1, 4)}
+    providers = [("NPUExecutionProvider", {"cache_dir": str(tmp_path / "c"), "model_name": "mlp"}),
+                 "CPUExecutionProvider"]
+    cold = InferenceSession(str(path), providers=providers)
+    outs = {n: cold.run(None, f)[0] for n, f in feeds.items()}
+    assert cold.cache_stats().reason.startswith("stored session entry")
+    calls = Calls(monkeypatch)
+    warm = InferenceSession(str(path), providers=providers)
+    assert warm.cache_stats().path == "context-model"
+    for n, f in feeds.items():
+        assert warm.run(None, f)[0].tobytes() == outs[n].tobytes()
+        np.testing.assert_allclose(outs[n], reference(MLP, f)[0], atol=1e-4, rtol=1e-3)
+    assert [p.status for p in warm.cache_stats().partitions] == ["hit", "hit"]
+    assert (calls.compile, calls.imports) == (0, 0)
+    third = {"x": np.ones((7, 3), np.float32), "b": np.ones(3, np.float32)}
+    np.testing.assert_allclose(warm.run(None, third)[0], reference(MLP, third)[0], atol=1e-4)
+    assert (calls.compile, calls.imports) == (1, 0)  # a new shape: compiled from the stored Lite IR
 
 
 def test_session_entry_holds_context_model_and_source_stat(tmp_path, source):

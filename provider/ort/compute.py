@@ -117,19 +117,25 @@ class FusedKernel:
         if len(nodes) == 1 and epcontext.is_ours(nodes[0].view.op_type, nodes[0].view.domain,
                                                  nodes[0].view.attrs):
             start = time.perf_counter()
-            source, entry = epcontext.load_node(nodes[0].view.attrs,  # named as in the file
-                                                epcontext.model_path(o, graph), nodes[0].view.name)
+            loaded = epcontext.load_node(nodes[0].view.attrs,  # named as in the file
+                                         epcontext.model_path(o, graph), nodes[0].view.name)
+            source = loaded.source
+            if isinstance(source, LiteModel):  # dynamic shapes: Programs per shape, cached
+                return cls(ep, name, inputs, outputs, source, None,
+                           keys=_lite_keys(ep, source, lambda: loaded.blob))
             kernel = cls(ep, name, inputs, outputs, source, None)
-            if isinstance(source, Program):
-                kernel.cache_entry = entry
-                shapes = {source.slots[i].name: source.slots[i].shape for i in source.inputs}
-                kernel._record(CONTEXT, "", shapes, source, time.perf_counter() - start, 0.0,
-                               entry)
+            kernel.cache_entry = loaded.entry
+            shapes = {source.slots[i].name: source.slots[i].shape for i in source.inputs}
+            kernel._record(CONTEXT, "", shapes, source, time.perf_counter() - start, 0.0,
+                           loaded.entry)
             return kernel
+        if not _static(o, contents.inputs):  # imported now: unsupported ops fail Compile
+            lite = _import(contents, name)
+            return cls(ep, name, inputs, outputs, lite, None,
+                       keys=_lite_keys(ep, lite, lambda: epcontext.to_bytes(lite)))
         keys = None if ep.cache is None else PartitionKeys.of(
             contents, model_name=ep.options.cache.model_name, enable_fp16=ep.options.enable_fp16)
-        static = _static(o, contents.inputs)
-        shapes = {vi.name: tuple(vi.shape) for vi in contents.inputs} if static else None
+        shapes = {vi.name: tuple(vi.shape) for vi in contents.inputs}
         return cls(ep, name, inputs, outputs, contents, shapes, keys=keys)
 
     def context_blob(self) -> bytes:
@@ -224,10 +230,19 @@ class FusedKernel:
             self._programs.clear()
 
 
+def _lite_keys(ep, lite: LiteModel, image) -> PartitionKeys | None:
+    """Cache keys of a partition held as Lite IR (None without a cache)."""
+    if ep.cache is None:
+        return None
+    return PartitionKeys.of_lite(lite, image, model_name=ep.options.cache.model_name,
+                                 enable_fp16=ep.options.enable_fp16)
+
+
 def _import(contents: OrtGraphContents, name: str) -> LiteModel:
-    """The partition as Lite IR (initializers copied: the Lite model may outlive Compile)."""
+    """The partition as Lite IR (initializers copied: the Lite model may outlive Compile; in
+    name order: onnxruntime's order varies between sessions, the Lite image must not)."""
     copied = dataclasses.replace(contents, initializers={
-        k: v.copy() for k, v in contents.initializers.items()})
+        k: v.copy() for k, v in sorted(contents.initializers.items())})
     lite, report = import_onnx(copied.view())
     if report.custom:
         raise UnsupportedError(f"partition {name}: {report.custom[0].op} has no Lite "

@@ -110,22 +110,31 @@ def create_node(ort: abi.Ort, name: str, inputs: list[str], outputs: list[str],
     return node.value
 
 
-def load_node(attrs: Mapping[str, Any], model_path: str, where: str
-              ) -> tuple[Program | LiteModel, Path | None]:
-    """The partition of one of our EPContext nodes, and its cache entry when it references one."""
+@dataclass(frozen=True)
+class LoadedContext:
+    """What one of our EPContext nodes held."""
+
+    source: Program | LiteModel
+    entry: Path | None  # the cache entry it references (embed mode 0 with a cache)
+    blob: bytes  # the bytes it was decoded from (b"" for a cache entry)
+
+
+def load_node(attrs: Mapping[str, Any], model_path: str, where: str) -> LoadedContext:
+    """The partition of one of our EPContext nodes (embedded, side file or cache entry)."""
     payload = attrs.get("ep_cache_context", b"")
     payload = payload.encode() if isinstance(payload, str) else bytes(payload)  # str: UTF-8 text
     if attrs.get("embed_mode", 1) == 1:
-        return from_bytes(payload, where), None
+        return LoadedContext(from_bytes(payload, where), None, payload)
     base = os.path.dirname(model_path) if model_path else os.getcwd()
     path = os.path.join(base, payload.decode())
     if not path.endswith(FILE_SUFFIX):
-        return open_cache_entry(Path(path), where), Path(path)
+        return LoadedContext(open_cache_entry(Path(path), where), Path(path), b"")
     try:
         with open(path, "rb") as f:
-            return from_bytes(f.read(), where), None
+            blob = f.read()
     except OSError as e:
         raise InvalidModelError(f"EPContext file {path!r} of the NPU partition: {e}") from e
+    return LoadedContext(from_bytes(blob, where), None, blob)
 
 
 def open_cache_entry(directory: Path, where: str) -> Program:

@@ -1,10 +1,13 @@
 """The compile cache as the NPU EP uses it: partition keys (no conversion) and per-kernel stats.
 
-A fused partition's `CacheKey` is built straight from the OrtGraph contents, before and
+A static partition's `CacheKey` is built straight from the OrtGraph contents, before and
 instead of importing it: its node names and op types, the provider's `model_name` (MindSpore
 Lite's ModelName), else a sha256 over the partition's nodes (ops, attributes, wiring) and the
-bytes of its initializers; plus the concrete input shapes (each shape combination of a
-dynamic partition is its own key) and the compile options (`enable_fp16`). Every Program a
+bytes of its initializers; plus the input shapes and the compile options (`enable_fp16`).
+A dynamic partition is imported at Compile anyway (its Programs come per concrete shape at run
+time, each shape its own key) and is keyed by its Lite IR: node names and Lite ops, and the
+sha256 of its `.ms` image without a model name. That is also what its EPContext node holds, so
+a dynamic partition restored from an EPContext model finds the Programs compiled before. Every Program a
 kernel gets is recorded as a `PartitionCacheStats` (what `InferenceSession.cache_stats()`
 lists).
 """
@@ -12,11 +15,13 @@ lists).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from converters.lite.ir import LiteModel
 from provider.cache import CacheKey, CacheOutcome
 from provider.ort.graph import OrtGraphContents
 
@@ -87,6 +92,14 @@ class PartitionKeys:
     model_name: str
     fingerprint: str  # partition_fingerprint(...) ('' when model_name is given)
     enable_fp16: bool
+
+    @classmethod
+    def of_lite(cls, lite: LiteModel, image: Callable[[], bytes], *, model_name: str,
+                enable_fp16: bool) -> PartitionKeys:
+        """Keys of a partition held as Lite IR; `image()` gives its `.ms` bytes (hashed only
+        without a model name)."""
+        return cls(tuple((n.name, n.op) for n in lite.nodes), model_name,
+                   "" if model_name else hashlib.sha256(image()).hexdigest(), enable_fp16)
 
     @classmethod
     def of(cls, contents: OrtGraphContents, *, model_name: str, enable_fp16: bool
