@@ -1,15 +1,15 @@
 """OrtNodeComputeInfo: one fused NPU partition, compiled and run on onnxruntime's tensors.
 
 Compile reads the partition's OrtGraph, or restores it from one of our EPContext nodes (a
-Program embedded, in a cache entry, or Lite IR). With a compile cache (`cache_dir`), the key is
-built from the graph without converting it (`provider.ort.kernel_cache`): a hit maps the cached
-Program and neither imports nor compiles; a miss imports to Lite IR, compiles and stores. With
-static input shapes the Program is obtained right away; with dynamic dims the partition is
-imported once (weights copied: onnxruntime may drop its initializers after fusing) and a Program
-is obtained on the first run with each concrete input-shape combination (its own cache key) and
-kept in memory with its Executor. Where each Program came from is recorded
-(`PartitionCacheStats`, the session's `cache_stats()`). Compute wraps onnxruntime's input and output tensors as numpy views,
-without copying; the Executor uses NPU-resident ones in place and stages (and counts) the rest,
+Program embedded, in a cache entry, or Lite IR). With a compile cache (`cache_dir`), a static
+partition's key is built from the graph without converting it (`provider.ort.kernel_cache`): a
+hit maps the cached Program and neither imports nor compiles; a miss imports to Lite IR,
+compiles and stores. With dynamic dims the partition is imported once (weights copied:
+onnxruntime may drop its initializers after fusing) and a Program is obtained on the first run
+with each concrete input-shape combination (its own cache key, from the Lite IR) and kept in
+memory with its Executor. Where each Program came from is recorded (`PartitionCacheStats`, the
+session's `cache_stats()`). Compute wraps onnxruntime's input and output tensors as numpy
+views, without copying; the Executor uses NPU-resident ones in place and stages (and counts) the rest,
 e.g. inputs that reach the partition over a CPU->NPU edge and arrive in CPU memory. Runs of one
 kernel are serialized (one arena per Program). Executors come from the session's
 `provider.memory_controls.SessionMemory` (memory options, clones, shared weights).

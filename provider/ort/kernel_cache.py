@@ -6,10 +6,10 @@ Lite's ModelName), else a sha256 over the partition's nodes (ops, attributes, wi
 bytes of its initializers; plus the input shapes and the compile options (`enable_fp16`).
 A dynamic partition is imported at Compile anyway (its Programs come per concrete shape at run
 time, each shape its own key) and is keyed by its Lite IR: node names and Lite ops, and the
-sha256 of its `.ms` image without a model name. That is also what its EPContext node holds, so
-a dynamic partition restored from an EPContext model finds the Programs compiled before. Every Program a
-kernel gets is recorded as a `PartitionCacheStats` (what `InferenceSession.cache_stats()`
-lists).
+sha256 of its `.ms` image without a model name. That is also what its EPContext node holds,
+so a dynamic partition restored from an EPContext model finds the Programs compiled before.
+Every Program a kernel gets is recorded as a `PartitionCacheStats` (what
+`InferenceSession.cache_stats()` lists).
 """
 
 from __future__ import annotations
