@@ -1,8 +1,9 @@
-"""Convert an ONNX model to .ms with MindSpore Lite's own converter (mindspore_lite 2.0).
+"""Convert an ONNX (or MindIR) model to .ms with MindSpore Lite's own converter (mindspore_lite
+2.0).
 
-Usage: mslite_convert.py MODEL.onnx OUT_PREFIX [input_format=NHWC|NCHW] [weight_fp16=1]
-                         [config=FILE.cfg]
-Writes OUT_PREFIX.ms. input_format is the converted model's input layout (MindSpore Lite's
+Usage: mslite_convert.py MODEL OUT_PREFIX [fmk=ONNX|MINDIR] [input_format=NHWC|NCHW]
+                         [weight_fp16=1] [config=FILE.cfg]
+Writes OUT_PREFIX.ms. fmk is the source format (ONNX by default); input_format is the converted model's input layout (MindSpore Lite's
 default, NHWC, turns 4-D NCHW inputs into NHWC ones; NCHW keeps them as they are);
 weight_fp16=1 stores float32 weights as float16; config passes a converter config file
 (e.g. `[common_quant_param]` for weight quantization).
@@ -20,7 +21,7 @@ def main(model_path, out_prefix, *options):
     converter.save_type = mslite.ModelType.MINDIR_LITE
     converter.input_format = getattr(mslite.Format, opts.get("input_format", "NHWC"))
     converter.weight_fp16 = opts.get("weight_fp16") == "1"
-    converter.convert(mslite.FmkType.ONNX, model_path, out_prefix,
+    converter.convert(getattr(mslite.FmkType, opts.get("fmk", "ONNX")), model_path, out_prefix,
                       config_file=opts.get("config", ""))
     return 0
 
