@@ -484,3 +484,22 @@ def test_lrn_with_the_empty_norm_region_mindspore_writes():
     sq = np.pad(xv.astype(np.float64) ** 2, ((0, 0), (0, 0), (0, 0), (1, 1)))
     window = sum(sq[..., i:i + 5] for i in range(3))
     np.testing.assert_allclose(got, xv / (1.0 + 0.3 * window) ** 0.75, rtol=1e-5, atol=1e-6)
+
+
+def test_float16_constants_of_onnx_nodes_carried_as_custom_stay_float16():
+    from onnx import TensorProto, helper, numpy_helper
+
+    from converters.onnx_import import import_onnx
+
+    target = numpy_helper.from_array(np.zeros(1, np.float16), "target")
+    graph = helper.make_graph(
+        [helper.make_node("CastLike", ["x", "target"], ["y"])], "castlike",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [3])], [target])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    lite, report = import_onnx(model)
+    assert report.custom, "CastLike is expected to travel as Custom"
+    got = run(export_onnx(lite), {"x": np.array([1.5, -2.0, 3.25], np.float32)})[0]
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, np.array([1.5, -2.0, 3.25], np.float16))

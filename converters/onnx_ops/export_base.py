@@ -136,6 +136,8 @@ def _fp16_weights_read_as_fp32(model: LiteModel) -> set[int]:
     kernels use them, so the export writes them as float32."""
     widened = set()
     for node in model.nodes:
+        if node.op == "Custom":  # an ONNX node restored as written (e.g. CastLike's target)
+            continue
         tensors = [(i, model.tensors[i]) for i in node.inputs]
         if any(t.data is None and t.type_id == dtypes.FLOAT32 for _, t in tensors):
             widened.update(i for i, t in tensors
