@@ -14,8 +14,9 @@ BroadcastTo, constant-folded Range/OneHot outputs, transposes at the graph edge 
 variant), float16 weights feeding float32 kernels (the `_fp16` variants, the converter's
 `weight_fp16`), 8-bit per-channel weight quantization of convs, transposed convs and MatMul
 operands (the `_wq` variants, which MindSpore Lite 2.0's own runtime fails to load:
-compared with the float model within quantization error only), and a symbolic batch (-1
-dims, `op_dyn`, fed 3).
+compared with the float model within quantization error only), the converter without its
+fusions (the `_none` variants: FusedBatchNorm, separate activations, Erf GELU), and a
+symbolic batch (-1 dims, `op_dyn`, fed 3).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def _check(name: str, names: list[str], got: list[np.ndarray], want: dict, mslit
 def test_fixtures_are_there():
     assert {"mobilenet_v2", "resnet_block", "transformer_encoder", "op_cnn", "op_cnn_nchw",
             "op_cnn2", "op_seq", "op_misc", "op_dyn", "op_cnn_fp16", "op_seq_fp16",
-            "op_cnn_wq", "op_seq_wq"} <= set(NAMES)
+            "op_cnn_wq", "op_seq_wq", "op_cnn_none", "op_seq_none"} <= set(NAMES)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -77,8 +78,11 @@ def test_converter_output_exports_to_onnx_and_matches(name):
 NPU_PRELU = pytest.mark.xfail(strict=True, reason="provider/npu: in-place prelu kernel")
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=NPU_PRELU) if n in ("op_cnn", "op_cnn_nchw", "op_cnn_fp16", "op_cnn_wq")
-                                  else n for n in NAMES])
+WITH_PRELU = {n for n in NAMES if n.startswith("op_cnn") and n != "op_cnn2"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=NPU_PRELU) if n in WITH_PRELU else n
+                                  for n in NAMES])
 def test_converter_output_runs_on_the_npu_session(name):
     import provider
 

@@ -39,7 +39,8 @@ def _make_fixtures():
 
 @pytest.mark.parametrize("name", ["mobilenet_v2", "resnet_block", "transformer_encoder",
                                   "op_cnn", "op_cnn_nchw", "op_cnn2", "op_seq", "op_misc", "op_dyn",
-                                  "op_cnn_fp16", "op_seq_fp16", "op_cnn_wq", "op_seq_wq"])
+                                  "op_cnn_fp16", "op_seq_fp16", "op_cnn_wq", "op_seq_wq",
+                                  "op_cnn_none", "op_seq_none"])
 def test_fresh_converter_output_imports_and_matches(tmp_path, name):
     mf = _make_fixtures()
     model, feeds, want = mf.reference(name)

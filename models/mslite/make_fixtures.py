@@ -13,7 +13,7 @@ onnxruntime's outputs for the original ONNX model, and `mslite:<output>` what Mi
 Lite 2.0's runtime computes from the .ms file on the same input (checked against
 onnxruntime here), and `tol:rtol` / `tol:atol` how close the .ms outputs are to the ONNX
 model's: 1e-4 / 1e-5, looser for the `_fp16` / `_wq` fixtures converted with float16 /
-8-bit quantized weights.
+8-bit quantized weights and the `_none` ones converted without fusions.
 """
 
 from __future__ import annotations
@@ -281,6 +281,11 @@ FIXTURES: dict[str, tuple[Callable[[], onnx.ModelProto], str]] = {
     # along another axis than its converter quantized them), so they have no `mslite:` outputs
     "op_cnn_wq": (op_cnn, "NHWC"),
     "op_seq_wq": (op_seq, "NHWC"),
+    # optimize=none: no fusions (FusedBatchNorm, separate activations, Erf GELU); the
+    # converter then gives BatchNormalization without an epsilon attribute MindSpore's 1e-4
+    # instead of ONNX's 1e-5, hence the looser tolerance against the ONNX model
+    "op_cnn_none": (op_cnn, "NHWC"),
+    "op_seq_none": (op_seq, "NHWC"),
 }
 WEIGHT_QUANT_CONFIG = """[common_quant_param]
 quant_type=WEIGHT_QUANT
@@ -288,7 +293,8 @@ bit_num=8
 min_quant_weight_size=0
 min_quant_weight_channel=0
 """
-TOLERANCE = {"_fp16": {"rtol": 1e-2, "atol": 1e-2}, "_wq": {"rtol": 5e-2, "atol": 1e-1}}
+TOLERANCE = {"_fp16": {"rtol": 1e-2, "atol": 1e-2}, "_wq": {"rtol": 5e-2, "atol": 1e-1},
+             "_none": {"rtol": 1e-3, "atol": 1e-3}}
 
 
 def tolerance(name: str) -> dict[str, float]:
@@ -327,6 +333,8 @@ def convert(name: str, model: onnx.ModelProto, folder: Path) -> Path:
     options = [f"input_format={FIXTURES[name][1]}"]
     if name.endswith("_fp16"):
         options.append("weight_fp16=1")
+    if name.endswith("_none"):
+        options.append("optimize=none")
     if name.endswith("_wq"):
         (folder / "quant.cfg").write_text(WEIGHT_QUANT_CONFIG)
         options.append("config=quant.cfg")

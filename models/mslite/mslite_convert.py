@@ -2,10 +2,11 @@
 2.0).
 
 Usage: mslite_convert.py MODEL OUT_PREFIX [fmk=ONNX|MINDIR] [input_format=NHWC|NCHW]
-                         [weight_fp16=1] [config=FILE.cfg]
+                         [weight_fp16=1] [optimize=none] [config=FILE.cfg]
 Writes OUT_PREFIX.ms. fmk is the source format (ONNX by default); input_format is the converted model's input layout (MindSpore Lite's
 default, NHWC, turns 4-D NCHW inputs into NHWC ones; NCHW keeps them as they are);
-weight_fp16=1 stores float32 weights as float16; config passes a converter config file
+weight_fp16=1 stores float32 weights as float16; optimize=none turns the converter's fusions
+off (BatchNorm, activations and GELU stay separate nodes); config passes a converter config file
 (e.g. `[common_quant_param]` for weight quantization).
 Runs in the Python 3.7 venv of `tox -e mslite`; kept Python 3.7 compatible.
 """
@@ -21,6 +22,7 @@ def main(model_path, out_prefix, *options):
     converter.save_type = mslite.ModelType.MINDIR_LITE
     converter.input_format = getattr(mslite.Format, opts.get("input_format", "NHWC"))
     converter.weight_fp16 = opts.get("weight_fp16") == "1"
+    converter.optimize = opts.get("optimize", "general")
     converter.convert(getattr(mslite.FmkType, opts.get("fmk", "ONNX")), model_path, out_prefix,
                       config_file=opts.get("config", ""))
     return 0
