@@ -3,7 +3,8 @@
 Models: onnx's light ResNet-50 (its ConstantOfShape weights replaced by seeded random
 initializers, as in the tests: ~100 MB of weights) and models/transformer_encoder.onnx, both
 with the batch fixed to 1 so the NPU Program is compiled at session creation. Per model, the
-median over `--runs` session creations of:
+median over `--runs` session creations (3x as many for the quick modes), after two untimed
+ones, of:
 
 - plain onnxruntime: `onnxruntime.InferenceSession(model.onnx)` on its CPU EP;
 - cold: `provider.InferenceSession` with an empty cache directory each time (onnxruntime parses
@@ -52,6 +53,7 @@ from provider.ort.options import NpuOptions  # noqa: E402
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 OUT = os.path.join(ROOT, "docs", "benchmarks")
 GOAL_COLD, GOAL_ORT, GOAL_PAGES = 30.0, 10.0, 0.02
+WARMUP = 2  # untimed creations before each mode's timed ones
 
 
 def _fixed_batch(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -103,6 +105,9 @@ def median_seconds(create: Callable[[], object], runs: int, before: Callable[[],
     creation is timed, not the teardown of the session before it.
     """
     times, result = [], None
+    for _ in range(WARMUP):  # untimed: first-use costs of the process are not the mode's
+        before()
+        create()
     for _ in range(runs):
         result = None
         gc.collect()
@@ -118,8 +123,10 @@ def bench_model(name: str, path: Path, workdir: Path, runs: int) -> dict:
     cache = workdir / f"cache-{path.stem}"
     feeds = None
     row: dict = {"model": name}
+    quick = 3 * runs  # the cheap modes get more samples: their medians move with the load
     row["ort"], plain = median_seconds(
-        lambda: ort.InferenceSession(str(path), _quiet(), providers=["CPUExecutionProvider"]), runs)
+        lambda: ort.InferenceSession(str(path), _quiet(), providers=["CPUExecutionProvider"]),
+        quick)
     feeds = {i.name: np.random.default_rng(0).standard_normal(i.shape).astype(np.float32)
              for i in plain.get_inputs()}
     expected = plain.run(None, feeds)[0]
@@ -127,12 +134,13 @@ def bench_model(name: str, path: Path, workdir: Path, runs: int) -> dict:
     row["cold"], cold = median_seconds(lambda: _npu(path, **options), runs,
                                        before=lambda: shutil.rmtree(cache, ignore_errors=True))
     assert cold.cache_stats().partitions[0].status == "miss"
-    row["warm"], warm = median_seconds(lambda: _npu(path, **options), runs)
+    os.sync()  # the cold runs wrote (and deleted) whole caches: let that I/O settle first
+    row["warm"], warm = median_seconds(lambda: _npu(path, **options), quick)
     stats = warm.cache_stats()
     assert stats.path == "context-model", stats
     context = workdir / f"{path.stem}_ctx.onnx"
     compile_model_file(path, context, NpuOptions.parse({"cache_dir": str(cache)}), embed=False)
-    row["context"], from_context = median_seconds(lambda: _npu(context), runs)
+    row["context"], from_context = median_seconds(lambda: _npu(context), quick)
     for sess in (cold, warm, from_context):
         np.testing.assert_allclose(sess.run(None, feeds)[0], expected, atol=1e-3, rtol=1e-3)
     touched = sum(p.pages_touched or 0 for p in stats.partitions)
@@ -212,7 +220,8 @@ def main() -> int:
     with open(os.path.join(OUT, "session_create.md"), "w") as f:
         f.write("# Session creation: compile cache, CacheSession, EPContext\n\n"
                 "`python3 benchmarks/bench_session_create.py` (median of "
-                f"{args.runs} session creations per mode; see the script's docstring), "
+                f"{args.runs} cold and {3 * args.runs} other session creations per mode; see "
+                "the script's docstring), "
                 f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
                 f"load average {' / '.join(f'{x:.1f}' for x in os.getloadavg())} (1/5/15 min): "
                 "onnxruntime's own session creation varies by 2x with the load.\n\n"
