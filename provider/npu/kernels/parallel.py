@@ -7,16 +7,21 @@ machine costs a wake-up, not a stalled GEMM. `set_threads(n)` sets the core coun
 default, runs everything inline; call it before running, not during); `blocks(rows, cost_us)`
 says how to cut a kernel's rows, and `run(fn, parts)` runs fn(part) for every part and
 returns when all are done.
+
+Work is dealt out dynamically: a kernel is cut into a few blocks per core and every thread,
+the caller's included, takes the next block until none is left. When a neighbour process
+holds a core, the starved thread simply takes fewer blocks, instead of the caller waiting
+for a fixed half of the work to crawl through on a shared core.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-__all__ = ["ELEMENTS_PER_US", "MACS_PER_US", "MIN_US", "blocks", "run", "set_threads", "threads"]
+__all__ = ["BLOCKS_PER_CORE", "ELEMENTS_PER_US", "MACS_PER_US", "MIN_US", "blocks", "run", "set_threads", "threads"]
 
 T = TypeVar("T")
 
@@ -24,10 +29,12 @@ T = TypeVar("T")
 # (~200 GFLOPS with AVX-512) and elements moved by a copy or a ufunc pass.
 MACS_PER_US = 100_000
 ELEMENTS_PER_US = 2_000
-# Splitting pays when each extra core gets at least this much: waking a worker thread costs
-# ~30-40 us on a VM.
+# A block is worth handing to another thread when it holds at least this much work: waking
+# a worker costs ~30-40 us on a VM. Up to BLOCKS_PER_CORE blocks per core even out the load.
 MIN_US = 100
+BLOCKS_PER_CORE = 3
 
+_DONE = object()  # end of a run's parts
 _lock = threading.Lock()
 _threads = 1
 _pool: ThreadPoolExecutor | None = None
@@ -57,10 +64,13 @@ def threads() -> int:
 
 
 def blocks(rows: int, cost_us: float, align: int = 1) -> list[slice]:
-    """Cut range(rows) into one slice per core (multiples of `align` rows) when the work,
-    `cost_us` microseconds on one core, is worth splitting; else one slice."""
-    worth = int(cost_us // MIN_US) if MIN_US > 0 else _threads
-    n = min(_threads, max(worth, 1), max(rows // align, 1))
+    """Cut range(rows) into up to BLOCKS_PER_CORE slices per core (multiples of `align`
+    rows, each worth at least MIN_US of the `cost_us` one-core microseconds); one slice when
+    the work is too small to share."""
+    if _threads == 1:
+        return [slice(0, rows)]
+    worth = int(cost_us // MIN_US) if MIN_US > 0 else rows
+    n = min(_threads * BLOCKS_PER_CORE, worth, rows // align)
     if n <= 1:
         return [slice(0, rows)]
     step = -(-rows // (n * align)) * align
@@ -68,24 +78,39 @@ def blocks(rows: int, cost_us: float, align: int = 1) -> list[slice]:
 
 
 def run(fn: Callable[[T], object], parts: Sequence[T]) -> None:
-    """fn(part) for every part: all but the first on the pool, the first inline; the first
-    exception is raised after every part has finished (no part still writes afterwards).
+    """fn(part) for every part, each part once, on up to threads() threads (this one
+    included) that take the next part until none is left; the first exception is raised
+    after every part has finished (no part still writes afterwards).
+
     Parts must not call run() themselves (a part waiting on the pool it runs on could wait
-    forever); runs from several threads (executors) just share the pool's cores."""
+    forever); runs from several threads (executors) just share the pool's cores.
+    """
     pool = _pool
     if len(parts) == 1 or pool is None:
         for part in parts:
             fn(part)
         return
-    futures: list[Future] = [pool.submit(fn, part) for part in parts[1:]]
+    queue = iter(parts)
+    taking = threading.Lock()
+
+    def drain() -> None:
+        while True:
+            with taking:
+                part = next(queue, _DONE)
+            if part is _DONE:
+                return
+            fn(part)
+
+    helpers = [pool.submit(drain) for _ in range(min(_threads, len(parts)) - 1)]
     error: BaseException | None = None
     try:
-        fn(parts[0])
-    except BaseException as exc:  # noqa: BLE001 - re-raised once the workers are done
+        drain()
+    except BaseException as exc:  # noqa: BLE001 - re-raised once the helpers are done
         error = exc
-    for future in futures:
+    for future in helpers:
         exc = future.exception()
         if error is None and exc is not None:
             error = exc
     if error is not None:
         raise error
+
