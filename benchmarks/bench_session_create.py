@@ -14,6 +14,7 @@ ones, of:
 - EPContext: `provider.InferenceSession` on the model written by `litenpu compile` (cache
   entries referenced, not embedded).
 
+Each mode runs in a fresh process (two untimed creations first), as a warm start would.
 The pages touched on a hit are the Program's weight pages mapped into the process when the
 kernel is built (`PartitionCacheStats.pages_touched`). Goals: warm >= 30x faster than cold and
 >= 10x faster than plain onnxruntime; pages touched on a hit < 2 % of the Program.
@@ -28,9 +29,11 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -119,34 +122,65 @@ def median_seconds(create: Callable[[], object], runs: int, before: Callable[[],
     return statistics.median(times), result
 
 
-def bench_model(name: str, path: Path, workdir: Path, runs: int) -> dict:
-    cache = workdir / f"cache-{path.stem}"
-    feeds = None
-    row: dict = {"model": name}
-    quick = 3 * runs  # the cheap modes get more samples: their medians move with the load
-    row["ort"], plain = median_seconds(
-        lambda: ort.InferenceSession(str(path), _quiet(), providers=["CPUExecutionProvider"]),
-        quick)
+MODES = ("ort", "cold", "warm", "context")
+
+
+def measure(mode: str, path: Path, cache: Path, runs: int) -> dict:
+    """One mode's median creation seconds (in this process), its last session checked against
+    onnxruntime; for warm, the pages its hit touched."""
+    options = {"cache_dir": str(cache), "model_name": path.stem}
+    before: Callable[[], None] = lambda: None  # noqa: E731
+    if mode == "ort":
+        def create():
+            return ort.InferenceSession(str(path), _quiet(), providers=["CPUExecutionProvider"])
+    elif mode == "context":
+        def create():
+            return _npu(path.with_name(f"{path.stem}_ctx.onnx"))
+    else:
+        def create():
+            return _npu(path, **options)
+        if mode == "cold":
+            def before():
+                shutil.rmtree(cache, ignore_errors=True)
+    seconds, sess = median_seconds(create, runs, before)
+    plain = ort.InferenceSession(str(path), _quiet(), providers=["CPUExecutionProvider"])
     feeds = {i.name: np.random.default_rng(0).standard_normal(i.shape).astype(np.float32)
              for i in plain.get_inputs()}
-    expected = plain.run(None, feeds)[0]
-    options = {"cache_dir": str(cache), "model_name": path.stem}
-    row["cold"], cold = median_seconds(lambda: _npu(path, **options), runs,
-                                       before=lambda: shutil.rmtree(cache, ignore_errors=True))
-    assert cold.cache_stats().partitions[0].status == "miss"
+    np.testing.assert_allclose(sess.run(None, feeds)[0], plain.run(None, feeds)[0],
+                               atol=1e-3, rtol=1e-3)
+    result = {"seconds": seconds}
+    if mode == "warm":
+        stats = sess.cache_stats()
+        assert stats.path == "context-model", stats
+        result.update(pages=sum(p.pages_touched or 0 for p in stats.partitions),
+                      weight_pages=sum(p.weight_pages for p in stats.partitions))
+    return result
+
+
+def _child(mode: str, path: Path, cache: Path, runs: int) -> dict:
+    """`measure` in a fresh process: a warm start is timed as it happens, in a new process with
+    nothing else loaded (a big session still alive here doubles the next one's creation)."""
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", mode, str(path),
+                          str(cache), str(runs)], capture_output=True, text=True, check=False)
+    if out.returncode:
+        raise RuntimeError(f"{mode} {path.name} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def bench_model(name: str, path: Path, workdir: Path, runs: int) -> dict:
+    """One table row: each mode in its own process, in order (cold fills the cache)."""
+    cache = workdir / f"cache-{path.stem}"
+    quick = 3 * runs  # the cheap modes get more samples: their medians move with the load
+    row: dict = {"model": name}
+    row["ort"] = _child("ort", path, cache, quick)["seconds"]
+    row["cold"] = _child("cold", path, cache, runs)["seconds"]
     os.sync()  # the cold runs wrote (and deleted) whole caches: let that I/O settle first
-    row["warm"], warm = median_seconds(lambda: _npu(path, **options), quick)
-    stats = warm.cache_stats()
-    assert stats.path == "context-model", stats
-    context = workdir / f"{path.stem}_ctx.onnx"
-    compile_model_file(path, context, NpuOptions.parse({"cache_dir": str(cache)}), embed=False)
-    row["context"], from_context = median_seconds(lambda: _npu(context), quick)
-    for sess in (cold, warm, from_context):
-        np.testing.assert_allclose(sess.run(None, feeds)[0], expected, atol=1e-3, rtol=1e-3)
-    touched = sum(p.pages_touched or 0 for p in stats.partitions)
-    total = sum(p.weight_pages for p in stats.partitions)
-    row.update(pages=touched, weight_pages=total, program_mb=total * 4096 / 1e6,
-               context_kb=context.stat().st_size / 1e3)
+    warm = _child("warm", path, cache, quick)
+    compile_model_file(path, path.with_name(f"{path.stem}_ctx.onnx"),
+                       NpuOptions.parse({"cache_dir": str(cache)}), embed=False)
+    row["context"] = _child("context", path, cache, quick)["seconds"]
+    row.update(warm=warm["seconds"], pages=warm["pages"], weight_pages=warm["weight_pages"],
+               program_mb=warm["weight_pages"] * 4096 / 1e6)
     return row
 
 
@@ -204,8 +238,14 @@ def plot(rows: list[dict], path: str) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7, help="session creations per mode")
+    parser.add_argument("--child", nargs=4, metavar=("MODE", "MODEL", "CACHE", "RUNS"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     provider.register()
+    if args.child:
+        mode, model, cache, runs = args.child
+        print(json.dumps(measure(mode, Path(model), Path(cache), int(runs))))
+        return 0
     workdir = Path(tempfile.mkdtemp(prefix="litenpu-bench-"))
     try:
         rows = [bench_model(name, path, workdir, args.runs)
