@@ -72,17 +72,7 @@ def test_converter_output_exports_to_onnx_and_matches(name):
            tol)
 
 
-# provider/npu/kernels/elementwise.py `prelu` is registered inplace=True but, when its output
-# aliases its input, multiplies every element by the slope before copying the positive ones
-# back from the (already overwritten) input. Reported to the lead; strict: fix it, drop this.
-NPU_PRELU = pytest.mark.xfail(strict=True, reason="provider/npu: in-place prelu kernel")
-
-
-WITH_PRELU = {n for n in NAMES if n.startswith("op_cnn") and n != "op_cnn2"}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=NPU_PRELU) if n in WITH_PRELU else n
-                                  for n in NAMES])
+@pytest.mark.parametrize("name", NAMES)
 def test_converter_output_runs_on_the_npu_session(name):
     import provider
 

@@ -312,6 +312,16 @@ def test_prelu(slope_shape):
           {"x": randn(r, 2, 3, 4, 5)}, {"s": randn(r, *slope_shape)})
 
 
+def test_prelu_in_place_over_its_input():
+    """The compiler may give prelu its input's buffer as output (registered in-place)."""
+    r = rng(36)
+    x = randn(r, 2, 3, 4, 5)
+    slope = randn(r, 3, 1, 1)
+    want = np.where(x > 0, x, x * slope)
+    KERNELS["prelu"].run([x, slope], [x], {})
+    np.testing.assert_array_equal(x, want)
+
+
 def test_expand_and_tile():
     r = rng(37)
     check("Expand", {}, "BroadcastTo", {}, {"x": randn(r, 3, 1)}, {"s": np.array([2, 1, 4], np.int64)})

@@ -139,11 +139,14 @@ def add_n(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: di
 
 @register("prelu", inplace=True)
 def prelu(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
-    """outputs[0] = x where x > 0, else slope * x (slope broadcast, e.g. (C, 1, 1))."""
+    """outputs[0] = x where x > 0, else slope * x (slope broadcast, e.g. (C, 1, 1)).
+
+    Correct in place (y may be x): positives are copied first (a no-op then), and only the
+    other elements, still unchanged in x, are scaled."""
     x, y = inputs[0], outputs[0]
     positive = x > 0
-    np.multiply(x, inputs[1], out=y)
     np.copyto(y, x, where=positive)
+    np.multiply(x, inputs[1], out=y, where=~positive)
 
 
 @register("broadcast")
