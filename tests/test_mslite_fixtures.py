@@ -24,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx_roundtrip import run
 
@@ -31,6 +32,11 @@ from converters.lite import reader
 from converters.onnx_export import export_onnx
 
 FIXTURES = Path(__file__).resolve().parents[1] / "models" / "mslite"
+# The stored original-ONNX outputs were recorded with this onnxruntime; another release sums
+# in another order (seen: 1.7e-5 on one of 1024 transformer outputs with 1.23), so a run on a
+# different release gets that much more absolute slack against them.
+RECORDED_WITH = "1.31."
+CROSS_RELEASE_ATOL = 5e-5
 NAMES = sorted(p.stem for p in FIXTURES.glob("*.ms"))
 NPU = ["NPUExecutionProvider", "CPUExecutionProvider"]
 
@@ -48,7 +54,8 @@ def _check(name: str, names: list[str], got: list[np.ndarray], want: dict, mslit
            original: dict, rtol: float = 1e-4, atol: float = 1e-5) -> None:
     """Outputs against MindSpore Lite's within (rtol, atol), and against the original ONNX
     model's within the fixture's tolerance (at least as loose)."""
-    original = {"rtol": max(original["rtol"], rtol), "atol": max(original["atol"], atol)}
+    floor = atol if ort.__version__.startswith(RECORDED_WITH) else max(atol, CROSS_RELEASE_ATOL)
+    original = {"rtol": max(original["rtol"], rtol), "atol": max(original["atol"], floor)}
     assert sorted(names) == sorted(want)
     for out, value in zip(names, got, strict=True):
         assert value.shape == want[out].shape, out
