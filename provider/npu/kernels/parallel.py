@@ -26,9 +26,10 @@ __all__ = ["BLOCKS_PER_CORE", "ELEMENTS_PER_US", "MACS_PER_US", "MIN_US", "block
 T = TypeVar("T")
 
 # Rough single-core speeds, to turn a kernel's work into microseconds: fp32 GEMM multiply-adds
-# (~200 GFLOPS with AVX-512) and elements moved by a copy or a ufunc pass.
+# (~200 GFLOPS with AVX-512) and elements moved by a copy or a ufunc pass (ShuffleNet's
+# im2col copies measured ~14 per ns; at 2 per ns its small convs were split at a loss).
 MACS_PER_US = 100_000
-ELEMENTS_PER_US = 2_000
+ELEMENTS_PER_US = 10_000
 # A block is worth handing to another thread when it holds at least this much work: waking
 # a worker costs ~30-40 us on a VM. Up to BLOCKS_PER_CORE blocks per core even out the load.
 MIN_US = 100
