@@ -1,8 +1,9 @@
 """NPU-sim latency vs onnxruntime CPU on real architectures, side by side.
 
 For each model: import_onnx -> compile_model -> Executor, and an onnxruntime CPU session on
-the same ONNX model, timed on the same seeded input in interleaved runs (one onnxruntime run,
-one NPU run, repeated), so a neighbour's load hits both alike. Prints the median and the
+the same ONNX model, timed on the same seeded input in interleaved blocks of runs (five
+onnxruntime runs, a pause for its spinning threads to settle, five NPU runs, a pause, ...),
+so a neighbour's load hits both alike. Prints the median and the
 10th-90th percentile spread of each, the speed ratio (onnxruntime median / NPU median: >= 1
 means the NPU sim is faster; the goal is >= 0.7), the accuracy against onnxruntime, a
 per-kernel profile (where the NPU's time goes, conv split into GEMM and the rest: im2col,
@@ -109,17 +110,24 @@ def as_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def interleaved_ms(fns: list[Callable[[], object]], runs: int) -> list[list[float]]:
-    """Per function, `runs` wall times in ms, the functions taking turns (2 warm-ups each)."""
-    for _ in range(2):
-        for fn in fns:
-            fn()
+def interleaved_ms(fns: list[Callable[[], object]], runs: int, block: int = 5,
+                   pause_s: float = 0.1) -> list[list[float]]:
+    """Per function, `runs` wall times in ms: the functions take turns in blocks of `block`
+    runs (2 warm-ups first), with a pause after each block. onnxruntime's pool threads
+    spin-wait for tens of ms after a run (a core stays busy); without the pause the NPU's
+    run right after would find one core taken."""
     times: list[list[float]] = [[] for _ in fns]
-    for _ in range(runs):
-        for fn, spent in zip(fns, times, strict=True):
-            start = time.perf_counter()
+    for fn in fns:
+        for _ in range(2):
             fn()
-            spent.append((time.perf_counter() - start) * 1e3)
+        time.sleep(pause_s)
+    while len(times[0]) < runs:
+        for fn, spent in zip(fns, times, strict=True):
+            for _ in range(min(block, runs - len(spent))):
+                start = time.perf_counter()
+                fn()
+                spent.append((time.perf_counter() - start) * 1e3)
+            time.sleep(pause_s)
     return times
 
 
