@@ -471,11 +471,11 @@ class ManagedExecutor:
 
     @property
     def input_names(self) -> list[str]:
-        return [self.program.slots[i].name for i in self.program.inputs]
+        return self.program.input_names
 
     @property
     def output_names(self) -> list[str]:
-        return [self.program.slots[i].name for i in self.program.outputs]
+        return self.program.output_names
 
     def _memory(self) -> tuple[Any, np.ndarray, tuple]:
         """(weights, arena, what they are) for the inner Executor; BindingError if missing."""

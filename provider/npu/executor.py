@@ -345,12 +345,12 @@ class Executor:
     @property
     def input_names(self) -> list[str]:
         """Graph input names in order."""
-        return [self.program.slots[i].name for i in self.program.inputs]
+        return self.program.input_names
 
     @property
     def output_names(self) -> list[str]:
         """Graph output names in order."""
-        return [self.program.slots[i].name for i in self.program.outputs]
+        return self.program.output_names
 
     def close(self) -> None:
         """Release the arena, staging and weight buffers (idempotent)."""

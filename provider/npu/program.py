@@ -126,6 +126,16 @@ class Program:
         return memoryview(self.weights).nbytes
 
     @property
+    def input_names(self) -> list[str]:
+        """Graph input names in order."""
+        return [self.slots[i].name for i in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        """Graph output names in order."""
+        return [self.slots[i].name for i in self.outputs]
+
+    @property
     def io_bytes(self) -> int:
         """Bytes of all graph inputs and outputs together."""
         return sum(self.slots[i].nbytes for i in (*self.inputs, *self.outputs))
