@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import time
-from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -22,6 +20,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import provider
+from provider.bench.timing import best_of
 
 NPU = ["NPUExecutionProvider", "CPUExecutionProvider"]
 CPU = ["CPUExecutionProvider"]
@@ -39,16 +38,6 @@ def relu_add(shape: tuple[int, ...]) -> bytes:
     onnx.checker.check_model(model)
     return model.SerializeToString()
 
-
-def best_of(fn: Callable[[], object], repeat: int, number: int) -> float:
-    """Best mean seconds per call over `repeat` rounds of `number` calls."""
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        best = min(best, (time.perf_counter() - start) / number)
-    return best
 
 
 def overhead(quick: bool) -> None:

@@ -10,29 +10,17 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
-from collections.abc import Callable
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from provider.bench.timing import best_of
 from provider.npu import program as fmt
 from provider.npu.executor import Executor
 from provider.npu.memory import DevicePool
 from provider.npu.program import Program, Slot, Step
-
-
-def best_of(fn: Callable[[], object], repeat: int, number: int) -> float:
-    """Best mean seconds per call over `repeat` rounds of `number` calls."""
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        best = min(best, (time.perf_counter() - start) / number)
-    return best
 
 
 def report(label: str, ours: float, base: float, base_name: str) -> None:
