@@ -1,13 +1,13 @@
 """The executor: zero-copy binding, copy accounting, binding errors, lifetimes, threads."""
 
 import gc
-import threading
 from dataclasses import dataclass
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from threads import run_threads
 
 from provider.errors import BindingError, DeviceMemoryError, LitenpuError, UnsupportedError
 from provider.npu import program as fmt
@@ -292,23 +292,14 @@ def test_exhaustion_raises_and_the_pool_stays_usable(pool):
 
 def test_eight_threads_share_one_program(pool):
     program = make_program()
-    errors = []
 
     def worker(seed: int) -> None:
-        try:
-            with Executor(program, pool, kernels=KERNELS) as ex:
-                for i in range(200):
-                    x = seeded_input(seed * 1000 + i)
-                    check(ex.run([x]), x)
-        except Exception as exc:  # reported by the main thread
-            errors.append(exc)
+        with Executor(program, pool, kernels=KERNELS) as ex:
+            for i in range(200):
+                x = seeded_input(seed * 1000 + i)
+                check(ex.run([x]), x)
 
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    run_threads(worker)
 
 
 def test_default_registry_runs_real_kernels_like_onnxruntime(pool):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from threads import run_threads
 
 from provider.errors import BindingError, DeviceMemoryError, LitenpuError, UnsupportedError
 from provider.npu import memory
@@ -267,33 +268,23 @@ def test_forked_child_gets_its_own_default_pool():
 
 
 def test_threads_allocate_and_free_concurrently(pool):
-    errors = []
-
     def worker(tag: int) -> None:
         rng = random.Random(tag)
         held = []
-        try:
-            for _ in range(300):
-                if held and rng.random() < 0.5:
-                    buf, value = held.pop(rng.randrange(len(held)))
-                    assert (buf.view() == value).all(), "another thread overwrote my buffer"
-                    buf.release()
-                else:
-                    buf = pool.allocate(rng.randrange(1, 2048))
-                    buf.view()[:] = tag
-                    held.append((buf, tag))
-            for buf, value in held:
-                assert (buf.view() == value).all()
+        for _ in range(300):
+            if held and rng.random() < 0.5:
+                buf, value = held.pop(rng.randrange(len(held)))
+                assert (buf.view() == value).all(), "another thread overwrote my buffer"
                 buf.release()
-        except Exception as exc:  # collected for the main thread
-            errors.append(exc)
+            else:
+                buf = pool.allocate(rng.randrange(1, 2048))
+                buf.view()[:] = tag
+                held.append((buf, tag))
+        for buf, value in held:
+            assert (buf.view() == value).all()
+            buf.release()
 
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    run_threads(worker)
     assert pool.stats().allocations == 0 and pool.stats().largest_free == pool.capacity
 
 
@@ -301,17 +292,13 @@ def test_shared_buffer_refcount_across_threads(pool):
     buf = pool.allocate(64)
     barrier = threading.Barrier(8)
 
-    def worker() -> None:
+    def worker(_: int) -> None:
         barrier.wait()
         for _ in range(1000):
             buf.retain()
             buf.release()
 
-    threads = [threading.Thread(target=worker) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(worker)
     assert buf.refcount == 1
     buf.release()
 

@@ -7,6 +7,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 from ort_models import MLP, NPU, STATIC, f32, make_model, npu_session_options, reference
+from threads import run_threads
 
 import provider
 from provider.errors import BindingError
@@ -145,22 +146,13 @@ def test_eight_threads_share_one_session():
     sess = InferenceSession(MLP, providers=NPU)
     cases = [_feeds() for _ in range(8)]
     expected = [reference(MLP, f)[0] for f in cases]
-    errors = []
 
     def worker(i):
-        try:
-            for _ in range(100):
-                np.testing.assert_allclose(sess.run(None, cases[i])[0], expected[i],
-                                           atol=1e-4, rtol=1e-3)
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        for _ in range(100):
+            np.testing.assert_allclose(sess.run(None, cases[i])[0], expected[i],
+                                       atol=1e-4, rtol=1e-3)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[:1]
+    run_threads(worker)
 
 
 def test_exception_in_compute_reaches_the_caller(monkeypatch):
