@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable
 
@@ -70,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 1
     try:
-        return int(args.run(args) or 0)
+        code = int(args.run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handlers below
+        return code
     except (LitenpuError, FileNotFoundError, IsADirectoryError, PermissionError) as e:
         if args.debug:
             raise
@@ -78,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`litenpu inspect m.onnx | head`): not an error of ours. Point
+        # stdout at /dev/null so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as e:  # noqa: BLE001 - the CLI's last line of defence
         if args.debug:
             raise

@@ -67,3 +67,17 @@ def test_exit_codes(tmp_path, capsys, monkeypatch):
     assert "internal error: RuntimeError: kaboom (rerun with --debug" in capsys.readouterr().err
     with pytest.raises(RuntimeError):
         main(["--debug", "demo"])
+
+
+
+def test_a_reader_that_stops_early_is_not_an_error():
+    """`litenpu inspect m.ms | head -1`: the closed pipe ends the command quietly, exit 0."""
+    model = Path(__file__).resolve().parent.parent / "models" / "mslite" / "resnet_block.ms"
+    env = {**os.environ, "PYTHONPATH": PACKAGE_ROOT}
+    proc = subprocess.Popen([sys.executable, "-m", "provider.cli", "inspect", str(model)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()  # the reader goes away before the command writes
+    stderr = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=60) == 0, stderr
+    assert "Traceback" not in stderr and "error" not in stderr and "Exception" not in stderr
