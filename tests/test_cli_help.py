@@ -70,12 +70,13 @@ def test_exit_codes(tmp_path, capsys, monkeypatch):
 
 
 
-def test_a_reader_that_stops_early_is_not_an_error():
+def test_a_reader_that_stops_early_is_not_an_error(tmp_path):
     """`litenpu inspect m.ms | head -1`: the closed pipe ends the command quietly, exit 0."""
     model = Path(__file__).resolve().parent.parent / "models" / "mslite" / "resnet_block.ms"
     env = {**os.environ, "PYTHONPATH": PACKAGE_ROOT}
+    # run outside the checkout: `-m` puts the working directory first on sys.path
     proc = subprocess.Popen([sys.executable, "-m", "provider.cli", "inspect", str(model)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
     proc.stdout.close()  # the reader goes away before the command writes
     stderr = proc.stderr.read().decode()
     proc.stderr.close()
