@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from provider.errors import BindingError, DeviceMemoryError, LitenpuError, UnsupportedError
+from provider.npu.planner import align_up
 
 __all__ = ["ALIGNMENT", "DEFAULT_CAPACITY", "PoolStats", "DeviceBuffer", "DevicePool", "default_pool"]
 
@@ -44,11 +45,6 @@ log = logging.getLogger("litenpu.npu")
 
 ALIGNMENT = 64
 DEFAULT_CAPACITY = 1 << 30
-
-
-def _align_up(value: int, alignment: int) -> int:
-    """Round up to a multiple of a power of two."""
-    return (value + alignment - 1) & ~(alignment - 1)
 
 
 @dataclass(frozen=True)
@@ -146,7 +142,7 @@ class DevicePool:
     def __init__(self, capacity: int = DEFAULT_CAPACITY, *, name: str = "litenpu-npu"):
         if not isinstance(capacity, int) or capacity <= 0:
             raise DeviceMemoryError(f"pool capacity must be a positive int, got {capacity!r}")
-        self.capacity = _align_up(capacity, mmap.PAGESIZE)
+        self.capacity = align_up(capacity, mmap.PAGESIZE)
         self._lock = threading.RLock()
         self.fd = -1
         try:
@@ -183,7 +179,7 @@ class DevicePool:
             raise DeviceMemoryError(f"alignment {alignment} is not a positive power of two")
         nbytes = int(nbytes)
         alignment = max(alignment, ALIGNMENT)
-        size = _align_up(max(nbytes, 1), ALIGNMENT)
+        size = align_up(max(nbytes, 1), ALIGNMENT)
         with self._lock:
             start = self._take(size, alignment)
             if start < 0:
@@ -213,12 +209,12 @@ class DevicePool:
         i = bisect.bisect_left(self._by_size, (size, -1))
         while i < len(self._by_size):
             best_size, best = self._by_size[i]
-            if _align_up(best, alignment) - best + size <= best_size:
+            if align_up(best, alignment) - best + size <= best_size:
                 break
             i += 1
         else:
             return -1
-        begin = _align_up(best, alignment)
+        begin = align_up(best, alignment)
         self._remove_free(best)
         if begin > best:
             self._add_free(best, begin - best)
@@ -347,7 +343,7 @@ class DevicePool:
         released = 0
         with self._lock:
             for start, size in self._free_size.items():
-                first = _align_up(start, mmap.PAGESIZE)
+                first = align_up(start, mmap.PAGESIZE)
                 length = (start + size - first) // mmap.PAGESIZE * mmap.PAGESIZE
                 if length > 0:
                     self._mm.madvise(mmap.MADV_REMOVE, first, length)  # shmem: frees the pages
@@ -397,7 +393,7 @@ def default_pool(capacity: int | None = None) -> DevicePool:
             _default = DevicePool(DEFAULT_CAPACITY if capacity is None else capacity)
             log.info("device pool: %d bytes (lazily committed), fd %d", _default.capacity,
                      _default.fd)
-        elif capacity is not None and _align_up(capacity, mmap.PAGESIZE) != _default.capacity:
+        elif capacity is not None and align_up(capacity, mmap.PAGESIZE) != _default.capacity:
             raise DeviceMemoryError(
                 f"the device pool already exists with {_default.capacity} bytes; "
                 f"configure its capacity ({capacity}) before first use",
