@@ -40,7 +40,7 @@ from provider.ort.capability import Placement
 from provider.ort.ep import NpuEp, collecting_eps
 from provider.ort.options import InvalidOptionError, NpuOptions
 from provider.registration import ep_devices, register
-from provider.tensors import ORT_TYPE_TO_NUMPY, copy_stats, npu_device
+from provider.tensors import ORT_TYPE_TO_NUMPY, bind_output, copy_stats
 
 log = logging.getLogger("litenpu.ort")
 
@@ -243,7 +243,7 @@ class CheckedIOBinding(ort.IOBinding):
         """Let onnxruntime allocate output `name` in NPU memory at run time."""
         if name not in self._outputs:
             raise BindingError(f"unknown output {name!r}; outputs are {list(self._outputs)}")
-        self._iobinding.bind_output(name, npu_device()._get_c_device())
+        bind_output(self, name)
 
 
 def check_feeds(inputs: Sequence, feeds: dict) -> None:
