@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -10,12 +9,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from converters.lite import reader, writer
 from converters.onnx_export import export_onnx
 from converters.onnx_import import import_onnx
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
-HAS_WRITER = importlib.util.find_spec("converters.lite.writer") is not None
-NO_WRITER = "converters.lite.writer has not landed yet: the .ms leg is skipped"
 
 
 def shared_dir() -> Path:
@@ -28,9 +26,7 @@ def roundtrip(model, via_ms: bool = True):
     """ONNX (ModelProto or GraphView) -> IR (-> .ms bytes -> IR) -> ONNX; returns
     (exported model, IR, report)."""
     lite, report = import_onnx(model)
-    if via_ms and HAS_WRITER:
-        from converters.lite import reader, writer
-
+    if via_ms:
         lite = reader.loads(writer.dumps(lite))
     return export_onnx(lite), lite, report
 

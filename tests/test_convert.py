@@ -7,15 +7,13 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnx_roundtrip import HAS_WRITER, LIGHT, NO_WRITER, assert_close, random_feeds, run
+from onnx_roundtrip import LIGHT, assert_close, random_feeds, run
 
 import models
 from converters import convert as convert_mod
 from converters.convert import convert, register_reader
 from converters.errors import UnsupportedError
 from provider.cli import main
-
-pytestmark = pytest.mark.skipif(not HAS_WRITER, reason=NO_WRITER)
 
 
 def _small_model():

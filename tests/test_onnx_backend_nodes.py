@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 import onnx
 import pytest
-from onnx_roundtrip import HAS_WRITER, assert_close, roundtrip, run
+from onnx_roundtrip import assert_close, roundtrip, run
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -159,7 +159,7 @@ def _as_shipped(case):
 
 def _report(passed: int, counted: int, failures: list[str]) -> None:
     print(f"\n{passed}/{counted} backend node cases pass "
-          f"({100 * passed / max(counted, 1):.1f} %)" + ("" if HAS_WRITER else " (no .ms leg)"))
+          f"({100 * passed / max(counted, 1):.1f} %)")
     for line in failures:
         print("  FAIL", line)
 

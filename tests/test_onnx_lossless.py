@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnx_roundtrip import HAS_WRITER, assert_close, random_feeds, roundtrip, run
+from onnx_roundtrip import assert_close, random_feeds, roundtrip, run
 
 from converters.errors import InvalidModelError
 from converters.onnx_import import HEADER_TENSOR, import_onnx
@@ -100,7 +100,6 @@ def test_external_data_model(tmp_path):
     np.testing.assert_array_equal(lite.tensors[lite.tensor_index("w")].data, expected)
 
 
-@pytest.mark.skipif(not HAS_WRITER, reason="converters.lite.writer has not landed yet")
 def test_ir_survives_ms_bytes_unchanged_in_structure():
     from converters.lite import reader, writer
 

@@ -15,13 +15,13 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnx_roundtrip import HAS_WRITER, LIGHT, NO_WRITER, random_feeds, run, with_random_weights
+from onnx_roundtrip import LIGHT, random_feeds, run, with_random_weights
 
 import models
 from converters.nhwc import to_nhwc
 from converters.onnx_import import import_onnx
 
-pytestmark = [pytest.mark.mslite, pytest.mark.skipif(not HAS_WRITER, reason=NO_WRITER)]
+pytestmark = pytest.mark.mslite
 
 ROOT = Path(__file__).resolve().parents[1]
 MSLITE_PYTHON = ROOT / ".tox" / "mslite-py37" / "bin" / "python"

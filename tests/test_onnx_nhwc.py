@@ -7,7 +7,6 @@ import numpy as np
 import onnx
 import pytest
 from onnx_roundtrip import (
-    HAS_WRITER,
     LIGHT,
     assert_close,
     random_feeds,
@@ -16,6 +15,7 @@ from onnx_roundtrip import (
 )
 
 import models
+from converters.lite import reader, writer
 from converters.nhwc import to_nhwc
 from converters.onnx_export import export_onnx
 from converters.onnx_import import HEADER_TENSOR, import_onnx
@@ -24,10 +24,7 @@ from converters.onnx_import import HEADER_TENSOR, import_onnx
 def _nhwc_round_trip(model: onnx.ModelProto):
     lite, _ = import_onnx(model)
     nhwc = to_nhwc(lite)
-    if HAS_WRITER:
-        from converters.lite import reader, writer
-
-        nhwc = reader.loads(writer.dumps(nhwc))
+    nhwc = reader.loads(writer.dumps(nhwc))
     return lite, nhwc, export_onnx(nhwc)
 
 
