@@ -392,13 +392,13 @@ def _find(parent: list[int], v: int) -> int:
 
 
 def _group_spans(steps: list[_Step], parent: list[int], arena: set[int]) -> dict[int, list[int]]:
+    """[first, last] step of each buffer group (keyed by its root): its members' lifetimes."""
+    lives = planner.lifetimes([(s.inputs, (*s.outputs, *s.scratch)) for s in steps], len(parent))
     spans: dict[int, list[int]] = {}
-    for i, s in enumerate(steps):
-        for v in (*s.inputs, *s.outputs, *s.scratch):
-            if v in arena:
-                r = _find(parent, v)
-                span = spans.setdefault(r, [i, i])
-                span[0], span[1] = min(span[0], i), max(span[1], i)
+    for v in arena:
+        first, last = lives[v]
+        span = spans.setdefault(_find(parent, v), [first, last])
+        span[0], span[1] = min(span[0], first), max(span[1], last)
     return spans
 
 
