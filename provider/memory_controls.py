@@ -122,6 +122,16 @@ def _allocate(pool: DevicePool, nbytes: int) -> _Region:
     return _Region(buffer.view(), buffer)
 
 
+def _weight_region(program: Program, data: np.ndarray, pool: DevicePool, mapped: bool) -> _Region:
+    """`data` (part of `program`'s blob): read in place when the blob is mapped, else copied
+    into a pool block."""
+    if mapped:
+        return _Region(data, owner=program.weights)
+    region = _allocate(pool, data.nbytes)
+    region.array[:] = data
+    return region
+
+
 # ---- shared weights ------------------------------------------------------------------------
 
 _HASHES: dict[int, dict[int, tuple[bytes, int]]] = {}
@@ -165,12 +175,8 @@ class WeightStore:
                     entry = self._entries.get(key)
                     if entry is None:
                         slot = program.slots[index]
-                        data = blob[slot.offset:slot.offset + slot.nbytes]
-                        if mapped:
-                            region = _Region(data, owner=program.weights)
-                        else:
-                            region = _allocate(pool, slot.nbytes)
-                            region.array[:] = data
+                        region = _weight_region(program, blob[slot.offset:slot.offset + slot.nbytes],
+                                                pool, mapped)
                         entry = self._entries[key] = [0, region]
                     entry[0] += 1
                     taken.append(key)
@@ -369,11 +375,9 @@ class _Weights:
             return  # placed in the caller's region (family.weight_layout)
         if family.options.share_weights:
             self.per_slot, self.keys = _STORE.acquire(program, family.pool)
-        elif weights_are_mapped(program):
-            self.region = _Region(program.weights_array(), owner=program.weights)
         else:
-            self.region = _allocate(family.pool, program.weight_bytes)
-            self.region.array[:] = program.weights_array()
+            self.region = _weight_region(program, program.weights_array(), family.pool,
+                                         weights_are_mapped(program))
 
     def free(self) -> None:
         if self.keys:
