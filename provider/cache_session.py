@@ -31,13 +31,13 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import onnxruntime as ort
 
-from provider.cache import CacheKey, CompileCache
+from provider.cache import CacheKey, CacheOptions, CompileCache
 from provider.errors import CacheError
 from provider.npu.program import Program
 from provider.ort.compute import FusedKernel
@@ -87,8 +87,7 @@ class CacheSession:
                  sess_options: ort.SessionOptions):
         self.source = os.path.abspath(source)
         self.cache = cache
-        options = {k: v for k, v in npu.to_strings().items()
-                   if k not in ("cache_dir", "model_name", "cache_version", "cache_max_bytes")}
+        options = replace(npu, cache=CacheOptions()).to_strings()  # all but the cache options
         options["graph_optimization_level"] = str(sess_options.graph_optimization_level)
         self.key = CacheKey.build(partition=[(self.source, "CacheSession")], input_shapes={},
                                   options=options, model_name=npu.cache.model_name)
