@@ -148,7 +148,7 @@ TABLE: dict[str, Row] = {
     "PReLUFusion": Row(FLOAT, None, (1,)),
     "BroadcastTo": Row(DATA, None, (1,)),
     "TileFusion": Row(DATA, None, (1,)),
-    "Activation": Row(FLOAT, _enum("activation_type", ACTIVATIONS, "NO_ACTIVATION")),
+    "Activation": Row(FLOAT, _fused),
     "LeakyRelu": Row(FLOAT),
     "Elu": Row(FLOAT),
     "Softmax": Row(FLOAT, _softmax),
