@@ -21,6 +21,7 @@ from converters.errors import InvalidModelError, UnsupportedError
 from converters.graph_view import weightless
 from converters.lite import dtypes
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
+from converters.naming import unique_name
 from converters.onnx_import import HEADER_TENSOR, PROGRESS_EVERY
 from converters.onnx_ops.export_base import LAYOUT_OPS, TO_NCHW, TO_NHWC, ExportContext
 from converters.onnx_ops.export_math import activation
@@ -211,14 +212,8 @@ def _unique_node_names(nodes: list[onnx.NodeProto]) -> None:
     """onnxruntime refuses repeated node names (MindSpore files and helper nodes have them)."""
     seen: set[str] = set()
     for node in nodes:
-        if not node.name:
-            continue
-        name, k = node.name, 0
-        while name in seen:
-            k += 1
-            name = f"{node.name}_{k}"
-        node.name = name
-        seen.add(name)
+        if node.name:
+            node.name = unique_name(node.name, seen)
 
 
 def _referenced_names(nodes) -> set[str]:

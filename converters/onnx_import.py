@@ -27,6 +27,7 @@ from converters.errors import InvalidModelError, UnsupportedError
 from converters.graph_view import GraphView, ValueInfo, from_onnx
 from converters.lite import dtypes
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
+from converters.naming import unique_name
 from converters.onnx_ops.importers import IMPORTERS
 from converters.onnx_ops.registry import Unmappable
 from converters.report import ConversionReport, CustomNode
@@ -97,12 +98,7 @@ class ImportContext:
 
     def fresh_name(self, hint: str) -> str:
         """A tensor name based on `hint` that no ONNX value uses."""
-        name, k = hint, 0
-        while name in self._used_names:
-            k += 1
-            name = f"{hint}_{k}"
-        self._used_names.add(name)
-        return name
+        return unique_name(hint, self._used_names)
 
     def alias(self, output: str, source: str) -> None:
         """Make ONNX value `output` the same Lite tensor as `source` (Identity-like ops)."""

@@ -15,6 +15,7 @@ from onnx import helper
 from converters.errors import UnsupportedError
 from converters.lite import dtypes
 from converters.lite.ir import LiteModel, LiteNode
+from converters.naming import unique_name
 from converters.onnx_ops.export_quant import weight_quantized
 from converters.onnx_ops.registry import OpTable
 
@@ -62,12 +63,7 @@ class ExportContext:
 
     def fresh(self, hint: str) -> str:
         """A value name no tensor uses, based on `hint`."""
-        name, k = hint, 0
-        while name in self._taken:
-            k += 1
-            name = f"{hint}_{k}"
-        self._taken.add(name)
-        return name
+        return unique_name(hint, self._taken)
 
     # ---- emitting ----------------------------------------------------------------------
     def add(self, op_type: str, inputs: list[str], outputs: list[str] | None = None,
@@ -152,16 +148,7 @@ def _empty(tensor) -> bool:
 def _unique_names(model: LiteModel) -> list[str]:
     """Tensor names made unique and non-empty (MindSpore files may repeat names)."""
     seen: set[str] = set()
-    names = []
-    for i, t in enumerate(model.tensors):
-        name = t.name or f"tensor_{i}"
-        base, k = name, 0
-        while name in seen:
-            k += 1
-            name = f"{base}_{k}"
-        seen.add(name)
-        names.append(name)
-    return names
+    return [unique_name(t.name or f"tensor_{i}", seen) for i, t in enumerate(model.tensors)]
 
 
 def unsupported(node: LiteNode, why: str) -> UnsupportedError:
