@@ -43,22 +43,19 @@ class PoolAllocator:
         _ALLOCATORS[self.address] = self
 
     def alloc(self, nbytes: int) -> int | None:
-        adopted = getattr(_ADOPT, "buffer", None)
-        if adopted is not None:
+        buffer = getattr(_ADOPT, "buffer", None)
+        if buffer is not None:
             _ADOPT.buffer = None
-            if adopted.nbytes < nbytes:
-                log.error("NPU allocator: adopted %r is smaller than %d bytes", adopted, nbytes)
+            if buffer.nbytes < nbytes:
+                log.error("NPU allocator: adopted %r is smaller than %d bytes", buffer, nbytes)
                 return None
-            with self._lock:  # its reference passes to onnxruntime: Free releases it
-                self._live[adopted.address] = adopted
-                self.allocations += 1
-            return adopted.address
-        try:
-            buffer = self.pool.allocate(max(nbytes, 1))
-        except DeviceMemoryError as e:
-            log.error("NPU allocator: %s", e)  # onnxruntime reports the NULL as a failed alloc
-            return None
-        with self._lock:
+        else:
+            try:
+                buffer = self.pool.allocate(max(nbytes, 1))
+            except DeviceMemoryError as e:
+                log.error("NPU allocator: %s", e)  # onnxruntime reports the NULL as a failed alloc
+                return None
+        with self._lock:  # an adopted buffer's reference passes to onnxruntime: Free releases it
             self._live[buffer.address] = buffer
             self.allocations += 1
         return buffer.address
