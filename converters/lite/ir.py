@@ -139,16 +139,18 @@ class LiteModel:
                 return i
         raise KeyError(name)
 
+    def main_subgraph(self) -> LiteSubGraph:
+        """The one SubGraph of a single-graph model: every node and tensor, the model's I/O."""
+        return LiteSubGraph(
+            name=self.name or "main",
+            inputs=list(self.inputs),
+            outputs=list(self.outputs),
+            nodes=list(range(len(self.nodes))),
+            tensors=list(range(len(self.tensors))),
+        )
+
     def finalize_subgraph(self) -> LiteModel:
         """Give a single-graph model its main SubGraph (as MindSpore Lite writes it)."""
         if not self.subgraphs:
-            self.subgraphs.append(
-                LiteSubGraph(
-                    name=self.name or "main",
-                    inputs=list(self.inputs),
-                    outputs=list(self.outputs),
-                    nodes=list(range(len(self.nodes))),
-                    tensors=list(range(len(self.tensors))),
-                )
-            )
+            self.subgraphs.append(self.main_subgraph())
         return self

@@ -335,9 +335,7 @@ def _encode(model: LiteModel, external: dict[int, ExternalData]) -> memoryview:
     data = {i: enc.raw(raw) for i, raw in raws.items() if raw.nbytes}
     tensors = [enc.tensor(t, i, data.get(i), external.get(i)) for i, t in enumerate(model.tensors)]
     nodes = [enc.node(n, i, n_t) for i, n in enumerate(model.nodes)]
-    subgraphs = model.subgraphs or [LiteSubGraph(
-        name=model.name or "main", inputs=list(model.inputs), outputs=list(model.outputs),
-        nodes=list(range(len(model.nodes))), tensors=list(range(n_t)))]
+    subgraphs = model.subgraphs or [model.main_subgraph()]
     graphs = [enc.subgraph(g, n_t, len(model.nodes)) for g in subgraphs]
     root = enc.table("MetaGraph", {
         "name": enc.string(model.name),
