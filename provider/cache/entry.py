@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from provider import __version__
-from provider.cache.keys import CacheKey
+from provider.cache.keys import CacheKey, _canonical, _sha256
 from provider.errors import CacheError
 from provider.npu import program as fmt
 from provider.npu.program import Program
@@ -46,10 +46,6 @@ class BadEntry(CacheError):
     """A cache entry that must not be used; the message is the reason."""
 
 
-def _sha256_bytes(data: bytes | memoryview) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def _sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -60,7 +56,7 @@ def _sha256_file(path: Path) -> str:
 
 def _checksum(manifest: dict[str, Any]) -> str:
     body = {k: v for k, v in manifest.items() if k != "checksum"}
-    return _sha256_bytes(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+    return _sha256(_canonical(body))
 
 
 def _io(program: Program, indices: list[int]) -> list[dict[str, Any]]:
@@ -82,7 +78,7 @@ def _write_file(path: Path, data: bytes | memoryview, stamp_ns: int) -> dict[str
         os.utime(f.fileno(), ns=(stamp_ns, stamp_ns))
         os.fsync(f.fileno())
         st = os.fstat(f.fileno())
-    return {"size": st.st_size, "sha256": _sha256_bytes(data), "mtime_ns": st.st_mtime_ns,
+    return {"size": st.st_size, "sha256": _sha256(data), "mtime_ns": st.st_mtime_ns,
             "ino": st.st_ino}
 
 
