@@ -100,15 +100,14 @@ def _read_onnx(path: Path, progress: Progress) -> tuple[LiteModel, ConversionRep
 
 def _read_ms(path: Path, progress: Progress) -> tuple[LiteModel, ConversionReport]:
     from converters.lite import reader
-    from converters.onnx_import import HEADER_TENSOR
+    from converters.onnx_import import weight_bytes
 
     model = reader.load(path)
     report = ConversionReport(source=str(path))
     report.mapped = Counter(n.op for n in model.nodes if n.op != "Custom")
     report.custom = [CustomNode(n.name, n.attrs.get("type", "?"), "carried as Custom")
                      for n in model.nodes if n.op == "Custom"]
-    report.weight_bytes = sum(t.data.nbytes for t in model.tensors
-                              if t.data is not None and t.name != HEADER_TENSOR)
+    report.weight_bytes = weight_bytes(model)
     return model, report
 
 

@@ -180,10 +180,15 @@ def import_onnx(model: onnx.ModelProto | GraphView | str | os.PathLike, *,
     lite.outputs = [ctx.tensor(vi.name) for vi in view.outputs]
     data = np.frombuffer(header.SerializeToString(), dtype=np.uint8)
     lite.add_tensor(LiteTensor.of(HEADER_TENSOR, np.uint8, data.shape, data))
-    report.weight_bytes = sum(t.data.nbytes for t in lite.tensors
-                              if t.data is not None and t.name != HEADER_TENSOR)
+    report.weight_bytes = weight_bytes(lite)
     lite.finalize_subgraph()
     return lite, report
+
+
+def weight_bytes(model: LiteModel) -> int:
+    """Bytes of `model`'s constants, the ONNX header tensor not counted."""
+    return sum(t.data.nbytes for t in model.tensors
+               if t.data is not None and t.name != HEADER_TENSOR)
 
 
 def _header_of(view: GraphView) -> onnx.ModelProto:
