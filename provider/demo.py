@@ -26,14 +26,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 import provider
 from converters.convert import convert
-from provider.bench.sessions import NPU, cache_options, open_and_run
+from provider.bench.sessions import CPU, NPU, cache_options, open_and_run
 from provider.npu.memory import default_pool
 from provider.zoo import build
 
 log = logging.getLogger("litenpu.demo")
 
 MODEL = "mobilenet_v2"
-CPU = ["CPUExecutionProvider"]
 # ImageNet-style per-channel normalisation done by the chained preprocessing model.
 MEAN = np.array([0.485, 0.456, 0.406], np.float32).reshape(1, 3, 1, 1)
 STD = np.array([0.229, 0.224, 0.225], np.float32).reshape(1, 3, 1, 1)

@@ -20,10 +20,8 @@ import onnx
 import onnxruntime as ort
 
 import provider
-from provider.bench.sessions import cache_options, open_and_run
+from provider.bench.sessions import CPU, cache_options, open_and_run
 from provider.zoo import NAMES, build
-
-CPU = ["CPUExecutionProvider"]
 
 
 @dataclass(frozen=True)

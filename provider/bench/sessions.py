@@ -13,6 +13,7 @@ from provider.ort.options import NpuOptions
 from provider.session import CPU_EP, InferenceSession
 
 NPU = [EP_NAME, CPU_EP]
+CPU = [CPU_EP]
 
 
 def cache_options(cache_dir: Path, model_name: str) -> dict[str, str]:
