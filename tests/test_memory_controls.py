@@ -66,6 +66,26 @@ def _programs(sess: InferenceSession):
             for e in memory_controls.find_session_memory(ep).executors]
 
 
+def _check_in_threads(jobs: list[tuple[InferenceSession, str, list[int]]]) -> None:
+    """One thread per (session, model name, seeds): each `_check`s its session at every seed;
+    fails with whatever any thread raised."""
+    errors: list[BaseException] = []
+
+    def run(sess: InferenceSession, name: str, seeds: list[int]) -> None:
+        try:
+            for seed in seeds:
+                _check(sess, name, seed=seed)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=job) for job in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
 def test_memory_info_equals_what_the_pool_hands_out():
     before = _in_use()
     sess = _session("mobilenet_v2")
@@ -104,21 +124,7 @@ def test_two_models_in_one_group_use_the_larger_arena_not_the_sum():
 def test_two_threads_hammering_one_group_stay_correct():
     sessions = {name: _session(name, internal_memory_group="hammer")
                 for name in ("resnet_block", "transformer_encoder")}
-    errors: list[BaseException] = []
-
-    def hammer(name: str) -> None:
-        try:
-            for seed in range(6):
-                _check(sessions[name], name, seed=seed)
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=hammer, args=(n,)) for n in sessions]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    _check_in_threads([(sess, name, list(range(6))) for name, sess in sessions.items()])
 
 
 def test_eight_clones_in_eight_threads_share_the_weights():
@@ -129,22 +135,8 @@ def test_eight_clones_in_eight_threads_share_the_weights():
     assert [_programs(c) for c in clones] == [_programs(sess)] * 8  # the same Program objects
     # weights once; one arena per clone
     assert default_pool().stats().in_use - before == info.device_weights + 9 * info.device_internal
-    errors: list[BaseException] = []
-
-    def run(clone: InferenceSession, seed: int) -> None:
-        try:
-            for _ in range(2):
-                _check(clone, "resnet_block", seed=seed)
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(c, i)) for i, c in enumerate(clones)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    del sess, clones, threads
+    _check_in_threads([(c, "resnet_block", [i, i]) for i, c in enumerate(clones)])
+    del sess, clones
     assert _in_use() == before
 
 
@@ -240,25 +232,10 @@ def test_sessions_given_one_internal_buffer_run_serialized_and_correct():
     a = _session("resnet_block", mem_alloc_outside="1")
     b = _session("transformer_encoder", mem_alloc_outside="1")
     shared = _aligned(max(a.memory_info().internal, b.memory_info().internal))
-    errors: list[BaseException] = []
     for sess in (a, b):
         sess.set_weight_memory(_aligned(sess.memory_info().weights))
         sess.set_internal_memory(shared)
-
-    def hammer(sess: InferenceSession, name: str) -> None:
-        try:
-            for seed in range(6):
-                _check(sess, name, seed=seed)
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=hammer, args=(a, "resnet_block")),
-               threading.Thread(target=hammer, args=(b, "transformer_encoder"))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    _check_in_threads([(a, "resnet_block", list(range(6))), (b, "transformer_encoder", list(range(6)))])
 
 
 def test_a_caller_device_buffer_is_retained_while_the_session_uses_it():
