@@ -34,19 +34,24 @@ def _weight_shape(ctx, node) -> list[int]:
     return static_ints(shape, "weight shape")
 
 
+def _conv_attrs(ctx, node, w: list[int], weight_format: str) -> dict:
+    """The fields Conv and ConvTranspose share; a constant weight is marked `weight_format`."""
+    a = node.attrs
+    pad_mode, pad_list = pad_fields(a)
+    if ctx.const_value(node.inputs[1]) is not None:
+        ctx.set_format(node.inputs[1], weight_format)
+    return {"format": "NCHW", "kernel_size": list(a.get("kernel_shape", w[2:])),
+            "stride": list(a.get("strides", [1, 1])),
+            "dilation": list(a.get("dilations", [1, 1])),
+            "pad_mode": pad_mode, "pad_list": pad_list, "group": a.get("group", 1),
+            "activation_type": NO_ACT}
+
+
 @IMPORTERS.register("Conv")
 def conv(ctx, node):
     w = _weight_shape(ctx, node)
-    a = node.attrs
-    group = a.get("group", 1)
-    pad_mode, pad_list = pad_fields(a)
-    if ctx.const_value(node.inputs[1]) is not None:
-        ctx.set_format(node.inputs[1], "KCHW")
-    attrs = {"format": "NCHW", "kernel_size": list(a.get("kernel_shape", w[2:])),
-             "stride": list(a.get("strides", [1, 1])),
-             "dilation": list(a.get("dilations", [1, 1])),
-             "pad_mode": pad_mode, "pad_list": pad_list, "group": group,
-             "in_channel": w[1] * group, "out_channel": w[0], "activation_type": NO_ACT}
+    attrs = _conv_attrs(ctx, node, w, "KCHW")
+    attrs.update(in_channel=w[1] * attrs["group"], out_channel=w[0])
     return [emit(ctx, node, "Conv2DFusion", attrs, [i for i in node.inputs if i])]
 
 
@@ -58,16 +63,9 @@ def conv_transpose(ctx, node):
         raise Unmappable("output_shape has no Lite equivalent")
     if a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
         raise Unmappable(f"auto_pad={a['auto_pad']} has no exact Lite equivalent")
-    group = a.get("group", 1)
-    pad_mode, pad_list = pad_fields(a)
-    if ctx.const_value(node.inputs[1]) is not None:
-        ctx.set_format(node.inputs[1], "CKHW")
-    attrs = {"format": "NCHW", "kernel_size": list(a.get("kernel_shape", w[2:])),
-             "stride": list(a.get("strides", [1, 1])),
-             "dilation": list(a.get("dilations", [1, 1])),
-             "pad_mode": pad_mode, "pad_list": pad_list, "group": group,
-             "in_channel": w[0], "out_channel": w[1] * group, "activation_type": NO_ACT,
-             "output_paddings": list(a.get("output_padding", [0, 0]))}
+    attrs = _conv_attrs(ctx, node, w, "CKHW")
+    attrs.update(in_channel=w[0], out_channel=w[1] * attrs["group"],
+                 output_paddings=list(a.get("output_padding", [0, 0])))
     return [emit(ctx, node, "Conv2dTransposeFusion", attrs, [i for i in node.inputs if i])]
 
 
