@@ -9,6 +9,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from ort_models import NPU, STATIC, reference
+from threads import run_threads
 
 import models
 import provider
@@ -69,21 +70,13 @@ def _programs(sess: InferenceSession):
 def _check_in_threads(jobs: list[tuple[InferenceSession, str, list[int]]]) -> None:
     """One thread per (session, model name, seeds): each `_check`s its session at every seed;
     fails with whatever any thread raised."""
-    errors: list[BaseException] = []
 
-    def run(sess: InferenceSession, name: str, seeds: list[int]) -> None:
-        try:
-            for seed in seeds:
-                _check(sess, name, seed=seed)
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-            errors.append(exc)
+    def run(i: int) -> None:
+        sess, name, seeds = jobs[i]
+        for seed in seeds:
+            _check(sess, name, seed=seed)
 
-    threads = [threading.Thread(target=run, args=job) for job in jobs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    run_threads(run, len(jobs))
 
 
 def test_memory_info_equals_what_the_pool_hands_out():
