@@ -1,9 +1,12 @@
-"""Build hook: compiles the onnxruntime plugin-EP trampoline (provider/ort/_trampoline.c).
+"""Build hook: compiles the two plain C libraries of the package, loaded with ctypes.
 
-Everything else about the package lives in pyproject.toml. The trampoline is a plain shared
-library loaded with ctypes (it has no Python module init), so it is built as an Extension only
-to get the compiler, the platform suffix and the install location for free: `pip install .`
-puts it next to provider/ort/__init__.py, `pip install -e .` builds it in place.
+- provider/ort/_trampoline.c: the onnxruntime plugin-EP trampoline;
+- provider/npu/_native.c: the reference NPU's compiled kernels and its thread pool.
+
+Everything else about the package lives in pyproject.toml. Neither library has a Python
+module init; each is built as an Extension only to get the compiler, the platform suffix and
+the install location for free: `pip install .` puts it next to its package's __init__.py,
+`pip install -e .` builds it in place.
 """
 
 from setuptools import Extension, setup
@@ -14,6 +17,12 @@ setup(
             "provider.ort._trampoline",
             sources=["provider/ort/_trampoline.c"],
             extra_compile_args=["-O2", "-fvisibility=hidden"],
-        )
+        ),
+        Extension(
+            "provider.npu._native",
+            sources=["provider/npu/_native.c"],
+            extra_compile_args=["-O3", "-fvisibility=hidden", "-std=c11"],
+            libraries=["m"],
+        ),
     ]
 )

@@ -22,9 +22,11 @@ executors share an arena); use one executor per thread for parallelism.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import mmap
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +35,9 @@ from typing import Any
 import numpy as np
 
 from provider.errors import BindingError, LitenpuError, UnsupportedError
+from provider.npu import native_steps
 from provider.npu.memory import DeviceBuffer, DevicePool, default_pool
+from provider.npu.native_steps import NativeRun
 from provider.npu.program import Program, Slot, view_slot
 
 __all__ = ["CopyStats", "MemoryInfo", "Executor", "upload_weights", "weights_are_mapped"]
@@ -117,8 +121,13 @@ class Executor:
         weights: DeviceBuffer | np.ndarray | Mapping[int, np.ndarray] | None = None,
         arena: DeviceBuffer | np.ndarray | None = None,
         lock: threading.Lock | None = None,
+        profile: bool = False,
     ):
         program.validate()
+        # The native library runs the steps it can (native_steps) unless the caller brings
+        # its own kernel table, which then runs every step.
+        self._segments: list[int | NativeRun] = (
+            native_steps.segments(program) if kernels is None else list(range(len(program.steps))))
         if kernels is None:
             from provider.npu.kernels import KERNELS as kernels
         self.program = program
@@ -144,6 +153,10 @@ class Executor:
         except BaseException:
             self._close()
             raise
+        # Slot addresses for the native steps: weights and arena fixed, I/O set per run.
+        self._addresses = (ctypes.c_void_p * len(program.slots))(
+            *(0 if v is None else v.ctypes.data for v in self._views))
+        self.step_seconds: np.ndarray | None = np.zeros(len(program.steps)) if profile else None
         self._staging: dict[int, np.ndarray] = {}
         self._buffer_views: dict[int, tuple[DeviceBuffer, np.ndarray]] = {}
         self.copy_stats = CopyStats()
@@ -298,16 +311,39 @@ class Executor:
         return results
 
     def _execute(self) -> None:
-        views = self._views
-        for number, (run, ins, outs, attrs) in enumerate(self._plan):
+        views, addresses, seconds = self._views, self._addresses, self.step_seconds
+        for index in (*self.program.inputs, *self.program.outputs):
+            addresses[index] = views[index].ctypes.data
+        for segment in self._segments:
+            if isinstance(segment, NativeRun):
+                self._run_native(segment)
+                continue
+            run, ins, outs, attrs = self._plan[segment]
+            start = time.perf_counter() if seconds is not None else 0.0
             try:
                 run([views[i] for i in ins], [views[i] for i in outs], attrs)
             except LitenpuError:
                 raise
             except Exception as exc:
-                kernel = self.program.steps[number].kernel
-                raise LitenpuError(f"program {self.program.name!r} step {number} ({kernel}) "
+                kernel = self.program.steps[segment].kernel
+                raise LitenpuError(f"program {self.program.name!r} step {segment} ({kernel}) "
                                    f"failed: {type(exc).__name__}: {exc}") from exc
+            if seconds is not None:
+                seconds[segment] += time.perf_counter() - start
+
+    def _run_native(self, segment: NativeRun) -> None:
+        """One native call for the segment's steps (timed per step when profiling)."""
+        if self.step_seconds is None:
+            segment.run(self._addresses)
+            return
+        timed = (ctypes.c_double * segment.count)()
+        segment.run(self._addresses, timed)
+        self.step_seconds[segment.first:segment.first + segment.count] += timed
+
+    @property
+    def native_steps(self) -> int:
+        """How many of the Program's steps run on the native kernels (the rest on numpy)."""
+        return sum(s.count for s in self._segments if isinstance(s, NativeRun))
 
     def _collect(self, targets: list[np.ndarray | None]) -> tuple[list[np.ndarray], int]:
         """Copy staged outputs to their host targets; results and bytes copied out."""

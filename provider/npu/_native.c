@@ -1,0 +1,675 @@
+/* Compiled kernels of the reference NPU and the runner that executes a Program's steps.
+ *
+ * Python (provider/npu/native) lowers each step it can run here into an lnpu_step (slot
+ * indices + integer/float parameters, all validated there) and calls lnpu_run once per run
+ * of consecutive native steps, with a table of slot addresses. The GEMMs go to a
+ * single-threaded OpenBLAS sgemm whose address Python passes in (lnpu_set_sgemm); the
+ * NPU's cores are this file's thread pool, which splits every large kernel into tasks.
+ *
+ * Everything here trusts the lowering: shapes, slot sizes and dtypes were checked when the
+ * steps were built, so a kernel never sees a buffer smaller than its parameters say.
+ */
+#define _GNU_SOURCE
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define API __attribute__((visibility("default")))
+
+/* Hot loops are compiled for AVX-512 and AVX2 as well as the baseline, picked at load time
+ * (GCC/clang function multiversioning; needs ifunc, so Linux x86-64 only). */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
+#define MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define MULTIVERSION
+#endif
+
+enum { OP_CONV = 1, OP_DWCONV, OP_MAXPOOL, OP_AVGPOOL, OP_GLOBALPOOL, OP_CONCAT, OP_TRANSPOSE,
+       OP_MATMUL, OP_ACT, OP_SOFTMAX, OP_COUNT };
+
+#define MAX_SLOTS 16
+#define MAX_PARAMS 32
+
+/* One step. Slots are indices into the run's address table (-1: absent); p and f hold the
+ * op's parameters, laid out as the P_* / F_* names of each op below say. */
+typedef struct {
+    int64_t op;
+    int64_t slot[MAX_SLOTS];
+    int64_t p[MAX_PARAMS];
+    float f[4];
+} lnpu_step;
+
+/* Fused activation of an output: clamp to [lo, hi] (none: -inf..inf, RELU: 0..inf, RELU6:
+ * 0..6, HARD_TANH: min..max), or leaky (x < 0: alpha * x). */
+enum { ACT_CLAMP = 0, ACT_LEAKY = 1 };
+
+/* ---- GEMM ---------------------------------------------------------------------------- */
+
+typedef void (*sgemm_fn)(int order, int trans_a, int trans_b, int m, int n, int k,
+                         float alpha, const float *a, int lda, const float *b, int ldb,
+                         float beta, float *c, int ldc);
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
+
+static sgemm_fn sgemm;
+
+API void lnpu_set_sgemm(void *fn) { sgemm = (sgemm_fn)fn; }
+
+/* ---- thread pool ----------------------------------------------------------------------- */
+
+#define MAX_THREADS 64
+#define SPIN_NS 50000L  /* idle workers spin this long after a run before they sleep */
+
+typedef void (*task_fn)(const void *ctx, int64_t task);
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    pthread_mutex_t submit;  /* one job at a time; a second caller runs its job inline */
+    int threads;             /* cores, the caller included */
+    int started;             /* workers running */
+    int sleeping;
+    int stop;
+    atomic_long generation;
+    atomic_int running;      /* lnpu_run calls in progress: workers spin, jobs come fast */
+    atomic_long next;
+    atomic_int active;
+    task_fn fn;
+    const void *ctx;
+    int64_t tasks;
+    pthread_t tid[MAX_THREADS];
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, 1};
+
+static long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+static inline void relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static void drain(void) {
+    for (;;) {
+        int64_t t = atomic_fetch_add(&pool.next, 1);
+        if (t >= pool.tasks) return;
+        pool.fn(pool.ctx, t);
+    }
+}
+
+/* arg: the generation current when the worker was created (it may start after the job
+ * that created it was published, and must still take part in that job). */
+static void *worker(void *arg) {
+    long seen = (long)(intptr_t)arg;
+    for (;;) {
+        long start = now_ns();
+        while (atomic_load_explicit(&pool.generation, memory_order_acquire) == seen) {
+            if (atomic_load_explicit(&pool.running, memory_order_relaxed) > 0) start = now_ns();
+            if (now_ns() - start < SPIN_NS) { relax(); continue; }
+            pthread_mutex_lock(&pool.mu);
+            pool.sleeping++;
+            while (atomic_load(&pool.generation) == seen && !pool.stop)
+                pthread_cond_wait(&pool.wake, &pool.mu);
+            pool.sleeping--;
+            int stop = pool.stop;
+            pthread_mutex_unlock(&pool.mu);
+            if (stop) return NULL;
+        }
+        seen = atomic_load(&pool.generation);
+        drain();
+        atomic_fetch_sub_explicit(&pool.active, 1, memory_order_release);
+    }
+}
+
+static void stop_workers(void) {
+    pthread_mutex_lock(&pool.mu);
+    pool.stop = 1;
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.mu);
+    for (int i = 0; i < pool.started; i++) pthread_join(pool.tid[i], NULL);
+    pool.started = 0;
+    pool.stop = 0;
+}
+
+/* After fork() only the forking thread exists: forget the workers (restarted lazily). */
+static void after_fork_child(void) {
+    pthread_mutex_init(&pool.mu, NULL);
+    pthread_cond_init(&pool.wake, NULL);
+    pthread_mutex_init(&pool.submit, NULL);
+    pool.started = 0;
+    pool.sleeping = 0;
+    pool.stop = 0;
+}
+
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void install_fork_handler(void) { pthread_atfork(NULL, NULL, after_fork_child); }
+
+/* Use `n` cores from now on (1: everything on the calling thread). Returns the count. */
+API int lnpu_set_threads(int n) {
+    pthread_once(&fork_once, install_fork_handler);
+    if (n < 1) n = 1;
+    if (n > MAX_THREADS) n = MAX_THREADS;
+    pthread_mutex_lock(&pool.submit);
+    stop_workers();
+    pool.threads = n;
+    pthread_mutex_unlock(&pool.submit);
+    return n;
+}
+
+API int lnpu_threads(void) { return pool.threads; }
+
+/* fn(ctx, t) for t in [0, tasks), on every core; returns when all are done. */
+static void parallel(task_fn fn, const void *ctx, int64_t tasks) {
+    if (tasks <= 0) return;
+    if (tasks == 1 || pool.threads == 1 || pthread_mutex_trylock(&pool.submit) != 0) {
+        for (int64_t t = 0; t < tasks; t++) fn(ctx, t);
+        return;
+    }
+    int workers = pool.threads - 1;
+    while (pool.started < workers) {
+        void *seen = (void *)(intptr_t)atomic_load(&pool.generation);
+        if (pthread_create(&pool.tid[pool.started], NULL, worker, seen) != 0) break;
+        pool.started++;
+    }
+    pool.fn = fn;
+    pool.ctx = ctx;
+    pool.tasks = tasks;
+    atomic_store(&pool.next, 0);
+    atomic_store(&pool.active, pool.started);
+    atomic_fetch_add_explicit(&pool.generation, 1, memory_order_release);
+    pthread_mutex_lock(&pool.mu);
+    if (pool.sleeping) pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.mu);
+    drain();
+    while (atomic_load_explicit(&pool.active, memory_order_acquire) > 0) relax();
+    pthread_mutex_unlock(&pool.submit);
+}
+
+/* How many tasks a kernel of about `ns` nanoseconds on one core is worth: one per
+ * TASK_NS (handing a task to a spinning worker costs well under a microsecond), up to 4
+ * per core, at most `limit`. Rates for the estimates: */
+#define TASK_NS 4000.0
+#define GEMM_MACS_PER_NS 80.0   /* fp32 GEMM on one AVX-512 core */
+#define COPY_FLOATS_PER_NS 4.0  /* short strided copies (im2col) */
+static int64_t task_count(double ns, int64_t limit) {
+    int64_t n = pool.threads == 1 ? 1 : (int64_t)(ns / TASK_NS);
+    if (n > 4 * pool.threads) n = 4 * pool.threads;
+    if (n > limit) n = limit;
+    return n < 1 ? 1 : n;
+}
+
+/* ---- fused epilogue -------------------------------------------------------------------- */
+
+typedef struct {
+    int kind;
+    float lo, hi, alpha;
+} act_t;
+
+static act_t act_of(const lnpu_step *s, int at) {
+    act_t a = {(int)s->p[at], s->f[0], s->f[1], s->f[2]};
+    return a;
+}
+
+/* y[i] = act(y[i] + bias [+ res[i]]) for i < n, in one pass. */
+MULTIVERSION static void epilogue(float *restrict y, int64_t n, float bias,
+                                  const float *restrict res, act_t act) {
+    float lo = act.lo, hi = act.hi, alpha = act.alpha;
+    if (act.kind == ACT_LEAKY) {
+        for (int64_t i = 0; i < n; i++) {
+            float v = y[i] + bias + (res ? res[i] : 0.0f);
+            y[i] = v < 0.0f ? v * alpha : v;
+        }
+    } else if (res) {
+        for (int64_t i = 0; i < n; i++) {
+            float v = y[i] + bias + res[i];
+            v = v < lo ? lo : v;
+            y[i] = v > hi ? hi : v;
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            float v = y[i] + bias;
+            v = v < lo ? lo : v;
+            y[i] = v > hi ? hi : v;
+        }
+    }
+}
+
+/* ---- convolution ----------------------------------------------------------------------- */
+
+/* conv / depthwise parameters */
+enum { C_N, C_C, C_H, C_W, C_O, C_OH, C_OW, C_G, C_KH, C_KW, C_SH, C_SW, C_DH, C_DW, C_PT, C_PL,
+       C_ACT, C_IM2COL };
+/* conv slots */
+enum { S_X, S_W, S_BIAS, S_RES, S_Y, S_COLS };
+
+typedef struct {
+    const int64_t *p;
+    const float *x, *w, *bias, *res;
+    float *y, *cols;
+    act_t act;
+    int64_t n;                    /* image */
+    int64_t mblocks, nblocks, rows_per_task;
+} conv_ctx;
+
+/* Rows [r0, r1) of the image's im2col matrix (C*KH*KW, OH*OW): row (c, i, j) holds input
+ * channel c shifted by tap (i, j), zero where the tap falls in the padding. */
+static void im2col_rows(const conv_ctx *cx, int64_t r0, int64_t r1) {
+    const int64_t *p = cx->p;
+    int64_t H = p[C_H], W = p[C_W], OH = p[C_OH], OW = p[C_OW], KH = p[C_KH], KW = p[C_KW];
+    int64_t SH = p[C_SH], SW = p[C_SW], DH = p[C_DH], DW = p[C_DW], PT = p[C_PT], PL = p[C_PL];
+    const float *x = cx->x + cx->n * p[C_C] * H * W;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t c = r / (KH * KW), i = r / KW % KH, j = r % KW;
+        const float *xc = x + c * H * W;
+        float *row = cx->cols + r * OH * OW;
+        int64_t off = j * DW - PL;
+        /* output columns whose input column ow*SW + off lies in [0, W) */
+        int64_t lo = off >= 0 ? 0 : (-off + SW - 1) / SW;
+        int64_t hi = W - off <= 0 ? 0 : (W - off + SW - 1) / SW;
+        if (hi > OW) hi = OW;
+        if (lo > hi) lo = hi;
+        for (int64_t oh = 0; oh < OH; oh++) {
+            float *out = row + oh * OW;
+            int64_t ih = oh * SH + i * DH - PT;
+            if (ih < 0 || ih >= H) { memset(out, 0, OW * sizeof(float)); continue; }
+            const float *in = xc + ih * W + off;
+            if (lo) memset(out, 0, lo * sizeof(float));
+            if (SW == 1) {
+                memcpy(out + lo, in + lo, (hi - lo) * sizeof(float));
+            } else {
+                for (int64_t ow = lo; ow < hi; ow++) out[ow] = in[ow * SW];
+            }
+            if (hi < OW) memset(out + hi, 0, (OW - hi) * sizeof(float));
+        }
+    }
+}
+
+static void im2col_task(const void *ctx, int64_t t) {
+    const conv_ctx *cx = ctx;
+    int64_t rows = cx->p[C_C] * cx->p[C_KH] * cx->p[C_KW];
+    int64_t r0 = t * cx->rows_per_task, r1 = r0 + cx->rows_per_task;
+    im2col_rows(cx, r0, r1 < rows ? r1 : rows);
+}
+
+/* Task t: group g, a block of output channels and a block of output columns: one GEMM and
+ * its epilogue (bias, residual, activation) while the block is in cache. */
+static void gemm_task(const void *ctx, int64_t t) {
+    const conv_ctx *cx = ctx;
+    const int64_t *p = cx->p;
+    int64_t G = p[C_G], O = p[C_O], OG = O / G, HW = p[C_OH] * p[C_OW];
+    int64_t K = p[C_C] / G * p[C_KH] * p[C_KW];
+    int64_t nb = t % cx->nblocks, mb = t / cx->nblocks % cx->mblocks, g = t / cx->nblocks / cx->mblocks;
+    int64_t mstep = (OG + cx->mblocks - 1) / cx->mblocks;
+    int64_t nstep = ((HW + cx->nblocks - 1) / cx->nblocks + 15) / 16 * 16;
+    int64_t m0 = mb * mstep, m1 = m0 + mstep < OG ? m0 + mstep : OG;
+    int64_t n0 = nb * nstep, n1 = n0 + nstep < HW ? n0 + nstep : HW;
+    if (m0 >= m1 || n0 >= n1) return;
+    const float *b = p[C_IM2COL] ? cx->cols + g * K * HW
+                                 : cx->x + (cx->n * p[C_C] + g * (p[C_C] / G)) * HW;
+    int64_t o0 = g * OG + m0;
+    float *y = cx->y + (cx->n * O + o0) * HW;
+    sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (int)(m1 - m0), (int)(n1 - n0), (int)K, 1.0f,
+          cx->w + o0 * K, (int)K, b + n0, (int)HW, 0.0f, y + n0, (int)HW);
+    const float *res = cx->res ? cx->res + (cx->n * O + o0) * HW : NULL;
+    for (int64_t m = 0; m < m1 - m0; m++)
+        epilogue(y + m * HW + n0, n1 - n0, cx->bias ? cx->bias[o0 + m] : 0.0f,
+                 res ? res + m * HW + n0 : NULL, cx->act);
+}
+
+static void conv(const lnpu_step *s, void **slots) {
+    const int64_t *p = s->p;
+    conv_ctx cx = {p, slots[s->slot[S_X]], slots[s->slot[S_W]],
+                   s->slot[S_BIAS] >= 0 ? slots[s->slot[S_BIAS]] : NULL,
+                   s->slot[S_RES] >= 0 ? slots[s->slot[S_RES]] : NULL,
+                   slots[s->slot[S_Y]], p[C_IM2COL] ? slots[s->slot[S_COLS]] : NULL,
+                   act_of(s, C_ACT), 0, 1, 1, 0};
+    int64_t G = p[C_G], OG = p[C_O] / G, HW = p[C_OH] * p[C_OW];
+    int64_t K = p[C_C] / G * p[C_KH] * p[C_KW], rows = p[C_C] * p[C_KH] * p[C_KW];
+    int64_t want = task_count((double)p[C_O] * K * HW / GEMM_MACS_PER_NS, 1 << 20);
+    if (want > G) {  /* split each group's GEMM: columns first (B panels stay per task) */
+        int64_t per_group = (want + G - 1) / G;
+        cx.nblocks = HW / 64 > 1 ? (HW / 64 < per_group ? HW / 64 : per_group) : 1;
+        int64_t left = (per_group + cx.nblocks - 1) / cx.nblocks;
+        cx.mblocks = OG / 16 > 1 ? (OG / 16 < left ? OG / 16 : left) : 1;
+    }
+    int64_t im2col_tasks = task_count((double)rows * HW / COPY_FLOATS_PER_NS, rows);
+    cx.rows_per_task = (rows + im2col_tasks - 1) / im2col_tasks;
+    for (int64_t n = 0; n < p[C_N]; n++) {
+        cx.n = n;
+        if (p[C_IM2COL]) parallel(im2col_task, &cx, (rows + cx.rows_per_task - 1) / cx.rows_per_task);
+        parallel(gemm_task, &cx, G * cx.mblocks * cx.nblocks);
+    }
+}
+
+/* ---- windowed planes: depthwise conv, max pool, average pool --------------------------
+ *
+ * One output plane from one input plane. The input is split into SH x SW phase planes,
+ * padded with the window's pad value,
+ *     phase[ph][pw][r][c] = x[r * SH + ph - PT][c * SW + pw - PL],
+ * in which every tap (i, j) of every output pixel is the same shifted element
+ *     phase[(i*DH) % SH][(j*DW) % SW][oh + (i*DH) / SH][ow + (j*DW) / SW],
+ * so each tap is one long contiguous multiply-add (max, add) over the output laid out as OH
+ * rows of WQ (the phase width); the WQ - OW extra columns of each row are dropped at the end.
+ * Small loops are written out instead of memcpy/memset calls: planes are often 7x7. */
+typedef struct {
+    int64_t h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, hq, wq;
+} window_t;
+
+enum { WIN_DW, WIN_MAX, WIN_AVG };
+
+static window_t window_of(int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t kh, int64_t kw,
+                          int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t pt, int64_t pl) {
+    /* phase planes: OH rows (+ the deepest tap's row offset, + 1 spare row for the last
+     * taps' overrun past the row end) of OW columns (+ the widest tap's column offset) */
+    window_t g = {h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl,
+                  oh + (kh - 1) * dh / sh + 1, ow + (kw - 1) * dw / sw};
+    return g;
+}
+
+/* floats of scratch one plane needs: the phase planes and the wide output */
+static int64_t window_scratch(const window_t *g) { return (g->sh * g->sw * g->hq + g->oh) * g->wq; }
+
+MULTIVERSION static void window_plane(const window_t *g, int kind, const float *restrict xc,
+                                      const float *restrict wk, float b,
+                                      const float *restrict recip, act_t act,
+                                      float *restrict yc, float *restrict scratch) {
+    int64_t HQ = g->hq, WQ = g->wq, plane = HQ * WQ, SW = g->sw;
+    float pad = kind == WIN_MAX ? -INFINITY : 0.0f;
+    for (int64_t ph = 0; ph < g->sh; ph++) {
+        for (int64_t pw = 0; pw < SW; pw++) {
+            float *q = scratch + (ph * SW + pw) * plane;
+            int64_t off = pw - g->pl;  /* columns c with c * SW + off in [0, W) */
+            int64_t lo = off >= 0 ? 0 : (-off + SW - 1) / SW;
+            int64_t hi = g->w - off <= 0 ? 0 : (g->w - off + SW - 1) / SW;
+            if (hi > WQ) hi = WQ;
+            if (lo > hi) lo = hi;
+            for (int64_t k = 0; k < plane; k++) q[k] = pad;
+            int64_t r0 = g->pt - ph > 0 ? (g->pt - ph + g->sh - 1) / g->sh : 0;
+            for (int64_t r = r0; r < HQ; r++) {
+                int64_t ih = r * g->sh + ph - g->pt;
+                if (ih >= g->h) break;
+                const float *in = xc + ih * g->w + off;
+                float *row = q + r * WQ;
+                if (SW == 1) {
+                    for (int64_t c = lo; c < hi; c++) row[c] = in[c];
+                } else {
+                    for (int64_t c = lo; c < hi; c++) row[c] = in[c * SW];
+                }
+            }
+        }
+    }
+    float *wide = scratch + g->sh * SW * plane;
+    int64_t span = g->oh * WQ;
+    for (int64_t k = 0; k < span; k++) wide[k] = kind == WIN_DW ? b : pad;
+    for (int64_t i = 0; i < g->kh; i++) {
+        for (int64_t j = 0; j < g->kw; j++) {
+            int64_t a = i * g->dh, c = j * g->dw;
+            const float *src = scratch + ((a % g->sh) * SW + c % SW) * plane
+                               + (a / g->sh) * WQ + c / SW;
+            if (kind == WIN_DW) {
+                float wv = wk[i * g->kw + j];
+                for (int64_t k = 0; k < span; k++) wide[k] += wv * src[k];
+            } else if (kind == WIN_MAX) {
+                for (int64_t k = 0; k < span; k++) wide[k] = src[k] > wide[k] ? src[k] : wide[k];
+            } else {
+                for (int64_t k = 0; k < span; k++) wide[k] += src[k];
+            }
+        }
+    }
+    float lo = act.lo, hi = act.hi;
+    for (int64_t oh = 0; oh < g->oh; oh++) {
+        const float *in = wide + oh * WQ;
+        float *out = yc + oh * g->ow;
+        if (kind == WIN_AVG) {
+            const float *rc = recip + oh * g->ow;
+            for (int64_t ow = 0; ow < g->ow; ow++) out[ow] = in[ow] * rc[ow];
+        } else {
+            for (int64_t ow = 0; ow < g->ow; ow++) out[ow] = in[ow];
+        }
+        if (act.kind == ACT_LEAKY) {
+            for (int64_t ow = 0; ow < g->ow; ow++) out[ow] = out[ow] < 0.0f ? out[ow] * act.alpha : out[ow];
+        } else {
+            for (int64_t ow = 0; ow < g->ow; ow++) {
+                float v = out[ow] < lo ? lo : out[ow];
+                out[ow] = v > hi ? hi : v;
+            }
+        }
+    }
+}
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static void make_scratch_key(void) { pthread_key_create(&scratch_key, free); }
+
+/* This thread's scratch of at least `floats` floats (kept for its next kernels, freed when
+ * the thread ends), or NULL when out of memory. */
+static float *thread_scratch(int64_t floats) {
+    pthread_once(&scratch_once, make_scratch_key);
+    int64_t *block = pthread_getspecific(scratch_key);
+    if (block && block[0] >= floats) return (float *)(block + 8);
+    free(block);
+    block = malloc(64 + floats * sizeof(float));
+    pthread_setspecific(scratch_key, block);
+    if (!block) return NULL;
+    block[0] = floats;
+    return (float *)(block + 8);
+}
+
+/* A windowed kernel over `planes` planes: plane q reads input plane q / mult (depthwise
+ * channel multiplier; 1 for pooling), weights wk + q % per * KH*KW, bias[q % per]. */
+typedef struct {
+    window_t g;
+    int kind;
+    const float *x, *w, *bias, *recip;
+    float *y;
+    act_t act;
+    int64_t planes, mult, per, per_task;
+    atomic_int *failed;  /* set by a task whose thread has no memory for its scratch */
+} window_ctx;
+
+static void window_task(const void *ctx, int64_t t) {
+    const window_ctx *cx = ctx;
+    const window_t *g = &cx->g;
+    float *scratch = thread_scratch(window_scratch(g));
+    if (!scratch) { atomic_store(cx->failed, 1); return; }
+    int64_t q0 = t * cx->per_task, q1 = q0 + cx->per_task;
+    if (q1 > cx->planes) q1 = cx->planes;
+    for (int64_t q = q0; q < q1; q++) {
+        int64_t o = q % cx->per;
+        window_plane(g, cx->kind, cx->x + q / cx->mult * g->h * g->w,
+                     cx->w ? cx->w + o * g->kh * g->kw : NULL, cx->bias ? cx->bias[o] : 0.0f,
+                     cx->recip, cx->act, cx->y + q * g->oh * g->ow, scratch);
+    }
+}
+
+/* Returns -1 when a thread found no memory for its scratch. */
+static int windowed(window_ctx *cx) {
+    atomic_int failed = 0;
+    const window_t *g = &cx->g;
+    /* per plane: the taps' vector loops (8 lanes), and ~5 ns per row loop */
+    double plane_ns = (double)g->oh * g->wq * g->kh * g->kw / 8 + (g->hq + 2 * g->oh) * 5;
+    int64_t tasks = task_count(cx->planes * plane_ns, cx->planes);
+    cx->per_task = (cx->planes + tasks - 1) / tasks;
+    cx->failed = &failed;
+    parallel(window_task, cx, (cx->planes + cx->per_task - 1) / cx->per_task);
+    return atomic_load(&failed) ? -1 : 0;
+}
+
+/* Depthwise conv (one input channel per group): conv parameters, slots x, w, bias, -, y. */
+static int dwconv(const lnpu_step *s, void **slots) {
+    const int64_t *p = s->p;
+    window_ctx cx = {window_of(p[C_H], p[C_W], p[C_OH], p[C_OW], p[C_KH], p[C_KW], p[C_SH],
+                               p[C_SW], p[C_DH], p[C_DW], p[C_PT], p[C_PL]),
+                     WIN_DW, slots[s->slot[S_X]], slots[s->slot[S_W]],
+                     s->slot[S_BIAS] >= 0 ? slots[s->slot[S_BIAS]] : NULL, NULL,
+                     slots[s->slot[S_Y]], act_of(s, C_ACT), p[C_N] * p[C_O], p[C_O] / p[C_C],
+                     p[C_O], 1, NULL};
+    return windowed(&cx);
+}
+
+/* pool parameters: planes (N*C), H, W, OH, OW, KH, KW, SH, SW, PT, PL, act; slots x,
+ * reciprocal window counts (OH, OW) for avg, y */
+enum { P_PLANES, P_H, P_W, P_OH, P_OW, P_KH, P_KW, P_SH, P_SW, P_PT, P_PL, P_ACT };
+
+static int pool2d(const lnpu_step *s, void **slots, int max) {
+    const int64_t *p = s->p;
+    window_ctx cx = {window_of(p[P_H], p[P_W], p[P_OH], p[P_OW], p[P_KH], p[P_KW], p[P_SH],
+                               p[P_SW], 1, 1, p[P_PT], p[P_PL]),
+                     max ? WIN_MAX : WIN_AVG, slots[s->slot[0]], NULL, NULL,
+                     max ? NULL : slots[s->slot[1]], slots[s->slot[2]], act_of(s, P_ACT),
+                     p[P_PLANES], 1, 1, 1, NULL};
+    return windowed(&cx);
+}
+
+/* global pool: planes, plane size, max?, act */
+enum { G_PLANES, G_SIZE, G_MAX, G_ACT };
+
+static void global_pool(const lnpu_step *s, void **slots) {
+    const int64_t *p = s->p;
+    const float *x = slots[s->slot[0]];
+    float *y = slots[s->slot[1]];
+    int64_t size = p[G_SIZE];
+    for (int64_t q = 0; q < p[G_PLANES]; q++) {
+        const float *xc = x + q * size;
+        if (p[G_MAX]) {
+            float m = -INFINITY;
+            for (int64_t i = 0; i < size; i++) m = xc[i] > m ? xc[i] : m;
+            y[q] = m;
+        } else {
+            double acc = 0.0;
+            for (int64_t i = 0; i < size; i++) acc += xc[i];
+            y[q] = (float)(acc / (double)size);
+        }
+    }
+    epilogue(y, p[G_PLANES], 0.0f, NULL, act_of(s, G_ACT));
+}
+
+/* ---- data movement --------------------------------------------------------------------- */
+
+/* concat: outer, then bytes per outer index of each input (slots 0..k-1, output slot 15) */
+static void concat(const lnpu_step *s, void **slots) {
+    int64_t outer = s->p[0], k = s->p[1];
+    char *y = slots[s->slot[MAX_SLOTS - 1]];
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t i = 0; i < k; i++) {
+            int64_t part = s->p[2 + i];
+            memcpy(y, (const char *)slots[s->slot[i]] + o * part, part);
+            y += part;
+        }
+    }
+}
+
+/* transpose: rank r (<= 6, the last output axis is contiguous in the input too when
+ * p[1] > 1), p[1] bytes per innermost block, p[2..2+r) output shape, p[8..8+r) input
+ * byte strides permuted to the output's axis order. */
+static void transpose(const lnpu_step *s, void **slots) {
+    int64_t r = s->p[0], block = s->p[1];
+    const int64_t *shape = s->p + 2, *stride = s->p + 8;
+    const char *x = slots[s->slot[0]];
+    char *y = slots[s->slot[1]];
+    int64_t idx[6] = {0};
+    int64_t inner = shape[r - 1];
+    for (;;) {
+        const char *src = x;
+        for (int64_t d = 0; d < r - 1; d++) src += idx[d] * stride[d];
+        if (block > 0) {
+            memcpy(y, src, block);
+            y += block;
+        } else {
+            for (int64_t i = 0; i < inner; i++, y += 4) memcpy(y, src + i * stride[r - 1], 4);
+        }
+        int64_t d = r - 2;
+        while (d >= 0 && ++idx[d] == shape[d]) idx[d--] = 0;
+        if (d < 0) break;
+    }
+}
+
+/* ---- matmul, activation, softmax ------------------------------------------------------- */
+
+/* matmul: M, N, K, transpose_b, act; slots a, b, bias (N) or -1, y */
+static void matmul(const lnpu_step *s, void **slots) {
+    const int64_t *p = s->p;
+    int64_t M = p[0], N = p[1], K = p[2];
+    const float *bias = s->slot[2] >= 0 ? slots[s->slot[2]] : NULL;
+    float *y = slots[s->slot[3]];
+    sgemm(ROW_MAJOR, NO_TRANS, p[3] ? TRANS : NO_TRANS, (int)M, (int)N, (int)K, 1.0f,
+          slots[s->slot[0]], (int)K, slots[s->slot[1]], p[3] ? (int)K : (int)N, 0.0f, y, (int)N);
+    act_t act = act_of(s, 4);
+    for (int64_t m = 0; m < M; m++) {
+        if (bias)
+            for (int64_t j = 0; j < N; j++) y[m * N + j] += bias[j];
+        epilogue(y + m * N, N, 0.0f, NULL, act);
+    }
+}
+
+/* activation: count, act; slots x, y (may be the same memory) */
+static void activation(const lnpu_step *s, void **slots) {
+    const float *x = slots[s->slot[0]];
+    float *y = slots[s->slot[1]];
+    if (x != y) memcpy(y, x, s->p[0] * sizeof(float));
+    epilogue(y, s->p[0], 0.0f, NULL, act_of(s, 1));
+}
+
+/* softmax over the last axis: rows, length, log; slots x, y */
+static void softmax(const lnpu_step *s, void **slots) {
+    int64_t rows = s->p[0], len = s->p[1];
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = (const float *)slots[s->slot[0]] + r * len;
+        float *y = (float *)slots[s->slot[1]] + r * len;
+        float m = -INFINITY;
+        for (int64_t i = 0; i < len; i++) m = x[i] > m ? x[i] : m;
+        double sum = 0.0;
+        for (int64_t i = 0; i < len; i++) sum += expf(x[i] - m);
+        if (s->p[2]) {
+            float l = (float)log(sum);
+            for (int64_t i = 0; i < len; i++) y[i] = x[i] - m - l;
+        } else {
+            float inv = (float)(1.0 / sum);
+            for (int64_t i = 0; i < len; i++) y[i] = expf(x[i] - m) * inv;
+        }
+    }
+}
+
+/* ---- runner ---------------------------------------------------------------------------- */
+
+/* Run steps[0..count) on the slot address table. `seconds`, when not NULL, receives each
+ * step's wall time (the profile). Returns 0; 1 + the index of a step with an unknown op (a
+ * lowering bug); -1 when a kernel found no host memory for its scratch; -2 when no sgemm
+ * was set. */
+API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, double *seconds) {
+    if (!sgemm) return -2;
+    atomic_fetch_add(&pool.running, 1);
+    int64_t status = 0;
+    for (int64_t i = 0; i < count && !status; i++) {
+        const lnpu_step *s = &steps[i];
+        long t0 = seconds ? now_ns() : 0;
+        switch (s->op) {
+        case OP_CONV: conv(s, slots); break;
+        case OP_DWCONV: status = dwconv(s, slots); break;
+        case OP_MAXPOOL: status = pool2d(s, slots, 1); break;
+        case OP_AVGPOOL: status = pool2d(s, slots, 0); break;
+        case OP_GLOBALPOOL: global_pool(s, slots); break;
+        case OP_CONCAT: concat(s, slots); break;
+        case OP_TRANSPOSE: transpose(s, slots); break;
+        case OP_MATMUL: matmul(s, slots); break;
+        case OP_ACT: activation(s, slots); break;
+        case OP_SOFTMAX: softmax(s, slots); break;
+        default: status = i + 1; continue;
+        }
+        if (seconds) seconds[i] = (now_ns() - t0) * 1e-9;
+    }
+    atomic_fetch_sub(&pool.running, 1);
+    return status;
+}
+
+/* sizeof(lnpu_step), so Python can check its mirror of the struct. */
+API int64_t lnpu_step_size(void) { return sizeof(lnpu_step); }

@@ -1,0 +1,139 @@
+"""The reference NPU's compiled kernels (`_native.c`), its cores and its BLAS.
+
+The numpy kernels in `kernels/` define what every step computes; this library runs the
+steps that dominate CNNs (conv, depthwise conv, pooling, concat, transpose, fully
+connected, clamp-like activations, softmax) in C, split over the NPU's cores by its own
+thread pool, with one call per run of consecutive native steps instead of one Python call
+(and a few numpy calls) per step. The GEMMs go to OpenBLAS from the `scipy-openblas32`
+wheel: a private copy set to one thread, so the NPU's cores are the only parallelism and
+numpy's own BLAS settings are left alone.
+
+The library is optional at run time: when it is not built, the BLAS wheel is missing or
+`LITENPU_NATIVE=0` is set, `library()` is None (the reason is logged once) and every step
+runs on its numpy kernel. `native_steps.lower` decides per step.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import importlib.machinery
+import logging
+import os
+import threading
+
+from provider.errors import LitenpuError
+
+__all__ = ["Step", "OPS", "MAX_SLOTS", "MAX_PARAMS", "library", "set_threads", "threads",
+           "default_threads", "run"]
+
+log = logging.getLogger("litenpu.npu")
+
+MAX_SLOTS = 16
+MAX_PARAMS = 32
+# Op codes of lnpu_step.op, in _native.c's order.
+OPS = {name: code for code, name in enumerate(
+    ("conv", "dwconv", "max_pool", "avg_pool", "global_pool", "concat", "transpose",
+     "matmul", "activation", "softmax"), start=1)}
+
+
+class Step(C.Structure):
+    """Mirror of lnpu_step: op code, slot indices (-1: none), int and float parameters."""
+
+    _fields_ = [("op", C.c_int64), ("slot", C.c_int64 * MAX_SLOTS),
+                ("p", C.c_int64 * MAX_PARAMS), ("f", C.c_float * 4)]
+
+
+_lock = threading.Lock()
+_state: dict[str, object] = {}  # "lib" (CDLL or None), "blas" (kept alive), "why"
+
+
+def _extension_path() -> str | None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = os.path.join(here, "_native" + suffix)
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def _load_blas() -> tuple[C.CDLL, int]:
+    """OpenBLAS from scipy-openblas32, set to one thread; (library, address of its sgemm)."""
+    import scipy_openblas32
+
+    blas = C.CDLL(os.path.join(scipy_openblas32.get_lib_dir(),
+                               scipy_openblas32.get_library(fullname=True)))
+    for prefix in ("scipy_", ""):
+        if hasattr(blas, f"{prefix}cblas_sgemm"):
+            getattr(blas, f"{prefix}openblas_set_num_threads")(C.c_int(1))
+            return blas, C.cast(getattr(blas, f"{prefix}cblas_sgemm"), C.c_void_p).value
+    raise OSError(f"no cblas_sgemm in {blas._name}")
+
+
+def default_threads() -> int:
+    """The NPU's default core count: the CPUs this process may use, at most 8."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        usable = os.cpu_count() or 1
+    return max(1, min(usable, 8))
+
+
+def library() -> C.CDLL | None:
+    """The loaded native library (sgemm set, default threads), or None when unavailable."""
+    lib = _state.get("lib", False)
+    if lib is not False:
+        return lib  # type: ignore[return-value]
+    with _lock:
+        if "lib" in _state:
+            return _state["lib"]  # type: ignore[return-value]
+        lib = None
+        path = _extension_path()
+        if os.environ.get("LITENPU_NATIVE", "1") == "0":
+            why = "LITENPU_NATIVE=0"
+        elif path is None:
+            why = "provider/npu/_native is not built (pip install . or setup.py build_ext --inplace)"
+        else:
+            try:
+                blas, sgemm = _load_blas()
+                lib = C.CDLL(path)
+                if lib.lnpu_step_size() != C.sizeof(Step):
+                    raise OSError(f"lnpu_step is {lib.lnpu_step_size()} bytes, Step {C.sizeof(Step)}")
+                lib.lnpu_set_sgemm(C.c_void_p(sgemm))
+                lib.lnpu_set_threads(C.c_int(default_threads()))
+                lib.lnpu_run.restype = C.c_int64
+                lib.lnpu_run.argtypes = [C.c_void_p, C.c_int64, C.c_void_p, C.c_void_p]
+                _state["blas"] = blas
+                why = ""
+            except (ImportError, OSError, AttributeError) as exc:
+                lib, why = None, f"{type(exc).__name__}: {exc}"
+        if lib is None:
+            log.info("native NPU kernels unavailable (%s); steps run on the numpy kernels", why)
+        _state["lib"], _state["why"] = lib, why
+        return lib
+
+
+def set_threads(n: int) -> None:
+    """Run native kernels on `n` cores from now on (1: on the calling thread only)."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"NPU thread count must be a positive int, got {n!r}")
+    lib = library()
+    if lib is not None:
+        lib.lnpu_set_threads(C.c_int(n))
+
+
+def threads() -> int:
+    """Cores the native kernels use (1 when the library is unavailable)."""
+    lib = library()
+    return int(lib.lnpu_threads()) if lib is not None else 1
+
+
+def run(steps: C.Array, count: int, addresses: C.Array, seconds: C.Array | None = None) -> None:
+    """Run steps[:count] on the slot address table; per-step seconds into `seconds`."""
+    lib = library()
+    assert lib is not None, "native steps were lowered without the library"
+    status = lib.lnpu_run(steps, count, addresses, seconds)
+    if status == -1:
+        raise MemoryError("native NPU kernel: no host memory for its scratch buffer")
+    if status:
+        raise LitenpuError(f"native NPU run failed with status {status} "
+                           f"(-2: no sgemm, else 1 + the step with an unknown op)")
