@@ -2,13 +2,13 @@
 
 For each model: import_onnx -> compile_model -> Executor, and an onnxruntime CPU session on
 the same ONNX model, timed on the same seeded input in interleaved blocks of runs (five
-onnxruntime runs, a pause for its spinning threads to settle, five NPU runs, a pause, ...),
-so a neighbour's load hits both alike. Prints the median and the
-10th-90th percentile spread of each, the speed ratio (onnxruntime median / NPU median: >= 1
-means the NPU sim is faster; the goal is >= 0.7), the accuracy against onnxruntime, a
-per-kernel profile (where the NPU's time goes, conv split into GEMM and the rest: im2col,
-padding, bias, activation) and the planned internal arena against the sum of all
-intermediate tensor sizes.
+onnxruntime runs, a pause for its spinning threads to settle, five NPU runs, a pause, five
+runs of the same Program on the numpy kernels alone, ...), so a neighbour's load hits all
+alike. Prints the median and the 10th-90th percentile spread of each, the speed ratio
+(onnxruntime median / NPU median: >= 1 means the NPU sim is faster; the goal is >= 0.7),
+how many steps run on the native kernels, the accuracy against onnxruntime, a profile
+(time per kernel and the slowest steps, on the NPU's cores) and the planned internal arena
+against the sum of all intermediate tensor sizes.
 
 The onnx package's light models ship with all-equal weights (ConstantOfShape), under which
 every architecture computes a constant and any error hides; they are replaced by seeded
@@ -19,12 +19,12 @@ logits is nearly one-hot, which would hide errors).
 
 Environment: the machine exports OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE for old OpenBLAS
 builds; with a current numpy they force the Haswell kernels (half the AVX-512 speed), so
-this script drops both before numpy loads (in its own process only). The BLAS library, its
-kernel and thread count, the NPU core count and the load average are printed. OpenBLAS
-threads spin-wait, so when another process holds a core a multi-threaded BLAS slows down
-3-10x, and together with the NPU's own threads it oversubscribes the cores: so this script
-sets OPENBLAS_NUM_THREADS=1 unless it is set, and the NPU splits large kernels over its own
-cores (--npu-threads, default: the onnxruntime thread count), which sleep while idle.
+this script drops both before numpy loads (in its own process only). The BLAS libraries
+(numpy's, and the NPU's single-threaded scipy-openblas32), their kernel and thread count,
+the NPU core count and the load average are printed. The NPU splits large kernels over its
+own cores (--npu-threads, default: the onnxruntime thread count); numpy's OpenBLAS, used only
+by the numpy kernels, is set to one thread (OPENBLAS_NUM_THREADS=1 unless set) so that it
+does not oversubscribe the cores together with them.
 
     python3 benchmarks/bench_npu_vs_ort.py [--runs 20] [--ort-threads 2]
         [--npu-threads 2] [--models resnet50 squeezenet shufflenet mobilenet] [--quick]
@@ -57,9 +57,10 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 from npu_oracle import ort_values, randomized, subgraph, supported_components  # noqa: E402
 
 from converters.onnx_import import import_onnx  # noqa: E402
+from provider.npu import native  # noqa: E402
 from provider.npu.compiler import compile_model  # noqa: E402
 from provider.npu.executor import Executor  # noqa: E402
-from provider.npu.kernels import KERNELS, Kernel, gemm, parallel  # noqa: E402
+from provider.npu.kernels import KERNELS, parallel  # noqa: E402
 from provider.npu.memory import DevicePool  # noqa: E402
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
@@ -76,22 +77,30 @@ def model_path(name: str) -> str | None:
 
 
 def blas_setup() -> str:
-    """numpy's BLAS as loaded in this process: library, kernel (core) and thread count."""
+    """Every BLAS loaded in this process (numpy's, the NPU's): library, kernel (core) and
+    thread count."""
     libs = sorted({line.split()[-1] for line in open("/proc/self/maps")
                    if "blas" in os.path.basename(line.split()[-1]).lower()})
-    for path in libs:
-        lib = ctypes.CDLL(path)
-        for prefix, suffix in (("openblas_", ""), ("scipy_openblas_", "64_"), ("scipy_openblas_", "")):
-            core = getattr(lib, f"{prefix}get_corename{suffix}", None)
-            nthreads = getattr(lib, f"{prefix}get_num_threads{suffix}", None)
-            config = getattr(lib, f"{prefix}get_config{suffix}", None)
-            if core is None or nthreads is None or config is None:
-                continue
-            core.restype = config.restype = ctypes.c_char_p
-            version = config().decode().split("  ")[0]
-            return f"{version}, {core().decode()} kernel, {nthreads()} thread(s) ({os.path.basename(path)})"
+    found = [_describe_blas(path) for path in libs]
+    if any(found):
+        return "; ".join(f for f in found if f)
     info = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
     return f"{info.get('name')} {info.get('version')} (kernel and threads unknown: {libs or 'no BLAS library mapped'})"
+
+
+def _describe_blas(path: str) -> str | None:
+    """An OpenBLAS library's version, kernel and thread count, or None."""
+    lib = ctypes.CDLL(path)
+    for prefix, suffix in (("openblas_", ""), ("scipy_openblas_", "64_"), ("scipy_openblas_", "")):
+        core = getattr(lib, f"{prefix}get_corename{suffix}", None)
+        nthreads = getattr(lib, f"{prefix}get_num_threads{suffix}", None)
+        config = getattr(lib, f"{prefix}get_config{suffix}", None)
+        if core is None or nthreads is None or config is None:
+            continue
+        core.restype = config.restype = ctypes.c_char_p
+        version = config().decode().split("  ")[0]
+        return f"{version}, {core().decode()} kernel, {nthreads()} thread(s) ({os.path.basename(path)})"
+    return None
 
 
 def as_constants(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -137,42 +146,23 @@ def spread(ms: list[float]) -> str:
     return f"{p50:8.2f} ms [{p10:.2f}-{p90:.2f}]"
 
 
-def timed_kernels(spent: Counter) -> dict[str, Kernel]:
-    """The kernel table with every run timed into spent[kernel name]."""
-
-    def wrap(k: Kernel) -> Kernel:
-        def run(inputs, outputs, attrs):
-            start = time.perf_counter()
-            k.run(inputs, outputs, attrs)
-            spent[k.name] += time.perf_counter() - start
-        return Kernel(k.name, run, k.inplace)
-
-    return {name: wrap(k) for name, k in KERNELS.items()}
-
-
-def profile(program, pool: DevicePool, inputs: list[np.ndarray], runs: int) -> Counter:
-    """Seconds per kernel over `runs` runs on one core, conv's GEMMs counted apart."""
-    spent: Counter = Counter()
-    plain = gemm.matmul
-
-    def timed_matmul(a, b, out):
-        start = time.perf_counter()
-        plain(a, b, out)
-        spent["  GEMM"] += time.perf_counter() - start
-
-    threads = parallel.threads()
-    parallel.set_threads(1)
-    gemm.matmul = timed_matmul
-    try:
-        with Executor(program, pool, kernels=timed_kernels(spent)) as ex:
+def profile(program, pool: DevicePool, inputs: list[np.ndarray], runs: int) -> list[float]:
+    """Seconds per step over `runs` runs, on the NPU's cores (native steps timed in C)."""
+    with Executor(program, pool, profile=True) as ex:
+        ex.run(inputs)
+        ex.step_seconds[:] = 0
+        for _ in range(runs):
             ex.run(inputs)
-            spent.clear()
-            for _ in range(runs):
-                ex.run(inputs)
-    finally:
-        gemm.matmul = plain
-        parallel.set_threads(threads)
-    return spent
+        return list(ex.step_seconds)
+
+
+def describe(program, number: int) -> str:
+    """One step as kernel, input -> output shape and its window attributes."""
+    step = program.steps[number]
+    a = step.attrs
+    shape = program.slots[step.inputs[0]].shape if step.inputs else ()
+    extra = "".join(f" {k}={a[k]}" for k in ("kernel", "stride", "group") if k in a)
+    return f"{step.kernel} {list(shape)} -> {list(program.slots[step.outputs[0]].shape)}{extra}"
 
 
 def bench(name: str, path: str, runs: int, pool: DevicePool, ort_threads: int) -> None:
@@ -211,12 +201,17 @@ def bench(name: str, path: str, runs: int, pool: DevicePool, ort_threads: int) -
     opts.intra_op_num_threads = ort_threads
     opts.log_severity_level = 3
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    with Executor(program, pool) as ex:
-        ort_ms, npu_ms = interleaved_ms([lambda: sess.run(None, {vi.name: x}),
-                                         lambda: ex.run(inputs)], runs)
-    spent = profile(program, pool, inputs, runs)
+    with Executor(program, pool) as ex, Executor(program, pool, kernels=KERNELS) as numpy_ex:
+        native_steps = ex.native_steps
+        ort_ms, npu_ms, numpy_ms = interleaved_ms([lambda: sess.run(None, {vi.name: x}),
+                                                   lambda: ex.run(inputs),
+                                                   lambda: numpy_ex.run(inputs)], runs)
+    seconds = profile(program, pool, inputs, runs)
+    spent: Counter = Counter()
+    for step, sec in zip(program.steps, seconds, strict=True):
+        spent[step.kernel] += sec
     counts = Counter(s.kernel for s in program.steps)
-    total = sum(v for k, v in spent.items() if k != "  GEMM")
+    total = sum(seconds) or 1.0
 
     internal = [s for s in program.slots if s.kind == "internal"]
     tensors = sum({s.name: s.nbytes for s in internal}.values())
@@ -226,15 +221,20 @@ def bench(name: str, path: str, runs: int, pool: DevicePool, ort_threads: int) -
     print(f"   max |npu - ort| {err:.2e} over outputs and logits, {err / scale:.1e} of the "
           f"largest |value| {scale:.3g}")
     print(f"   onnxruntime ({ort_threads} threads) {spread(ort_ms)}   "
-          f"npu-sim ({parallel.threads()} cores) {spread(npu_ms)}   "
+          f"npu-sim ({native.threads()} cores) {spread(npu_ms)}   "
           f"speed ratio {ratio:.2f}x (goal >= 0.7x)   load {os.getloadavg()[0]:.2f}")
+    print(f"   {native_steps} of {len(program.steps)} steps native; numpy kernels alone "
+          f"{spread(numpy_ms)} ({float(np.median(numpy_ms) / np.median(npu_ms)):.1f}x slower)")
     print(f"   arena {program.internal_bytes / 2**20:.2f} MiB vs {tensors / 2**20:.2f} MiB of "
           f"intermediate tensors ({program.internal_bytes / max(tensors, 1):.0%}); "
           f"weights {program.weight_bytes / 2**20:.2f} MiB")
-    print("   profile (one core):")
-    for kernel, seconds in spent.most_common():
-        label = "(inside conv2d/matmul)" if kernel == "  GEMM" else f"({counts[kernel]} steps)"
-        print(f"     {kernel:14s} {seconds / runs * 1e3:8.2f} ms  {seconds / total:6.1%}  {label}")
+    print(f"   profile (per kernel, {native.threads()} cores):")
+    for kernel, sec in spent.most_common():
+        print(f"     {kernel:14s} {sec / runs * 1e3:8.2f} ms  {sec / total:6.1%}  "
+              f"({counts[kernel]} steps)")
+    print("   slowest steps:")
+    for number in sorted(range(len(seconds)), key=seconds.__getitem__, reverse=True)[:5]:
+        print(f"     {seconds[number] / runs * 1e3:8.2f} ms  {describe(program, number)}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -243,7 +243,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", nargs="*", default=DEFAULT)
     parser.add_argument("--ort-threads", type=int, default=2)
     parser.add_argument("--npu-threads", type=int, default=None,
-                        help="NPU cores (kernels.parallel); default: --ort-threads")
+                        help="NPU cores (native kernels and kernels.parallel); "
+                             "default: --ort-threads")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 3 runs of squeezenet and mobilenet only")
     args = parser.parse_args(argv)
@@ -251,7 +252,9 @@ def main(argv: list[str] | None = None) -> None:
         args.runs, args.models = 3, ["squeezenet", "mobilenet"]
     ort.set_default_logger_severity(3)  # no initializer warnings from the oracle sessions
     parallel.set_threads(args.npu_threads or args.ort_threads)
+    native.set_threads(args.npu_threads or args.ort_threads)
     pool = DevicePool(capacity=1 << 31)
+    native.library()  # map the NPU's BLAS before it is described
     dropped = ", ".join(f"{k}={v}" for k, v in DROPPED_ENV.items()) or "none"
     print(f"BLAS: {blas_setup()}; OPENBLAS_NUM_THREADS="
           f"{os.environ.get('OPENBLAS_NUM_THREADS', '(unset)')}; dropped from env: {dropped}")

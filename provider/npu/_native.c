@@ -13,6 +13,7 @@
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -76,8 +77,9 @@ static struct {
     int stop;
     atomic_long generation;
     atomic_int running;      /* lnpu_run calls in progress: workers spin, jobs come fast */
-    atomic_long next;
-    atomic_int active;
+    atomic_long next;        /* the job's next task */
+    atomic_int open;         /* the job still takes workers */
+    atomic_int joined;       /* workers inside the job */
     task_fn fn;
     const void *ctx;
     int64_t tasks;
@@ -98,6 +100,13 @@ static inline void relax(void) {
 #endif
 }
 
+/* Spin-wait step: a pause, and every 64th time a yield, so that a spinning thread sharing
+ * a core with the one it waits for (the scheduler does that) lets it run. */
+static inline void spin(unsigned *count) {
+    if (++*count % 64 == 0) sched_yield();
+    else relax();
+}
+
 static void drain(void) {
     for (;;) {
         int64_t t = atomic_fetch_add(&pool.next, 1);
@@ -106,15 +115,18 @@ static void drain(void) {
     }
 }
 
-/* arg: the generation current when the worker was created (it may start after the job
+/* A worker joins each published job it sees while the job is open; the caller waits only
+ * for workers that joined, so a worker that wakes late never holds a job up.
+ * arg: the generation current when the worker was created (it may start after the job
  * that created it was published, and must still take part in that job). */
 static void *worker(void *arg) {
     long seen = (long)(intptr_t)arg;
     for (;;) {
-        long start = now_ns();
-        while (atomic_load_explicit(&pool.generation, memory_order_acquire) == seen) {
+        long start = now_ns(), g;
+        unsigned spins = 0;
+        while ((g = atomic_load(&pool.generation)) == seen) {
             if (atomic_load_explicit(&pool.running, memory_order_relaxed) > 0) start = now_ns();
-            if (now_ns() - start < SPIN_NS) { relax(); continue; }
+            if (now_ns() - start < SPIN_NS) { spin(&spins); continue; }
             pthread_mutex_lock(&pool.mu);
             pool.sleeping++;
             while (atomic_load(&pool.generation) == seen && !pool.stop)
@@ -124,9 +136,10 @@ static void *worker(void *arg) {
             pthread_mutex_unlock(&pool.mu);
             if (stop) return NULL;
         }
-        seen = atomic_load(&pool.generation);
-        drain();
-        atomic_fetch_sub_explicit(&pool.active, 1, memory_order_release);
+        seen = g;
+        atomic_fetch_add(&pool.joined, 1);
+        if (atomic_load(&pool.open) && atomic_load(&pool.generation) == g) drain();
+        atomic_fetch_sub(&pool.joined, 1);
     }
 }
 
@@ -184,13 +197,15 @@ static void parallel(task_fn fn, const void *ctx, int64_t tasks) {
     pool.ctx = ctx;
     pool.tasks = tasks;
     atomic_store(&pool.next, 0);
-    atomic_store(&pool.active, pool.started);
-    atomic_fetch_add_explicit(&pool.generation, 1, memory_order_release);
+    atomic_store(&pool.open, 1);
+    atomic_fetch_add(&pool.generation, 1);
     pthread_mutex_lock(&pool.mu);
     if (pool.sleeping) pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.mu);
     drain();
-    while (atomic_load_explicit(&pool.active, memory_order_acquire) > 0) relax();
+    atomic_store(&pool.open, 0);  /* every task is taken: wait for those still running */
+    unsigned spins = 0;
+    while (atomic_load(&pool.joined) > 0) spin(&spins);
     pthread_mutex_unlock(&pool.submit);
 }
 
@@ -260,35 +275,41 @@ typedef struct {
     int64_t mblocks, nblocks, rows_per_task;
 } conv_ctx;
 
-/* Rows [r0, r1) of the image's im2col matrix (C*KH*KW, OH*OW): row (c, i, j) holds input
- * channel c shifted by tap (i, j), zero where the tap falls in the padding. */
-static void im2col_rows(const conv_ctx *cx, int64_t r0, int64_t r1) {
+/* Rows [r0, r1), columns [k0, k1) of the image's im2col matrix (C*KH*KW, OH*OW): row
+ * (c, i, j) holds input channel c shifted by tap (i, j), zero where the tap falls in the
+ * padding; column k is output pixel (k / OW, k % OW). */
+static void im2col(const conv_ctx *cx, int64_t r0, int64_t r1, int64_t k0, int64_t k1) {
     const int64_t *p = cx->p;
-    int64_t H = p[C_H], W = p[C_W], OH = p[C_OH], OW = p[C_OW], KH = p[C_KH], KW = p[C_KW];
+    int64_t H = p[C_H], W = p[C_W], OW = p[C_OW], KH = p[C_KH], KW = p[C_KW];
     int64_t SH = p[C_SH], SW = p[C_SW], DH = p[C_DH], DW = p[C_DW], PT = p[C_PT], PL = p[C_PL];
+    int64_t HW = p[C_OH] * OW;
     const float *x = cx->x + cx->n * p[C_C] * H * W;
     for (int64_t r = r0; r < r1; r++) {
         int64_t c = r / (KH * KW), i = r / KW % KH, j = r % KW;
         const float *xc = x + c * H * W;
-        float *row = cx->cols + r * OH * OW;
+        float *row = cx->cols + r * HW;
         int64_t off = j * DW - PL;
         /* output columns whose input column ow*SW + off lies in [0, W) */
         int64_t lo = off >= 0 ? 0 : (-off + SW - 1) / SW;
         int64_t hi = W - off <= 0 ? 0 : (W - off + SW - 1) / SW;
         if (hi > OW) hi = OW;
         if (lo > hi) lo = hi;
-        for (int64_t oh = 0; oh < OH; oh++) {
+        for (int64_t oh = k0 / OW; oh * OW < k1; oh++) {
+            int64_t a = k0 > oh * OW ? k0 - oh * OW : 0;       /* this row's columns [a, b) */
+            int64_t b = k1 < (oh + 1) * OW ? k1 - oh * OW : OW;
             float *out = row + oh * OW;
             int64_t ih = oh * SH + i * DH - PT;
-            if (ih < 0 || ih >= H) { memset(out, 0, OW * sizeof(float)); continue; }
+            if (ih < 0 || ih >= H) { memset(out + a, 0, (b - a) * sizeof(float)); continue; }
             const float *in = xc + ih * W + off;
-            if (lo) memset(out, 0, lo * sizeof(float));
+            int64_t va = a > lo ? a : lo, vb = b < hi ? b : hi;  /* valid part */
+            if (va >= vb) { memset(out + a, 0, (b - a) * sizeof(float)); continue; }
+            if (va > a) memset(out + a, 0, (va - a) * sizeof(float));
             if (SW == 1) {
-                memcpy(out + lo, in + lo, (hi - lo) * sizeof(float));
+                memcpy(out + va, in + va, (vb - va) * sizeof(float));
             } else {
-                for (int64_t ow = lo; ow < hi; ow++) out[ow] = in[ow * SW];
+                for (int64_t ow = va; ow < vb; ow++) out[ow] = in[ow * SW];
             }
-            if (hi < OW) memset(out + hi, 0, (OW - hi) * sizeof(float));
+            if (b > vb) memset(out + vb, 0, (b - vb) * sizeof(float));
         }
     }
 }
@@ -297,7 +318,7 @@ static void im2col_task(const void *ctx, int64_t t) {
     const conv_ctx *cx = ctx;
     int64_t rows = cx->p[C_C] * cx->p[C_KH] * cx->p[C_KW];
     int64_t r0 = t * cx->rows_per_task, r1 = r0 + cx->rows_per_task;
-    im2col_rows(cx, r0, r1 < rows ? r1 : rows);
+    im2col(cx, r0, r1 < rows ? r1 : rows, 0, cx->p[C_OH] * cx->p[C_OW]);
 }
 
 /* Task t: group g, a block of output channels and a block of output columns: one GEMM and
@@ -313,6 +334,9 @@ static void gemm_task(const void *ctx, int64_t t) {
     int64_t m0 = mb * mstep, m1 = m0 + mstep < OG ? m0 + mstep : OG;
     int64_t n0 = nb * nstep, n1 = n0 + nstep < HW ? n0 + nstep : HW;
     if (m0 >= m1 || n0 >= n1) return;
+    if (p[C_IM2COL] && cx->mblocks == 1)  /* this task alone reads these columns: build them
+                                            * now, so the GEMM finds them in cache */
+        im2col(cx, g * K, (g + 1) * K, n0, n1);
     const float *b = p[C_IM2COL] ? cx->cols + g * K * HW
                                  : cx->x + (cx->n * p[C_C] + g * (p[C_C] / G)) * HW;
     int64_t o0 = g * OG + m0;
@@ -345,7 +369,8 @@ static void conv(const lnpu_step *s, void **slots) {
     cx.rows_per_task = (rows + im2col_tasks - 1) / im2col_tasks;
     for (int64_t n = 0; n < p[C_N]; n++) {
         cx.n = n;
-        if (p[C_IM2COL]) parallel(im2col_task, &cx, (rows + cx.rows_per_task - 1) / cx.rows_per_task);
+        if (p[C_IM2COL] && cx.mblocks > 1)  /* blocks of rows share columns: build them first */
+            parallel(im2col_task, &cx, (rows + cx.rows_per_task - 1) / cx.rows_per_task);
         parallel(gemm_task, &cx, G * cx.mblocks * cx.nblocks);
     }
 }
@@ -380,8 +405,8 @@ static int64_t window_scratch(const window_t *g) { return (g->sh * g->sw * g->hq
 
 MULTIVERSION static void window_plane(const window_t *g, int kind, const float *restrict xc,
                                       const float *restrict wk, float b,
-                                      const float *restrict recip, act_t act,
-                                      float *restrict yc, float *restrict scratch) {
+                                      const float *restrict recip, const float *restrict res,
+                                      act_t act, float *restrict yc, float *restrict scratch) {
     int64_t HQ = g->hq, WQ = g->wq, plane = HQ * WQ, SW = g->sw;
     float pad = kind == WIN_MAX ? -INFINITY : 0.0f;
     for (int64_t ph = 0; ph < g->sh; ph++) {
@@ -432,6 +457,9 @@ MULTIVERSION static void window_plane(const window_t *g, int kind, const float *
         if (kind == WIN_AVG) {
             const float *rc = recip + oh * g->ow;
             for (int64_t ow = 0; ow < g->ow; ow++) out[ow] = in[ow] * rc[ow];
+        } else if (res) {
+            const float *rr = res + oh * g->ow;
+            for (int64_t ow = 0; ow < g->ow; ow++) out[ow] = in[ow] + rr[ow];
         } else {
             for (int64_t ow = 0; ow < g->ow; ow++) out[ow] = in[ow];
         }
@@ -469,7 +497,7 @@ static float *thread_scratch(int64_t floats) {
 typedef struct {
     window_t g;
     int kind;
-    const float *x, *w, *bias, *recip;
+    const float *x, *w, *bias, *recip, *res;
     float *y;
     act_t act;
     int64_t planes, mult, per, per_task;
@@ -487,7 +515,8 @@ static void window_task(const void *ctx, int64_t t) {
         int64_t o = q % cx->per;
         window_plane(g, cx->kind, cx->x + q / cx->mult * g->h * g->w,
                      cx->w ? cx->w + o * g->kh * g->kw : NULL, cx->bias ? cx->bias[o] : 0.0f,
-                     cx->recip, cx->act, cx->y + q * g->oh * g->ow, scratch);
+                     cx->recip, cx->res ? cx->res + q * g->oh * g->ow : NULL, cx->act,
+                     cx->y + q * g->oh * g->ow, scratch);
     }
 }
 
@@ -504,13 +533,15 @@ static int windowed(window_ctx *cx) {
     return atomic_load(&failed) ? -1 : 0;
 }
 
-/* Depthwise conv (one input channel per group): conv parameters, slots x, w, bias, -, y. */
+/* Depthwise conv (one input channel per group): conv parameters, slots x, w, bias,
+ * residual, y. */
 static int dwconv(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p;
     window_ctx cx = {window_of(p[C_H], p[C_W], p[C_OH], p[C_OW], p[C_KH], p[C_KW], p[C_SH],
                                p[C_SW], p[C_DH], p[C_DW], p[C_PT], p[C_PL]),
                      WIN_DW, slots[s->slot[S_X]], slots[s->slot[S_W]],
                      s->slot[S_BIAS] >= 0 ? slots[s->slot[S_BIAS]] : NULL, NULL,
+                     s->slot[S_RES] >= 0 ? slots[s->slot[S_RES]] : NULL,
                      slots[s->slot[S_Y]], act_of(s, C_ACT), p[C_N] * p[C_O], p[C_O] / p[C_C],
                      p[C_O], 1, NULL};
     return windowed(&cx);
@@ -525,7 +556,7 @@ static int pool2d(const lnpu_step *s, void **slots, int max) {
     window_ctx cx = {window_of(p[P_H], p[P_W], p[P_OH], p[P_OW], p[P_KH], p[P_KW], p[P_SH],
                                p[P_SW], 1, 1, p[P_PT], p[P_PL]),
                      max ? WIN_MAX : WIN_AVG, slots[s->slot[0]], NULL, NULL,
-                     max ? NULL : slots[s->slot[1]], slots[s->slot[2]], act_of(s, P_ACT),
+                     max ? NULL : slots[s->slot[1]], NULL, slots[s->slot[2]], act_of(s, P_ACT),
                      p[P_PLANES], 1, 1, 1, NULL};
     return windowed(&cx);
 }

@@ -1,0 +1,585 @@
+"""The native NPU kernels (`provider/npu/_native.c`) against the numpy kernels.
+
+The numpy kernels in `provider/npu/kernels/` define what every Program step computes and
+are checked against onnxruntime elsewhere (test_npu_kernels.py); here the same compiled
+Program runs twice, `Executor(program)` (native steps where `native_steps.lower` takes
+them) and `Executor(program, kernels=KERNELS)` (every step on numpy), and the outputs must
+agree to float32 rounding (the GEMMs sum in another order). Each equivalence test also
+asserts that every step ran natively, so a lowering that silently falls back to numpy
+fails rather than passing trivially. Further: the steps that must stay on numpy (fp16,
+fused activations without a clamp form, batched matmul), thread-count independence,
+concurrent executors, the `LITENPU_NATIVE=0` fallback, fork safety of the thread pool and
+the per-step profile.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from npu_oracle import lite_graph, pool, rng
+from threads import run_threads
+
+from converters.lite.ir import LiteModel, LiteNode, LiteTensor
+from provider.npu import native, native_steps
+from provider.npu.compiler import compile_model
+from provider.npu.executor import Executor
+from provider.npu.kernels import KERNELS
+from provider.npu.program import Program, from_bytes, to_bytes
+
+if native.library() is None:
+    pytest.skip("the native NPU library is unavailable", allow_module_level=True)
+
+F32 = np.float32
+ROOT = Path(__file__).resolve().parent.parent
+SETTINGS = settings(max_examples=50, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+ACTS = ["NO_ACTIVATION", "RELU", "RELU6"]
+
+
+# ---- building and running ------------------------------------------------------------------
+
+
+def randn(r: np.random.Generator, *shape: int) -> np.ndarray:
+    return r.standard_normal(shape).astype(F32)
+
+
+def graph(nodes: list[tuple[str, dict, list[str], str]], tensors: dict[str, tuple[np.ndarray, bool]],
+          outputs: list[str]) -> LiteModel:
+    """A Lite model: `tensors` name -> (array, is_constant) for inputs and constants, nodes
+    (op, attrs, input names, output name) in order; intermediate tensors are declared float32."""
+    m = LiteModel(name="native")
+    index: dict[str, int] = {}
+    for name, (arr, const) in tensors.items():
+        index[name] = m.add_tensor(LiteTensor.of(name, arr.dtype, arr.shape, arr if const else None))
+        if not const:
+            m.inputs.append(index[name])
+    for i, (op, attrs, ins, out) in enumerate(nodes):
+        index[out] = m.add_tensor(LiteTensor.of(out, F32, ()))
+        m.add_node(LiteNode(f"n{i}", op, dict(attrs), [index[n] for n in ins], [index[out]]))
+    m.outputs = [index[o] for o in outputs]
+    return m
+
+
+def compile_for(model: LiteModel, feeds: dict[str, np.ndarray], *, fp16: bool = False) -> Program:
+    """The Program for `feeds`' shapes, after a round trip through the file format."""
+    shapes = {k: v.shape for k, v in feeds.items()}
+    return from_bytes(to_bytes(compile_model(model, shapes, enable_fp16=fp16)))
+
+
+def run(program: Program, feeds: dict[str, np.ndarray], **kw) -> tuple[list[np.ndarray], int]:
+    """Outputs (copies) of one run, and how many steps ran natively."""
+    with Executor(program, pool(), **kw) as ex:
+        out = [np.array(o) for o in ex.run([feeds[n] for n in ex.input_names])]
+        return out, ex.native_steps
+
+
+def assert_close(got: list[np.ndarray], want: list[np.ndarray], what: str = "") -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype, f"{what}: {g.dtype}{g.shape} != {w.dtype}{w.shape}"
+        if w.dtype.kind == "f":
+            scale = max(1.0, float(np.max(np.abs(w), initial=0.0)))
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * scale, err_msg=what)
+        else:
+            np.testing.assert_array_equal(g, w, err_msg=what)
+
+
+def check_native(model: LiteModel, feeds: dict[str, np.ndarray], kernel: str | None = None) -> Program:
+    """Every step runs natively and computes what the numpy kernels compute."""
+    program = compile_for(model, feeds)
+    if kernel is not None:
+        assert [s.kernel for s in program.steps] == [kernel], [s.kernel for s in program.steps]
+    got, count = run(program, feeds)
+    want, none = run(program, feeds, kernels=KERNELS)
+    assert none == 0
+    assert count == len(program.steps), (
+        f"{count} of {len(program.steps)} steps native: "
+        f"{[(s.kernel, native_steps.lower(program, i) is not None) for i, s in enumerate(program.steps)]}")
+    assert_close(got, want, what=str([(s.kernel, s.attrs) for s in program.steps]))
+    return program
+
+
+def conv_attrs(c: int, o: int, k: tuple[int, int], stride=(1, 1), dil=(1, 1), pads=(0, 0, 0, 0),
+               group: int = 1, act: str = "NO_ACTIVATION") -> dict:
+    """Conv2DFusion attributes; pads (top, bottom, left, right) as Lite's pad_list."""
+    return {"format": "NCHW", "kernel_size": list(k), "stride": list(stride), "dilation": list(dil),
+            "group": group, "pad_mode": "PAD", "pad_list": list(pads), "in_channel": c,
+            "out_channel": o, "activation_type": act}
+
+
+def conv_model(r, *, n=1, c=4, hw=(9, 9), o=6, k=(3, 3), stride=(1, 1), dil=(1, 1),
+               pads=(0, 0, 0, 0), group=1, bias=True, act="NO_ACTIVATION", residual=False):
+    """(model, feeds) of a conv; residual: `conv(x) + r` with the activation on the Add."""
+    x = randn(r, n, c, *hw)
+    tensors = {"x": (x, False), "w": (randn(r, o, c // group, *k), True)}
+    if bias:
+        tensors["b"] = (randn(r, o), True)
+    attrs = conv_attrs(c, o, k, stride, dil, pads, group, "NO_ACTIVATION" if residual else act)
+    nodes = [("Conv2DFusion", attrs, list(tensors), "y" if not residual else "c")]
+    feeds = {"x": x}
+    if residual:
+        oh = (hw[0] + pads[0] + pads[1] - (k[0] - 1) * dil[0] - 1) // stride[0] + 1
+        ow = (hw[1] + pads[2] + pads[3] - (k[1] - 1) * dil[1] - 1) // stride[1] + 1
+        feeds["r"] = randn(r, n, o, oh, ow)
+        tensors["r"] = (feeds["r"], False)
+        nodes.append(("AddFusion", {"activation_type": act}, ["c", "r"], "y"))
+    return graph(nodes, tensors, ["y"]), feeds
+
+
+# ---- 1. native == numpy, every step native -------------------------------------------------
+
+
+@st.composite
+def conv_geometry(draw):
+    depthwise = draw(st.booleans())
+    if depthwise:
+        g = c = draw(st.integers(1, 6))
+        o = c * draw(st.sampled_from([1, 2]))
+    else:
+        g = draw(st.integers(1, 3))
+        c, o = g * draw(st.integers(1, 4)), g * draw(st.integers(1, 4))
+    k = (draw(st.integers(1, 5)), draw(st.integers(1, 5)))
+    dil = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    pads = tuple(draw(st.lists(st.integers(0, 2), min_size=4, max_size=4)))
+    # input at least as large as the dilated kernel minus the padding, up to 7 larger
+    hw = tuple(max(1, (k[a] - 1) * dil[a] + 1 - pads[2 * a] - pads[2 * a + 1] + draw(st.integers(0, 7)))
+               for a in (0, 1))
+    return {"n": draw(st.integers(1, 2)), "c": c, "o": o, "group": g, "k": k, "dil": dil,
+            "stride": (draw(st.integers(1, 3)), draw(st.integers(1, 3))), "pads": pads, "hw": hw,
+            "bias": draw(st.booleans()), "act": draw(st.sampled_from(ACTS)),
+            "residual": draw(st.booleans())}
+
+
+@SETTINGS
+@given(geometry=conv_geometry(), seed=st.integers(0, 2**16))
+def test_conv_native_matches_numpy(geometry, seed):
+    model, feeds = conv_model(rng(seed), **geometry)
+    program = check_native(model, feeds, "conv2d")
+    assert program.steps[0].attrs.get("residual", False) == geometry["residual"]
+
+
+@pytest.mark.parametrize("case", [
+    {"c": 8, "o": 8, "group": 8, "k": (3, 3), "pads": (1, 1, 1, 1)},
+    {"c": 8, "o": 16, "group": 8, "k": (3, 3), "stride": (2, 2), "pads": (0, 1, 0, 1)},
+    {"c": 4, "o": 4, "group": 4, "k": (5, 5), "dil": (2, 2), "pads": (4, 4, 4, 4), "hw": (6, 7)},
+    {"c": 3, "o": 6, "group": 3, "k": (1, 1), "stride": (3, 2), "hw": (8, 5)},
+    {"c": 16, "o": 32, "k": (1, 1), "hw": (14, 14)},
+    {"c": 16, "o": 24, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (28, 28), "n": 2, "act": "RELU6"},
+    {"c": 8, "o": 8, "k": (3, 3), "pads": (1, 1, 1, 1), "residual": True, "act": "RELU"},
+], ids=str)
+def test_conv_cases_native_match_numpy(case):
+    check_native(*conv_model(rng(1), **case), "conv2d")
+
+
+@pytest.mark.parametrize("case", [
+    {"c": 8, "o": 8, "group": 8, "k": (3, 3), "pads": (1, 1, 1, 1), "residual": True},
+    {"c": 4, "o": 8, "group": 4, "k": (3, 3), "pads": (1, 1, 1, 1), "residual": True, "act": "RELU"},
+    {"c": 1, "o": 1, "k": (1, 1), "hw": (1, 1), "bias": False, "residual": True},  # 1 channel: c == group
+], ids=str)
+def test_depthwise_conv_with_residual_add(case):
+    """The residual fused into a depthwise conv is added before the activation (a 1x1
+    single-channel conv is depthwise too)."""
+    check_native(*conv_model(rng(1), **case), "conv2d")
+
+
+def pool_attrs(k, s, pads, ceil, include=None, op="MaxPoolFusion"):
+    attrs = {"kernel_size": list(k), "strides": list(s), "pad": list(pads), "pad_mode": "PAD",
+             "round_mode": "CEIL" if ceil else "FLOOR", "format": "NCHW", "global": False,
+             "activation_type": "NO_ACTIVATION"}
+    if op == "AvgPoolFusion":
+        attrs["count_include_pad"] = bool(include)
+    return attrs
+
+
+@SETTINGS
+@given(op=st.sampled_from(["MaxPoolFusion", "AvgPoolFusion"]), kh=st.integers(1, 4),
+       kw=st.integers(1, 4), sh=st.integers(1, 3), sw=st.integers(1, 3),
+       pads=st.lists(st.integers(0, 3), min_size=4, max_size=4), ceil=st.booleans(),
+       include=st.booleans(), n=st.integers(1, 2), c=st.integers(1, 3),
+       eh=st.integers(0, 6), ew=st.integers(0, 6), seed=st.integers(0, 2**16))
+def test_pool_native_matches_numpy(op, kh, kw, sh, sw, pads, ceil, include, n, c, eh, ew, seed):
+    k = (kh, kw)
+    pads = [min(p, k[i // 2] - 1) for i, p in enumerate(pads)]  # pads < kernel, as ONNX
+    x = randn(rng(seed), n, c, kh + eh, kw + ew)
+    model = lite_graph(op, pool_attrs(k, (sh, sw), pads, ceil, include, op), [("x", x, False)])
+    check_native(model, {"x": x}, "max_pool" if op == "MaxPoolFusion" else "avg_pool")
+
+
+@pytest.mark.parametrize("op", ["MaxPoolFusion", "AvgPoolFusion"])
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (2, 3, 5, 6), (1, 16, 7, 7), (1, 4, 1, 30)], ids=str)
+@pytest.mark.parametrize("act", ACTS)
+def test_global_pool_native_matches_numpy(op, shape, act):
+    x = randn(rng(2), *shape) * 3
+    model = lite_graph(op, {"global": True, "format": "NCHW", "activation_type": act}, [("x", x, False)])
+    check_native(model, {"x": x}, "global_pool")
+
+
+@SETTINGS
+@given(data=st.data(), rank=st.integers(1, 4), count=st.integers(2, 4),
+       dtype=st.sampled_from([np.float32, np.int32]), seed=st.integers(0, 2**16))
+def test_concat_native_matches_numpy(data, rank, count, dtype, seed):
+    axis = data.draw(st.integers(0, rank - 1))
+    shape = data.draw(st.lists(st.integers(1, 4), min_size=rank, max_size=rank))
+    r = rng(seed)
+    feeds = {}
+    for i in range(count):
+        s = list(shape)
+        s[axis] = data.draw(st.integers(1, 4))
+        feeds[f"x{i}"] = (randn(r, *s) * 100).astype(dtype)
+    model = lite_graph("Concat", {"axis": data.draw(st.sampled_from([axis, axis - rank]))},
+                       [(k, v, False) for k, v in feeds.items()], out_dtypes=(dtype,))
+    check_native(model, feeds, "concat")
+
+
+@SETTINGS
+@given(data=st.data(), rank=st.integers(2, 5), dtype=st.sampled_from([np.float32, np.int32]),
+       seed=st.integers(0, 2**16))
+def test_transpose_native_matches_numpy(data, rank, dtype, seed):
+    shape = data.draw(st.lists(st.integers(1, 4), min_size=rank, max_size=rank))
+    perm = data.draw(st.permutations(range(rank)))
+    x = (randn(rng(seed), *shape) * 100).astype(dtype)
+    model = lite_graph("Transpose", {}, [("x", x, False), ("perm", np.array(perm, np.int32), True)],
+                       out_dtypes=(dtype,))
+    check_native(model, {"x": x}, "transpose")
+
+
+@SETTINGS
+@given(m=st.integers(1, 9), k=st.integers(1, 40), n=st.integers(1, 12), bias=st.booleans(),
+       act=st.sampled_from(ACTS), seed=st.integers(0, 2**16))
+def test_full_connection_native_matches_numpy(m, k, n, bias, act, seed):
+    r = rng(seed)
+    x = randn(r, m, k)
+    inputs = [("x", x, False), ("w", randn(r, n, k), True)]
+    if bias:
+        inputs.append(("b", randn(r, n), True))
+    model = lite_graph("FullConnection", {"has_bias": bias, "use_axis": False, "activation_type": act},
+                       inputs)
+    check_native(model, {"x": x}, "matmul")
+
+
+def test_full_connection_of_a_3d_input_native_matches_numpy():
+    """FullConnection flattens the leading axes (a_shape/y_shape attrs): still one GEMM."""
+    r = rng(15)
+    x = randn(r, 2, 3, 10)
+    model = lite_graph("FullConnection", {"has_bias": True, "use_axis": False,
+                                          "activation_type": "RELU"},
+                       [("x", x, False), ("w", randn(r, 7, 10), True), ("b", randn(r, 7), True)])
+    check_native(model, {"x": x}, "matmul")
+
+
+@SETTINGS
+@given(m=st.integers(1, 9), k=st.integers(1, 40), n=st.integers(1, 12), tb=st.booleans(),
+       const_b=st.booleans(), bias=st.booleans(), act=st.sampled_from(ACTS),
+       seed=st.integers(0, 2**16))
+def test_matmul_2d_native_matches_numpy(m, k, n, tb, const_b, bias, act, seed):
+    r = rng(seed)
+    feeds = {"a": randn(r, m, k)}
+    b = randn(r, *((n, k) if tb else (k, n)))
+    inputs = [("a", feeds["a"], False), ("b", b, const_b)]
+    if not const_b:
+        feeds["b"] = b
+    if bias:
+        inputs.append(("c", randn(r, n), True))
+    model = lite_graph("MatMulFusion", {"transpose_a": False, "transpose_b": tb,
+                                        "activation_type": act}, inputs)
+    check_native(model, feeds, "matmul")
+
+
+@SETTINGS
+@given(shape=st.lists(st.integers(1, 6), min_size=1, max_size=4),
+       kind=st.sampled_from(["RELU", "RELU6", "NO_ACTIVATION", "HARD_TANH", "LEAKY_RELU"]),
+       lo=st.floats(-3, 0), hi=st.floats(0, 3), alpha=st.floats(0, 1), seed=st.integers(0, 2**16))
+def test_activation_native_matches_numpy(shape, kind, lo, hi, alpha, seed):
+    x = randn(rng(seed), *shape) * 5
+    attrs = {"activation_type": kind}
+    if kind == "HARD_TANH":
+        attrs.update(min_val=lo, max_val=hi)
+    if kind == "LEAKY_RELU":
+        attrs["alpha"] = alpha
+    check_native(lite_graph("Activation", attrs, [("x", x, False)]), {"x": x}, "activation")
+
+
+@SETTINGS
+@given(shape=st.lists(st.integers(1, 7), min_size=1, max_size=4), log=st.booleans(),
+       negative_axis=st.booleans(), scale=st.sampled_from([0.1, 3.0, 50.0]),
+       seed=st.integers(0, 2**16))
+def test_softmax_native_matches_numpy(shape, log, negative_axis, scale, seed):
+    x = randn(rng(seed), *shape) * scale
+    op = "LogSoftmax" if log else "Softmax"
+    axis = -1 if negative_axis else len(shape) - 1
+    attrs = {"axis": axis} if log else {"axis": [axis]}
+    check_native(lite_graph(op, attrs, [("x", x, False)]), {"x": x}, "softmax")
+
+
+def test_chain_of_native_steps_runs_as_one_segment():
+    """conv -> pool -> transpose -> softmax: one native call, same values as numpy."""
+    r = rng(3)
+    x = randn(r, 1, 4, 10, 10)
+    model = graph([
+        ("Conv2DFusion", conv_attrs(4, 8, (3, 3), pads=(1, 1, 1, 1), act="RELU"), ["x", "w", "b"], "c"),
+        ("MaxPoolFusion", pool_attrs((2, 2), (2, 2), (0, 0, 0, 0), False), ["c"], "p"),
+        ("Transpose", {}, ["p", "perm"], "t"),
+        ("Softmax", {"axis": [-1]}, ["t"], "y"),
+    ], {"x": (x, False), "w": (randn(r, 8, 4, 3, 3), True), "b": (randn(r, 8), True),
+        "perm": (np.array([0, 2, 3, 1], np.int32), True)}, ["y"])
+    program = check_native(model, {"x": x})
+    segments = native_steps.segments(program)
+    assert len(segments) == 1 and segments[0].count == len(program.steps) == 4
+
+
+# ---- 2. steps that stay on numpy -----------------------------------------------------------
+
+
+def test_fp16_program_stays_on_numpy():
+    model, feeds = conv_model(rng(4), c=4, o=8, pads=(1, 1, 1, 1), act="RELU")
+    program = compile_for(model, feeds, fp16=True)
+    assert any(s.kernel == "conv2d" for s in program.steps)
+    assert all(native_steps.lower(program, i) is None for i in range(len(program.steps)))
+    got, count = run(program, feeds)
+    want, _ = run(program, feeds, kernels=KERNELS)
+    assert count == 0
+    assert_close(got, want)
+
+
+def test_conv_with_sigmoid_stays_on_numpy_and_the_pool_after_it_does_not():
+    r = rng(5)
+    x = randn(r, 1, 4, 8, 8)
+    model = graph([
+        ("Conv2DFusion", conv_attrs(4, 6, (3, 3), pads=(1, 1, 1, 1), act="SIGMOID"), ["x", "w", "b"], "c"),
+        ("MaxPoolFusion", pool_attrs((2, 2), (2, 2), (0, 0, 0, 0), False), ["c"], "y"),
+    ], {"x": (x, False), "w": (randn(r, 6, 4, 3, 3), True), "b": (randn(r, 6), True)}, ["y"])
+    program = compile_for(model, {"x": x})
+    kinds = [s.kernel for s in program.steps]
+    assert kinds == ["conv2d", "max_pool"], kinds
+    assert program.steps[0].attrs["activation"] == "SIGMOID"
+    assert native_steps.lower(program, 0) is None and native_steps.lower(program, 1) is not None
+    got, count = run(program, {"x": x})
+    want, _ = run(program, {"x": x}, kernels=KERNELS)
+    assert count == 1
+    assert_close(got, want)
+
+
+def test_standalone_sigmoid_stays_on_numpy():
+    x = randn(rng(6), 3, 20)
+    program = compile_for(lite_graph("Activation", {"activation_type": "SIGMOID"}, [("x", x, False)]),
+                          {"x": x})
+    got, count = run(program, {"x": x})
+    assert count == 0
+    assert_close(got, run(program, {"x": x}, kernels=KERNELS)[0])
+
+
+@pytest.mark.parametrize("a_shape,b_shape,const_b", [((2, 4, 5), (5, 3), True),
+                                                      ((3, 4, 5), (3, 5, 2), False)], ids=str)
+def test_batched_matmul_stays_on_numpy(a_shape, b_shape, const_b):
+    r = rng(7)
+    feeds = {"a": randn(r, *a_shape)}
+    b = randn(r, *b_shape)
+    if not const_b:
+        feeds["b"] = b
+    model = lite_graph("MatMulFusion", {"transpose_a": False, "transpose_b": False},
+                       [("a", feeds["a"], False), ("b", b, const_b)])
+    program = compile_for(model, feeds)
+    assert [s.kernel for s in program.steps] == ["matmul"]
+    got, count = run(program, feeds)
+    assert count == 0
+    assert_close(got, run(program, feeds, kernels=KERNELS)[0])
+
+
+def test_transposed_a_matmul_stays_on_numpy():
+    r = rng(8)
+    feeds = {"a": randn(r, 6, 4), "b": randn(r, 6, 5)}
+    model = lite_graph("MatMulFusion", {"transpose_a": True, "transpose_b": False},
+                       [("a", feeds["a"], False), ("b", feeds["b"], False)])
+    program = compile_for(model, feeds)
+    got, count = run(program, feeds)
+    assert count == 0
+    assert_close(got, run(program, feeds, kernels=KERNELS)[0])
+
+
+def test_softmax_not_on_the_last_axis_stays_on_numpy():
+    x = randn(rng(9), 3, 5, 4)
+    program = compile_for(lite_graph("Softmax", {"axis": [1]}, [("x", x, False)]), {"x": x})
+    got, count = run(program, {"x": x})
+    assert count == 0
+    assert_close(got, run(program, {"x": x}, kernels=KERNELS)[0])
+
+
+# ---- 3./4. threads ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def restore_threads():
+    before = native.threads()
+    yield
+    native.set_threads(before)
+
+
+def mid_conv(seed: int = 10, **kw):
+    case = {"c": 32, "o": 64, "hw": (28, 28), "pads": (1, 1, 1, 1), "act": "RELU", **kw}
+    model, feeds = conv_model(rng(seed), **case)
+    return compile_for(model, feeds), feeds
+
+
+@pytest.mark.parametrize("kw", [{}, {"group": 32, "o": 64}, {"k": (1, 1), "pads": (0, 0, 0, 0)},
+                                {"stride": (2, 2), "n": 2}], ids=str)
+def test_thread_count_does_not_change_the_result(kw, restore_threads):
+    """Same values on 1, 2 and 3 cores. The GEMM convs split their output into other blocks
+    per core count and OpenBLAS sums a block's edge in another order (1-ulp differences), so
+    they agree to rounding; depthwise planes are computed whole by one core: bit-identical."""
+    program, feeds = mid_conv(**kw)
+    results = {}
+    for n in (1, 3, 2):
+        native.set_threads(n)
+        assert native.threads() == n
+        results[n], count = run(program, feeds)
+        assert count == len(program.steps)
+        again, _ = run(program, feeds)
+        np.testing.assert_array_equal(again[0], results[n][0])  # deterministic per count
+    for n in (2, 3):
+        if "group" in kw:
+            np.testing.assert_array_equal(results[n][0], results[1][0])
+        else:
+            assert_close(results[n], results[1])
+    assert_close(results[3], run(program, feeds, kernels=KERNELS)[0])
+
+
+def test_pool_thread_count_does_not_change_the_result(restore_threads):
+    x = randn(rng(11), 2, 32, 30, 30)
+    for op in ("MaxPoolFusion", "AvgPoolFusion"):
+        program = compile_for(lite_graph(op, pool_attrs((3, 3), (2, 2), (1, 1, 1, 1), True, True, op),
+                                         [("x", x, False)]), {"x": x})
+        native.set_threads(1)
+        one, _ = run(program, {"x": x})
+        native.set_threads(3)
+        three, _ = run(program, {"x": x})
+        np.testing.assert_array_equal(one[0], three[0])
+        assert_close(three, run(program, {"x": x}, kernels=KERNELS)[0])
+
+
+def test_set_threads_rejects_non_positive_counts():
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError):
+            native.set_threads(bad)
+    assert 1 <= native.default_threads() <= 8
+
+
+def test_concurrent_executors_agree_with_a_single_thread(restore_threads):
+    native.set_threads(2)
+    program, feeds = mid_conv()
+    want, _ = run(program, feeds)
+
+    def worker(i: int) -> None:
+        with Executor(program, pool()) as ex:
+            assert ex.native_steps == 1
+            for _ in range(20):
+                got = ex.run([feeds["x"]])
+                np.testing.assert_array_equal(got[0], want[0])
+
+    run_threads(worker, 4)
+
+
+# ---- 5. LITENPU_NATIVE=0 ---------------------------------------------------------------------
+
+FALLBACK = """
+import numpy as np
+from npu_oracle import lite_graph, pool, rng
+from provider.npu import native
+from provider.npu.compiler import compile_model
+from provider.npu.executor import Executor
+from provider.npu.kernels import KERNELS
+assert native.library() is None and native.threads() == 1
+r = rng(12)
+x = r.standard_normal((1, 4, 9, 9)).astype(np.float32)
+w = r.standard_normal((8, 4, 3, 3)).astype(np.float32)
+model = lite_graph("Conv2DFusion", {
+    "format": "NCHW", "kernel_size": [3, 3], "stride": [1, 1], "dilation": [1, 1], "group": 1,
+    "pad_mode": "PAD", "pad_list": [1, 1, 1, 1], "in_channel": 4, "out_channel": 8,
+    "activation_type": "RELU"}, [("x", x, False), ("w", w, True)])
+program = compile_model(model, {"x": x.shape})
+with Executor(program, pool()) as ex, Executor(program, pool(), kernels=KERNELS) as ref:
+    assert ex.native_steps == 0, ex.native_steps
+    np.testing.assert_array_equal(ex.run([x])[0], ref.run([x])[0])
+print("ok")
+"""
+
+
+def test_litenpu_native_0_runs_everything_on_numpy():
+    path = os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "LITENPU_NATIVE": "0", "PYTHONPATH": path}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(FALLBACK)], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+# ---- 6. fork ---------------------------------------------------------------------------------
+
+
+def _child(program: Program, x: np.ndarray, want: np.ndarray) -> None:
+    """Exits 0 only when the forked child's native runs give the parent's result."""
+    try:
+        assert native.threads() >= 2
+        for n in (native.threads(), 3):  # the parent's count (same blocking: exact), then 3
+            native.set_threads(n)
+            with Executor(program, pool()) as ex:
+                assert ex.native_steps == 1
+                for _ in range(3):
+                    got = ex.run([x])[0]
+                    if not (np.array_equal(got, want) if n == 2 else
+                            np.allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())):
+                        os._exit(2)
+    except BaseException:
+        os._exit(3)
+    os._exit(0)
+
+
+@pytest.mark.filterwarnings("ignore:.*multi-threaded.*fork.*:DeprecationWarning")
+def test_fork_after_native_threads_ran(restore_threads):
+    native.set_threads(2)
+    program, feeds = mid_conv(13)
+    want, count = run(program, feeds)  # the pool's worker threads now exist
+    assert count == 1
+    ctx = multiprocessing.get_context("fork")
+    child = ctx.Process(target=_child, args=(program, feeds["x"], want[0]))
+    child.start()
+    child.join(timeout=30)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        pytest.fail("the forked child hung running native steps")
+    assert child.exitcode == 0
+    assert_close(run(program, feeds)[0], want)  # the parent's pool still works
+
+
+# ---- 7. profile ------------------------------------------------------------------------------
+
+
+def test_profile_times_every_native_step():
+    r = rng(14)
+    x = randn(r, 1, 8, 16, 16)
+    model = graph([
+        ("Conv2DFusion", conv_attrs(8, 8, (3, 3), pads=(1, 1, 1, 1), act="RELU6"), ["x", "w", "b"], "c"),
+        ("AvgPoolFusion", pool_attrs((2, 2), (2, 2), (0, 0, 0, 0), False, False, "AvgPoolFusion"),
+         ["c"], "p"),
+        ("Activation", {"activation_type": "SIGMOID"}, ["p"], "s"),
+        ("Softmax", {"axis": [-1]}, ["s"], "y"),
+    ], {"x": (x, False), "w": (randn(r, 8, 8, 3, 3), True), "b": (randn(r, 8), True)}, ["y"])
+    program = compile_for(model, {"x": x})
+    with Executor(program, pool(), profile=True) as ex:
+        assert ex.step_seconds is not None and len(ex.step_seconds) == len(program.steps)
+        for _ in range(3):
+            ex.run([x])
+        seconds = ex.step_seconds.copy()
+        assert ex.native_steps == len(program.steps) - 1
+    natives = [i for i in range(len(program.steps)) if native_steps.lower(program, i) is not None]
+    assert len(natives) == ex.native_steps
+    assert all(seconds > 0), seconds
+    assert Executor(program, pool()).step_seconds is None
