@@ -215,11 +215,32 @@ static void parallel(task_fn fn, const void *ctx, int64_t tasks) {
 #define TASK_NS 4000.0
 #define GEMM_MACS_PER_NS 80.0   /* fp32 GEMM on one AVX-512 core */
 #define COPY_FLOATS_PER_NS 4.0  /* short strided copies (im2col) */
+#define GEMM_TASKS_PER_CORE 2
+#define GEMM_MIN_COLS 128       /* narrower GEMMs run well below OpenBLAS's peak */
+#define COLS_BLOCK_BYTES (1 << 20)
 static int64_t task_count(double ns, int64_t limit) {
     int64_t n = pool.threads == 1 ? 1 : (int64_t)(ns / TASK_NS);
     if (n > 4 * pool.threads) n = 4 * pool.threads;
     if (n > limit) n = limit;
     return n < 1 ? 1 : n;
+}
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static void make_scratch_key(void) { pthread_key_create(&scratch_key, free); }
+
+/* This thread's scratch of at least `floats` floats (kept for its next kernels, freed when
+ * the thread ends), or NULL when out of memory. */
+static float *thread_scratch(int64_t floats) {
+    pthread_once(&scratch_once, make_scratch_key);
+    int64_t *block = pthread_getspecific(scratch_key);
+    if (block && block[0] >= floats) return (float *)(block + 8);
+    free(block);
+    block = malloc(64 + floats * sizeof(float));
+    pthread_setspecific(scratch_key, block);
+    if (!block) return NULL;
+    block[0] = floats;
+    return (float *)(block + 8);
 }
 
 /* ---- fused epilogue -------------------------------------------------------------------- */
@@ -273,12 +294,14 @@ typedef struct {
     act_t act;
     int64_t n;                    /* image */
     int64_t mblocks, nblocks, rows_per_task;
+    float *phase;                 /* strided convs: the image's column phases, else NULL */
+    int64_t wq;                   /* width of a phase row */
 } conv_ctx;
 
 /* Rows [r0, r1), columns [k0, k1) of the image's im2col matrix (C*KH*KW, OH*OW): row
  * (c, i, j) holds input channel c shifted by tap (i, j), zero where the tap falls in the
  * padding; column k is output pixel (k / OW, k % OW). */
-static void im2col(const conv_ctx *cx, int64_t r0, int64_t r1, int64_t k0, int64_t k1) {
+MULTIVERSION static void im2col(const conv_ctx *cx, int64_t r0, int64_t r1, int64_t k0, int64_t k1) {
     const int64_t *p = cx->p;
     int64_t H = p[C_H], W = p[C_W], OW = p[C_OW], KH = p[C_KH], KW = p[C_KW];
     int64_t SH = p[C_SH], SW = p[C_SW], DH = p[C_DH], DW = p[C_DW], PT = p[C_PT], PL = p[C_PL];
@@ -300,16 +323,42 @@ static void im2col(const conv_ctx *cx, int64_t r0, int64_t r1, int64_t k0, int64
             float *out = row + oh * OW;
             int64_t ih = oh * SH + i * DH - PT;
             if (ih < 0 || ih >= H) { memset(out + a, 0, (b - a) * sizeof(float)); continue; }
+            if (cx->phase) {  /* a contiguous, already padded phase row */
+                const float *src = cx->phase + ((c * SW + j * DW % SW) * H + ih) * cx->wq
+                                   + j * DW / SW;
+                memcpy(out + a, src + a, (b - a) * sizeof(float));
+                continue;
+            }
             const float *in = xc + ih * W + off;
             int64_t va = a > lo ? a : lo, vb = b < hi ? b : hi;  /* valid part */
             if (va >= vb) { memset(out + a, 0, (b - a) * sizeof(float)); continue; }
             if (va > a) memset(out + a, 0, (va - a) * sizeof(float));
-            if (SW == 1) {
-                memcpy(out + va, in + va, (vb - va) * sizeof(float));
-            } else {
-                for (int64_t ow = va; ow < vb; ow++) out[ow] = in[ow * SW];
-            }
+            memcpy(out + va, in + va, (vb - va) * sizeof(float));
             if (b > vb) memset(out + vb, 0, (b - vb) * sizeof(float));
+        }
+    }
+}
+
+/* Column phases of a strided conv's image, so that im2col copies contiguous rows:
+ *     phase[c][pw][ih][q] = x[c][ih][q * SW + pw - PL]  (0 outside the input).
+ * Task t: channel t. */
+MULTIVERSION static void phase_task(const void *ctx, int64_t t) {
+    const conv_ctx *cx = ctx;
+    const int64_t *p = cx->p;
+    int64_t H = p[C_H], W = p[C_W], SW = p[C_SW], PL = p[C_PL], WQ = cx->wq;
+    const float *xc = cx->x + (cx->n * p[C_C] + t) * H * W;
+    for (int64_t pw = 0; pw < SW; pw++) {
+        int64_t off = pw - PL;  /* phase columns q with q * SW + off in [0, W) */
+        int64_t lo = off >= 0 ? 0 : (-off + SW - 1) / SW;
+        int64_t hi = W - off <= 0 ? 0 : (W - off + SW - 1) / SW;
+        if (hi > WQ) hi = WQ;
+        if (lo > hi) lo = hi;
+        for (int64_t ih = 0; ih < H; ih++) {
+            float *row = cx->phase + ((t * SW + pw) * H + ih) * WQ;
+            const float *in = xc + ih * W + off;
+            for (int64_t q = 0; q < lo; q++) row[q] = 0.0f;
+            for (int64_t q = lo; q < hi; q++) row[q] = in[q * SW];
+            for (int64_t q = hi; q < WQ; q++) row[q] = 0.0f;
         }
     }
 }
@@ -349,30 +398,49 @@ static void gemm_task(const void *ctx, int64_t t) {
                  res ? res + m * HW + n0 : NULL, cx->act);
 }
 
-static void conv(const lnpu_step *s, void **slots) {
+/* Returns -1 when there is no host memory for a strided conv's phases. */
+static int conv(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p;
     conv_ctx cx = {p, slots[s->slot[S_X]], slots[s->slot[S_W]],
                    s->slot[S_BIAS] >= 0 ? slots[s->slot[S_BIAS]] : NULL,
                    s->slot[S_RES] >= 0 ? slots[s->slot[S_RES]] : NULL,
                    slots[s->slot[S_Y]], p[C_IM2COL] ? slots[s->slot[S_COLS]] : NULL,
-                   act_of(s, C_ACT), 0, 1, 1, 0};
+                   act_of(s, C_ACT), 0, 1, 1, 0, NULL, 0};
     int64_t G = p[C_G], OG = p[C_O] / G, HW = p[C_OH] * p[C_OW];
     int64_t K = p[C_C] / G * p[C_KH] * p[C_KW], rows = p[C_C] * p[C_KH] * p[C_KW];
+    /* GEMM tasks: a few per core (fewer, larger GEMMs pack their operands fewer times),
+     * whole columns blocks of >= GEMM_MIN_COLS when there are enough (each builds its own
+     * im2col columns), else blocks of output channels */
     int64_t want = task_count((double)p[C_O] * K * HW / GEMM_MACS_PER_NS, 1 << 20);
-    if (want > G) {  /* split each group's GEMM: columns first (B panels stay per task) */
+    if (want > GEMM_TASKS_PER_CORE * pool.threads) want = GEMM_TASKS_PER_CORE * pool.threads;
+    if (want > pool.threads) want -= want % pool.threads;
+    if (want > G) {
         int64_t per_group = (want + G - 1) / G;
-        cx.nblocks = HW / 64 > 1 ? (HW / 64 < per_group ? HW / 64 : per_group) : 1;
+        cx.nblocks = HW / GEMM_MIN_COLS >= per_group ? per_group : 1;
         int64_t left = (per_group + cx.nblocks - 1) / cx.nblocks;
         cx.mblocks = OG / 16 > 1 ? (OG / 16 < left ? OG / 16 : left) : 1;
     }
+    if (p[C_IM2COL] && cx.mblocks == 1) {  /* more column blocks, so each one's im2col
+                                             * columns stay in L2 for its GEMM */
+        int64_t fit = K * HW * (int64_t)sizeof(float) / COLS_BLOCK_BYTES;
+        int64_t step = cx.nblocks % pool.threads ? 1 : pool.threads;
+        while (cx.nblocks < fit && (cx.nblocks + step) * GEMM_MIN_COLS <= HW) cx.nblocks += step;
+    }
     int64_t im2col_tasks = task_count((double)rows * HW / COPY_FLOATS_PER_NS, rows);
     cx.rows_per_task = (rows + im2col_tasks - 1) / im2col_tasks;
+    if (p[C_IM2COL] && p[C_SW] > 1) {  /* the calling thread's scratch, read by every task */
+        cx.wq = p[C_OW] + (p[C_KW] - 1) * p[C_DW] / p[C_SW];
+        cx.phase = thread_scratch(p[C_C] * p[C_SW] * p[C_H] * cx.wq);
+        if (!cx.phase) return -1;
+    }
     for (int64_t n = 0; n < p[C_N]; n++) {
         cx.n = n;
+        if (cx.phase) parallel(phase_task, &cx, p[C_C]);
         if (p[C_IM2COL] && cx.mblocks > 1)  /* blocks of rows share columns: build them first */
             parallel(im2col_task, &cx, (rows + cx.rows_per_task - 1) / cx.rows_per_task);
         parallel(gemm_task, &cx, G * cx.mblocks * cx.nblocks);
     }
+    return 0;
 }
 
 /* ---- windowed planes: depthwise conv, max pool, average pool --------------------------
@@ -472,24 +540,6 @@ MULTIVERSION static void window_plane(const window_t *g, int kind, const float *
             }
         }
     }
-}
-
-static pthread_key_t scratch_key;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-static void make_scratch_key(void) { pthread_key_create(&scratch_key, free); }
-
-/* This thread's scratch of at least `floats` floats (kept for its next kernels, freed when
- * the thread ends), or NULL when out of memory. */
-static float *thread_scratch(int64_t floats) {
-    pthread_once(&scratch_once, make_scratch_key);
-    int64_t *block = pthread_getspecific(scratch_key);
-    if (block && block[0] >= floats) return (float *)(block + 8);
-    free(block);
-    block = malloc(64 + floats * sizeof(float));
-    pthread_setspecific(scratch_key, block);
-    if (!block) return NULL;
-    block[0] = floats;
-    return (float *)(block + 8);
 }
 
 /* A windowed kernel over `planes` planes: plane q reads input plane q / mult (depthwise
@@ -626,20 +676,43 @@ static void transpose(const lnpu_step *s, void **slots) {
 
 /* ---- matmul, activation, softmax ------------------------------------------------------- */
 
-/* matmul: M, N, K, transpose_b, act; slots a, b, bias (N) or -1, y */
+/* matmul: M, N, K, transpose_b, act; slots a, b, bias (N) or -1, y. Split by blocks of
+ * columns: with one row (a fully connected layer at batch 1) it streams the weights, which
+ * goes faster on every core. */
+typedef struct {
+    const int64_t *p;
+    const float *a, *b, *bias;
+    float *y;
+    act_t act;
+    int64_t cols_per_task;
+} matmul_ctx;
+
+static void matmul_task(const void *ctx, int64_t t) {
+    const matmul_ctx *cx = ctx;
+    int64_t M = cx->p[0], N = cx->p[1], K = cx->p[2], trans = cx->p[3];
+    int64_t n0 = t * cx->cols_per_task, n1 = n0 + cx->cols_per_task < N ? n0 + cx->cols_per_task : N;
+    if (n0 >= n1) return;
+    sgemm(ROW_MAJOR, NO_TRANS, trans ? TRANS : NO_TRANS, (int)M, (int)(n1 - n0), (int)K, 1.0f,
+          cx->a, (int)K, cx->b + (trans ? n0 * K : n0), trans ? (int)K : (int)N, 0.0f,
+          cx->y + n0, (int)N);
+    for (int64_t m = 0; m < M; m++) {
+        float *row = cx->y + m * N;
+        if (cx->bias)
+            for (int64_t j = n0; j < n1; j++) row[j] += cx->bias[j];
+        epilogue(row + n0, n1 - n0, 0.0f, NULL, cx->act);
+    }
+}
+
 static void matmul(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p;
-    int64_t M = p[0], N = p[1], K = p[2];
-    const float *bias = s->slot[2] >= 0 ? slots[s->slot[2]] : NULL;
-    float *y = slots[s->slot[3]];
-    sgemm(ROW_MAJOR, NO_TRANS, p[3] ? TRANS : NO_TRANS, (int)M, (int)N, (int)K, 1.0f,
-          slots[s->slot[0]], (int)K, slots[s->slot[1]], p[3] ? (int)K : (int)N, 0.0f, y, (int)N);
-    act_t act = act_of(s, 4);
-    for (int64_t m = 0; m < M; m++) {
-        if (bias)
-            for (int64_t j = 0; j < N; j++) y[m * N + j] += bias[j];
-        epilogue(y + m * N, N, 0.0f, NULL, act);
-    }
+    matmul_ctx cx = {p, slots[s->slot[0]], slots[s->slot[1]],
+                     s->slot[2] >= 0 ? slots[s->slot[2]] : NULL, slots[s->slot[3]],
+                     act_of(s, 4), p[1]};
+    /* at least 64 columns per task; the weights are read at ~8 floats per ns */
+    double ns = (double)p[0] * p[1] * p[2] / GEMM_MACS_PER_NS + (double)p[1] * p[2] / 8;
+    int64_t tasks = task_count(ns, p[1] / 64 > 1 ? p[1] / 64 : 1);
+    cx.cols_per_task = ((p[1] + tasks - 1) / tasks + 15) / 16 * 16;
+    parallel(matmul_task, &cx, (p[1] + cx.cols_per_task - 1) / cx.cols_per_task);
 }
 
 /* activation: count, act; slots x, y (may be the same memory) */
@@ -684,7 +757,7 @@ API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, double
         const lnpu_step *s = &steps[i];
         long t0 = seconds ? now_ns() : 0;
         switch (s->op) {
-        case OP_CONV: conv(s, slots); break;
+        case OP_CONV: status = conv(s, slots); break;
         case OP_DWCONV: status = dwconv(s, slots); break;
         case OP_MAXPOOL: status = pool2d(s, slots, 1); break;
         case OP_AVGPOOL: status = pool2d(s, slots, 0); break;
