@@ -1,10 +1,10 @@
 """NPU-sim latency vs onnxruntime CPU on real architectures, side by side.
 
 For each model: import_onnx -> compile_model -> Executor, and an onnxruntime CPU session on
-the same ONNX model, timed on the same seeded input in interleaved blocks of runs (five
-onnxruntime runs, a pause for its spinning threads to settle, five NPU runs, a pause, five
-runs of the same Program on the numpy kernels alone, ...), so a neighbour's load hits all
-alike. Prints the median and the 10th-90th percentile spread of each, the speed ratio
+the same ONNX model, timed on the same seeded input in interleaved blocks of runs (ten
+onnxruntime runs, a pause for its spinning threads to settle, ten NPU runs, a pause, ten
+runs of the same Program on the numpy kernels alone, ...; the first two runs of every
+block are warm-ups), so a neighbour's load hits all alike. Prints the median and the 10th-90th percentile spread of each, the speed ratio
 (onnxruntime median / NPU median: >= 1 means the NPU sim is faster; the goal is >= 0.7),
 how many steps run on the native kernels, the accuracy against onnxruntime, a profile
 (time per kernel and the slowest steps, on the NPU's cores) and the planned internal arena
@@ -119,19 +119,20 @@ def as_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def interleaved_ms(fns: list[Callable[[], object]], runs: int, block: int = 5,
-                   pause_s: float = 0.1) -> list[list[float]]:
-    """Per function, `runs` wall times in ms: the functions take turns in blocks of `block`
-    runs (2 warm-ups first), with a pause after each block. onnxruntime's pool threads
-    spin-wait for tens of ms after a run (a core stays busy); without the pause the NPU's
-    run right after would find one core taken."""
+def interleaved_ms(fns: list[Callable[[], object]], runs: int, block: int = 10,
+                   settle: int = 2, pause_s: float = 0.1) -> list[list[float]]:
+    """Per function, `runs` wall times in ms: the functions take turns in blocks of
+    `settle` + `block` runs with a pause after each block, and the first `settle` runs of a
+    block are not kept. Both onnxruntime's pool threads and the NPU's cores spin-wait for a
+    while after a run (a core stays busy): the pause keeps one side's spinning out of the
+    other's runs. On a VM the first runs after a pause also pay for waking the vCPUs and
+    refilling the caches, which costs a small model twice its run time: the settle runs
+    keep that out of both sides' times alike."""
     times: list[list[float]] = [[] for _ in fns]
-    for fn in fns:
-        for _ in range(2):
-            fn()
-        time.sleep(pause_s)
     while len(times[0]) < runs:
         for fn, spent in zip(fns, times, strict=True):
+            for _ in range(settle):
+                fn()
             for _ in range(min(block, runs - len(spent))):
                 start = time.perf_counter()
                 fn()
