@@ -87,7 +87,8 @@ class CacheSession:
                  sess_options: ort.SessionOptions):
         self.source = os.path.abspath(source)
         self.cache = cache
-        options = replace(npu, cache=CacheOptions()).to_strings()  # all but the cache options
+        # the options that shape what is compiled: all but the cache's and the run-time core count
+        options = replace(npu, cache=CacheOptions(), npu_threads=0).to_strings()
         options["graph_optimization_level"] = str(sess_options.graph_optimization_level)
         self.key = CacheKey.build(partition=[(self.source, "CacheSession")], input_shapes={},
                                   options=options, model_name=npu.cache.model_name)

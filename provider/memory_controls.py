@@ -503,7 +503,8 @@ class ManagedExecutor:
             if self._inner is not None:
                 self._inner.close()
             self._inner = Executor(self.program, self.memory.pool, weights=weights, arena=arena,
-                                   lock=threading.Lock())
+                                   lock=threading.Lock(),
+                                   cores=self.memory.family.options.npu_threads)
             self._built_for = tag
         return self._inner
 

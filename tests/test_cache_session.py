@@ -138,6 +138,14 @@ def test_cache_version_or_options_select_another_session_entry(tmp_path, source)
     assert session(source, tmp_path, enable_fp16="1").cache_stats().path == "context-model"
 
 
+def test_npu_threads_does_not_change_what_is_cached(tmp_path, source, expected):
+    """A run-time core count compiles nothing different: the entry is shared."""
+    session(source, tmp_path)
+    warm = session(source, tmp_path, npu_threads="1")
+    assert warm.cache_stats().path == "context-model"
+    np.testing.assert_allclose(run(warm), expected, atol=1e-4, rtol=1e-3)
+
+
 def test_no_cache_session_for_bytes_or_without_model_name(tmp_path, source):
     assert session(RESNET, tmp_path).cache_stats().path == ""
     sess = InferenceSession(str(source), providers=[

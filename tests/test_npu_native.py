@@ -464,6 +464,24 @@ def test_thread_count_does_not_change_the_result(kw, restore_threads):
     assert_close(results[3], run(program, feeds, kernels=KERNELS)[0])
 
 
+def test_work_is_split_over_the_cores_and_a_run_can_be_limited(restore_threads):
+    """A big conv hands tasks to the worker cores; an executor limited to one core
+    (`cores=1`, the npu_threads option) keeps every task on the calling thread."""
+    program, feeds = mid_conv(c=64, o=128, hw=(56, 56))
+    native.set_threads(2)
+    x = [feeds[program.slots[i].name] for i in program.inputs]
+    with Executor(program) as ex, Executor(program, cores=1) as one:
+        before = native.worker_tasks()
+        for _ in range(3):
+            ex.run(x)
+        assert native.worker_tasks() > before
+        before = native.worker_tasks()
+        np.testing.assert_array_equal(one.run(x)[0], one.run(x)[0])
+        assert native.worker_tasks() == before
+    with pytest.raises(ValueError, match="cores"):
+        Executor(program, cores=-1)
+
+
 def test_pool_thread_count_does_not_change_the_result(restore_threads):
     x = randn(rng(11), 2, 32, 30, 30)
     for op in ("MaxPoolFusion", "AvgPoolFusion"):

@@ -26,7 +26,8 @@ def test_unknown_option_lists_the_valid_ones():
 
 
 @pytest.mark.parametrize("key, value", [("min_partition_nodes", "0"), ("min_partition_nodes", "x"),
-                                        ("enable_fp16", "maybe"), ("disable_ops", 3)])
+                                        ("enable_fp16", "maybe"), ("disable_ops", 3),
+                                        ("npu_threads", "-1"), ("npu_threads", True)])
 def test_bad_option_values_name_the_key(key, value):
     with pytest.raises(InvalidOptionError, match=key):
         NpuOptions.parse({key: value})

@@ -214,6 +214,16 @@ def test_enable_fp16_runs_within_fp16_tolerance():
     assert not np.array_equal(got, want)  # fp16 storage really was used
 
 
+def test_npu_threads_limits_the_cores_and_keeps_results():
+    feeds = _feeds()
+    want = reference(MLP, feeds)[0]
+    for value in ("1", 2, "0"):
+        sess = InferenceSession(MLP, providers=NPU, provider_options=[{"npu_threads": value}, {}])
+        np.testing.assert_allclose(sess.run(None, feeds)[0], want, atol=1e-4, rtol=1e-3)
+    with pytest.raises(InvalidOptionError, match="npu_threads"):
+        InferenceSession(MLP, providers=NPU, provider_options=[{"npu_threads": "-1"}, {}])
+
+
 @pytest.mark.skipif(not hasattr(ort.InferenceSession, "get_provider_graph_assignment_info"),
                     reason="this onnxruntime (1.23) cannot report its node assignment")
 def test_partition_report_agrees_with_onnxruntimes_assignment():

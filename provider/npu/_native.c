@@ -80,6 +80,7 @@ static struct {
     atomic_long next;        /* the job's next task */
     atomic_int open;         /* the job still takes workers */
     atomic_int joined;       /* workers inside the job */
+    int limit;               /* the job takes at most this many workers */
     task_fn fn;
     const void *ctx;
     int64_t tasks;
@@ -107,13 +108,18 @@ static inline void spin(unsigned *count) {
     else relax();
 }
 
-static void drain(void) {
+static atomic_long worker_tasks;  /* tasks run by workers, ever: shows the split happens */
+
+static void drain(int worker) {
     for (;;) {
         int64_t t = atomic_fetch_add(&pool.next, 1);
         if (t >= pool.tasks) return;
         pool.fn(pool.ctx, t);
+        if (worker) atomic_fetch_add_explicit(&worker_tasks, 1, memory_order_relaxed);
     }
 }
+
+API int64_t lnpu_worker_tasks(void) { return atomic_load(&worker_tasks); }
 
 /* A worker joins each published job it sees while the job is open; the caller waits only
  * for workers that joined, so a worker that wakes late never holds a job up.
@@ -137,8 +143,9 @@ static void *worker(void *arg) {
             if (stop) return NULL;
         }
         seen = g;
-        atomic_fetch_add(&pool.joined, 1);
-        if (atomic_load(&pool.open) && atomic_load(&pool.generation) == g) drain();
+        int place = atomic_fetch_add(&pool.joined, 1);
+        if (place < pool.limit && atomic_load(&pool.open) && atomic_load(&pool.generation) == g)
+            drain(1);
         atomic_fetch_sub(&pool.joined, 1);
     }
 }
@@ -180,10 +187,16 @@ API int lnpu_set_threads(int n) {
 
 API int lnpu_threads(void) { return pool.threads; }
 
+/* Cores of the run in progress on this thread: its caller's limit within the pool's. */
+static __thread int run_cores = 0;
+static inline int cores(void) {
+    return run_cores > 0 && run_cores < pool.threads ? run_cores : pool.threads;
+}
+
 /* fn(ctx, t) for t in [0, tasks), on every core; returns when all are done. */
 static void parallel(task_fn fn, const void *ctx, int64_t tasks) {
     if (tasks <= 0) return;
-    if (tasks == 1 || pool.threads == 1 || pthread_mutex_trylock(&pool.submit) != 0) {
+    if (tasks == 1 || cores() == 1 || pthread_mutex_trylock(&pool.submit) != 0) {
         for (int64_t t = 0; t < tasks; t++) fn(ctx, t);
         return;
     }
@@ -196,13 +209,14 @@ static void parallel(task_fn fn, const void *ctx, int64_t tasks) {
     pool.fn = fn;
     pool.ctx = ctx;
     pool.tasks = tasks;
+    pool.limit = cores() - 1;
     atomic_store(&pool.next, 0);
     atomic_store(&pool.open, 1);
     atomic_fetch_add(&pool.generation, 1);
     pthread_mutex_lock(&pool.mu);
     if (pool.sleeping) pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.mu);
-    drain();
+    drain(0);
     atomic_store(&pool.open, 0);  /* every task is taken: wait for those still running */
     unsigned spins = 0;
     while (atomic_load(&pool.joined) > 0) spin(&spins);
@@ -219,8 +233,8 @@ static void parallel(task_fn fn, const void *ctx, int64_t tasks) {
 #define GEMM_MIN_COLS 128       /* narrower GEMMs run well below OpenBLAS's peak */
 #define COLS_BLOCK_BYTES (1 << 20)
 static int64_t task_count(double ns, int64_t limit) {
-    int64_t n = pool.threads == 1 ? 1 : (int64_t)(ns / TASK_NS);
-    if (n > 4 * pool.threads) n = 4 * pool.threads;
+    int64_t n = cores() == 1 ? 1 : (int64_t)(ns / TASK_NS);
+    if (n > 4 * cores()) n = 4 * cores();
     if (n > limit) n = limit;
     return n < 1 ? 1 : n;
 }
@@ -412,8 +426,9 @@ static int conv(const lnpu_step *s, void **slots) {
      * whole columns blocks of >= GEMM_MIN_COLS when there are enough (each builds its own
      * im2col columns), else blocks of output channels */
     int64_t want = task_count((double)p[C_O] * K * HW / GEMM_MACS_PER_NS, 1 << 20);
-    if (want > GEMM_TASKS_PER_CORE * pool.threads) want = GEMM_TASKS_PER_CORE * pool.threads;
-    if (want > pool.threads) want -= want % pool.threads;
+    int nc = cores();
+    if (want > GEMM_TASKS_PER_CORE * nc) want = GEMM_TASKS_PER_CORE * nc;
+    if (want > nc) want -= want % nc;
     if (want > G) {
         int64_t per_group = (want + G - 1) / G;
         cx.nblocks = HW / GEMM_MIN_COLS >= per_group ? per_group : 1;
@@ -423,7 +438,7 @@ static int conv(const lnpu_step *s, void **slots) {
     if (p[C_IM2COL] && cx.mblocks == 1) {  /* more column blocks, so each one's im2col
                                              * columns stay in L2 for its GEMM */
         int64_t fit = K * HW * (int64_t)sizeof(float) / COLS_BLOCK_BYTES;
-        int64_t step = cx.nblocks % pool.threads ? 1 : pool.threads;
+        int64_t step = cx.nblocks % nc ? 1 : nc;
         while (cx.nblocks < fit && (cx.nblocks + step) * GEMM_MIN_COLS <= HW) cx.nblocks += step;
     }
     int64_t im2col_tasks = task_count((double)rows * HW / COPY_FLOATS_PER_NS, rows);
@@ -844,12 +859,14 @@ static void softmax(const lnpu_step *s, void **slots) {
 
 /* ---- runner ---------------------------------------------------------------------------- */
 
-/* Run steps[0..count) on the slot address table. `seconds`, when not NULL, receives each
- * step's wall time (the profile). Returns 0; 1 + the index of a step with an unknown op (a
- * lowering bug); -1 when a kernel found no host memory for its scratch; -2 when no sgemm
- * was set. */
-API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, double *seconds) {
+/* Run steps[0..count) on the slot address table, on at most `threads` cores (0: all).
+ * `seconds`, when not NULL, receives each step's wall time (the profile). Returns 0; 1 + the
+ * index of a step with an unknown op (a lowering bug); -1 when a kernel found no host memory
+ * for its scratch; -2 when no sgemm was set. */
+API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, double *seconds,
+                     int threads) {
     if (!sgemm) return -2;
+    run_cores = threads;
     atomic_fetch_add(&pool.running, 1);
     int64_t status = 0;
     for (int64_t i = 0; i < count && !status; i++) {

@@ -18,6 +18,10 @@ can pass its own `weights` buffer (shared across sessions, or allocated outside)
 own `arena` (an internal memory group); the executor retains both and releases them on
 close. Runs of one executor are serialized by its lock (pass a shared `lock` when several
 executors share an arena); use one executor per thread for parallelism.
+
+Steps run on the native kernels (native_steps: one C call per run of consecutive native
+steps, split over the NPU's cores, at most `cores` of them when given) or on their numpy
+kernel; `profile=True` accumulates each step's seconds in `step_seconds`.
 """
 
 from __future__ import annotations
@@ -122,8 +126,12 @@ class Executor:
         arena: DeviceBuffer | np.ndarray | None = None,
         lock: threading.Lock | None = None,
         profile: bool = False,
+        cores: int = 0,
     ):
         program.validate()
+        if not isinstance(cores, int) or isinstance(cores, bool) or cores < 0:
+            raise ValueError(f"cores must be an int >= 0 (0: all the NPU's cores), got {cores!r}")
+        self.cores = cores
         # The native library runs the steps it can (native_steps) unless the caller brings
         # its own kernel table, which then runs every step.
         self._segments: list[int | NativeRun] = (
@@ -334,10 +342,10 @@ class Executor:
     def _run_native(self, segment: NativeRun) -> None:
         """One native call for the segment's steps (timed per step when profiling)."""
         if self.step_seconds is None:
-            segment.run(self._addresses)
+            segment.run(self._addresses, None, self.cores)
             return
         timed = (ctypes.c_double * segment.count)()
-        segment.run(self._addresses, timed)
+        segment.run(self._addresses, timed, self.cores)
         self.step_seconds[segment.first:segment.first + segment.count] += timed
 
     @property

@@ -24,7 +24,7 @@ import threading
 from provider.errors import LitenpuError
 
 __all__ = ["Step", "OPS", "MAX_SLOTS", "MAX_PARAMS", "library", "set_threads", "threads",
-           "default_threads", "run"]
+           "default_threads", "worker_tasks", "run"]
 
 log = logging.getLogger("litenpu.npu")
 
@@ -101,7 +101,8 @@ def library() -> C.CDLL | None:
                 lib.lnpu_set_sgemm(C.c_void_p(sgemm))
                 lib.lnpu_set_threads(C.c_int(default_threads()))
                 lib.lnpu_run.restype = C.c_int64
-                lib.lnpu_run.argtypes = [C.c_void_p, C.c_int64, C.c_void_p, C.c_void_p]
+                lib.lnpu_worker_tasks.restype = C.c_int64
+                lib.lnpu_run.argtypes = [C.c_void_p, C.c_int64, C.c_void_p, C.c_void_p, C.c_int]
                 _state["blas"] = blas
                 why = ""
             except (ImportError, OSError, AttributeError) as exc:
@@ -113,7 +114,9 @@ def library() -> C.CDLL | None:
 
 
 def set_threads(n: int) -> None:
-    """Run native kernels on `n` cores from now on (1: on the calling thread only)."""
+    """Give the NPU `n` cores from now on (1: the calling thread only). A process-wide
+    device setting, for when no run is in progress; a session's `npu_threads` option uses
+    at most these."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"NPU thread count must be a positive int, got {n!r}")
     lib = library()
@@ -127,11 +130,19 @@ def threads() -> int:
     return int(lib.lnpu_threads()) if lib is not None else 1
 
 
-def run(steps: C.Array, count: int, addresses: C.Array, seconds: C.Array | None = None) -> None:
-    """Run steps[:count] on the slot address table; per-step seconds into `seconds`."""
+def worker_tasks() -> int:
+    """Tasks the NPU's worker cores (not the calling threads) have run in this process."""
+    lib = library()
+    return int(lib.lnpu_worker_tasks()) if lib is not None else 0
+
+
+def run(steps: C.Array, count: int, addresses: C.Array, seconds: C.Array | None = None,
+        cores: int = 0) -> None:
+    """Run steps[:count] on the slot address table, on at most `cores` of the NPU's cores
+    (0: all); per-step seconds into `seconds`."""
     lib = library()
     assert lib is not None, "native steps were lowered without the library"
-    status = lib.lnpu_run(steps, count, addresses, seconds)
+    status = lib.lnpu_run(steps, count, addresses, seconds, cores)
     if status == -1:
         raise MemoryError("native NPU kernel: no host memory for its scratch buffer")
     if status:

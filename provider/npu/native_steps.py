@@ -257,8 +257,8 @@ class NativeRun:
     steps: native.Step
     count: int
 
-    def run(self, addresses, seconds=None) -> None:
-        native.run(self.steps, self.count, addresses, seconds)
+    def run(self, addresses, seconds=None, cores: int = 0) -> None:
+        native.run(self.steps, self.count, addresses, seconds, cores)
 
 
 def segments(program: Program) -> list[int | NativeRun]:

@@ -10,6 +10,7 @@ and turned back into strings only at the ABI edge. The compile-cache options (`c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -31,6 +32,7 @@ class NpuOptions:
     min_partition_nodes: int = 1  # smaller NPU partitions stay on onnxruntime's CPU kernels
     disable_ops: tuple[str, ...] = ()  # ONNX op types never claimed (e.g. ("Conv", "Gemm"))
     enable_fp16: bool = False  # compile NPU programs with fp16 storage between ops
+    npu_threads: int = 0  # NPU cores this session's kernels use (0: all the NPU's cores)
     # memory controls (provider/memory_controls.py)
     mem_alloc_outside: bool = False  # the caller supplies weight and internal memory
     internal_memory_group: str = ""  # sessions of one group share one arena, runs serialized
@@ -93,14 +95,17 @@ def _to_string(value: Any) -> str:
     return str(value)
 
 
-def _int_at_least_1(key: str, raw: Any) -> int:
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        raise InvalidOptionError(f"option {key}={raw!r}: expected an integer >= 1") from None
-    if isinstance(raw, bool) or value < 1:
-        raise InvalidOptionError(f"option {key}={raw!r}: expected an integer >= 1")
-    return value
+def _int_at_least(minimum: int) -> Callable[[str, Any], int]:
+    """Parser of an integer option >= minimum."""
+    def parse(key: str, raw: Any) -> int:
+        try:
+            value = int(raw)
+        except (TypeError, ValueError):
+            value = minimum - 1
+        if isinstance(raw, bool) or value < minimum:
+            raise InvalidOptionError(f"option {key}={raw!r}: expected an integer >= {minimum}")
+        return value
+    return parse
 
 
 def _op_list(key: str, raw: Any) -> tuple[str, ...]:
@@ -130,6 +135,7 @@ def _group_name(key: str, raw: Any) -> str:
     return raw.strip()
 
 
-_PARSERS = {"min_partition_nodes": _int_at_least_1, "disable_ops": _op_list, "enable_fp16": _bool,
+_PARSERS = {"min_partition_nodes": _int_at_least(1), "disable_ops": _op_list, "enable_fp16": _bool,
+            "npu_threads": _int_at_least(0),
             "mem_alloc_outside": _bool, "internal_memory_group": _group_name,
             "share_weights": _bool}
