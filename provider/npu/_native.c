@@ -63,7 +63,11 @@ API void lnpu_set_sgemm(void *fn) { sgemm = (sgemm_fn)fn; }
 /* ---- thread pool ----------------------------------------------------------------------- */
 
 #define MAX_THREADS 64
+/* The tunables below (SPIN_NS, TASK_NS, GEMM_*, DW_SMALL_PLANE) may be overridden with -D to
+ * compare settings: a benchmark, not a guess, decides them. */
+#ifndef SPIN_NS
 #define SPIN_NS 500000L /* idle workers spin this long after a run before they sleep */
+#endif
 
 typedef void (*task_fn)(const void *ctx, int64_t task);
 
@@ -131,8 +135,10 @@ static void *worker(void *arg) {
         long start = now_ns(), g;
         unsigned spins = 0;
         while ((g = atomic_load(&pool.generation)) == seen) {
+            spin(&spins);
+            if (spins % 64) continue;  /* the clock only now and then */
             if (atomic_load_explicit(&pool.running, memory_order_relaxed) > 0) start = now_ns();
-            if (now_ns() - start < SPIN_NS) { spin(&spins); continue; }
+            if (now_ns() - start < SPIN_NS) continue;
             pthread_mutex_lock(&pool.mu);
             pool.sleeping++;
             while (atomic_load(&pool.generation) == seen && !pool.stop)
@@ -226,12 +232,17 @@ static void parallel(task_fn fn, const void *ctx, int64_t tasks) {
 /* How many tasks a kernel of about `ns` nanoseconds on one core is worth: one per
  * TASK_NS (handing a task to a spinning worker costs well under a microsecond), up to 4
  * per core, at most `limit`. Rates for the estimates: */
+#ifndef TASK_NS
 #define TASK_NS 4000.0
+#endif
 #define GEMM_MACS_PER_NS 80.0   /* fp32 GEMM on one AVX-512 core */
 #define COPY_FLOATS_PER_NS 4.0  /* short strided copies (im2col) */
-#define GEMM_TASKS_PER_CORE 2
-#define GEMM_MIN_COLS 128       /* narrower GEMMs run well below OpenBLAS's peak */
-#define COLS_BLOCK_BYTES (1 << 20)
+#ifndef GEMM_TASKS_PER_CORE
+#define GEMM_TASKS_PER_CORE 1
+#endif
+#ifndef GEMM_MIN_COLS
+#define GEMM_MIN_COLS 96        /* narrower GEMMs run well below OpenBLAS's peak */
+#endif
 static int64_t task_count(double ns, int64_t limit) {
     int64_t n = cores() == 1 ? 1 : (int64_t)(ns / TASK_NS);
     if (n > 4 * cores()) n = 4 * cores();
@@ -371,7 +382,11 @@ MULTIVERSION static void phase_task(const void *ctx, int64_t t) {
             float *row = cx->phase + ((t * SW + pw) * H + ih) * WQ;
             const float *in = xc + ih * W + off;
             for (int64_t q = 0; q < lo; q++) row[q] = 0.0f;
-            for (int64_t q = lo; q < hi; q++) row[q] = in[q * SW];
+            if (SW == 2) {  /* a constant stride vectorizes (shuffles) */
+                for (int64_t q = lo; q < hi; q++) row[q] = in[2 * q];
+            } else {
+                for (int64_t q = lo; q < hi; q++) row[q] = in[q * SW];
+            }
             for (int64_t q = hi; q < WQ; q++) row[q] = 0.0f;
         }
     }
@@ -422,9 +437,10 @@ static int conv(const lnpu_step *s, void **slots) {
                    act_of(s, C_ACT), 0, 1, 1, 0, NULL, 0};
     int64_t G = p[C_G], OG = p[C_O] / G, HW = p[C_OH] * p[C_OW];
     int64_t K = p[C_C] / G * p[C_KH] * p[C_KW], rows = p[C_C] * p[C_KH] * p[C_KW];
-    /* GEMM tasks: a few per core (fewer, larger GEMMs pack their operands fewer times),
-     * whole columns blocks of >= GEMM_MIN_COLS when there are enough (each builds its own
-     * im2col columns), else blocks of output channels */
+    /* GEMM tasks: one per core (more, smaller GEMMs pack their operands more often and run
+     * measurably slower), whole column blocks of >= GEMM_MIN_COLS when there are enough
+     * (each builds its own im2col columns, which it then finds in cache), else blocks of
+     * output channels */
     int64_t want = task_count((double)p[C_O] * K * HW / GEMM_MACS_PER_NS, 1 << 20);
     int nc = cores();
     if (want > GEMM_TASKS_PER_CORE * nc) want = GEMM_TASKS_PER_CORE * nc;
@@ -434,12 +450,6 @@ static int conv(const lnpu_step *s, void **slots) {
         cx.nblocks = HW / GEMM_MIN_COLS >= per_group ? per_group : 1;
         int64_t left = (per_group + cx.nblocks - 1) / cx.nblocks;
         cx.mblocks = OG / 16 > 1 ? (OG / 16 < left ? OG / 16 : left) : 1;
-    }
-    if (p[C_IM2COL] && cx.mblocks == 1) {  /* more column blocks, so each one's im2col
-                                             * columns stay in L2 for its GEMM */
-        int64_t fit = K * HW * (int64_t)sizeof(float) / COLS_BLOCK_BYTES;
-        int64_t step = cx.nblocks % nc ? 1 : nc;
-        while (cx.nblocks < fit && (cx.nblocks + step) * GEMM_MIN_COLS <= HW) cx.nblocks += step;
     }
     int64_t im2col_tasks = task_count((double)rows * HW / COPY_FLOATS_PER_NS, rows);
     cx.rows_per_task = (rows + im2col_tasks - 1) / im2col_tasks;
@@ -500,18 +510,24 @@ MULTIVERSION static void window_plane(const window_t *g, int kind, const float *
             int64_t hi = g->w - off <= 0 ? 0 : (g->w - off + SW - 1) / SW;
             if (hi > WQ) hi = WQ;
             if (lo > hi) lo = hi;
-            for (int64_t k = 0; k < plane; k++) q[k] = pad;
             int64_t r0 = g->pt - ph > 0 ? (g->pt - ph + g->sh - 1) / g->sh : 0;
-            for (int64_t r = r0; r < HQ; r++) {
-                int64_t ih = r * g->sh + ph - g->pt;
-                if (ih >= g->h) break;
-                const float *in = xc + ih * g->w + off;
+            int64_t r1 = (g->h - 1 - ph + g->pt) / g->sh + 1;  /* rows [r0, r1) hold input */
+            if (r1 > HQ) r1 = HQ;
+            if (r0 > r1) r0 = r1;
+            for (int64_t k = 0; k < r0 * WQ; k++) q[k] = pad;
+            for (int64_t k = r1 * WQ; k < plane; k++) q[k] = pad;
+            for (int64_t r = r0; r < r1; r++) {
+                const float *in = xc + (r * g->sh + ph - g->pt) * g->w + off;
                 float *row = q + r * WQ;
+                for (int64_t c = 0; c < lo; c++) row[c] = pad;
                 if (SW == 1) {
                     for (int64_t c = lo; c < hi; c++) row[c] = in[c];
+                } else if (SW == 2) {  /* a constant stride vectorizes (shuffles) */
+                    for (int64_t c = lo; c < hi; c++) row[c] = in[2 * c];
                 } else {
                     for (int64_t c = lo; c < hi; c++) row[c] = in[c * SW];
                 }
+                for (int64_t c = hi; c < WQ; c++) row[c] = pad;
             }
         }
     }
@@ -605,7 +621,9 @@ static int windowed(window_ctx *cx) {
  * multiply-add across the block's channels (on a 4x4 plane the per-plane loops of
  * window_plane would be all overhead), then transposed back with the epilogue. */
 #define DW_BLOCK 16
+#ifndef DW_SMALL_PLANE
 #define DW_SMALL_PLANE 64  /* output planes up to this many pixels go channels-last */
+#endif
 
 typedef struct {
     const int64_t *p;

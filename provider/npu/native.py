@@ -57,11 +57,23 @@ def _extension_path() -> str | None:
 
 
 def _load_blas() -> tuple[C.CDLL, int]:
-    """OpenBLAS from scipy-openblas32, set to one thread; (library, address of its sgemm)."""
-    import scipy_openblas32
+    """OpenBLAS from scipy-openblas32, set to one thread; (library, address of its sgemm).
 
-    blas = C.CDLL(os.path.join(scipy_openblas32.get_lib_dir(),
-                               scipy_openblas32.get_library(fullname=True)))
+    OpenBLAS starts its thread pool when it loads, sized by OPENBLAS_NUM_THREADS, and idle
+    pool threads poll: loaded with 1 it starts none (numpy's own OpenBLAS, loaded before,
+    keeps its setting)."""
+    saved = os.environ.get("OPENBLAS_NUM_THREADS")
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        import scipy_openblas32
+
+        blas = C.CDLL(os.path.join(scipy_openblas32.get_lib_dir(),
+                                   scipy_openblas32.get_library(fullname=True)))
+    finally:
+        if saved is None:
+            del os.environ["OPENBLAS_NUM_THREADS"]
+        else:
+            os.environ["OPENBLAS_NUM_THREADS"] = saved
     for prefix in ("scipy_", ""):
         if hasattr(blas, f"{prefix}cblas_sgemm"):
             getattr(blas, f"{prefix}openblas_set_num_threads")(C.c_int(1))
