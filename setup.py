@@ -21,7 +21,7 @@ setup(
         Extension(
             "provider.npu._native",
             sources=["provider/npu/_native.c"],
-            extra_compile_args=["-O3", "-fvisibility=hidden", "-std=c11"],
+            extra_compile_args=["-O3", "-fvisibility=hidden", "-std=c11", "-ffp-contract=fast"],
             libraries=["m"],
         ),
     ]

@@ -427,9 +427,190 @@ static void gemm_task(const void *ctx, int64_t t) {
                  res ? res + m * HW + n0 : NULL, cx->act);
 }
 
+/* ---- direct convolution ----------------------------------------------------------------
+ *
+ * A KxK conv without im2col. The image is copied once into zero-padded phase planes per
+ * channel (as for the windowed kernels: phase (ph, pw) holds padded rows ph, ph + SH, ... and
+ * columns pw, pw + SW, ...; stride 1 has one phase, the padded image), WQ columns wide, and
+ * the output is computed on rows of the same width WQ, flattened: output position
+ * k = oh * WQ + ow reads tap (i, j) of channel c at
+ *     phase[c][(i*DH) % SH][(j*DW) % SW][k + (i*DH / SH) * WQ + j*DW / SW],
+ * one offset per tap for every k. A tile of OB output channels x DNV vectors of consecutive
+ * positions keeps its OB x DNV accumulators in registers; each (c, tap) step loads DNV
+ * input vectors and broadcasts OB weights. The WQ - OW extra columns of each row are computed
+ * and dropped. */
+#ifndef DIRECT_CONV
+#define DIRECT_CONV 1
+#endif
+#define DVEC 16                   /* floats per vector (one AVX-512 register) */
+#ifndef DNV
+#define DNV 3                     /* vectors per tile: 48 positions (2 and 4 measured slower) */
+#endif
+#define DTILE (DVEC * DNV)
+#define DIRECT_OB 8               /* output channels per tile */
+#define MAX_TAPS 64
+typedef float vf __attribute__((vector_size(DVEC * sizeof(float)), aligned(4)));
+
+typedef struct {
+    const int64_t *p;
+    const float *x, *w, *bias, *res;
+    float *y, *phases;            /* C x SH*SW phase planes of `plane` floats */
+    act_t act;
+    int64_t n, wq, hq, plane, span, ptiles, oblocks;
+    int64_t taps, tap_off[MAX_TAPS];  /* per tap: offset within a channel's phases */
+} direct_ctx;
+
+/* One tile: OB output channels (weights wo, row stride K) x DTILE positions from src0 (the
+ * group's first channel at the tile's first position), stored to out (OB rows of DTILE). */
+static inline __attribute__((always_inline)) void direct_tile(
+        const direct_ctx *cx, const float *wo, int64_t K, const float *src0, float *out, int OB) {
+    int64_t CG = cx->p[C_C] / cx->p[C_G], cstride = cx->p[C_SH] * cx->p[C_SW] * cx->plane;
+    vf acc[DIRECT_OB][DNV];
+    for (int o = 0; o < OB; o++)
+        for (int v = 0; v < DNV; v++) acc[o][v] = (vf){0};
+    int64_t t = 0;
+    for (int64_t c = 0; c < CG; c++) {
+        const float *xc = src0 + c * cstride;
+        for (int64_t tap = 0; tap < cx->taps; tap++, t++) {
+            const float *src = xc + cx->tap_off[tap];
+            vf x[DNV];
+            for (int v = 0; v < DNV; v++) memcpy(&x[v], src + v * DVEC, sizeof(vf));
+            for (int o = 0; o < OB; o++) {
+                float w1 = wo[o * K + t];
+                vf wv = {w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1};
+                for (int v = 0; v < DNV; v++) acc[o][v] += wv * x[v];
+            }
+        }
+    }
+    for (int o = 0; o < OB; o++)
+        for (int v = 0; v < DNV; v++) memcpy(out + o * DTILE + v * DVEC, &acc[o][v], sizeof(vf));
+}
+
+MULTIVERSION static void direct_tile_any(const direct_ctx *cx, const float *wo, int64_t K,
+                                         const float *src0, float *out, int ob) {
+    switch (ob) {  /* constant tile heights, so the accumulators stay in registers */
+    case 8: direct_tile(cx, wo, K, src0, out, 8); break;
+    case 4: direct_tile(cx, wo, K, src0, out, 4); break;
+    case 2: direct_tile(cx, wo, K, src0, out, 2); break;
+    default: direct_tile(cx, wo, K, src0, out, 1); break;
+    }
+}
+
+/* Task t: one block of DIRECT_OB output channels (of one group) over every position tile. */
+static void direct_task(const void *ctx, int64_t t) {
+    const direct_ctx *cx = ctx;
+    const int64_t *p = cx->p;
+    int64_t G = p[C_G], O = p[C_O], OG = O / G, OH = p[C_OH], OW = p[C_OW], WQ = cx->wq;
+    int64_t K = p[C_C] / G * p[C_KH] * p[C_KW];
+    int64_t g = t / cx->oblocks, o0 = g * OG + t % cx->oblocks * DIRECT_OB;
+    int64_t o1 = o0 + DIRECT_OB < (g + 1) * OG ? o0 + DIRECT_OB : (g + 1) * OG;
+    float tile[DIRECT_OB * DTILE];
+    const float *src_g = cx->phases + g * (p[C_C] / G) * p[C_SH] * p[C_SW] * cx->plane;
+    for (int64_t o = o0; o < o1;) {  /* the block in tiles of 8, 4, 2, 1 channels */
+        int ob = o1 - o >= 8 ? 8 : o1 - o >= 4 ? 4 : o1 - o >= 2 ? 2 : 1;
+        for (int64_t pt = 0; pt < cx->ptiles; pt++) {
+            int64_t k0 = pt * DTILE, k1 = k0 + DTILE < cx->span ? k0 + DTILE : cx->span;
+            direct_tile_any(cx, cx->w + o * K, K, src_g + k0, tile, ob);
+            for (int r = 0; r < ob; r++) {  /* the tile's valid positions, with the epilogue */
+                int64_t oc = o + r;
+                float *y = cx->y + (cx->n * O + oc) * OH * OW;
+                const float *res = cx->res ? cx->res + (cx->n * O + oc) * OH * OW : NULL;
+                for (int64_t oh = k0 / WQ; oh * WQ < k1; oh++) {  /* row pieces in the tile */
+                    int64_t a = k0 > oh * WQ ? k0 - oh * WQ : 0;
+                    int64_t e = k1 - oh * WQ < OW ? k1 - oh * WQ : OW;
+                    if (a >= e) continue;
+                    float *out = y + oh * OW + a;
+                    const float *in = tile + r * DTILE + oh * WQ + a - k0;
+                    for (int64_t q = 0; q < e - a; q++) out[q] = in[q];
+                    epilogue(out, e - a, cx->bias ? cx->bias[oc] : 0.0f,
+                             res ? res + oh * OW + a : NULL, cx->act);
+                }
+            }
+        }
+        o += ob;
+    }
+}
+
+/* The phase planes of channel t (zero padding, zero slack after each plane for the last
+ * tiles' overrun). */
+MULTIVERSION static void direct_phase_task(const void *ctx, int64_t t) {
+    const direct_ctx *cx = ctx;
+    const int64_t *p = cx->p;
+    int64_t H = p[C_H], W = p[C_W], SH = p[C_SH], SW = p[C_SW], WQ = cx->wq;
+    const float *xc = cx->x + (cx->n * p[C_C] + t) * H * W;
+    for (int64_t ph = 0; ph < SH; ph++) {
+        for (int64_t pw = 0; pw < SW; pw++) {
+            float *q = cx->phases + ((t * SH + ph) * SW + pw) * cx->plane;
+            int64_t off = pw - p[C_PL];  /* columns c with c * SW + off in [0, W) */
+            int64_t lo = off >= 0 ? 0 : (-off + SW - 1) / SW;
+            int64_t hi = W - off <= 0 ? 0 : (W - off + SW - 1) / SW;
+            if (hi > WQ) hi = WQ;
+            if (lo > hi) lo = hi;
+            memset(q, 0, cx->plane * sizeof(float));
+            for (int64_t r = 0; r < cx->hq; r++) {
+                int64_t ih = r * SH + ph - p[C_PT];
+                if (ih < 0 || ih >= H) continue;
+                const float *in = xc + ih * W + off;
+                float *row = q + r * WQ;
+                if (SW == 1) {
+                    for (int64_t c = lo; c < hi; c++) row[c] = in[c];
+                } else if (SW == 2) {  /* a constant stride vectorizes (shuffles) */
+                    for (int64_t c = lo; c < hi; c++) row[c] = in[2 * c];
+                } else {
+                    for (int64_t c = lo; c < hi; c++) row[c] = in[c * SW];
+                }
+            }
+        }
+    }
+}
+
+/* Direct for windows (not 1x1: GEMM does those better) with enough taps per group to fill
+ * the tiles, and planes that waste little of the last tile and of the WQ - OW extra columns
+ * (a 7x7 output computes 96 positions for 49): measured per conv shape against im2col+GEMM. */
+static int direct_eligible(const int64_t *p) {
+    int64_t taps = p[C_KH] * p[C_KW];
+    if (taps == 1 || taps > MAX_TAPS || p[C_C] / p[C_G] * taps < 32) return 0;
+    int64_t wq = p[C_OW] + (p[C_KW] - 1) * p[C_DW] / p[C_SW];
+    int64_t computed = (p[C_OH] * wq + DTILE - 1) / DTILE * DTILE;
+    return p[C_OH] * p[C_OW] * 10 >= computed * 7;
+}
+
+/* Returns -1 when there is no host memory for the phase planes. */
+static int direct_conv(const lnpu_step *s, void **slots) {
+    const int64_t *p = s->p;
+    int64_t SH = p[C_SH], SW = p[C_SW], OH = p[C_OH], OW = p[C_OW];
+    int64_t G = p[C_G], OG = p[C_O] / G;
+    direct_ctx cx = {p, slots[s->slot[S_X]], slots[s->slot[S_W]],
+                     s->slot[S_BIAS] >= 0 ? slots[s->slot[S_BIAS]] : NULL,
+                     s->slot[S_RES] >= 0 ? slots[s->slot[S_RES]] : NULL, slots[s->slot[S_Y]],
+                     NULL, act_of(s, C_ACT), 0, 0, 0, 0, 0, 0, (OG + DIRECT_OB - 1) / DIRECT_OB,
+                     p[C_KH] * p[C_KW], {0}};
+    int64_t row_reach = (p[C_KH] - 1) * p[C_DH] / SH, col_reach = (p[C_KW] - 1) * p[C_DW] / SW;
+    cx.wq = OW + col_reach;
+    cx.hq = OH + row_reach + 1;  /* + a spare row: the last taps read past their row end */
+    cx.span = OH * cx.wq;
+    cx.ptiles = (cx.span + DTILE - 1) / DTILE;
+    cx.plane = cx.hq * cx.wq + DTILE;  /* + slack: the last tile reads past the span */
+    for (int64_t i = 0; i < p[C_KH]; i++) {
+        for (int64_t j = 0; j < p[C_KW]; j++) {
+            int64_t a = i * p[C_DH], b = j * p[C_DW];
+            cx.tap_off[i * p[C_KW] + j] = ((a % SH) * SW + b % SW) * cx.plane + a / SH * cx.wq + b / SW;
+        }
+    }
+    cx.phases = thread_scratch(p[C_C] * SH * SW * cx.plane);
+    if (!cx.phases) return -1;
+    for (int64_t n = 0; n < p[C_N]; n++) {
+        cx.n = n;
+        parallel(direct_phase_task, &cx, p[C_C]);
+        parallel(direct_task, &cx, G * cx.oblocks);
+    }
+    return 0;
+}
+
 /* Returns -1 when there is no host memory for a strided conv's phases. */
 static int conv(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p;
+    if (DIRECT_CONV && direct_eligible(p)) return direct_conv(s, slots);
     conv_ctx cx = {p, slots[s->slot[S_X]], slots[s->slot[S_W]],
                    s->slot[S_BIAS] >= 0 ? slots[s->slot[S_BIAS]] : NULL,
                    s->slot[S_RES] >= 0 ? slots[s->slot[S_RES]] : NULL,
