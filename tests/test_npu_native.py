@@ -14,6 +14,7 @@ the per-step profile.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import subprocess
@@ -190,6 +191,38 @@ def test_conv_native_matches_numpy(geometry, seed):
 ], ids=str)
 def test_conv_cases_native_match_numpy(case):
     check_native(*conv_model(rng(1), **case), "conv2d")
+
+
+@pytest.mark.parametrize("case, direct", [
+    ({"c": 64, "o": 32, "k": (1, 1), "stride": (2, 2), "hw": (14, 14)}, 0),
+    ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (7, 7)}, 0),
+    ({"c": 3, "o": 16, "k": (3, 3), "stride": (2, 2), "hw": (31, 31)}, 0),
+    ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (28, 28)}, 1),
+], ids=str)
+def test_conv_method_follows_the_measured_rule(case, direct):
+    """1x1 convs, 7x7 outputs (96 positions computed for 49) and 27-tap stems stay on
+    im2col + GEMM; a 3x3 conv on a 28x28 plane is direct. Both give numpy's values."""
+    model, feeds = conv_model(rng(4), **case)
+    program = check_native(model, feeds, "conv2d")
+    step = native_steps.lower(program, 0)
+    assert native.library().lnpu_conv_is_direct(ctypes.byref(step)) == direct
+
+
+@pytest.mark.parametrize("case", [
+    {"c": 8, "o": 13, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (20, 20), "n": 2, "act": "RELU"},
+    {"c": 16, "o": 8, "group": 2, "k": (3, 3), "pads": (1, 2, 0, 1), "hw": (17, 23)},
+    {"c": 6, "o": 16, "k": (3, 5), "dil": (2, 1), "pads": (2, 2, 2, 2), "hw": (19, 21),
+     "residual": True, "act": "RELU6"},
+    {"c": 3, "o": 9, "k": (7, 7), "stride": (2, 2), "pads": (3, 3, 3, 3), "hw": (40, 40)},
+    {"c": 8, "o": 8, "k": (3, 3), "stride": (3, 2), "pads": (1, 0, 1, 0), "hw": (33, 31)},
+], ids=str)
+def test_direct_conv_cases_match_numpy(case):
+    """Convs the native library computes directly (no im2col): channel tiles of 8/4/2/1,
+    groups, dilation, strides, uneven pads, residual."""
+    model, feeds = conv_model(rng(3), **case)
+    program = check_native(model, feeds, "conv2d")
+    step = native_steps.lower(program, 0)
+    assert native.library().lnpu_conv_is_direct(ctypes.byref(step)) == 1
 
 
 @pytest.mark.parametrize("case", [
