@@ -268,6 +268,47 @@ static float *thread_scratch(int64_t floats) {
     return (float *)(block + 8);
 }
 
+/* ---- shared index helpers --------------------------------------------------------------- */
+
+/* [*lo, *hi): the columns c < limit whose input column c * stride + off lies in [0, w). */
+static inline void valid_columns(int64_t off, int64_t stride, int64_t w, int64_t limit,
+                                 int64_t *lo, int64_t *hi) {
+    *lo = off >= 0 ? 0 : (-off + stride - 1) / stride;
+    *hi = w - off <= 0 ? 0 : (w - off + stride - 1) / stride;
+    if (*hi > limit) *hi = limit;
+    if (*lo > *hi) *lo = *hi;
+}
+
+/* One phase plane of a channel: q[r][c] = x[r*sh + ph - pt][c*sw + pw - pl] for r < hq,
+ * c < wq, `pad` outside the input. Inlined into the vectorized callers; a constant stride
+ * of 2 vectorizes (shuffles) where a run-time stride would not. */
+static inline __attribute__((always_inline)) void fill_phase(
+        float *restrict q, int64_t hq, int64_t wq, const float *restrict x, int64_t h,
+        int64_t w, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t pt, int64_t pl,
+        float pad) {
+    int64_t lo, hi, off = pw - pl;
+    valid_columns(off, sw, w, wq, &lo, &hi);
+    int64_t r0 = pt - ph > 0 ? (pt - ph + sh - 1) / sh : 0;
+    int64_t r1 = (h - 1 - ph + pt) / sh + 1;  /* rows [r0, r1) hold input */
+    if (r1 > hq) r1 = hq;
+    if (r0 > r1) r0 = r1;
+    for (int64_t k = 0; k < r0 * wq; k++) q[k] = pad;
+    for (int64_t k = r1 * wq; k < hq * wq; k++) q[k] = pad;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *in = x + (r * sh + ph - pt) * w + off;
+        float *row = q + r * wq;
+        for (int64_t c = 0; c < lo; c++) row[c] = pad;
+        if (sw == 1) {
+            for (int64_t c = lo; c < hi; c++) row[c] = in[c];
+        } else if (sw == 2) {
+            for (int64_t c = lo; c < hi; c++) row[c] = in[2 * c];
+        } else {
+            for (int64_t c = lo; c < hi; c++) row[c] = in[c * sw];
+        }
+        for (int64_t c = hi; c < wq; c++) row[c] = pad;
+    }
+}
+
 /* ---- fused epilogue -------------------------------------------------------------------- */
 
 typedef struct {
@@ -336,12 +377,8 @@ MULTIVERSION static void im2col(const conv_ctx *cx, int64_t r0, int64_t r1, int6
         int64_t c = r / (KH * KW), i = r / KW % KH, j = r % KW;
         const float *xc = x + c * H * W;
         float *row = cx->cols + r * HW;
-        int64_t off = j * DW - PL;
-        /* output columns whose input column ow*SW + off lies in [0, W) */
-        int64_t lo = off >= 0 ? 0 : (-off + SW - 1) / SW;
-        int64_t hi = W - off <= 0 ? 0 : (W - off + SW - 1) / SW;
-        if (hi > OW) hi = OW;
-        if (lo > hi) lo = hi;
+        int64_t off = j * DW - PL, lo, hi;
+        valid_columns(off, SW, W, OW, &lo, &hi);
         for (int64_t oh = k0 / OW; oh * OW < k1; oh++) {
             int64_t a = k0 > oh * OW ? k0 - oh * OW : 0;       /* this row's columns [a, b) */
             int64_t b = k1 < (oh + 1) * OW ? k1 - oh * OW : OW;
@@ -370,26 +407,10 @@ MULTIVERSION static void im2col(const conv_ctx *cx, int64_t r0, int64_t r1, int6
 MULTIVERSION static void phase_task(const void *ctx, int64_t t) {
     const conv_ctx *cx = ctx;
     const int64_t *p = cx->p;
-    int64_t H = p[C_H], W = p[C_W], SW = p[C_SW], PL = p[C_PL], WQ = cx->wq;
-    const float *xc = cx->x + (cx->n * p[C_C] + t) * H * W;
-    for (int64_t pw = 0; pw < SW; pw++) {
-        int64_t off = pw - PL;  /* phase columns q with q * SW + off in [0, W) */
-        int64_t lo = off >= 0 ? 0 : (-off + SW - 1) / SW;
-        int64_t hi = W - off <= 0 ? 0 : (W - off + SW - 1) / SW;
-        if (hi > WQ) hi = WQ;
-        if (lo > hi) lo = hi;
-        for (int64_t ih = 0; ih < H; ih++) {
-            float *row = cx->phase + ((t * SW + pw) * H + ih) * WQ;
-            const float *in = xc + ih * W + off;
-            for (int64_t q = 0; q < lo; q++) row[q] = 0.0f;
-            if (SW == 2) {  /* a constant stride vectorizes (shuffles) */
-                for (int64_t q = lo; q < hi; q++) row[q] = in[2 * q];
-            } else {
-                for (int64_t q = lo; q < hi; q++) row[q] = in[q * SW];
-            }
-            for (int64_t q = hi; q < WQ; q++) row[q] = 0.0f;
-        }
-    }
+    int64_t H = p[C_H], W = p[C_W], SW = p[C_SW];
+    for (int64_t pw = 0; pw < SW; pw++)
+        fill_phase(cx->phase + (t * SW + pw) * H * cx->wq, H, cx->wq,
+                   cx->x + (cx->n * p[C_C] + t) * H * W, H, W, 1, SW, 0, pw, 0, p[C_PL], 0.0f);
 }
 
 static void im2col_task(const void *ctx, int64_t t) {
@@ -536,30 +557,13 @@ static void direct_task(const void *ctx, int64_t t) {
 MULTIVERSION static void direct_phase_task(const void *ctx, int64_t t) {
     const direct_ctx *cx = ctx;
     const int64_t *p = cx->p;
-    int64_t H = p[C_H], W = p[C_W], SH = p[C_SH], SW = p[C_SW], WQ = cx->wq;
-    const float *xc = cx->x + (cx->n * p[C_C] + t) * H * W;
+    int64_t H = p[C_H], W = p[C_W], SH = p[C_SH], SW = p[C_SW];
     for (int64_t ph = 0; ph < SH; ph++) {
         for (int64_t pw = 0; pw < SW; pw++) {
             float *q = cx->phases + ((t * SH + ph) * SW + pw) * cx->plane;
-            int64_t off = pw - p[C_PL];  /* columns c with c * SW + off in [0, W) */
-            int64_t lo = off >= 0 ? 0 : (-off + SW - 1) / SW;
-            int64_t hi = W - off <= 0 ? 0 : (W - off + SW - 1) / SW;
-            if (hi > WQ) hi = WQ;
-            if (lo > hi) lo = hi;
-            memset(q, 0, cx->plane * sizeof(float));
-            for (int64_t r = 0; r < cx->hq; r++) {
-                int64_t ih = r * SH + ph - p[C_PT];
-                if (ih < 0 || ih >= H) continue;
-                const float *in = xc + ih * W + off;
-                float *row = q + r * WQ;
-                if (SW == 1) {
-                    for (int64_t c = lo; c < hi; c++) row[c] = in[c];
-                } else if (SW == 2) {  /* a constant stride vectorizes (shuffles) */
-                    for (int64_t c = lo; c < hi; c++) row[c] = in[2 * c];
-                } else {
-                    for (int64_t c = lo; c < hi; c++) row[c] = in[c * SW];
-                }
-            }
+            fill_phase(q, cx->hq, cx->wq, cx->x + (cx->n * p[C_C] + t) * H * W, H, W, SH, SW,
+                       ph, pw, p[C_PT], p[C_PL], 0.0f);
+            for (int64_t k = cx->hq * cx->wq; k < cx->plane; k++) q[k] = 0.0f;
         }
     }
 }
@@ -683,35 +687,10 @@ MULTIVERSION static void window_plane(const window_t *g, int kind, const float *
                                       act_t act, float *restrict yc, float *restrict scratch) {
     int64_t HQ = g->hq, WQ = g->wq, plane = HQ * WQ, SW = g->sw;
     float pad = kind == WIN_MAX ? -INFINITY : 0.0f;
-    for (int64_t ph = 0; ph < g->sh; ph++) {
-        for (int64_t pw = 0; pw < SW; pw++) {
-            float *q = scratch + (ph * SW + pw) * plane;
-            int64_t off = pw - g->pl;  /* columns c with c * SW + off in [0, W) */
-            int64_t lo = off >= 0 ? 0 : (-off + SW - 1) / SW;
-            int64_t hi = g->w - off <= 0 ? 0 : (g->w - off + SW - 1) / SW;
-            if (hi > WQ) hi = WQ;
-            if (lo > hi) lo = hi;
-            int64_t r0 = g->pt - ph > 0 ? (g->pt - ph + g->sh - 1) / g->sh : 0;
-            int64_t r1 = (g->h - 1 - ph + g->pt) / g->sh + 1;  /* rows [r0, r1) hold input */
-            if (r1 > HQ) r1 = HQ;
-            if (r0 > r1) r0 = r1;
-            for (int64_t k = 0; k < r0 * WQ; k++) q[k] = pad;
-            for (int64_t k = r1 * WQ; k < plane; k++) q[k] = pad;
-            for (int64_t r = r0; r < r1; r++) {
-                const float *in = xc + (r * g->sh + ph - g->pt) * g->w + off;
-                float *row = q + r * WQ;
-                for (int64_t c = 0; c < lo; c++) row[c] = pad;
-                if (SW == 1) {
-                    for (int64_t c = lo; c < hi; c++) row[c] = in[c];
-                } else if (SW == 2) {  /* a constant stride vectorizes (shuffles) */
-                    for (int64_t c = lo; c < hi; c++) row[c] = in[2 * c];
-                } else {
-                    for (int64_t c = lo; c < hi; c++) row[c] = in[c * SW];
-                }
-                for (int64_t c = hi; c < WQ; c++) row[c] = pad;
-            }
-        }
-    }
+    for (int64_t ph = 0; ph < g->sh; ph++)
+        for (int64_t pw = 0; pw < SW; pw++)
+            fill_phase(scratch + (ph * SW + pw) * plane, HQ, WQ, xc, g->h, g->w, g->sh, SW, ph,
+                       pw, g->pt, g->pl, pad);
     float *wide = scratch + g->sh * SW * plane;
     int64_t span = g->oh * WQ;
     for (int64_t k = 0; k < span; k++) wide[k] = kind == WIN_DW ? b : pad;
