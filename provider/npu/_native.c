@@ -268,6 +268,18 @@ static float *thread_scratch(int64_t floats) {
     return (float *)(block + 8);
 }
 
+/* Give back this thread's scratch if it grew past SCRATCH_KEEP_BYTES (a big conv's phase
+ * planes), so an idle process does not hold it. */
+#define SCRATCH_KEEP_BYTES (8L << 20)
+static void trim_thread_scratch(void) {
+    pthread_once(&scratch_once, make_scratch_key);
+    int64_t *block = pthread_getspecific(scratch_key);
+    if (block && block[0] * (int64_t)sizeof(float) > SCRATCH_KEEP_BYTES) {
+        free(block);
+        pthread_setspecific(scratch_key, NULL);
+    }
+}
+
 /* ---- shared index helpers --------------------------------------------------------------- */
 
 /* [*lo, *hi): the columns c < limit whose input column c * stride + off lies in [0, w). */
@@ -1066,6 +1078,7 @@ API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, double
         if (seconds) seconds[i] = (now_ns() - t0) * 1e-9;
     }
     atomic_fetch_sub(&pool.running, 1);
+    trim_thread_scratch();
     return status;
 }
 
