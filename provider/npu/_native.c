@@ -333,28 +333,34 @@ static act_t act_of(const lnpu_step *s, int at) {
     return a;
 }
 
-/* y[i] = act(y[i] + bias [+ res[i]]) for i < n, in one pass. */
-MULTIVERSION static void epilogue(float *restrict y, int64_t n, float bias,
-                                  const float *restrict res, act_t act) {
+/* y[i] = act(x[i] + bias [+ res[i]]) for i < n, in one pass; y may be x. */
+static inline __attribute__((always_inline)) void finish(
+        float *y, const float *x, int64_t n, float bias, const float *res, act_t act) {
     float lo = act.lo, hi = act.hi, alpha = act.alpha;
     if (act.kind == ACT_LEAKY) {
         for (int64_t i = 0; i < n; i++) {
-            float v = y[i] + bias + (res ? res[i] : 0.0f);
+            float v = x[i] + bias + (res ? res[i] : 0.0f);
             y[i] = v < 0.0f ? v * alpha : v;
         }
     } else if (res) {
         for (int64_t i = 0; i < n; i++) {
-            float v = y[i] + bias + res[i];
+            float v = x[i] + bias + res[i];
             v = v < lo ? lo : v;
             y[i] = v > hi ? hi : v;
         }
     } else {
         for (int64_t i = 0; i < n; i++) {
-            float v = y[i] + bias;
+            float v = x[i] + bias;
             v = v < lo ? lo : v;
             y[i] = v > hi ? hi : v;
         }
     }
+}
+
+/* y[i] = act(y[i] + bias [+ res[i]]) for i < n, in one pass (for callers that are not
+ * compiled per instruction set themselves; the others inline finish). */
+MULTIVERSION static void epilogue(float *y, int64_t n, float bias, const float *res, act_t act) {
+    finish(y, y, n, bias, res, act);
 }
 
 /* ---- convolution ----------------------------------------------------------------------- */
@@ -530,7 +536,7 @@ MULTIVERSION static void direct_tile_any(const direct_ctx *cx, const float *wo, 
 }
 
 /* Task t: one block of DIRECT_OB output channels (of one group) over every position tile. */
-static void direct_task(const void *ctx, int64_t t) {
+MULTIVERSION static void direct_task(const void *ctx, int64_t t) {
     const direct_ctx *cx = ctx;
     const int64_t *p = cx->p;
     int64_t G = p[C_G], O = p[C_O], OG = O / G, OH = p[C_OH], OW = p[C_OW], WQ = cx->wq;
@@ -552,11 +558,8 @@ static void direct_task(const void *ctx, int64_t t) {
                     int64_t a = k0 > oh * WQ ? k0 - oh * WQ : 0;
                     int64_t e = k1 - oh * WQ < OW ? k1 - oh * WQ : OW;
                     if (a >= e) continue;
-                    float *out = y + oh * OW + a;
-                    const float *in = tile + r * DTILE + oh * WQ + a - k0;
-                    for (int64_t q = 0; q < e - a; q++) out[q] = in[q];
-                    epilogue(out, e - a, cx->bias ? cx->bias[oc] : 0.0f,
-                             res ? res + oh * OW + a : NULL, cx->act);
+                    finish(y + oh * OW + a, tile + r * DTILE + oh * WQ + a - k0, e - a,
+                           cx->bias ? cx->bias[oc] : 0.0f, res ? res + oh * OW + a : NULL, cx->act);
                 }
             }
         }
@@ -721,27 +724,13 @@ MULTIVERSION static void window_plane(const window_t *g, int kind, const float *
             }
         }
     }
-    float lo = act.lo, hi = act.hi;
-    for (int64_t oh = 0; oh < g->oh; oh++) {
-        const float *in = wide + oh * WQ;
-        float *out = yc + oh * g->ow;
+    for (int64_t oh = 0; oh < g->oh; oh++) {  /* crop the rows, with the epilogue */
+        float *in = wide + oh * WQ;
         if (kind == WIN_AVG) {
             const float *rc = recip + oh * g->ow;
-            for (int64_t ow = 0; ow < g->ow; ow++) out[ow] = in[ow] * rc[ow];
-        } else if (res) {
-            const float *rr = res + oh * g->ow;
-            for (int64_t ow = 0; ow < g->ow; ow++) out[ow] = in[ow] + rr[ow];
-        } else {
-            for (int64_t ow = 0; ow < g->ow; ow++) out[ow] = in[ow];
+            for (int64_t ow = 0; ow < g->ow; ow++) in[ow] *= rc[ow];
         }
-        if (act.kind == ACT_LEAKY) {
-            for (int64_t ow = 0; ow < g->ow; ow++) out[ow] = out[ow] < 0.0f ? out[ow] * act.alpha : out[ow];
-        } else {
-            for (int64_t ow = 0; ow < g->ow; ow++) {
-                float v = out[ow] < lo ? lo : out[ow];
-                out[ow] = v > hi ? hi : v;
-            }
-        }
+        finish(yc + oh * g->ow, in, g->ow, 0.0f, res ? res + oh * g->ow : NULL, act);
     }
 }
 
