@@ -260,6 +260,16 @@ def test_pool_native_matches_numpy(op, kh, kw, sh, sw, pads, ceil, include, n, c
 
 
 @pytest.mark.parametrize("op", ["MaxPoolFusion", "AvgPoolFusion"])
+def test_pool_over_the_whole_plane_runs_as_a_global_pool(op):
+    """A 7x7 window on a 7x7 plane (ResNet's and ShuffleNet's final pools) is a global pool:
+    one reduction per plane instead of a windowed pass."""
+    x = randn(rng(5), 2, 40, 7, 7)
+    model = lite_graph(op, pool_attrs((7, 7), (1, 1), (0, 0, 0, 0), False, True, op), [("x", x, False)])
+    program = check_native(model, {"x": x}, "max_pool" if op == "MaxPoolFusion" else "avg_pool")
+    assert native_steps.lower(program, 0).op == native.OPS["global_pool"]
+
+
+@pytest.mark.parametrize("op", ["MaxPoolFusion", "AvgPoolFusion"])
 @pytest.mark.parametrize("shape", [(1, 1, 1, 1), (2, 3, 5, 6), (1, 16, 7, 7), (1, 4, 1, 30)], ids=str)
 @pytest.mark.parametrize("act", ACTS)
 def test_global_pool_native_matches_numpy(op, shape, act):

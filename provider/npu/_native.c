@@ -904,27 +904,53 @@ static int pool2d(const lnpu_step *s, void **slots, int max) {
     return windowed(&cx);
 }
 
-/* global pool: planes, plane size, max?, act */
+/* global pool: planes, plane size, max?, act. Task t: a block of planes, each reduced in
+ * GP_LANES partial sums (maxima) that vectorize, then combined. */
 enum { G_PLANES, G_SIZE, G_MAX, G_ACT };
+#define GP_LANES 16
+
+typedef struct {
+    const float *x;
+    float *y;
+    int64_t size, per_task, planes;
+    int max;
+    act_t act;
+} gpool_ctx;
+
+MULTIVERSION static void gpool_task(const void *ctx, int64_t t) {
+    const gpool_ctx *cx = ctx;
+    int64_t q0 = t * cx->per_task, q1 = q0 + cx->per_task < cx->planes ? q0 + cx->per_task : cx->planes;
+    int64_t size = cx->size, whole = size / GP_LANES * GP_LANES;
+    for (int64_t q = q0; q < q1; q++) {
+        const float *xc = cx->x + q * size;
+        float lane[GP_LANES], r;
+        if (cx->max) {
+            for (int l = 0; l < GP_LANES; l++) lane[l] = -INFINITY;
+            for (int64_t i = 0; i < whole; i += GP_LANES)
+                for (int l = 0; l < GP_LANES; l++) lane[l] = xc[i + l] > lane[l] ? xc[i + l] : lane[l];
+            r = -INFINITY;
+            for (int l = 0; l < GP_LANES; l++) r = lane[l] > r ? lane[l] : r;
+            for (int64_t i = whole; i < size; i++) r = xc[i] > r ? xc[i] : r;
+        } else {
+            for (int l = 0; l < GP_LANES; l++) lane[l] = 0.0f;
+            for (int64_t i = 0; i < whole; i += GP_LANES)
+                for (int l = 0; l < GP_LANES; l++) lane[l] += xc[i + l];
+            double sum = 0.0;
+            for (int l = 0; l < GP_LANES; l++) sum += lane[l];
+            for (int64_t i = whole; i < size; i++) sum += xc[i];
+            r = (float)(sum / (double)size);
+        }
+        finish(cx->y + q, &r, 1, 0.0f, NULL, cx->act);
+    }
+}
 
 static void global_pool(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p;
-    const float *x = slots[s->slot[0]];
-    float *y = slots[s->slot[1]];
-    int64_t size = p[G_SIZE];
-    for (int64_t q = 0; q < p[G_PLANES]; q++) {
-        const float *xc = x + q * size;
-        if (p[G_MAX]) {
-            float m = -INFINITY;
-            for (int64_t i = 0; i < size; i++) m = xc[i] > m ? xc[i] : m;
-            y[q] = m;
-        } else {
-            double acc = 0.0;
-            for (int64_t i = 0; i < size; i++) acc += xc[i];
-            y[q] = (float)(acc / (double)size);
-        }
-    }
-    epilogue(y, p[G_PLANES], 0.0f, NULL, act_of(s, G_ACT));
+    gpool_ctx cx = {slots[s->slot[0]], slots[s->slot[1]], p[G_SIZE], 1, p[G_PLANES],
+                    (int)p[G_MAX], act_of(s, G_ACT)};
+    int64_t tasks = task_count((double)p[G_PLANES] * p[G_SIZE] / COPY_FLOATS_PER_NS, p[G_PLANES]);
+    cx.per_task = (p[G_PLANES] + tasks - 1) / tasks;
+    parallel(gpool_task, &cx, (p[G_PLANES] + cx.per_task - 1) / cx.per_task);
 }
 
 /* ---- data movement --------------------------------------------------------------------- */

@@ -126,6 +126,14 @@ def _pool(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: _Builder) -
     if len(ins) > 1 and ins[1].shape != (oh, ow):
         return False
     top, _, left, _ = attrs["pads"]
+    if (oh, ow) == (1, 1) and list(attrs["kernel"]) == [h, wd] and not any(attrs["pads"]):
+        # one window over the whole plane (a classifier's final pool): a global pool; with
+        # no padding an average's reciprocal count is 1 / (H * W), the global mean's
+        is_max = b.step.op == native.OPS["max_pool"]
+        b.step.op = native.OPS["global_pool"]
+        b.params(n * c, h * wd, is_max)
+        b.slots(b.inputs[0], b.outputs[0])
+        return b.activation(attrs.get("activation", "NO_ACTIVATION"))
     b.params(n * c, h, wd, oh, ow, *attrs["kernel"], *attrs["stride"], top, left)
     b.slots(b.inputs[0], b.inputs[1] if len(ins) > 1 else None, b.outputs[0])
     return b.activation(attrs.get("activation", "NO_ACTIVATION"))
