@@ -482,6 +482,9 @@ static void gemm_task(const void *ctx, int64_t t) {
 #define DIRECT_CONV 1
 #endif
 #define DVEC 16                   /* floats per vector (one AVX-512 register) */
+#ifndef DIRECT_MIN_K
+#define DIRECT_MIN_K 32           /* multiply-adds per output below which GEMM wins */
+#endif
 #ifndef DNV
 #define DNV 3                     /* vectors per tile: 48 positions (2 and 4 measured slower) */
 #endif
@@ -588,7 +591,7 @@ MULTIVERSION static void direct_phase_task(const void *ctx, int64_t t) {
  * (a 7x7 output computes 96 positions for 49): measured per conv shape against im2col+GEMM. */
 static int direct_eligible(const int64_t *p) {
     int64_t taps = p[C_KH] * p[C_KW];
-    if (taps == 1 || taps > MAX_TAPS || p[C_C] / p[C_G] * taps < 32) return 0;
+    if (taps == 1 || taps > MAX_TAPS || p[C_C] / p[C_G] * taps < DIRECT_MIN_K) return 0;
     int64_t wq = p[C_OW] + (p[C_KW] - 1) * p[C_DW] / p[C_SW];
     int64_t computed = (p[C_OH] * wq + DTILE - 1) / DTILE * DTILE;
     return p[C_OH] * p[C_OW] * 10 >= computed * 7;
