@@ -250,19 +250,25 @@ static int64_t task_count(double ns, int64_t limit) {
     return n < 1 ? 1 : n;
 }
 
-static pthread_key_t scratch_key;
+/* Per-thread scratch, in two independent slots: SCRATCH_PLANES (phase planes, window
+ * planes; a conv's caller keeps its phases there while its own tasks run) and
+ * SCRATCH_PACK (a task's packed weights). */
+enum { SCRATCH_PLANES, SCRATCH_PACK, SCRATCH_SLOTS };
+static pthread_key_t scratch_key[SCRATCH_SLOTS];
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-static void make_scratch_key(void) { pthread_key_create(&scratch_key, free); }
+static void make_scratch_keys(void) {
+    for (int i = 0; i < SCRATCH_SLOTS; i++) pthread_key_create(&scratch_key[i], free);
+}
 
-/* This thread's scratch of at least `floats` floats (kept for its next kernels, freed when
- * the thread ends), or NULL when out of memory. */
-static float *thread_scratch(int64_t floats) {
-    pthread_once(&scratch_once, make_scratch_key);
-    int64_t *block = pthread_getspecific(scratch_key);
+/* This thread's scratch `slot` of at least `floats` floats, 64-byte aligned (kept for its
+ * next kernels, freed when the thread ends), or NULL when out of memory. */
+static float *thread_scratch(int slot, int64_t floats) {
+    pthread_once(&scratch_once, make_scratch_keys);
+    int64_t *block = pthread_getspecific(scratch_key[slot]);
     if (block && block[0] >= floats) return (float *)(block + 8);
     free(block);
-    block = malloc(64 + floats * sizeof(float));
-    pthread_setspecific(scratch_key, block);
+    block = aligned_alloc(64, (64 + floats * sizeof(float) + 63) / 64 * 64);
+    pthread_setspecific(scratch_key[slot], block);
     if (!block) return NULL;
     block[0] = floats;
     return (float *)(block + 8);
@@ -272,11 +278,13 @@ static float *thread_scratch(int64_t floats) {
  * planes), so an idle process does not hold it. */
 #define SCRATCH_KEEP_BYTES (8L << 20)
 static void trim_thread_scratch(void) {
-    pthread_once(&scratch_once, make_scratch_key);
-    int64_t *block = pthread_getspecific(scratch_key);
-    if (block && block[0] * (int64_t)sizeof(float) > SCRATCH_KEEP_BYTES) {
-        free(block);
-        pthread_setspecific(scratch_key, NULL);
+    pthread_once(&scratch_once, make_scratch_keys);
+    for (int i = 0; i < SCRATCH_SLOTS; i++) {
+        int64_t *block = pthread_getspecific(scratch_key[i]);
+        if (block && block[0] * (int64_t)sizeof(float) > SCRATCH_KEEP_BYTES) {
+            free(block);
+            pthread_setspecific(scratch_key[i], NULL);
+        }
     }
 }
 
@@ -500,12 +508,14 @@ typedef struct {
     act_t act;
     int64_t n, wq, hq, plane, span, ptiles, oblocks;
     int64_t taps, tap_off[MAX_TAPS];  /* per tap: offset within a channel's phases */
+    atomic_int *failed;           /* set by a task whose thread has no memory to pack into */
 } direct_ctx;
 
-/* One tile: OB output channels (weights wo, row stride K) x DTILE positions from src0 (the
- * group's first channel at the tile's first position), stored to out (OB rows of DTILE). */
+/* One tile: OB output channels (weights packed wp[t * OB + o]: the OB broadcasts of a step
+ * read one run of floats) x DTILE positions from src0 (the group's first channel at the
+ * tile's first position), stored to out (OB rows of DTILE). */
 static inline __attribute__((always_inline)) void direct_tile(
-        const direct_ctx *cx, const float *wo, int64_t K, const float *src0, float *out, int OB) {
+        const direct_ctx *cx, const float *wp, const float *src0, float *out, int OB) {
     int64_t CG = cx->p[C_C] / cx->p[C_G], cstride = cx->p[C_SH] * cx->p[C_SW] * cx->plane;
     vf acc[DIRECT_OB][DNV];
     for (int o = 0; o < OB; o++)
@@ -518,7 +528,7 @@ static inline __attribute__((always_inline)) void direct_tile(
             vf x[DNV];
             for (int v = 0; v < DNV; v++) memcpy(&x[v], src + v * DVEC, sizeof(vf));
             for (int o = 0; o < OB; o++) {
-                float w1 = wo[o * K + t];
+                float w1 = wp[t * OB + o];
                 vf wv = {w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1};
                 for (int v = 0; v < DNV; v++) acc[o][v] += wv * x[v];
             }
@@ -528,13 +538,13 @@ static inline __attribute__((always_inline)) void direct_tile(
         for (int v = 0; v < DNV; v++) memcpy(out + o * DTILE + v * DVEC, &acc[o][v], sizeof(vf));
 }
 
-MULTIVERSION static void direct_tile_any(const direct_ctx *cx, const float *wo, int64_t K,
+MULTIVERSION static void direct_tile_any(const direct_ctx *cx, const float *wp,
                                          const float *src0, float *out, int ob) {
     switch (ob) {  /* constant tile heights, so the accumulators stay in registers */
-    case 8: direct_tile(cx, wo, K, src0, out, 8); break;
-    case 4: direct_tile(cx, wo, K, src0, out, 4); break;
-    case 2: direct_tile(cx, wo, K, src0, out, 2); break;
-    default: direct_tile(cx, wo, K, src0, out, 1); break;
+    case 8: direct_tile(cx, wp, src0, out, 8); break;
+    case 4: direct_tile(cx, wp, src0, out, 4); break;
+    case 2: direct_tile(cx, wp, src0, out, 2); break;
+    default: direct_tile(cx, wp, src0, out, 1); break;
     }
 }
 
@@ -548,11 +558,15 @@ MULTIVERSION static void direct_task(const void *ctx, int64_t t) {
     int64_t o1 = o0 + DIRECT_OB < (g + 1) * OG ? o0 + DIRECT_OB : (g + 1) * OG;
     float tile[DIRECT_OB * DTILE];
     const float *src_g = cx->phases + g * (p[C_C] / G) * p[C_SH] * p[C_SW] * cx->plane;
+    float *wp = thread_scratch(SCRATCH_PACK, DIRECT_OB * K);
+    if (!wp) { atomic_store(cx->failed, 1); return; }
     for (int64_t o = o0; o < o1;) {  /* the block in tiles of 8, 4, 2, 1 channels */
         int ob = o1 - o >= 8 ? 8 : o1 - o >= 4 ? 4 : o1 - o >= 2 ? 2 : 1;
+        for (int64_t k = 0; k < K; k++)
+            for (int r = 0; r < ob; r++) wp[k * ob + r] = cx->w[(o + r) * K + k];
         for (int64_t pt = 0; pt < cx->ptiles; pt++) {
             int64_t k0 = pt * DTILE, k1 = k0 + DTILE < cx->span ? k0 + DTILE : cx->span;
-            direct_tile_any(cx, cx->w + o * K, K, src_g + k0, tile, ob);
+            direct_tile_any(cx, wp, src_g + k0, tile, ob);
             for (int r = 0; r < ob; r++) {  /* the tile's valid positions, with the epilogue */
                 int64_t oc = o + r;
                 float *y = cx->y + (cx->n * O + oc) * OH * OW;
@@ -602,11 +616,12 @@ static int direct_conv(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p;
     int64_t SH = p[C_SH], SW = p[C_SW], OH = p[C_OH], OW = p[C_OW];
     int64_t G = p[C_G], OG = p[C_O] / G;
+    atomic_int failed = 0;
     direct_ctx cx = {p, slots[s->slot[S_X]], slots[s->slot[S_W]],
                      s->slot[S_BIAS] >= 0 ? slots[s->slot[S_BIAS]] : NULL,
                      s->slot[S_RES] >= 0 ? slots[s->slot[S_RES]] : NULL, slots[s->slot[S_Y]],
                      NULL, act_of(s, C_ACT), 0, 0, 0, 0, 0, 0, (OG + DIRECT_OB - 1) / DIRECT_OB,
-                     p[C_KH] * p[C_KW], {0}};
+                     p[C_KH] * p[C_KW], {0}, &failed};
     int64_t row_reach = (p[C_KH] - 1) * p[C_DH] / SH, col_reach = (p[C_KW] - 1) * p[C_DW] / SW;
     cx.wq = OW + col_reach;
     cx.hq = OH + row_reach + 1;  /* + a spare row: the last taps read past their row end */
@@ -619,14 +634,14 @@ static int direct_conv(const lnpu_step *s, void **slots) {
             cx.tap_off[i * p[C_KW] + j] = ((a % SH) * SW + b % SW) * cx.plane + a / SH * cx.wq + b / SW;
         }
     }
-    cx.phases = thread_scratch(p[C_C] * SH * SW * cx.plane);
+    cx.phases = thread_scratch(SCRATCH_PLANES, p[C_C] * SH * SW * cx.plane);
     if (!cx.phases) return -1;
     for (int64_t n = 0; n < p[C_N]; n++) {
         cx.n = n;
         parallel(direct_phase_task, &cx, p[C_C]);
         parallel(direct_task, &cx, G * cx.oblocks);
     }
-    return 0;
+    return atomic_load(&failed) ? -1 : 0;
 }
 
 /* Returns -1 when there is no host memory for a strided conv's phases. */
@@ -658,7 +673,7 @@ static int conv(const lnpu_step *s, void **slots) {
     cx.rows_per_task = (rows + im2col_tasks - 1) / im2col_tasks;
     if (p[C_IM2COL] && p[C_SW] > 1) {  /* the calling thread's scratch, read by every task */
         cx.wq = p[C_OW] + (p[C_KW] - 1) * p[C_DW] / p[C_SW];
-        cx.phase = thread_scratch(p[C_C] * p[C_SW] * p[C_H] * cx.wq);
+        cx.phase = thread_scratch(SCRATCH_PLANES, p[C_C] * p[C_SW] * p[C_H] * cx.wq);
         if (!cx.phase) return -1;
     }
     for (int64_t n = 0; n < p[C_N]; n++) {
@@ -752,7 +767,7 @@ typedef struct {
 static void window_task(const void *ctx, int64_t t) {
     const window_ctx *cx = ctx;
     const window_t *g = &cx->g;
-    float *scratch = thread_scratch(window_scratch(g));
+    float *scratch = thread_scratch(SCRATCH_PLANES, window_scratch(g));
     if (!scratch) { atomic_store(cx->failed, 1); return; }
     int64_t q0 = t * cx->per_task, q1 = q0 + cx->per_task;
     if (q1 > cx->planes) q1 = cx->planes;
@@ -856,7 +871,7 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
 
 static void dwcl_task(const void *ctx, int64_t t) {
     const dwcl_ctx *cx = ctx;
-    float *scratch = thread_scratch(dwcl_scratch(cx));
+    float *scratch = thread_scratch(SCRATCH_PLANES, dwcl_scratch(cx));
     if (!scratch) { atomic_store(cx->failed, 1); return; }
     int64_t total = cx->p[C_N] * cx->blocks, q0 = t * cx->per_task, q1 = q0 + cx->per_task;
     for (int64_t q = q0; q < q1 && q < total; q++)
