@@ -176,13 +176,13 @@ def test_conv_native_matches_numpy(geometry, seed):
     {"c": 16, "o": 32, "k": (1, 1), "hw": (14, 14)},
     {"c": 16, "o": 24, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (28, 28), "n": 2, "act": "RELU6"},
     {"c": 8, "o": 8, "k": (3, 3), "pads": (1, 1, 1, 1), "residual": True, "act": "RELU"},
-    # depthwise on both sides of DW_SMALL_PLANE (64 output pixels): channels-last blocks of
+    # depthwise on both sides of DW_SMALL_PLANE (256 output pixels): channels-last blocks of
     # 16 channels (20: a partial block) vs one plane at a time
-    {"c": 20, "o": 20, "group": 20, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (8, 8),
+    {"c": 20, "o": 20, "group": 20, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (16, 16),
      "residual": True, "act": "RELU6"},
     {"c": 20, "o": 40, "group": 20, "k": (3, 3), "stride": (2, 2), "pads": (1, 1, 1, 1),
      "hw": (9, 7), "n": 2},
-    {"c": 20, "o": 20, "group": 20, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (9, 9),
+    {"c": 20, "o": 20, "group": 20, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (17, 17),
      "residual": True, "act": "RELU"},
     {"c": 12, "o": 24, "group": 12, "k": (5, 5), "stride": (2, 2), "pads": (2, 2, 2, 2),
      "hw": (33, 31), "dil": (1, 2)},

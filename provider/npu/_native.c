@@ -490,6 +490,9 @@ static void gemm_task(const void *ctx, int64_t t) {
 #define DIRECT_CONV 1
 #endif
 #define DVEC 16                   /* floats per vector (one AVX-512 register) */
+#ifndef DIRECT_1X1
+#define DIRECT_1X1 0              /* 1x1 convs: OpenBLAS was measured faster */
+#endif
 #ifndef DIRECT_MIN_K
 #define DIRECT_MIN_K 32           /* multiply-adds per output below which GEMM wins */
 #endif
@@ -605,7 +608,8 @@ MULTIVERSION static void direct_phase_task(const void *ctx, int64_t t) {
  * (a 7x7 output computes 96 positions for 49): measured per conv shape against im2col+GEMM. */
 static int direct_eligible(const int64_t *p) {
     int64_t taps = p[C_KH] * p[C_KW];
-    if (taps == 1 || taps > MAX_TAPS || p[C_C] / p[C_G] * taps < DIRECT_MIN_K) return 0;
+    if ((taps == 1 && !DIRECT_1X1) || taps > MAX_TAPS || p[C_C] / p[C_G] * taps < DIRECT_MIN_K)
+        return 0;
     int64_t wq = p[C_OW] + (p[C_KW] - 1) * p[C_DW] / p[C_SW];
     int64_t computed = (p[C_OH] * wq + DTILE - 1) / DTILE * DTILE;
     return p[C_OH] * p[C_OW] * 10 >= computed * 7;
@@ -801,7 +805,8 @@ static int windowed(window_ctx *cx) {
  * window_plane would be all overhead), then transposed back with the epilogue. */
 #define DW_BLOCK 16
 #ifndef DW_SMALL_PLANE
-#define DW_SMALL_PLANE 64  /* output planes up to this many pixels go channels-last */
+#define DW_SMALL_PLANE 256  /* output planes up to this many pixels go channels-last (64 and
+                            * 1024 measured slower on MobileNetV2 and ShuffleNet) */
 #endif
 
 typedef struct {
