@@ -797,8 +797,6 @@ static int windowed(window_ctx *cx) {
     return atomic_load(&failed) ? -1 : 0;
 }
 
-/* Depthwise conv (one input channel per group): conv parameters, slots x, w, bias,
- * residual, y. */
 /* Depthwise conv on small planes, channels last: a block of DW_BLOCK output channels is
  * transposed to (pixel, channel), padded, so that every tap of every pixel is one vector
  * multiply-add across the block's channels (on a 4x4 plane the per-plane loops of
