@@ -500,7 +500,9 @@ static void gemm_task(const void *ctx, int64_t t) {
 #define DNV 3                     /* vectors per tile: 48 positions (2 and 4 measured slower) */
 #endif
 #define DTILE (DVEC * DNV)
+#ifndef DIRECT_OB
 #define DIRECT_OB 8               /* output channels per tile */
+#endif
 #define MAX_TAPS 64
 typedef float vf __attribute__((vector_size(DVEC * sizeof(float)), aligned(4)));
 
@@ -543,12 +545,11 @@ static inline __attribute__((always_inline)) void direct_tile(
 
 MULTIVERSION static void direct_tile_any(const direct_ctx *cx, const float *wp,
                                          const float *src0, float *out, int ob) {
-    switch (ob) {  /* constant tile heights, so the accumulators stay in registers */
-    case 8: direct_tile(cx, wp, src0, out, 8); break;
-    case 4: direct_tile(cx, wp, src0, out, 4); break;
-    case 2: direct_tile(cx, wp, src0, out, 2); break;
-    default: direct_tile(cx, wp, src0, out, 1); break;
-    }
+    /* constant tile heights, so the accumulators stay in registers */
+    if (ob == DIRECT_OB) direct_tile(cx, wp, src0, out, DIRECT_OB);
+    else if (ob == 4) direct_tile(cx, wp, src0, out, 4);
+    else if (ob == 2) direct_tile(cx, wp, src0, out, 2);
+    else direct_tile(cx, wp, src0, out, 1);
 }
 
 /* Task t: one block of DIRECT_OB output channels (of one group) over every position tile. */
@@ -564,7 +565,7 @@ MULTIVERSION static void direct_task(const void *ctx, int64_t t) {
     float *wp = thread_scratch(SCRATCH_PACK, DIRECT_OB * K);
     if (!wp) { atomic_store(cx->failed, 1); return; }
     for (int64_t o = o0; o < o1;) {  /* the block in tiles of 8, 4, 2, 1 channels */
-        int ob = o1 - o >= 8 ? 8 : o1 - o >= 4 ? 4 : o1 - o >= 2 ? 2 : 1;
+        int ob = o1 - o >= DIRECT_OB ? DIRECT_OB : o1 - o >= 4 ? 4 : o1 - o >= 2 ? 2 : 1;
         for (int64_t k = 0; k < K; k++)
             for (int r = 0; r < ob; r++) wp[k * ob + r] = cx->w[(o + r) * K + k];
         for (int64_t pt = 0; pt < cx->ptiles; pt++) {
