@@ -1,13 +1,16 @@
 """Build hook: compiles the two plain C libraries of the package, loaded with ctypes.
 
 - provider/ort/_trampoline.c: the onnxruntime plugin-EP trampoline;
-- provider/npu/_native.c: the reference NPU's compiled kernels and its thread pool.
+- provider/npu/csrc/*.c: the reference NPU's compiled kernels and its thread pool, built as
+  provider/npu/_native.
 
 Everything else about the package lives in pyproject.toml. Neither library has a Python
 module init; each is built as an Extension only to get the compiler, the platform suffix and
 the install location for free: `pip install .` puts it next to its package's __init__.py,
 `pip install -e .` builds it in place.
 """
+
+import glob
 
 from setuptools import Extension, setup
 
@@ -20,7 +23,8 @@ setup(
         ),
         Extension(
             "provider.npu._native",
-            sources=["provider/npu/_native.c"],
+            sources=sorted(glob.glob("provider/npu/csrc/*.c")),
+            depends=["provider/npu/csrc/npu.h"],
             extra_compile_args=["-O3", "-fvisibility=hidden", "-std=c11", "-ffp-contract=fast"],
             libraries=["m"],
         ),

@@ -1,4 +1,4 @@
-"""The native NPU kernels (`provider/npu/_native.c`) against the numpy kernels.
+"""The native NPU kernels (`provider/npu/csrc/`) against the numpy kernels.
 
 The numpy kernels in `provider/npu/kernels/` define what every Program step computes and
 are checked against onnxruntime elsewhere (test_npu_kernels.py); here the same compiled

@@ -1,4 +1,4 @@
-"""The reference NPU's compiled kernels (`_native.c`), its cores and its BLAS.
+"""The reference NPU's compiled kernels (`csrc/`, built as `_native`), its cores and its BLAS.
 
 The numpy kernels in `kernels/` define what every step computes; this library runs the
 steps that dominate CNNs (conv, depthwise conv, pooling, concat, transpose, fully
@@ -30,7 +30,7 @@ log = logging.getLogger("litenpu.npu")
 
 MAX_SLOTS = 16
 MAX_PARAMS = 32
-# Op codes of lnpu_step.op, in _native.c's order.
+# Op codes of lnpu_step.op, in csrc/npu.h's order.
 OPS = {name: code for code, name in enumerate(
     ("conv", "dwconv", "max_pool", "avg_pool", "global_pool", "concat", "transpose",
      "matmul", "activation", "softmax"), start=1)}

@@ -1,8 +1,9 @@
 """Lowering of Program steps to native steps (`native.Step`), and the runs of them.
 
 `lower(step, slots)` returns the Step that computes what the numpy kernel of `step` computes,
-or None when the step is outside what `_native.c` does (a dtype other than float32, a fused
-activation without a clamp form, batched matmul, ...): that step stays on its numpy kernel.
+or None when the step is outside what the compiled kernels (`csrc/`) do (a dtype other than
+float32, a fused activation without a clamp form, batched matmul, ...): that step stays on
+its numpy kernel.
 Every size the C code relies on is checked here against the slots, once, at executor
 creation. `segments(program)` groups consecutive native steps so that one C call runs each
 group.
@@ -24,7 +25,7 @@ __all__ = ["NativeRun", "lower", "segments"]
 F32 = np.dtype(np.float32)
 INF = float(np.finfo(np.float32).max) * 2  # becomes +inf as float32
 
-# Fused activations with a clamp form: (lo, hi); ACT_CLAMP in _native.c.
+# Fused activations with a clamp form: (lo, hi); ACT_CLAMP in csrc/npu.h.
 _CLAMPS = {"NO_ACTIVATION": (-INF, INF), "RELU": (0.0, INF), "RELU6": (0.0, 6.0)}
 _ACT_CLAMP, _ACT_LEAKY = 0, 1
 

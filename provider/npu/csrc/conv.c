@@ -1,0 +1,147 @@
+/* Convolution as im2col + OpenBLAS GEMM (with a fused epilogue), or direct (direct.c). */
+#include "npu.h"
+
+#ifndef GEMM_TASKS_PER_CORE
+#define GEMM_TASKS_PER_CORE 1
+#endif
+#ifndef GEMM_MIN_COLS
+#define GEMM_MIN_COLS 96        /* narrower GEMMs run well below OpenBLAS's peak */
+#endif
+
+typedef struct {
+    const int64_t *p;
+    const float *x, *w, *bias, *res;
+    float *y, *cols;
+    act_t act;
+    int64_t n;                    /* image */
+    int64_t mblocks, nblocks, rows_per_task;
+    float *phase;                 /* strided convs: the image's column phases, else NULL */
+    int64_t wq;                   /* width of a phase row */
+} conv_ctx;
+
+/* Rows [r0, r1), columns [k0, k1) of the image's im2col matrix (C*KH*KW, OH*OW): row
+ * (c, i, j) holds input channel c shifted by tap (i, j), zero where the tap falls in the
+ * padding; column k is output pixel (k / OW, k % OW). */
+MULTIVERSION static void im2col(const conv_ctx *cx, int64_t r0, int64_t r1, int64_t k0, int64_t k1) {
+    const int64_t *p = cx->p;
+    int64_t H = p[C_H], W = p[C_W], OW = p[C_OW], KH = p[C_KH], KW = p[C_KW];
+    int64_t SH = p[C_SH], SW = p[C_SW], DH = p[C_DH], DW = p[C_DW], PT = p[C_PT], PL = p[C_PL];
+    int64_t HW = p[C_OH] * OW;
+    const float *x = cx->x + cx->n * p[C_C] * H * W;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t c = r / (KH * KW), i = r / KW % KH, j = r % KW;
+        const float *xc = x + c * H * W;
+        float *row = cx->cols + r * HW;
+        int64_t off = j * DW - PL, lo, hi;
+        valid_columns(off, SW, W, OW, &lo, &hi);
+        for (int64_t oh = k0 / OW; oh * OW < k1; oh++) {
+            int64_t a = k0 > oh * OW ? k0 - oh * OW : 0;       /* this row's columns [a, b) */
+            int64_t b = k1 < (oh + 1) * OW ? k1 - oh * OW : OW;
+            float *out = row + oh * OW;
+            int64_t ih = oh * SH + i * DH - PT;
+            if (ih < 0 || ih >= H) { memset(out + a, 0, (b - a) * sizeof(float)); continue; }
+            if (cx->phase) {  /* a contiguous, already padded phase row */
+                const float *src = cx->phase + ((c * SW + j * DW % SW) * H + ih) * cx->wq
+                                   + j * DW / SW;
+                memcpy(out + a, src + a, (b - a) * sizeof(float));
+                continue;
+            }
+            const float *in = xc + ih * W + off;
+            int64_t va = a > lo ? a : lo, vb = b < hi ? b : hi;  /* valid part */
+            if (va >= vb) { memset(out + a, 0, (b - a) * sizeof(float)); continue; }
+            if (va > a) memset(out + a, 0, (va - a) * sizeof(float));
+            memcpy(out + va, in + va, (vb - va) * sizeof(float));
+            if (b > vb) memset(out + vb, 0, (b - vb) * sizeof(float));
+        }
+    }
+}
+
+/* Column phases of a strided conv's image, so that im2col copies contiguous rows:
+ *     phase[c][pw][ih][q] = x[c][ih][q * SW + pw - PL]  (0 outside the input).
+ * Task t: channel t. */
+MULTIVERSION static void phase_task(const void *ctx, int64_t t) {
+    const conv_ctx *cx = ctx;
+    const int64_t *p = cx->p;
+    int64_t H = p[C_H], W = p[C_W], SW = p[C_SW];
+    for (int64_t pw = 0; pw < SW; pw++)
+        fill_phase(cx->phase + (t * SW + pw) * H * cx->wq, H, cx->wq,
+                   cx->x + (cx->n * p[C_C] + t) * H * W, H, W, 1, SW, 0, pw, 0, p[C_PL], 0.0f);
+}
+
+static void im2col_task(const void *ctx, int64_t t) {
+    const conv_ctx *cx = ctx;
+    int64_t rows = cx->p[C_C] * cx->p[C_KH] * cx->p[C_KW];
+    int64_t r0 = t * cx->rows_per_task, r1 = r0 + cx->rows_per_task;
+    im2col(cx, r0, r1 < rows ? r1 : rows, 0, cx->p[C_OH] * cx->p[C_OW]);
+}
+
+/* Task t: group g, a block of output channels and a block of output columns: one GEMM and
+ * its epilogue (bias, residual, activation) while the block is in cache. */
+static void gemm_task(const void *ctx, int64_t t) {
+    const conv_ctx *cx = ctx;
+    const int64_t *p = cx->p;
+    int64_t G = p[C_G], O = p[C_O], OG = O / G, HW = p[C_OH] * p[C_OW];
+    int64_t K = p[C_C] / G * p[C_KH] * p[C_KW];
+    int64_t nb = t % cx->nblocks, mb = t / cx->nblocks % cx->mblocks, g = t / cx->nblocks / cx->mblocks;
+    int64_t mstep = (OG + cx->mblocks - 1) / cx->mblocks;
+    int64_t nstep = ((HW + cx->nblocks - 1) / cx->nblocks + 15) / 16 * 16;
+    int64_t m0 = mb * mstep, m1 = m0 + mstep < OG ? m0 + mstep : OG;
+    int64_t n0 = nb * nstep, n1 = n0 + nstep < HW ? n0 + nstep : HW;
+    if (m0 >= m1 || n0 >= n1) return;
+    if (p[C_IM2COL] && cx->mblocks == 1)  /* this task alone reads these columns: build them
+                                            * now, so the GEMM finds them in cache */
+        im2col(cx, g * K, (g + 1) * K, n0, n1);
+    const float *b = p[C_IM2COL] ? cx->cols + g * K * HW
+                                 : cx->x + (cx->n * p[C_C] + g * (p[C_C] / G)) * HW;
+    int64_t o0 = g * OG + m0;
+    float *y = cx->y + (cx->n * O + o0) * HW;
+    sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (int)(m1 - m0), (int)(n1 - n0), (int)K, 1.0f,
+          cx->w + o0 * K, (int)K, b + n0, (int)HW, 0.0f, y + n0, (int)HW);
+    const float *res = cx->res ? cx->res + (cx->n * O + o0) * HW : NULL;
+    for (int64_t m = 0; m < m1 - m0; m++)
+        epilogue(y + m * HW + n0, n1 - n0, cx->bias ? cx->bias[o0 + m] : 0.0f,
+                 res ? res + m * HW + n0 : NULL, cx->act);
+}
+
+/* Returns -1 when there is no host memory for a strided conv's phases. */
+int conv(const lnpu_step *s, void **slots) {
+    const int64_t *p = s->p;
+    if (direct_eligible(p)) return direct_conv(s, slots);
+    conv_ctx cx = {p, slots[s->slot[S_X]], slots[s->slot[S_W]],
+                   s->slot[S_BIAS] >= 0 ? slots[s->slot[S_BIAS]] : NULL,
+                   s->slot[S_RES] >= 0 ? slots[s->slot[S_RES]] : NULL,
+                   slots[s->slot[S_Y]], p[C_IM2COL] ? slots[s->slot[S_COLS]] : NULL,
+                   act_of(s, C_ACT), 0, 1, 1, 0, NULL, 0};
+    int64_t G = p[C_G], OG = p[C_O] / G, HW = p[C_OH] * p[C_OW];
+    int64_t K = p[C_C] / G * p[C_KH] * p[C_KW], rows = p[C_C] * p[C_KH] * p[C_KW];
+    /* GEMM tasks: one per core (more, smaller GEMMs pack their operands more often and run
+     * measurably slower), whole column blocks of >= GEMM_MIN_COLS when there are enough
+     * (each builds its own im2col columns, which it then finds in cache), else blocks of
+     * output channels */
+    int64_t want = task_count((double)p[C_O] * K * HW / GEMM_MACS_PER_NS, 1 << 20);
+    int nc = cores();
+    if (want > GEMM_TASKS_PER_CORE * nc) want = GEMM_TASKS_PER_CORE * nc;
+    if (want > nc) want -= want % nc;
+    if (want > G) {
+        int64_t per_group = (want + G - 1) / G;
+        cx.nblocks = HW / GEMM_MIN_COLS >= per_group ? per_group : 1;
+        int64_t left = (per_group + cx.nblocks - 1) / cx.nblocks;
+        cx.mblocks = OG / 16 > 1 ? (OG / 16 < left ? OG / 16 : left) : 1;
+    }
+    int64_t im2col_tasks = task_count((double)rows * HW / COPY_FLOATS_PER_NS, rows);
+    cx.rows_per_task = (rows + im2col_tasks - 1) / im2col_tasks;
+    if (p[C_IM2COL] && p[C_SW] > 1) {  /* the calling thread's scratch, read by every task */
+        cx.wq = p[C_OW] + (p[C_KW] - 1) * p[C_DW] / p[C_SW];
+        cx.phase = thread_scratch(SCRATCH_PLANES, p[C_C] * p[C_SW] * p[C_H] * cx.wq);
+        if (!cx.phase) return -1;
+    }
+    for (int64_t n = 0; n < p[C_N]; n++) {
+        cx.n = n;
+        if (cx.phase) parallel(phase_task, &cx, p[C_C]);
+        if (p[C_IM2COL] && cx.mblocks > 1)  /* blocks of rows share columns: build them first */
+            parallel(im2col_task, &cx, (rows + cx.rows_per_task - 1) / cx.rows_per_task);
+        parallel(gemm_task, &cx, G * cx.mblocks * cx.nblocks);
+    }
+    return 0;
+}
+

@@ -1,0 +1,179 @@
+/* What every source file of the reference NPU's compiled library shares: the step struct
+ * Python lowers Program steps into (provider/npu/native_steps.py), parameter layouts, the
+ * cores (pool.c), per-thread scratch, the fused epilogue and inlined index helpers.
+ * One file per kernel family: conv.c (im2col + GEMM), direct.c, window.c (depthwise,
+ * pooling), layout.c, dense.c; run.c holds the entry points.
+ */
+#ifndef LITENPU_NPU_H
+#define LITENPU_NPU_H
+#define _GNU_SOURCE
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define API __attribute__((visibility("default")))
+
+/* Hot loops are compiled for AVX-512 and AVX2 as well as the baseline, picked at load time
+ * (GCC/clang function multiversioning; needs ifunc, so Linux x86-64 only). */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
+#define MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define MULTIVERSION
+#endif
+
+enum { OP_CONV = 1, OP_DWCONV, OP_MAXPOOL, OP_AVGPOOL, OP_GLOBALPOOL, OP_CONCAT, OP_TRANSPOSE,
+       OP_MATMUL, OP_ACT, OP_SOFTMAX, OP_COUNT };
+
+#define MAX_SLOTS 16
+#define MAX_PARAMS 32
+
+/* One step. Slots are indices into the run's address table (-1: absent); p and f hold the
+ * op's parameters, laid out as the P_* / F_* names of each op below say. */
+typedef struct {
+    int64_t op;
+    int64_t slot[MAX_SLOTS];
+    int64_t p[MAX_PARAMS];
+    float f[4];
+} lnpu_step;
+
+/* Fused activation of an output: clamp to [lo, hi] (none: -inf..inf, RELU: 0..inf, RELU6:
+ * 0..6, HARD_TANH: min..max), or leaky (x < 0: alpha * x). */
+enum { ACT_CLAMP = 0, ACT_LEAKY = 1 };
+
+/* ---- GEMM ---------------------------------------------------------------------------- */
+
+typedef void (*sgemm_fn)(int order, int trans_a, int trans_b, int m, int n, int k,
+                         float alpha, const float *a, int lda, const float *b, int ldb,
+                         float beta, float *c, int ldc);
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
+
+extern sgemm_fn sgemm;  /* OpenBLAS's, set by lnpu_set_sgemm */
+
+/* ---- cores (pool.c) ------------------------------------------------------------------ */
+
+typedef void (*task_fn)(const void *ctx, int64_t task);
+void parallel(task_fn fn, const void *ctx, int64_t tasks);  /* fn(ctx, t) for every t, on every core */
+int cores(void);                          /* cores of the run in progress on this thread */
+int64_t task_count(double ns, int64_t limit);  /* tasks worth a kernel of ~ns on one core */
+long now_ns(void);
+void run_begin(int threads);              /* lnpu_run's start and end on this thread */
+void run_end(void);
+
+/* Rates for task_count's estimates. */
+#define GEMM_MACS_PER_NS 80.0   /* fp32 GEMM on one AVX-512 core */
+#define COPY_FLOATS_PER_NS 4.0  /* short strided copies (im2col) */
+
+/* Per-thread scratch, in independent slots: SCRATCH_PLANES (phase planes, window planes; a
+ * conv's caller keeps its phases there while its own tasks run) and SCRATCH_PACK (a task's
+ * packed weights). NULL when out of memory. */
+enum { SCRATCH_PLANES, SCRATCH_PACK, SCRATCH_SLOTS };
+float *thread_scratch(int slot, int64_t floats);
+
+/* ---- shared index helpers --------------------------------------------------------------- */
+
+/* [*lo, *hi): the columns c < limit whose input column c * stride + off lies in [0, w). */
+static inline void valid_columns(int64_t off, int64_t stride, int64_t w, int64_t limit,
+                                 int64_t *lo, int64_t *hi) {
+    *lo = off >= 0 ? 0 : (-off + stride - 1) / stride;
+    *hi = w - off <= 0 ? 0 : (w - off + stride - 1) / stride;
+    if (*hi > limit) *hi = limit;
+    if (*lo > *hi) *lo = *hi;
+}
+
+/* One phase plane of a channel: q[r][c] = x[r*sh + ph - pt][c*sw + pw - pl] for r < hq,
+ * c < wq, `pad` outside the input. Inlined into the vectorized callers; a constant stride
+ * of 2 vectorizes (shuffles) where a run-time stride would not. */
+static inline __attribute__((always_inline)) void fill_phase(
+        float *restrict q, int64_t hq, int64_t wq, const float *restrict x, int64_t h,
+        int64_t w, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t pt, int64_t pl,
+        float pad) {
+    int64_t lo, hi, off = pw - pl;
+    valid_columns(off, sw, w, wq, &lo, &hi);
+    int64_t r0 = pt - ph > 0 ? (pt - ph + sh - 1) / sh : 0;
+    int64_t r1 = (h - 1 - ph + pt) / sh + 1;  /* rows [r0, r1) hold input */
+    if (r1 > hq) r1 = hq;
+    if (r0 > r1) r0 = r1;
+    for (int64_t k = 0; k < r0 * wq; k++) q[k] = pad;
+    for (int64_t k = r1 * wq; k < hq * wq; k++) q[k] = pad;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *in = x + (r * sh + ph - pt) * w + off;
+        float *row = q + r * wq;
+        for (int64_t c = 0; c < lo; c++) row[c] = pad;
+        if (sw == 1) {
+            for (int64_t c = lo; c < hi; c++) row[c] = in[c];
+        } else if (sw == 2) {
+            for (int64_t c = lo; c < hi; c++) row[c] = in[2 * c];
+        } else {
+            for (int64_t c = lo; c < hi; c++) row[c] = in[c * sw];
+        }
+        for (int64_t c = hi; c < wq; c++) row[c] = pad;
+    }
+}
+
+/* ---- fused epilogue -------------------------------------------------------------------- */
+
+typedef struct {
+    int kind;
+    float lo, hi, alpha;
+} act_t;
+
+static inline act_t act_of(const lnpu_step *s, int at) {
+    act_t a = {(int)s->p[at], s->f[0], s->f[1], s->f[2]};
+    return a;
+}
+
+/* y[i] = act(x[i] + bias [+ res[i]]) for i < n, in one pass; y may be x. */
+static inline __attribute__((always_inline)) void finish(
+        float *y, const float *x, int64_t n, float bias, const float *res, act_t act) {
+    float lo = act.lo, hi = act.hi, alpha = act.alpha;
+    if (act.kind == ACT_LEAKY) {
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i] + bias + (res ? res[i] : 0.0f);
+            y[i] = v < 0.0f ? v * alpha : v;
+        }
+    } else if (res) {
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i] + bias + res[i];
+            v = v < lo ? lo : v;
+            y[i] = v > hi ? hi : v;
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i] + bias;
+            v = v < lo ? lo : v;
+            y[i] = v > hi ? hi : v;
+        }
+    }
+}
+
+/* y[i] = act(y[i] + bias [+ res[i]]) for i < n, in one pass (for callers that are not
+ * compiled per instruction set themselves; the others inline finish). */
+void epilogue(float *y, int64_t n, float bias, const float *res, act_t act);
+
+/* ---- kernels (one file per family) ----------------------------------------------------- */
+
+/* conv / depthwise parameters */
+enum { C_N, C_C, C_H, C_W, C_O, C_OH, C_OW, C_G, C_KH, C_KW, C_SH, C_SW, C_DH, C_DW, C_PT, C_PL,
+       C_ACT, C_IM2COL };
+/* conv slots */
+enum { S_X, S_W, S_BIAS, S_RES, S_Y, S_COLS };
+
+int conv(const lnpu_step *s, void **slots);          /* conv.c: im2col + GEMM, or direct */
+int direct_eligible(const int64_t *p);                /* direct.c */
+int direct_conv(const lnpu_step *s, void **slots);
+int dwconv(const lnpu_step *s, void **slots);        /* window.c */
+int pool2d(const lnpu_step *s, void **slots, int max);
+void global_pool(const lnpu_step *s, void **slots);
+void concat(const lnpu_step *s, void **slots);       /* layout.c */
+void transpose(const lnpu_step *s, void **slots);
+void matmul(const lnpu_step *s, void **slots);       /* dense.c */
+void activation(const lnpu_step *s, void **slots);
+void softmax(const lnpu_step *s, void **slots);
+
+#endif

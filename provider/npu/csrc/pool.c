@@ -1,0 +1,229 @@
+/* The NPU's cores: a thread pool that runs a kernel's tasks, and per-thread scratch. */
+#include "npu.h"
+
+#define MAX_THREADS 64
+/* Tunables (#ifndef-guarded here and in conv.c, direct.c, window.c) may be overridden with
+ * -D to compare builds: a benchmark, not a guess, decides them. */
+#ifndef SPIN_NS
+#define SPIN_NS 500000L /* idle workers spin this long after a run before they sleep */
+#endif
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    pthread_mutex_t submit;  /* one job at a time; a second caller runs its job inline */
+    int threads;             /* cores, the caller included */
+    int started;             /* workers running */
+    int sleeping;
+    int stop;
+    atomic_long generation;
+    atomic_int running;      /* lnpu_run calls in progress: workers spin, jobs come fast */
+    atomic_long next;        /* the job's next task */
+    atomic_int open;         /* the job still takes workers */
+    atomic_int joined;       /* workers inside the job */
+    int limit;               /* the job takes at most this many workers */
+    task_fn fn;
+    const void *ctx;
+    int64_t tasks;
+    pthread_t tid[MAX_THREADS];
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, 1};
+
+long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+static inline void relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Spin-wait step: a pause, and every 64th time a yield, so that a spinning thread sharing
+ * a core with the one it waits for (the scheduler does that) lets it run. */
+static inline void spin(unsigned *count) {
+    if (++*count % 64 == 0) sched_yield();
+    else relax();
+}
+
+static atomic_long worker_tasks;  /* tasks run by workers, ever: shows the split happens */
+
+static void drain(int worker) {
+    for (;;) {
+        int64_t t = atomic_fetch_add(&pool.next, 1);
+        if (t >= pool.tasks) return;
+        pool.fn(pool.ctx, t);
+        if (worker) atomic_fetch_add_explicit(&worker_tasks, 1, memory_order_relaxed);
+    }
+}
+
+API int64_t lnpu_worker_tasks(void) { return atomic_load(&worker_tasks); }
+
+/* A worker joins each published job it sees while the job is open; the caller waits only
+ * for workers that joined, so a worker that wakes late never holds a job up.
+ * arg: the generation current when the worker was created (it may start after the job
+ * that created it was published, and must still take part in that job). */
+static void *worker(void *arg) {
+    long seen = (long)(intptr_t)arg;
+    for (;;) {
+        long start = now_ns(), g;
+        unsigned spins = 0;
+        while ((g = atomic_load(&pool.generation)) == seen) {
+            spin(&spins);
+            if (spins % 64) continue;  /* the clock only now and then */
+            if (atomic_load_explicit(&pool.running, memory_order_relaxed) > 0) start = now_ns();
+            if (now_ns() - start < SPIN_NS) continue;
+            pthread_mutex_lock(&pool.mu);
+            pool.sleeping++;
+            while (atomic_load(&pool.generation) == seen && !pool.stop)
+                pthread_cond_wait(&pool.wake, &pool.mu);
+            pool.sleeping--;
+            int stop = pool.stop;
+            pthread_mutex_unlock(&pool.mu);
+            if (stop) return NULL;
+        }
+        seen = g;
+        int place = atomic_fetch_add(&pool.joined, 1);
+        if (place < pool.limit && atomic_load(&pool.open) && atomic_load(&pool.generation) == g)
+            drain(1);
+        atomic_fetch_sub(&pool.joined, 1);
+    }
+}
+
+static void stop_workers(void) {
+    pthread_mutex_lock(&pool.mu);
+    pool.stop = 1;
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.mu);
+    for (int i = 0; i < pool.started; i++) pthread_join(pool.tid[i], NULL);
+    pool.started = 0;
+    pool.stop = 0;
+}
+
+/* After fork() only the forking thread exists: forget the workers (restarted lazily). */
+static void after_fork_child(void) {
+    pthread_mutex_init(&pool.mu, NULL);
+    pthread_cond_init(&pool.wake, NULL);
+    pthread_mutex_init(&pool.submit, NULL);
+    pool.started = 0;
+    pool.sleeping = 0;
+    pool.stop = 0;
+}
+
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void install_fork_handler(void) { pthread_atfork(NULL, NULL, after_fork_child); }
+
+/* Use `n` cores from now on (1: everything on the calling thread). Returns the count. */
+API int lnpu_set_threads(int n) {
+    pthread_once(&fork_once, install_fork_handler);
+    if (n < 1) n = 1;
+    if (n > MAX_THREADS) n = MAX_THREADS;
+    pthread_mutex_lock(&pool.submit);
+    stop_workers();
+    pool.threads = n;
+    pthread_mutex_unlock(&pool.submit);
+    return n;
+}
+
+API int lnpu_threads(void) { return pool.threads; }
+
+/* Cores of the run in progress on this thread: its caller's limit within the pool's. */
+static __thread int run_cores = 0;
+int cores(void) {
+    return run_cores > 0 && run_cores < pool.threads ? run_cores : pool.threads;
+}
+
+/* fn(ctx, t) for t in [0, tasks), on every core; returns when all are done. */
+void parallel(task_fn fn, const void *ctx, int64_t tasks) {
+    if (tasks <= 0) return;
+    if (tasks == 1 || cores() == 1 || pthread_mutex_trylock(&pool.submit) != 0) {
+        for (int64_t t = 0; t < tasks; t++) fn(ctx, t);
+        return;
+    }
+    int workers = pool.threads - 1;
+    while (pool.started < workers) {
+        void *seen = (void *)(intptr_t)atomic_load(&pool.generation);
+        if (pthread_create(&pool.tid[pool.started], NULL, worker, seen) != 0) break;
+        pool.started++;
+    }
+    pool.fn = fn;
+    pool.ctx = ctx;
+    pool.tasks = tasks;
+    pool.limit = cores() - 1;
+    atomic_store(&pool.next, 0);
+    atomic_store(&pool.open, 1);
+    atomic_fetch_add(&pool.generation, 1);
+    pthread_mutex_lock(&pool.mu);
+    if (pool.sleeping) pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.mu);
+    drain(0);
+    atomic_store(&pool.open, 0);  /* every task is taken: wait for those still running */
+    unsigned spins = 0;
+    while (atomic_load(&pool.joined) > 0) spin(&spins);
+    pthread_mutex_unlock(&pool.submit);
+}
+
+/* How many tasks a kernel of about `ns` nanoseconds on one core is worth: one per
+ * TASK_NS (handing a task to a spinning worker costs well under a microsecond), up to 4
+ * per core, at most `limit`. Rates for the estimates: */
+#ifndef TASK_NS
+#define TASK_NS 4000.0
+#endif
+int64_t task_count(double ns, int64_t limit) {
+    int64_t n = cores() == 1 ? 1 : (int64_t)(ns / TASK_NS);
+    if (n > 4 * cores()) n = 4 * cores();
+    if (n > limit) n = limit;
+    return n < 1 ? 1 : n;
+}
+
+/* Per-thread scratch, in two independent slots: SCRATCH_PLANES (phase planes, window
+ * planes; a conv's caller keeps its phases there while its own tasks run) and
+ * SCRATCH_PACK (a task's packed weights). */
+static pthread_key_t scratch_key[SCRATCH_SLOTS];
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static void make_scratch_keys(void) {
+    for (int i = 0; i < SCRATCH_SLOTS; i++) pthread_key_create(&scratch_key[i], free);
+}
+
+/* This thread's scratch `slot` of at least `floats` floats, 64-byte aligned (kept for its
+ * next kernels, freed when the thread ends), or NULL when out of memory. */
+float *thread_scratch(int slot, int64_t floats) {
+    pthread_once(&scratch_once, make_scratch_keys);
+    int64_t *block = pthread_getspecific(scratch_key[slot]);
+    if (block && block[0] >= floats) return (float *)(block + 8);
+    free(block);
+    block = aligned_alloc(64, (64 + floats * sizeof(float) + 63) / 64 * 64);
+    pthread_setspecific(scratch_key[slot], block);
+    if (!block) return NULL;
+    block[0] = floats;
+    return (float *)(block + 8);
+}
+
+/* Give back this thread's scratch if it grew past SCRATCH_KEEP_BYTES (a big conv's phase
+ * planes), so an idle process does not hold it. */
+#define SCRATCH_KEEP_BYTES (8L << 20)
+static void trim_thread_scratch(void) {
+    pthread_once(&scratch_once, make_scratch_keys);
+    for (int i = 0; i < SCRATCH_SLOTS; i++) {
+        int64_t *block = pthread_getspecific(scratch_key[i]);
+        if (block && block[0] * (int64_t)sizeof(float) > SCRATCH_KEEP_BYTES) {
+            free(block);
+            pthread_setspecific(scratch_key[i], NULL);
+        }
+    }
+}
+
+/* lnpu_run's start and end on this thread: its core limit, workers that keep spinning while
+ * a run is in progress, and the scratch given back after it. */
+void run_begin(int threads) {
+    run_cores = threads;
+    atomic_fetch_add(&pool.running, 1);
+}
+
+void run_end(void) {
+    atomic_fetch_sub(&pool.running, 1);
+    trim_thread_scratch();
+}

@@ -1,0 +1,286 @@
+#include "npu.h"
+
+/* ---- windowed planes: depthwise conv, max pool, average pool --------------------------
+ *
+ * One output plane from one input plane. The input is split into SH x SW phase planes,
+ * padded with the window's pad value,
+ *     phase[ph][pw][r][c] = x[r * SH + ph - PT][c * SW + pw - PL],
+ * in which every tap (i, j) of every output pixel is the same shifted element
+ *     phase[(i*DH) % SH][(j*DW) % SW][oh + (i*DH) / SH][ow + (j*DW) / SW],
+ * so each tap is one long contiguous multiply-add (max, add) over the output laid out as OH
+ * rows of WQ (the phase width); the WQ - OW extra columns of each row are dropped at the end.
+ * Small loops are written out instead of memcpy/memset calls: planes are often 7x7. */
+typedef struct {
+    int64_t h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, hq, wq;
+} window_t;
+
+enum { WIN_DW, WIN_MAX, WIN_AVG };
+
+static window_t window_of(int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t kh, int64_t kw,
+                          int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t pt, int64_t pl) {
+    /* phase planes: OH rows (+ the deepest tap's row offset, + 1 spare row for the last
+     * taps' overrun past the row end) of OW columns (+ the widest tap's column offset) */
+    window_t g = {h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl,
+                  oh + (kh - 1) * dh / sh + 1, ow + (kw - 1) * dw / sw};
+    return g;
+}
+
+/* floats of scratch one plane needs: the phase planes and the wide output */
+static int64_t window_scratch(const window_t *g) { return (g->sh * g->sw * g->hq + g->oh) * g->wq; }
+
+MULTIVERSION static void window_plane(const window_t *g, int kind, const float *restrict xc,
+                                      const float *restrict wk, float b,
+                                      const float *restrict recip, const float *restrict res,
+                                      act_t act, float *restrict yc, float *restrict scratch) {
+    int64_t HQ = g->hq, WQ = g->wq, plane = HQ * WQ, SW = g->sw;
+    float pad = kind == WIN_MAX ? -INFINITY : 0.0f;
+    for (int64_t ph = 0; ph < g->sh; ph++)
+        for (int64_t pw = 0; pw < SW; pw++)
+            fill_phase(scratch + (ph * SW + pw) * plane, HQ, WQ, xc, g->h, g->w, g->sh, SW, ph,
+                       pw, g->pt, g->pl, pad);
+    float *wide = scratch + g->sh * SW * plane;
+    int64_t span = g->oh * WQ;
+    for (int64_t k = 0; k < span; k++) wide[k] = kind == WIN_DW ? b : pad;
+    for (int64_t i = 0; i < g->kh; i++) {
+        for (int64_t j = 0; j < g->kw; j++) {
+            int64_t a = i * g->dh, c = j * g->dw;
+            const float *src = scratch + ((a % g->sh) * SW + c % SW) * plane
+                               + (a / g->sh) * WQ + c / SW;
+            if (kind == WIN_DW) {
+                float wv = wk[i * g->kw + j];
+                for (int64_t k = 0; k < span; k++) wide[k] += wv * src[k];
+            } else if (kind == WIN_MAX) {
+                for (int64_t k = 0; k < span; k++) wide[k] = src[k] > wide[k] ? src[k] : wide[k];
+            } else {
+                for (int64_t k = 0; k < span; k++) wide[k] += src[k];
+            }
+        }
+    }
+    for (int64_t oh = 0; oh < g->oh; oh++) {  /* crop the rows, with the epilogue */
+        float *in = wide + oh * WQ;
+        if (kind == WIN_AVG) {
+            const float *rc = recip + oh * g->ow;
+            for (int64_t ow = 0; ow < g->ow; ow++) in[ow] *= rc[ow];
+        }
+        finish(yc + oh * g->ow, in, g->ow, 0.0f, res ? res + oh * g->ow : NULL, act);
+    }
+}
+
+/* A windowed kernel over `planes` planes: plane q reads input plane q / mult (depthwise
+ * channel multiplier; 1 for pooling), weights wk + q % per * KH*KW, bias[q % per]. */
+typedef struct {
+    window_t g;
+    int kind;
+    const float *x, *w, *bias, *recip, *res;
+    float *y;
+    act_t act;
+    int64_t planes, mult, per, per_task;
+    atomic_int *failed;  /* set by a task whose thread has no memory for its scratch */
+} window_ctx;
+
+static void window_task(const void *ctx, int64_t t) {
+    const window_ctx *cx = ctx;
+    const window_t *g = &cx->g;
+    float *scratch = thread_scratch(SCRATCH_PLANES, window_scratch(g));
+    if (!scratch) { atomic_store(cx->failed, 1); return; }
+    int64_t q0 = t * cx->per_task, q1 = q0 + cx->per_task;
+    if (q1 > cx->planes) q1 = cx->planes;
+    for (int64_t q = q0; q < q1; q++) {
+        int64_t o = q % cx->per;
+        window_plane(g, cx->kind, cx->x + q / cx->mult * g->h * g->w,
+                     cx->w ? cx->w + o * g->kh * g->kw : NULL, cx->bias ? cx->bias[o] : 0.0f,
+                     cx->recip, cx->res ? cx->res + q * g->oh * g->ow : NULL, cx->act,
+                     cx->y + q * g->oh * g->ow, scratch);
+    }
+}
+
+/* Returns -1 when a thread found no memory for its scratch. */
+static int windowed(window_ctx *cx) {
+    atomic_int failed = 0;
+    const window_t *g = &cx->g;
+    /* per plane: the taps' vector loops (8 lanes), and ~5 ns per row loop */
+    double plane_ns = (double)g->oh * g->wq * g->kh * g->kw / 8 + (g->hq + 2 * g->oh) * 5;
+    int64_t tasks = task_count(cx->planes * plane_ns, cx->planes);
+    cx->per_task = (cx->planes + tasks - 1) / tasks;
+    cx->failed = &failed;
+    parallel(window_task, cx, (cx->planes + cx->per_task - 1) / cx->per_task);
+    return atomic_load(&failed) ? -1 : 0;
+}
+
+/* Depthwise conv on small planes, channels last: a block of DW_BLOCK output channels is
+ * transposed to (pixel, channel), padded, so that every tap of every pixel is one vector
+ * multiply-add across the block's channels (on a 4x4 plane the per-plane loops of
+ * window_plane would be all overhead), then transposed back with the epilogue. */
+#define DW_BLOCK 16
+#ifndef DW_SMALL_PLANE
+#define DW_SMALL_PLANE 256  /* output planes up to this many pixels go channels-last (64 and
+                            * 1024 measured slower on MobileNetV2 and ShuffleNet) */
+#endif
+
+typedef struct {
+    const int64_t *p;
+    const float *x, *w, *bias, *res;
+    float *y;
+    act_t act;
+    int64_t hp, wp, blocks, per_task;  /* padded input extent; channel blocks per image */
+    atomic_int *failed;
+} dwcl_ctx;
+
+static int64_t dwcl_scratch(const dwcl_ctx *cx) {
+    const int64_t *p = cx->p;
+    return (cx->hp * cx->wp + p[C_KH] * p[C_KW] + p[C_OH] * p[C_OW]) * DW_BLOCK;
+}
+
+MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, float *scratch) {
+    const int64_t *p = cx->p;
+    int64_t H = p[C_H], W = p[C_W], OH = p[C_OH], OW = p[C_OW], KH = p[C_KH], KW = p[C_KW];
+    int64_t SH = p[C_SH], SW = p[C_SW], DH = p[C_DH], DW = p[C_DW], PT = p[C_PT], PL = p[C_PL];
+    int64_t O = p[C_O], C = p[C_C], mult = O / C, KK = KH * KW, HP = cx->hp, WP = cx->wp;
+    int64_t cb = O - c0 < DW_BLOCK ? O - c0 : DW_BLOCK;
+    float *xin = scratch, *wt = xin + HP * WP * DW_BLOCK, *out = wt + KK * DW_BLOCK;
+    for (int64_t k = 0; k < HP * WP * DW_BLOCK; k++) xin[k] = 0.0f;
+    for (int64_t k = 0; k < KK * DW_BLOCK; k++) wt[k] = 0.0f;
+    int64_t r0 = PT, r1 = H + PT < HP ? H + PT : HP, q0 = PL, q1 = W + PL < WP ? W + PL : WP;
+    for (int64_t cc = 0; cc < cb; cc++) {
+        const float *xc = cx->x + (n * C + (c0 + cc) / mult) * H * W;
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t q = q0; q < q1; q++)
+                xin[(r * WP + q) * DW_BLOCK + cc] = xc[(r - PT) * W + q - PL];
+        for (int64_t t = 0; t < KK; t++) wt[t * DW_BLOCK + cc] = cx->w[(c0 + cc) * KK + t];
+    }
+    float b[DW_BLOCK];
+    for (int64_t cc = 0; cc < DW_BLOCK; cc++) b[cc] = cx->bias && cc < cb ? cx->bias[c0 + cc] : 0.0f;
+    for (int64_t oh = 0; oh < OH; oh++) {
+        for (int64_t ow = 0; ow < OW; ow++) {
+            float acc[DW_BLOCK];
+            for (int64_t cc = 0; cc < DW_BLOCK; cc++) acc[cc] = b[cc];
+            for (int64_t i = 0; i < KH; i++) {
+                for (int64_t j = 0; j < KW; j++) {
+                    const float *src = xin + ((oh * SH + i * DH) * WP + ow * SW + j * DW) * DW_BLOCK;
+                    const float *wv = wt + (i * KW + j) * DW_BLOCK;
+                    for (int64_t cc = 0; cc < DW_BLOCK; cc++) acc[cc] += wv[cc] * src[cc];
+                }
+            }
+            float *o = out + (oh * OW + ow) * DW_BLOCK;
+            for (int64_t cc = 0; cc < DW_BLOCK; cc++) o[cc] = acc[cc];
+        }
+    }
+    float lo = cx->act.lo, hi = cx->act.hi;
+    for (int64_t cc = 0; cc < cb; cc++) {
+        float *yc = cx->y + (n * O + c0 + cc) * OH * OW;
+        const float *rc = cx->res ? cx->res + (n * O + c0 + cc) * OH * OW : NULL;
+        for (int64_t k = 0; k < OH * OW; k++) {
+            float v = out[k * DW_BLOCK + cc] + (rc ? rc[k] : 0.0f);
+            if (cx->act.kind == ACT_LEAKY) {
+                v = v < 0.0f ? v * cx->act.alpha : v;
+            } else {
+                v = v < lo ? lo : v;
+                v = v > hi ? hi : v;
+            }
+            yc[k] = v;
+        }
+    }
+}
+
+static void dwcl_task(const void *ctx, int64_t t) {
+    const dwcl_ctx *cx = ctx;
+    float *scratch = thread_scratch(SCRATCH_PLANES, dwcl_scratch(cx));
+    if (!scratch) { atomic_store(cx->failed, 1); return; }
+    int64_t total = cx->p[C_N] * cx->blocks, q0 = t * cx->per_task, q1 = q0 + cx->per_task;
+    for (int64_t q = q0; q < q1 && q < total; q++)
+        dwcl_block(cx, q / cx->blocks, q % cx->blocks * DW_BLOCK, scratch);
+}
+
+/* Depthwise conv (one input channel per group): conv parameters, slots x, w, bias,
+ * residual, y. Returns -1 when a thread found no memory for its scratch. */
+int dwconv(const lnpu_step *s, void **slots) {
+    const int64_t *p = s->p;
+    const float *x = slots[s->slot[S_X]], *w = slots[s->slot[S_W]];
+    const float *bias = s->slot[S_BIAS] >= 0 ? slots[s->slot[S_BIAS]] : NULL;
+    const float *res = s->slot[S_RES] >= 0 ? slots[s->slot[S_RES]] : NULL;
+    float *y = slots[s->slot[S_Y]];
+    if (p[C_OH] * p[C_OW] <= DW_SMALL_PLANE) {
+        atomic_int failed = 0;
+        dwcl_ctx cx = {p, x, w, bias, res, y, act_of(s, C_ACT),
+                       (p[C_OH] - 1) * p[C_SH] + (p[C_KH] - 1) * p[C_DH] + 1,
+                       (p[C_OW] - 1) * p[C_SW] + (p[C_KW] - 1) * p[C_DW] + 1,
+                       (p[C_O] + DW_BLOCK - 1) / DW_BLOCK, 1, &failed};
+        int64_t total = p[C_N] * cx.blocks;
+        /* per block: the taps' vector loops and ~1 ns per element moved */
+        double ns = (double)p[C_OH] * p[C_OW] * p[C_KH] * p[C_KW] / 2
+                    + (double)(cx.hp * cx.wp + 2 * p[C_OH] * p[C_OW]) * DW_BLOCK;
+        int64_t tasks = task_count(total * ns, total);
+        cx.per_task = (total + tasks - 1) / tasks;
+        parallel(dwcl_task, &cx, (total + cx.per_task - 1) / cx.per_task);
+        return atomic_load(&failed) ? -1 : 0;
+    }
+    window_ctx cx = {window_of(p[C_H], p[C_W], p[C_OH], p[C_OW], p[C_KH], p[C_KW], p[C_SH],
+                               p[C_SW], p[C_DH], p[C_DW], p[C_PT], p[C_PL]),
+                     WIN_DW, x, w, bias, NULL, res, y, act_of(s, C_ACT), p[C_N] * p[C_O],
+                     p[C_O] / p[C_C], p[C_O], 1, NULL};
+    return windowed(&cx);
+}
+
+/* pool parameters: planes (N*C), H, W, OH, OW, KH, KW, SH, SW, PT, PL, act; slots x,
+ * reciprocal window counts (OH, OW) for avg, y */
+enum { P_PLANES, P_H, P_W, P_OH, P_OW, P_KH, P_KW, P_SH, P_SW, P_PT, P_PL, P_ACT };
+
+int pool2d(const lnpu_step *s, void **slots, int max) {
+    const int64_t *p = s->p;
+    window_ctx cx = {window_of(p[P_H], p[P_W], p[P_OH], p[P_OW], p[P_KH], p[P_KW], p[P_SH],
+                               p[P_SW], 1, 1, p[P_PT], p[P_PL]),
+                     max ? WIN_MAX : WIN_AVG, slots[s->slot[0]], NULL, NULL,
+                     max ? NULL : slots[s->slot[1]], NULL, slots[s->slot[2]], act_of(s, P_ACT),
+                     p[P_PLANES], 1, 1, 1, NULL};
+    return windowed(&cx);
+}
+
+/* global pool: planes, plane size, max?, act. Task t: a block of planes, each reduced in
+ * GP_LANES partial sums (maxima) that vectorize, then combined. */
+enum { G_PLANES, G_SIZE, G_MAX, G_ACT };
+#define GP_LANES 16
+
+typedef struct {
+    const float *x;
+    float *y;
+    int64_t size, per_task, planes;
+    int max;
+    act_t act;
+} gpool_ctx;
+
+MULTIVERSION static void gpool_task(const void *ctx, int64_t t) {
+    const gpool_ctx *cx = ctx;
+    int64_t q0 = t * cx->per_task, q1 = q0 + cx->per_task < cx->planes ? q0 + cx->per_task : cx->planes;
+    int64_t size = cx->size, whole = size / GP_LANES * GP_LANES;
+    for (int64_t q = q0; q < q1; q++) {
+        const float *xc = cx->x + q * size;
+        float lane[GP_LANES], r;
+        if (cx->max) {
+            for (int l = 0; l < GP_LANES; l++) lane[l] = -INFINITY;
+            for (int64_t i = 0; i < whole; i += GP_LANES)
+                for (int l = 0; l < GP_LANES; l++) lane[l] = xc[i + l] > lane[l] ? xc[i + l] : lane[l];
+            r = -INFINITY;
+            for (int l = 0; l < GP_LANES; l++) r = lane[l] > r ? lane[l] : r;
+            for (int64_t i = whole; i < size; i++) r = xc[i] > r ? xc[i] : r;
+        } else {
+            for (int l = 0; l < GP_LANES; l++) lane[l] = 0.0f;
+            for (int64_t i = 0; i < whole; i += GP_LANES)
+                for (int l = 0; l < GP_LANES; l++) lane[l] += xc[i + l];
+            double sum = 0.0;
+            for (int l = 0; l < GP_LANES; l++) sum += lane[l];
+            for (int64_t i = whole; i < size; i++) sum += xc[i];
+            r = (float)(sum / (double)size);
+        }
+        finish(cx->y + q, &r, 1, 0.0f, NULL, cx->act);
+    }
+}
+
+void global_pool(const lnpu_step *s, void **slots) {
+    const int64_t *p = s->p;
+    gpool_ctx cx = {slots[s->slot[0]], slots[s->slot[1]], p[G_SIZE], 1, p[G_PLANES],
+                    (int)p[G_MAX], act_of(s, G_ACT)};
+    int64_t tasks = task_count((double)p[G_PLANES] * p[G_SIZE] / COPY_FLOATS_PER_NS, p[G_PLANES]);
+    cx.per_task = (p[G_PLANES] + tasks - 1) / tasks;
+    parallel(gpool_task, &cx, (p[G_PLANES] + cx.per_task - 1) / cx.per_task);
+}
+
