@@ -4,6 +4,10 @@
 #ifndef GEMM_TASKS_PER_CORE
 #define GEMM_TASKS_PER_CORE 1
 #endif
+#ifndef GEMM_CHUNK_COLS
+#define GEMM_CHUNK_COLS 256     /* a task's GEMM and epilogue go by this many columns, so the
+                                 * epilogue finds them in cache (squeezenet 5% faster) */
+#endif
 #ifndef GEMM_MIN_COLS
 #define GEMM_MIN_COLS 96        /* narrower GEMMs run well below OpenBLAS's peak */
 #endif
@@ -95,12 +99,16 @@ static void gemm_task(const void *ctx, int64_t t) {
                                  : cx->x + (cx->n * p[C_C] + g * (p[C_C] / G)) * HW;
     int64_t o0 = g * OG + m0;
     float *y = cx->y + (cx->n * O + o0) * HW;
-    sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (int)(m1 - m0), (int)(n1 - n0), (int)K, 1.0f,
-          cx->w + o0 * K, (int)K, b + n0, (int)HW, 0.0f, y + n0, (int)HW);
     const float *res = cx->res ? cx->res + (cx->n * O + o0) * HW : NULL;
-    for (int64_t m = 0; m < m1 - m0; m++)
-        epilogue(y + m * HW + n0, n1 - n0, cx->bias ? cx->bias[o0 + m] : 0.0f,
-                 res ? res + m * HW + n0 : NULL, cx->act);
+    int64_t chunk = GEMM_CHUNK_COLS;
+    for (int64_t c0 = n0; c0 < n1; c0 += chunk) {
+        int64_t c1 = c0 + chunk < n1 ? c0 + chunk : n1;
+        sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (int)(m1 - m0), (int)(c1 - c0), (int)K, 1.0f,
+              cx->w + o0 * K, (int)K, b + c0, (int)HW, 0.0f, y + c0, (int)HW);
+        for (int64_t m = 0; m < m1 - m0; m++)
+            epilogue(y + m * HW + c0, c1 - c0, cx->bias ? cx->bias[o0 + m] : 0.0f,
+                     res ? res + m * HW + c0 : NULL, cx->act);
+    }
 }
 
 /* Returns -1 when there is no host memory for a strided conv's phases. */
