@@ -1,16 +1,16 @@
 """Lowering of Program steps to native steps (`native.Step`), and the runs of them.
 
-`lower(step, slots)` returns the Step that computes what the numpy kernel of `step` computes,
-or None when the step is outside what the compiled kernels (`csrc/`) do (a dtype other than
-float32, a fused activation without a clamp form, batched matmul, ...): that step stays on
-its numpy kernel.
-Every size the C code relies on is checked here against the slots, once, at executor
-creation. `segments(program)` groups consecutive native steps so that one C call runs each
+`lower(program, number)` returns the Step that computes what the numpy kernel of that step
+computes, or None when the step is outside what the compiled kernels (`csrc/`) do (a dtype
+other than float32, a fused activation without a clamp form, batched matmul, ...): that step
+stays on its numpy kernel. Every size the C code relies on is checked here against the
+slots, once, at executor creation. `segments(program)` groups consecutive native steps so that one C call runs each
 group.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -263,10 +263,12 @@ class NativeRun:
     """Consecutive steps [first, first + count) of a Program, run by one native call."""
 
     first: int
-    steps: native.Step
+    steps: ctypes.Array  # of native.Step
     count: int
 
-    def run(self, addresses, seconds=None, cores: int = 0) -> None:
+    def run(self, addresses: ctypes.Array, seconds: ctypes.Array | None = None,
+            cores: int = 0) -> None:
+        """Run the steps on the slot address table (per-step seconds into `seconds`)."""
         native.run(self.steps, self.count, addresses, seconds, cores)
 
 
