@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes as C
-import importlib.machinery
 import logging
 import os
 import threading
@@ -11,6 +10,7 @@ import threading
 import onnxruntime as ort
 
 from provider.errors import LitenpuError
+from provider.extensions import built_library
 from provider.ort import EP_NAME, factory
 
 log = logging.getLogger("litenpu.ort")
@@ -23,10 +23,9 @@ _REGISTERED = False
 def library_path() -> str:
     """Path of the built trampoline (provider/ort/_trampoline<suffix>)."""
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ort")
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = os.path.join(here, "_trampoline" + suffix)
-        if os.path.exists(path):
-            return path
+    path = built_library(here, "_trampoline")
+    if path is not None:
+        return path
     raise LitenpuError(
         f"the NPU execution provider library is not built (no _trampoline*.so in {here}); "
         "install litenpu with `pip install .` or `pip install -e .`, or build it in place "

@@ -16,12 +16,12 @@ runs on its numpy kernel. `native_steps.lower` decides per step.
 from __future__ import annotations
 
 import ctypes as C
-import importlib.machinery
 import logging
 import os
 import threading
 
 from provider.errors import LitenpuError
+from provider.extensions import built_library
 
 __all__ = ["Step", "OPS", "MAX_SLOTS", "MAX_PARAMS", "library", "set_threads", "threads",
            "default_threads", "worker_tasks", "run"]
@@ -45,15 +45,6 @@ class Step(C.Structure):
 
 _lock = threading.Lock()
 _state: dict[str, object] = {}  # "lib" (CDLL or None), "blas" (kept alive), "why"
-
-
-def _extension_path() -> str | None:
-    here = os.path.dirname(os.path.abspath(__file__))
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = os.path.join(here, "_native" + suffix)
-        if os.path.exists(path):
-            return path
-    return None
 
 
 def _load_blas() -> tuple[C.CDLL, int]:
@@ -99,7 +90,7 @@ def library() -> C.CDLL | None:
         if "lib" in _state:
             return _state["lib"]  # type: ignore[return-value]
         lib = None
-        path = _extension_path()
+        path = built_library(os.path.dirname(os.path.abspath(__file__)), "_native")
         if os.environ.get("LITENPU_NATIVE", "1") == "0":
             why = "LITENPU_NATIVE=0"
         elif path is None:
