@@ -84,10 +84,12 @@ def test_npu_device_carries_our_vendor_id():
 
 
 def test_missing_library_is_a_clear_error(monkeypatch):
+    import importlib.machinery
+
     from provider import registration
     from provider.errors import LitenpuError
 
-    monkeypatch.setattr(registration.importlib.machinery, "EXTENSION_SUFFIXES", [".nowhere.so"])
+    monkeypatch.setattr(importlib.machinery, "EXTENSION_SUFFIXES", [".nowhere.so"])
     with pytest.raises(LitenpuError, match="pip install -e"):
         registration.library_path()
 
