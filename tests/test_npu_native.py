@@ -259,6 +259,21 @@ def test_pool_native_matches_numpy(op, kh, kw, sh, sw, pads, ceil, include, n, c
     check_native(model, {"x": x}, "max_pool" if op == "MaxPoolFusion" else "avg_pool")
 
 
+@pytest.mark.parametrize("attrs", [pool_attrs((2, 2), (2, 2), (0, 0, 0, 0), False, None, "MaxPoolFusion"),
+                                   pool_attrs((3, 3), (1, 1), (1, 1, 1, 1), False, None, "MaxPoolFusion"),
+                                   {"global": True, "format": "NCHW", "activation_type": "RELU"}],
+                         ids=["2x2/2", "3x3/1 padded", "global"])
+def test_max_pool_keeps_a_nan_in_its_window(attrs):
+    """A NaN in a window makes that window's max NaN, as numpy's maximum does (a C `>` fold
+    would drop it depending on where it sits); every other window is unaffected."""
+    x = randn(rng(6), 1, 3, 6, 6)
+    x[0, 0, 1, 1] = x[0, 1, 0, 5] = np.nan  # channel 2 stays clean
+    model = lite_graph("MaxPoolFusion", attrs, [("x", x, False)])
+    program = check_native(model, {"x": x})
+    got, _ = run(program, {"x": x})
+    assert np.isnan(got[0]).any() and not np.isnan(got[0]).all()
+
+
 @pytest.mark.parametrize("op", ["MaxPoolFusion", "AvgPoolFusion"])
 def test_pool_over_the_whole_plane_runs_as_a_global_pool(op):
     """A 7x7 window on a 7x7 plane (ResNet's and ShuffleNet's final pools) is a global pool:

@@ -55,6 +55,10 @@ enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 
 extern sgemm_fn sgemm;  /* OpenBLAS's, set by lnpu_set_sgemm */
 
+/* The larger of a and b, NaN if either is (like numpy's maximum and the numpy kernels: a
+ * NaN in a pooling window must not vanish). */
+static inline float max_nan(float a, float b) { return a > b || a != a ? a : b; }
+
 /* ---- cores (pool.c) ------------------------------------------------------------------ */
 
 typedef void (*task_fn)(const void *ctx, int64_t task);

@@ -50,7 +50,7 @@ MULTIVERSION static void window_plane(const window_t *g, int kind, const float *
                 float wv = wk[i * g->kw + j];
                 for (int64_t k = 0; k < span; k++) wide[k] += wv * src[k];
             } else if (kind == WIN_MAX) {
-                for (int64_t k = 0; k < span; k++) wide[k] = src[k] > wide[k] ? src[k] : wide[k];
+                for (int64_t k = 0; k < span; k++) wide[k] = max_nan(src[k], wide[k]);
             } else {
                 for (int64_t k = 0; k < span; k++) wide[k] += src[k];
             }
@@ -258,10 +258,10 @@ MULTIVERSION static void gpool_task(const void *ctx, int64_t t) {
         if (cx->max) {
             for (int l = 0; l < GP_LANES; l++) lane[l] = -INFINITY;
             for (int64_t i = 0; i < whole; i += GP_LANES)
-                for (int l = 0; l < GP_LANES; l++) lane[l] = xc[i + l] > lane[l] ? xc[i + l] : lane[l];
+                for (int l = 0; l < GP_LANES; l++) lane[l] = max_nan(xc[i + l], lane[l]);
             r = -INFINITY;
-            for (int l = 0; l < GP_LANES; l++) r = lane[l] > r ? lane[l] : r;
-            for (int64_t i = whole; i < size; i++) r = xc[i] > r ? xc[i] : r;
+            for (int l = 0; l < GP_LANES; l++) r = max_nan(lane[l], r);
+            for (int64_t i = whole; i < size; i++) r = max_nan(xc[i], r);
         } else {
             for (int l = 0; l < GP_LANES; l++) lane[l] = 0.0f;
             for (int64_t i = 0; i < whole; i += GP_LANES)
