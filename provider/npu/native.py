@@ -22,6 +22,7 @@ import threading
 
 from provider.errors import LitenpuError
 from provider.extensions import built_library
+from provider.npu.kernels.parallel import check_threads
 
 __all__ = ["Step", "OPS", "MAX_SLOTS", "MAX_PARAMS", "library", "set_threads", "threads",
            "default_threads", "worker_tasks", "run"]
@@ -120,8 +121,7 @@ def set_threads(n: int) -> None:
     """Give the NPU `n` cores from now on (1: the calling thread only). A process-wide
     device setting, for when no run is in progress; a session's `npu_threads` option uses
     at most these."""
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"NPU thread count must be a positive int, got {n!r}")
+    check_threads(n)
     lib = library()
     if lib is not None:
         lib.lnpu_set_threads(C.c_int(n))

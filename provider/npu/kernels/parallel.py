@@ -21,7 +21,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-__all__ = ["BLOCKS_PER_CORE", "ELEMENTS_PER_US", "MACS_PER_US", "MIN_US", "blocks", "run", "set_threads", "threads"]
+__all__ = ["BLOCKS_PER_CORE", "ELEMENTS_PER_US", "MACS_PER_US", "MIN_US", "blocks", "check_threads", "run",
+           "set_threads", "threads"]
 
 T = TypeVar("T")
 
@@ -48,8 +49,7 @@ def set_threads(n: int) -> None:
     spin-wait and, added to these, oversubscribe the cores (GEMMs then run several times
     slower)."""
     global _threads, _pool
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"NPU thread count must be a positive int, got {n!r}")
+    check_threads(n)
     with _lock:
         if _pool is not None:
             _pool.shutdown(wait=True)
@@ -57,6 +57,12 @@ def set_threads(n: int) -> None:
         _threads = n
         if n > 1:
             _pool = ThreadPoolExecutor(n - 1, thread_name_prefix="litenpu-npu")
+
+
+def check_threads(n: object) -> None:
+    """ValueError unless `n` is a usable core count: an int (not a bool) of at least 1."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"NPU thread count must be a positive int, got {n!r}")
 
 
 def threads() -> int:
