@@ -195,13 +195,15 @@ def test_conv_cases_native_match_numpy(case):
 
 @pytest.mark.parametrize("case, direct", [
     ({"c": 64, "o": 32, "k": (1, 1), "stride": (2, 2), "hw": (14, 14)}, 0),
-    ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (7, 7)}, 0),
+    ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (4, 4)}, 0),
     ({"c": 3, "o": 16, "k": (3, 3), "stride": (2, 2), "hw": (31, 31)}, 0),
+    ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (7, 7)}, 1),
     ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (28, 28)}, 1),
 ], ids=str)
 def test_conv_method_follows_the_measured_rule(case, direct):
-    """1x1 convs, 7x7 outputs (96 positions computed for 49) and 27-tap stems stay on
-    im2col + GEMM; a 3x3 conv on a 28x28 plane is direct. Both give numpy's values."""
+    """1x1 convs, 4x4 outputs (32 positions computed for 16) and 27-tap stems stay on
+    im2col + GEMM; 3x3 convs on 7x7 (64 positions for 49) and 28x28 planes are direct.
+    Both give numpy's values."""
     model, feeds = conv_model(rng(4), **case)
     program = check_native(model, feeds, "conv2d")
     step = native_steps.lower(program, 0)
@@ -215,10 +217,13 @@ def test_conv_method_follows_the_measured_rule(case, direct):
      "residual": True, "act": "RELU6"},
     {"c": 3, "o": 9, "k": (7, 7), "stride": (2, 2), "pads": (3, 3, 3, 3), "hw": (40, 40)},
     {"c": 8, "o": 8, "k": (3, 3), "stride": (3, 2), "pads": (1, 0, 1, 0), "hw": (33, 31)},
+    # a plane's last tile of one vector (7x7: 63 positions = 48 + 15) and of two (8x8: 80)
+    {"c": 32, "o": 13, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (7, 7), "act": "RELU"},
+    {"c": 32, "o": 13, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (8, 8), "residual": True},
 ], ids=str)
 def test_direct_conv_cases_match_numpy(case):
     """Convs the native library computes directly (no im2col): channel tiles of 8/4/2/1,
-    groups, dilation, strides, uneven pads, residual."""
+    position tiles of 3/2/1 vectors, groups, dilation, strides, uneven pads, residual."""
     model, feeds = conv_model(rng(3), **case)
     program = check_native(model, feeds, "conv2d")
     step = native_steps.lower(program, 0)

@@ -43,39 +43,47 @@ typedef struct {
 } direct_ctx;
 
 /* One tile: OB output channels (weights packed wp[t * OB + o]: the OB broadcasts of a step
- * read one run of floats) x DTILE positions from src0 (the group's first channel at the
- * tile's first position), stored to out (OB rows of DTILE). */
+ * read one run of floats) x NV vectors of positions from src0 (the group's first channel at
+ * the tile's first position), stored to out (OB rows of DTILE). */
 static inline __attribute__((always_inline)) void direct_tile(
-        const direct_ctx *cx, const float *wp, const float *src0, float *out, int OB) {
+        const direct_ctx *cx, const float *wp, const float *src0, float *out, int OB, int NV) {
     int64_t CG = cx->p[C_C] / cx->p[C_G], cstride = cx->p[C_SH] * cx->p[C_SW] * cx->plane;
     vf acc[DIRECT_OB][DNV];
     for (int o = 0; o < OB; o++)
-        for (int v = 0; v < DNV; v++) acc[o][v] = (vf){0};
+        for (int v = 0; v < NV; v++) acc[o][v] = (vf){0};
     int64_t t = 0;
     for (int64_t c = 0; c < CG; c++) {
         const float *xc = src0 + c * cstride;
         for (int64_t tap = 0; tap < cx->taps; tap++, t++) {
             const float *src = xc + cx->tap_off[tap];
             vf x[DNV];
-            for (int v = 0; v < DNV; v++) memcpy(&x[v], src + v * DVEC, sizeof(vf));
+            for (int v = 0; v < NV; v++) memcpy(&x[v], src + v * DVEC, sizeof(vf));
             for (int o = 0; o < OB; o++) {
                 float w1 = wp[t * OB + o];
                 vf wv = {w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1};
-                for (int v = 0; v < DNV; v++) acc[o][v] += wv * x[v];
+                for (int v = 0; v < NV; v++) acc[o][v] += wv * x[v];
             }
         }
     }
     for (int o = 0; o < OB; o++)
-        for (int v = 0; v < DNV; v++) memcpy(out + o * DTILE + v * DVEC, &acc[o][v], sizeof(vf));
+        for (int v = 0; v < NV; v++) memcpy(out + o * DTILE + v * DVEC, &acc[o][v], sizeof(vf));
 }
 
+/* constant tile heights, so the accumulators stay in registers */
+#define DIRECT_HEIGHTS(NV)                                                                  \
+    if (ob == DIRECT_OB) direct_tile(cx, wp, src0, out, DIRECT_OB, NV);                     \
+    else if (ob == 4) direct_tile(cx, wp, src0, out, 4, NV);                                \
+    else if (ob == 2) direct_tile(cx, wp, src0, out, 2, NV);                                \
+    else direct_tile(cx, wp, src0, out, 1, NV);
+
+/* A tile of ob channels x nv vectors: full tiles have DNV vectors; a plane's last positions
+ * go in a tile of just the vectors they need, so that at most 15 positions are computed
+ * past the span. */
 MULTIVERSION static void direct_tile_any(const direct_ctx *cx, const float *wp,
-                                         const float *src0, float *out, int ob) {
-    /* constant tile heights, so the accumulators stay in registers */
-    if (ob == DIRECT_OB) direct_tile(cx, wp, src0, out, DIRECT_OB);
-    else if (ob == 4) direct_tile(cx, wp, src0, out, 4);
-    else if (ob == 2) direct_tile(cx, wp, src0, out, 2);
-    else direct_tile(cx, wp, src0, out, 1);
+                                         const float *src0, float *out, int ob, int nv) {
+    if (nv == DNV) { DIRECT_HEIGHTS(DNV) }
+    else if (nv == 2) { DIRECT_HEIGHTS(2) }
+    else { DIRECT_HEIGHTS(1) }
 }
 
 /* Task t: one block of DIRECT_OB output channels (of one group) over every position tile. */
@@ -96,7 +104,7 @@ MULTIVERSION static void direct_task(const void *ctx, int64_t t) {
             for (int r = 0; r < ob; r++) wp[k * ob + r] = cx->w[(o + r) * K + k];
         for (int64_t pt = 0; pt < cx->ptiles; pt++) {
             int64_t k0 = pt * DTILE, k1 = k0 + DTILE < cx->span ? k0 + DTILE : cx->span;
-            direct_tile_any(cx, wp, src_g + k0, tile, ob);
+            direct_tile_any(cx, wp, src_g + k0, tile, ob, (int)((k1 - k0 + DVEC - 1) / DVEC));
             for (int r = 0; r < ob; r++) {  /* the tile's valid positions, with the epilogue */
                 int64_t oc = o + r;
                 float *y = cx->y + (cx->n * O + oc) * OH * OW;
@@ -131,15 +139,16 @@ MULTIVERSION static void direct_phase_task(const void *ctx, int64_t t) {
 }
 
 /* Direct for windows (not 1x1: GEMM does those better) with enough taps per group to fill
- * the tiles, and planes that waste little of the last tile and of the WQ - OW extra columns
- * (a 7x7 output computes 96 positions for 49): measured per conv shape against im2col+GEMM. */
+ * the tiles, and planes that waste little of the last vector and of the WQ - OW extra
+ * columns (a 7x7 output computes 64 positions for 49): measured per conv shape against
+ * im2col+GEMM. */
 int direct_eligible(const int64_t *p) {
     if (!DIRECT_CONV) return 0;
     int64_t taps = p[C_KH] * p[C_KW];
     if ((taps == 1 && !DIRECT_1X1) || taps > MAX_TAPS || p[C_C] / p[C_G] * taps < DIRECT_MIN_K)
         return 0;
     int64_t wq = p[C_OW] + (p[C_KW] - 1) * p[C_DW] / p[C_SW];
-    int64_t computed = (p[C_OH] * wq + DTILE - 1) / DTILE * DTILE;
+    int64_t computed = (p[C_OH] * wq + DVEC - 1) / DVEC * DVEC;
     return p[C_OH] * p[C_OW] * 10 >= computed * 7;
 }
 

@@ -10,6 +10,10 @@
  * so each tap is one long contiguous multiply-add (max, add) over the output laid out as OH
  * rows of WQ (the phase width); the WQ - OW extra columns of each row are dropped at the end.
  * Small loops are written out instead of memcpy/memset calls: planes are often 7x7. */
+#ifndef WIN_CHUNK
+#define WIN_CHUNK 1024  /* floats of accumulator per chunk of output rows */
+#endif
+
 typedef struct {
     int64_t h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, hq, wq;
 } window_t;
@@ -39,30 +43,36 @@ MULTIVERSION static void window_plane(const window_t *g, int kind, const float *
             fill_phase(scratch + (ph * SW + pw) * plane, HQ, WQ, xc, g->h, g->w, g->sh, SW, ph,
                        pw, g->pt, g->pl, pad);
     float *wide = scratch + g->sh * SW * plane;
-    int64_t span = g->oh * WQ;
-    for (int64_t k = 0; k < span; k++) wide[k] = kind == WIN_DW ? b : pad;
-    for (int64_t i = 0; i < g->kh; i++) {
-        for (int64_t j = 0; j < g->kw; j++) {
-            int64_t a = i * g->dh, c = j * g->dw;
-            const float *src = scratch + ((a % g->sh) * SW + c % SW) * plane
-                               + (a / g->sh) * WQ + c / SW;
-            if (kind == WIN_DW) {
-                float wv = wk[i * g->kw + j];
-                for (int64_t k = 0; k < span; k++) wide[k] += wv * src[k];
-            } else if (kind == WIN_MAX) {
-                for (int64_t k = 0; k < span; k++) wide[k] = max_nan(src[k], wide[k]);
-            } else {
-                for (int64_t k = 0; k < span; k++) wide[k] += src[k];
+    /* by chunks of rows whose part of `wide` stays in L1 over all taps (one pass per tap over
+     * a whole plane's accumulator streams it through L2 once per tap) */
+    int64_t rows = WIN_CHUNK / WQ > 0 ? WIN_CHUNK / WQ : 1;
+    for (int64_t r0 = 0; r0 < g->oh; r0 += rows) {
+        int64_t r1 = r0 + rows < g->oh ? r0 + rows : g->oh, span = (r1 - r0) * WQ;
+        float *acc = wide + r0 * WQ;
+        for (int64_t k = 0; k < span; k++) acc[k] = kind == WIN_DW ? b : pad;
+        for (int64_t i = 0; i < g->kh; i++) {
+            for (int64_t j = 0; j < g->kw; j++) {
+                int64_t a = i * g->dh, c = j * g->dw;
+                const float *src = scratch + ((a % g->sh) * SW + c % SW) * plane
+                                   + (a / g->sh + r0) * WQ + c / SW;
+                if (kind == WIN_DW) {
+                    float wv = wk[i * g->kw + j];
+                    for (int64_t k = 0; k < span; k++) acc[k] += wv * src[k];
+                } else if (kind == WIN_MAX) {
+                    for (int64_t k = 0; k < span; k++) acc[k] = max_nan(src[k], acc[k]);
+                } else {
+                    for (int64_t k = 0; k < span; k++) acc[k] += src[k];
+                }
             }
         }
-    }
-    for (int64_t oh = 0; oh < g->oh; oh++) {  /* crop the rows, with the epilogue */
-        float *in = wide + oh * WQ;
-        if (kind == WIN_AVG) {
-            const float *rc = recip + oh * g->ow;
-            for (int64_t ow = 0; ow < g->ow; ow++) in[ow] *= rc[ow];
+        for (int64_t oh = r0; oh < r1; oh++) {  /* crop the rows, with the epilogue */
+            float *in = wide + oh * WQ;
+            if (kind == WIN_AVG) {
+                const float *rc = recip + oh * g->ow;
+                for (int64_t ow = 0; ow < g->ow; ow++) in[ow] *= rc[ow];
+            }
+            finish(yc + oh * g->ow, in, g->ow, 0.0f, res ? res + oh * g->ow : NULL, act);
         }
-        finish(yc + oh * g->ow, in, g->ow, 0.0f, res ? res + oh * g->ow : NULL, act);
     }
 }
 
