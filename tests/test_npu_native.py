@@ -411,6 +411,82 @@ def test_chain_of_native_steps_runs_as_one_segment():
     assert len(segments) == 1 and segments[0].count == len(program.steps) == 4
 
 
+# ---- 1b. channels-last tensors from a GEMM conv to depthwise convs ---------------------------
+
+
+def marked(program: Program) -> list[str]:
+    """Names of the tensors the native lowering stores channels last."""
+    steps = [native_steps.lower(program, i) for i in range(len(program.steps))]
+    return [program.slots[i].name for i in native_steps.channels_last(program, steps)]
+
+
+def block_model(r, *, c=8, e=24, hw=(9, 9), stride=(1, 1), n=1, expand_k=(1, 1), expand_stride=(1, 1),
+                expand_group=1, mult=1, also=()):
+    """(model, feeds): conv "a" (1x1 expand unless expand_k) -> depthwise 3x3 "d" (channel
+    multiplier `mult`) -> 1x1 project "y". `also` adds readers of "a": "output" (a graph
+    output), "add" (a + a, on numpy), "pool" (a native max pool), "dw2" (a second depthwise
+    conv), each an output of its own."""
+    x = randn(r, n, c, *hw)
+    pad = [k // 2 for k in expand_k for _ in (0, 1)]
+    e_out, d_out = e, e * mult
+    tensors = {"x": (x, False), "we": (randn(r, e_out, c // expand_group, *expand_k), True),
+               "be": (randn(r, e_out), True), "wd": (randn(r, d_out, 1, 3, 3), True),
+               "bd": (randn(r, d_out), True), "wp": (randn(r, 5, d_out, 1, 1), True),
+               "bp": (randn(r, 5), True)}
+    nodes = [
+        ("Conv2DFusion", conv_attrs(c, e_out, expand_k, expand_stride, pads=pad, group=expand_group,
+                                    act="RELU6"), ["x", "we", "be"], "a"),
+        ("Conv2DFusion", conv_attrs(e_out, d_out, (3, 3), stride, pads=(1, 1, 1, 1), group=e_out,
+                                    act="RELU6"), ["a", "wd", "bd"], "d"),
+        ("Conv2DFusion", conv_attrs(d_out, 5, (1, 1)), ["d", "wp", "bp"], "y"),
+    ]
+    outputs = ["y"]
+    if "output" in also:
+        outputs.append("a")
+    if "add" in also:
+        nodes.append(("AddFusion", {"activation_type": "NO_ACTIVATION"}, ["a", "a"], "a2"))
+        outputs.append("a2")
+    if "pool" in also:
+        nodes.append(("MaxPoolFusion", pool_attrs((2, 2), (2, 2), (0, 0, 0, 0), False), ["a"], "p"))
+        outputs.append("p")
+    if "dw2" in also:
+        tensors["wd2"] = (randn(r, d_out, 1, 3, 3), True)
+        nodes.append(("Conv2DFusion", conv_attrs(e_out, d_out, (3, 3), stride, pads=(1, 1, 1, 1),
+                                                 group=e_out), ["a", "wd2"], "d2"))
+        outputs.append("d2")
+    return graph(nodes, tensors, outputs), {"x": x}
+
+
+@pytest.mark.parametrize("case", [
+    {},
+    {"hw": (32, 32)},                      # 1024 output pixels: a plane size that is planar otherwise
+    {"hw": (32, 31), "stride": (2, 2)},
+    {"e": 20, "hw": (7, 7), "n": 2},       # a last channel block of 4, two images
+    {"expand_group": 2, "c": 8, "e": 32},  # a grouped 1x1 producer
+    {"expand_k": (3, 3), "expand_stride": (2, 2), "c": 3, "e": 16, "hw": (17, 17)},  # an im2col stem
+    {"also": ("dw2",)},                    # two depthwise readers
+], ids=str)
+def test_gemm_to_depthwise_tensor_is_channels_last(case):
+    """The tensor a GEMM conv passes to depthwise convs only is stored channels last (no
+    transposes), and the results are numpy's."""
+    program = check_native(*block_model(rng(7), **case))
+    assert marked(program) == ["a"]
+
+
+@pytest.mark.parametrize("case", [
+    {"also": ("output",)},                 # the caller reads it
+    {"also": ("add",)},                    # a numpy step reads it
+    {"also": ("pool",)},                   # a native step other than a depthwise conv reads it
+    {"mult": 2},                           # a depthwise conv with 2 outputs per channel
+    {"expand_k": (3, 3), "c": 32, "e": 16, "hw": (28, 28)},  # a direct conv writes it
+], ids=str)
+def test_tensor_stays_planar_unless_every_reader_takes_channels_last(case):
+    model, feeds = block_model(rng(8), **case)
+    program = compile_for(model, feeds)
+    assert marked(program) == []
+    assert_close(run(program, feeds)[0], run(program, feeds, kernels=KERNELS)[0])
+
+
 # ---- 2. steps that stay on numpy -----------------------------------------------------------
 
 

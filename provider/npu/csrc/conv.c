@@ -79,12 +79,42 @@ static void im2col_task(const void *ctx, int64_t t) {
     im2col(cx, r0, r1 < rows ? r1 : rows, 0, cx->p[C_OH] * cx->p[C_OW]);
 }
 
+/* One GEMM block, output channels [o0, o0 + m) of group g by output pixels [n0, n1), with its
+ * epilogue (bias, residual, activation), by chunks of columns. A channels-last output block
+ * is Ycl[pixels][channels] = X^T W^T, its bias added along each row (no residual: the
+ * lowering gives none to a channels-last output). */
+static void gemm_block(const conv_ctx *cx, int64_t g, int64_t o0, int64_t m, int64_t n0,
+                       int64_t n1) {
+    const int64_t *p = cx->p;
+    int64_t G = p[C_G], C = p[C_C], O = p[C_O], HW = p[C_OH] * p[C_OW];
+    int64_t K = C / G * p[C_KH] * p[C_KW];
+    const float *w = cx->w + o0 * K;
+    const float *x = p[C_IM2COL] ? cx->cols + g * K * HW : cx->x + (cx->n * C + g * (C / G)) * HW;
+    for (int64_t c0 = n0; c0 < n1; c0 += GEMM_CHUNK_COLS) {
+        int64_t cols = (c0 + GEMM_CHUNK_COLS < n1 ? c0 + GEMM_CHUNK_COLS : n1) - c0;
+        if (p[C_YCL]) {  /* Ycl[c0:c1][o0:o0+m] = X[:, c0:c1]^T W^T */
+            float *y = cx->y + (cx->n * HW + c0) * O + o0;
+            sgemm(ROW_MAJOR, TRANS, TRANS, (int)cols, (int)m, (int)K, 1.0f, x + c0, (int)HW, w,
+                  (int)K, 0.0f, y, (int)O);
+            epilogue_rows(y, cols, O, m, cx->bias ? cx->bias + o0 : NULL, cx->act);
+        } else {
+            float *y = cx->y + (cx->n * O + o0) * HW + c0;
+            const float *res = cx->res ? cx->res + (cx->n * O + o0) * HW + c0 : NULL;
+            sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (int)m, (int)cols, (int)K, 1.0f, w, (int)K,
+                  x + c0, (int)HW, 0.0f, y, (int)HW);
+            for (int64_t r = 0; r < m; r++)
+                epilogue(y + r * HW, cols, cx->bias ? cx->bias[o0 + r] : 0.0f,
+                         res ? res + r * HW : NULL, cx->act);
+        }
+    }
+}
+
 /* Task t: group g, a block of output channels and a block of output columns: one GEMM and
  * its epilogue (bias, residual, activation) while the block is in cache. */
 static void gemm_task(const void *ctx, int64_t t) {
     const conv_ctx *cx = ctx;
     const int64_t *p = cx->p;
-    int64_t G = p[C_G], O = p[C_O], OG = O / G, HW = p[C_OH] * p[C_OW];
+    int64_t G = p[C_G], OG = p[C_O] / G, HW = p[C_OH] * p[C_OW];
     int64_t K = p[C_C] / G * p[C_KH] * p[C_KW];
     int64_t nb = t % cx->nblocks, mb = t / cx->nblocks % cx->mblocks, g = t / cx->nblocks / cx->mblocks;
     int64_t mstep = (OG + cx->mblocks - 1) / cx->mblocks;
@@ -95,20 +125,7 @@ static void gemm_task(const void *ctx, int64_t t) {
     if (p[C_IM2COL] && cx->mblocks == 1)  /* this task alone reads these columns: build them
                                             * now, so the GEMM finds them in cache */
         im2col(cx, g * K, (g + 1) * K, n0, n1);
-    const float *b = p[C_IM2COL] ? cx->cols + g * K * HW
-                                 : cx->x + (cx->n * p[C_C] + g * (p[C_C] / G)) * HW;
-    int64_t o0 = g * OG + m0;
-    float *y = cx->y + (cx->n * O + o0) * HW;
-    const float *res = cx->res ? cx->res + (cx->n * O + o0) * HW : NULL;
-    int64_t chunk = GEMM_CHUNK_COLS;
-    for (int64_t c0 = n0; c0 < n1; c0 += chunk) {
-        int64_t c1 = c0 + chunk < n1 ? c0 + chunk : n1;
-        sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (int)(m1 - m0), (int)(c1 - c0), (int)K, 1.0f,
-              cx->w + o0 * K, (int)K, b + c0, (int)HW, 0.0f, y + c0, (int)HW);
-        for (int64_t m = 0; m < m1 - m0; m++)
-            epilogue(y + m * HW + c0, c1 - c0, cx->bias ? cx->bias[o0 + m] : 0.0f,
-                     res ? res + m * HW + c0 : NULL, cx->act);
-    }
+    gemm_block(cx, g, g * OG + m0, m1 - m0, n0, n1);
 }
 
 /* Returns -1 when there is no host memory for a strided conv's phases. */

@@ -160,11 +160,18 @@ static inline __attribute__((always_inline)) void finish(
  * compiled per instruction set themselves; the others inline finish). */
 void epilogue(float *y, int64_t n, float bias, const float *res, act_t act);
 
+/* y[r * ld + i] = act(y[r * ld + i] + bias[i]) for r < rows, i < n: the epilogue of a
+ * channels-last block (a bias per column). bias may be NULL. */
+void epilogue_rows(float *y, int64_t rows, int64_t ld, int64_t n, const float *bias, act_t act);
+
 /* ---- kernels (one file per family) ----------------------------------------------------- */
 
-/* conv / depthwise parameters */
+/* conv / depthwise parameters. C_YCL (a GEMM conv's output), C_XCL (a depthwise conv's
+ * input): stored channels last, (N, H, W, C) instead of (N, C, H, W). An arena tensor passed
+ * from a GEMM conv to depthwise convs goes so (native_steps decides which): the depthwise
+ * kernel wants channels last, and the GEMM writes it at no cost. */
 enum { C_N, C_C, C_H, C_W, C_O, C_OH, C_OW, C_G, C_KH, C_KW, C_SH, C_SW, C_DH, C_DW, C_PT, C_PL,
-       C_ACT, C_IM2COL };
+       C_ACT, C_IM2COL, C_XCL, C_YCL };
 /* conv slots */
 enum { S_X, S_W, S_BIAS, S_RES, S_Y, S_COLS };
 

@@ -120,7 +120,9 @@ static int windowed(window_ctx *cx) {
 /* Depthwise conv on small planes, channels last: a block of DW_BLOCK output channels is
  * transposed to (pixel, channel), padded, so that every tap of every pixel is one vector
  * multiply-add across the block's channels (on a 4x4 plane the per-plane loops of
- * window_plane would be all overhead), then transposed back with the epilogue. */
+ * window_plane would be all overhead), then transposed back with the epilogue. An input
+ * stored channels last (C_XCL) is copied as it is, a run of channels per pixel, and then
+ * this form is used whatever the plane size. */
 #define DW_BLOCK 16
 #ifndef DW_SMALL_PLANE
 #define DW_SMALL_PLANE 256  /* output planes up to this many pixels go channels-last (64 and
@@ -151,13 +153,23 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
     for (int64_t k = 0; k < HP * WP * DW_BLOCK; k++) xin[k] = 0.0f;
     for (int64_t k = 0; k < KK * DW_BLOCK; k++) wt[k] = 0.0f;
     int64_t r0 = PT, r1 = H + PT < HP ? H + PT : HP, q0 = PL, q1 = W + PL < WP ? W + PL : WP;
-    for (int64_t cc = 0; cc < cb; cc++) {
-        const float *xc = cx->x + (n * C + (c0 + cc) / mult) * H * W;
-        for (int64_t r = r0; r < r1; r++)
-            for (int64_t q = q0; q < q1; q++)
-                xin[(r * WP + q) * DW_BLOCK + cc] = xc[(r - PT) * W + q - PL];
-        for (int64_t t = 0; t < KK; t++) wt[t * DW_BLOCK + cc] = cx->w[(c0 + cc) * KK + t];
+    if (p[C_XCL]) {  /* channels last already (then mult is 1): a run of channels per pixel */
+        for (int64_t r = r0; r < r1; r++) {
+            for (int64_t q = q0; q < q1; q++) {
+                const float *src = cx->x + ((n * H + r - PT) * W + q - PL) * C + c0;
+                for (int64_t cc = 0; cc < cb; cc++) xin[(r * WP + q) * DW_BLOCK + cc] = src[cc];
+            }
+        }
+    } else {
+        for (int64_t cc = 0; cc < cb; cc++) {
+            const float *xc = cx->x + (n * C + (c0 + cc) / mult) * H * W;
+            for (int64_t r = r0; r < r1; r++)
+                for (int64_t q = q0; q < q1; q++)
+                    xin[(r * WP + q) * DW_BLOCK + cc] = xc[(r - PT) * W + q - PL];
+        }
     }
+    for (int64_t cc = 0; cc < cb; cc++)
+        for (int64_t t = 0; t < KK; t++) wt[t * DW_BLOCK + cc] = cx->w[(c0 + cc) * KK + t];
     float b[DW_BLOCK];
     for (int64_t cc = 0; cc < DW_BLOCK; cc++) b[cc] = cx->bias && cc < cb ? cx->bias[c0 + cc] : 0.0f;
     for (int64_t oh = 0; oh < OH; oh++) {
@@ -209,7 +221,7 @@ int dwconv(const lnpu_step *s, void **slots) {
     const float *bias = s->slot[S_BIAS] >= 0 ? slots[s->slot[S_BIAS]] : NULL;
     const float *res = s->slot[S_RES] >= 0 ? slots[s->slot[S_RES]] : NULL;
     float *y = slots[s->slot[S_Y]];
-    if (p[C_OH] * p[C_OW] <= DW_SMALL_PLANE) {
+    if (p[C_OH] * p[C_OW] <= DW_SMALL_PLANE || p[C_XCL]) {
         atomic_int failed = 0;
         dwcl_ctx cx = {p, x, w, bias, res, y, act_of(s, C_ACT),
                        (p[C_OH] - 1) * p[C_SH] + (p[C_KH] - 1) * p[C_DH] + 1,
