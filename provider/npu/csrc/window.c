@@ -150,9 +150,19 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
     int64_t O = p[C_O], C = p[C_C], mult = O / C, KK = KH * KW, HP = cx->hp, WP = cx->wp;
     int64_t cb = O - c0 < DW_BLOCK ? O - c0 : DW_BLOCK;
     float *xin = scratch, *wt = xin + HP * WP * DW_BLOCK, *out = wt + KK * DW_BLOCK;
-    for (int64_t k = 0; k < HP * WP * DW_BLOCK; k++) xin[k] = 0.0f;
-    for (int64_t k = 0; k < KK * DW_BLOCK; k++) wt[k] = 0.0f;
     int64_t r0 = PT, r1 = H + PT < HP ? H + PT : HP, q0 = PL, q1 = W + PL < WP ? W + PL : WP;
+    if (cb < DW_BLOCK) {  /* lanes past the channels are computed too: zero them */
+        for (int64_t k = 0; k < HP * WP * DW_BLOCK; k++) xin[k] = 0.0f;
+    } else {  /* the padding only; the input overwrites the rest */
+        for (int64_t k = 0; k < r0 * WP * DW_BLOCK; k++) xin[k] = 0.0f;
+        for (int64_t k = r1 * WP * DW_BLOCK; k < HP * WP * DW_BLOCK; k++) xin[k] = 0.0f;
+        for (int64_t r = r0; r < r1; r++) {
+            float *row = xin + r * WP * DW_BLOCK;
+            for (int64_t k = 0; k < q0 * DW_BLOCK; k++) row[k] = 0.0f;
+            for (int64_t k = q1 * DW_BLOCK; k < WP * DW_BLOCK; k++) row[k] = 0.0f;
+        }
+    }
+    for (int64_t k = 0; k < KK * DW_BLOCK; k++) wt[k] = 0.0f;
     if (p[C_XCL]) {  /* channels last already (then mult is 1): a run of channels per pixel */
         for (int64_t r = r0; r < r1; r++) {
             for (int64_t q = q0; q < q1; q++) {
