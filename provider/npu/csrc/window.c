@@ -143,10 +143,37 @@ static int64_t dwcl_scratch(const dwcl_ctx *cx) {
     return (cx->hp * cx->wp + p[C_KH] * p[C_KW] + p[C_OH] * p[C_OW]) * DW_BLOCK;
 }
 
+/* A block of DW_BLOCK channels as one vector value (GCC/clang vector extensions). */
+typedef float dw_vec __attribute__((vector_size(DW_BLOCK * sizeof(float)), aligned(4)));
+#define DW_PIXELS 8  /* output pixels of a row computed together: independent accumulator
+                      * chains (one pixel's taps form a chain of dependent multiply-adds) */
+
+/* NP consecutive output pixels of a row, every tap, into out (pixel-major, DW_BLOCK lanes);
+ * `row` is the padded input at the first pixel's window corner. */
+static inline __attribute__((always_inline)) void dw_pixels(
+        const float *row, const float *wt, dw_vec bias, const int64_t *p, int64_t wp,
+        float *out, int NP) {
+    int64_t KW = p[C_KW], step = p[C_SW] * DW_BLOCK;
+    dw_vec acc[DW_PIXELS];
+    for (int q = 0; q < NP; q++) acc[q] = bias;
+    for (int64_t i = 0; i < p[C_KH]; i++) {
+        for (int64_t j = 0; j < KW; j++) {
+            const float *src = row + (i * p[C_DH] * wp + j * p[C_DW]) * DW_BLOCK;
+            dw_vec w, x;
+            memcpy(&w, wt + (i * KW + j) * DW_BLOCK, sizeof w);
+            for (int q = 0; q < NP; q++) {
+                memcpy(&x, src + q * step, sizeof x);
+                acc[q] += w * x;
+            }
+        }
+    }
+    for (int q = 0; q < NP; q++) memcpy(out + q * DW_BLOCK, &acc[q], sizeof acc[q]);
+}
+
 MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, float *scratch) {
     const int64_t *p = cx->p;
     int64_t H = p[C_H], W = p[C_W], OH = p[C_OH], OW = p[C_OW], KH = p[C_KH], KW = p[C_KW];
-    int64_t SH = p[C_SH], SW = p[C_SW], DH = p[C_DH], DW = p[C_DW], PT = p[C_PT], PL = p[C_PL];
+    int64_t SH = p[C_SH], SW = p[C_SW], PT = p[C_PT], PL = p[C_PL];
     int64_t O = p[C_O], C = p[C_C], mult = O / C, KK = KH * KW, HP = cx->hp, WP = cx->wp;
     int64_t cb = O - c0 < DW_BLOCK ? O - c0 : DW_BLOCK;
     float *xin = scratch, *wt = xin + HP * WP * DW_BLOCK, *out = wt + KK * DW_BLOCK;
@@ -167,7 +194,8 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
         for (int64_t r = r0; r < r1; r++) {
             for (int64_t q = q0; q < q1; q++) {
                 const float *src = cx->x + ((n * H + r - PT) * W + q - PL) * C + c0;
-                for (int64_t cc = 0; cc < cb; cc++) xin[(r * WP + q) * DW_BLOCK + cc] = src[cc];
+                if (cb == DW_BLOCK) memcpy(xin + (r * WP + q) * DW_BLOCK, src, sizeof(dw_vec));
+                else memcpy(xin + (r * WP + q) * DW_BLOCK, src, cb * sizeof(float));
             }
         }
     } else {
@@ -182,20 +210,16 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
         for (int64_t t = 0; t < KK; t++) wt[t * DW_BLOCK + cc] = cx->w[(c0 + cc) * KK + t];
     float b[DW_BLOCK];
     for (int64_t cc = 0; cc < DW_BLOCK; cc++) b[cc] = cx->bias && cc < cb ? cx->bias[c0 + cc] : 0.0f;
+    dw_vec bias;
+    memcpy(&bias, b, sizeof bias);
     for (int64_t oh = 0; oh < OH; oh++) {
-        for (int64_t ow = 0; ow < OW; ow++) {
-            float acc[DW_BLOCK];
-            for (int64_t cc = 0; cc < DW_BLOCK; cc++) acc[cc] = b[cc];
-            for (int64_t i = 0; i < KH; i++) {
-                for (int64_t j = 0; j < KW; j++) {
-                    const float *src = xin + ((oh * SH + i * DH) * WP + ow * SW + j * DW) * DW_BLOCK;
-                    const float *wv = wt + (i * KW + j) * DW_BLOCK;
-                    for (int64_t cc = 0; cc < DW_BLOCK; cc++) acc[cc] += wv[cc] * src[cc];
-                }
-            }
-            float *o = out + (oh * OW + ow) * DW_BLOCK;
-            for (int64_t cc = 0; cc < DW_BLOCK; cc++) o[cc] = acc[cc];
-        }
+        const float *row = xin + oh * SH * WP * DW_BLOCK;
+        float *o = out + oh * OW * DW_BLOCK;
+        int64_t ow = 0;
+        for (; ow + DW_PIXELS <= OW; ow += DW_PIXELS)
+            dw_pixels(row + ow * SW * DW_BLOCK, wt, bias, p, WP, o + ow * DW_BLOCK, DW_PIXELS);
+        for (; ow < OW; ow++)
+            dw_pixels(row + ow * SW * DW_BLOCK, wt, bias, p, WP, o + ow * DW_BLOCK, 1);
     }
     float lo = cx->act.lo, hi = cx->act.hi;
     for (int64_t cc = 0; cc < cb; cc++) {
