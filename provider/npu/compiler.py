@@ -396,6 +396,8 @@ def _group_spans(steps: list[_Step], parent: list[int], arena: set[int]) -> dict
     lives = planner.lifetimes([(s.inputs, (*s.outputs, *s.scratch)) for s in steps], len(parent))
     spans: dict[int, list[int]] = {}
     for v in arena:
+        if lives[v] is None:  # an elided concat's output that was only another's input
+            continue
         first, last = lives[v]
         span = spans.setdefault(_find(parent, v), [first, last])
         span[0], span[1] = min(span[0], first), max(span[1], last)
@@ -421,18 +423,56 @@ def _merge_inplace(b: _Builder, steps: list[_Step], parent: list[int], arena: se
         spans[rx][1] = max(spans[rx][1], spans.pop(ry)[1])
 
 
-def _plan_arena(b: _Builder, steps: list[_Step], parent: list[int], arena: set[int]) -> tuple[dict[int, int], int]:
-    """Arena offset of every arena val (groups share one), and the arena size."""
+def _elide_concats(b: _Builder, steps: list[_Step], parent: list[int], arena: set[int],
+                   part_at: dict[int, int]) -> list[_Step]:
+    """Concats whose inputs can be computed in place, each straight into its slice of the
+    output buffer, vanish (no copy, and the inputs take no arena of their own): a concat
+    along an axis with nothing but size-1 axes before it (so each input is one contiguous
+    slice of the output), output and inputs in the arena, and each input a buffer of its
+    own (no alias or in-place partner), used once by the concat and by nothing after it.
+    The inputs join the output's buffer group at their byte offset (`part_at`: val -> bytes
+    from the start of its group). Later concats go first, so that a concat's output can in
+    turn be a slice of the next one's (nested concats)."""
+    spans = _group_spans(steps, parent, arena)
+    members: dict[int, int] = {}
+    for v in arena:
+        members[_find(parent, v)] = members.get(_find(parent, v), 0) + 1
+    elided = set()
+    for i in range(len(steps) - 1, -1, -1):
+        s = steps[i]
+        y = s.outputs[0] if s.kernel == "concat" else None
+        if y is None or y not in arena or len(set(s.inputs)) != len(s.inputs):
+            continue
+        if np.prod(b.vals[y].shape[:s.attrs["axis"]]) != 1:
+            continue
+        if not all(x in arena and members[_find(parent, x)] == 1 and spans[_find(parent, x)][1] == i
+                   and b.vals[x].dtype == b.vals[y].dtype for x in s.inputs):
+            continue
+        root, at = _find(parent, y), part_at.get(y, 0)
+        for x in s.inputs:
+            parent[x] = root
+            part_at[x] = at
+            at += b.vals[x].dtype.itemsize * int(np.prod(b.vals[x].shape))
+            members[root] += 1
+        elided.add(i)
+    return [s for i, s in enumerate(steps) if i not in elided]
+
+
+def _plan_arena(b: _Builder, steps: list[_Step], parent: list[int], arena: set[int],
+                part_at: dict[int, int]) -> tuple[dict[int, int], int]:
+    """Arena offset of every arena val (groups share one buffer, a val `part_at` bytes into
+    it), and the arena size."""
     spans = _group_spans(steps, parent, arena)
     roots = sorted(spans)
     size: dict[int, int] = {}
     for v in arena:
         r = _find(parent, v)
-        size[r] = max(size.get(r, 0), b.vals[v].dtype.itemsize * int(np.prod(b.vals[v].shape)))
+        end = part_at.get(v, 0) + b.vals[v].dtype.itemsize * int(np.prod(b.vals[v].shape))
+        size[r] = max(size.get(r, 0), end)
     requests = [(size[r], spans[r][0], spans[r][1]) for r in roots]
     offsets, total = planner.place(requests, ALIGNMENT)
     at = dict(zip(roots, offsets, strict=True))
-    return {v: at[_find(parent, v)] for v in arena if _find(parent, v) in at}, total
+    return {v: at[_find(parent, v)] + part_at.get(v, 0) for v in arena if _find(parent, v) in at}, total
 
 
 # ---- stage 5: slots and weights ----------------------------------------------------------------
@@ -516,5 +556,7 @@ def compile_model(model: LiteModel, input_shapes: Mapping[str, Sequence[int]] | 
     steps = _resolve_aliases(b, steps, parent)
     arena = {v for s in steps for v in (*s.inputs, *s.outputs, *s.scratch) if _is_arena(b, v)}
     _merge_inplace(b, steps, parent, arena)
-    offsets, arena_bytes = _plan_arena(b, steps, parent, arena)
+    part_at: dict[int, int] = {}
+    steps = _elide_concats(b, steps, parent, arena, part_at)
+    offsets, arena_bytes = _plan_arena(b, steps, parent, arena, part_at)
     return _build_program(b, graph, steps, inputs, outputs, offsets, arena_bytes)
