@@ -623,6 +623,30 @@ def test_work_is_split_over_the_cores_and_a_run_can_be_limited(restore_threads):
         Executor(program, cores=-1)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux and two CPUs")
+def test_a_thread_on_its_callers_cpu_moves_off_it():
+    """The scheduler may wake a worker core on its caller's CPU, where the two would share
+    one core; at each job a worker on the caller's CPU moves to another CPU it may use
+    (lnpu_leave_cpu, checked here on this thread), keeping its affinity, and is counted."""
+    lib, mask = native.library(), os.sched_getaffinity(0)
+    here = sorted(mask)[0]
+    try:
+        os.sched_setaffinity(0, {here})
+        os.sched_setaffinity(0, mask)  # on `here`, free to leave it
+        assert os.sched_getaffinity(0) == mask
+        moves = native.worker_moves()
+        assert lib.lnpu_leave_cpu(here) == 1
+        with open("/proc/thread-self/stat") as f:
+            assert int(f.read().rsplit(")", 1)[1].split()[36]) != here
+        assert os.sched_getaffinity(0) == mask and native.worker_moves() == moves + 1
+        assert lib.lnpu_leave_cpu(here) == 0  # not on it any more: stays
+        os.sched_setaffinity(0, {here})
+        assert lib.lnpu_leave_cpu(here) == 0  # nowhere else to go
+    finally:
+        os.sched_setaffinity(0, mask)
+
+
 def test_pool_thread_count_does_not_change_the_result(restore_threads):
     x = randn(rng(11), 2, 32, 30, 30)
     for op in ("MaxPoolFusion", "AvgPoolFusion"):

@@ -25,7 +25,7 @@ from provider.extensions import built_library
 from provider.npu.kernels.parallel import check_threads
 
 __all__ = ["Step", "OPS", "MAX_SLOTS", "MAX_PARAMS", "library", "set_threads", "threads",
-           "default_threads", "worker_tasks", "run"]
+           "default_threads", "worker_tasks", "worker_moves", "run"]
 
 log = logging.getLogger("litenpu.npu")
 
@@ -106,6 +106,7 @@ def library() -> C.CDLL | None:
                 lib.lnpu_set_threads(C.c_int(default_threads()))
                 lib.lnpu_run.restype = C.c_int64
                 lib.lnpu_worker_tasks.restype = C.c_int64
+                lib.lnpu_worker_moves.restype = C.c_int64
                 lib.lnpu_run.argtypes = [C.c_void_p, C.c_int64, C.c_void_p, C.c_void_p, C.c_int]
                 _state["blas"] = blas
                 why = ""
@@ -137,6 +138,12 @@ def worker_tasks() -> int:
     """Tasks the NPU's worker cores (not the calling threads) have run in this process."""
     lib = library()
     return int(lib.lnpu_worker_tasks()) if lib is not None else 0
+
+
+def worker_moves() -> int:
+    """Times a worker core found itself on its caller's CPU and moved to another."""
+    lib = library()
+    return int(lib.lnpu_worker_moves()) if lib is not None else 0
 
 
 def run(steps: C.Array, count: int, addresses: C.Array, seconds: C.Array | None = None,
