@@ -16,7 +16,7 @@ from onnx import helper, numpy_helper
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
 from converters.onnx_import import import_onnx
 from provider.errors import InvalidModelError, UnsupportedError
-from provider.npu import capability, planner
+from provider.npu import capability, conv_weights, planner
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor
 from provider.npu.kernels import KERNELS, parallel
@@ -426,6 +426,49 @@ def test_fp16_storage_bound_per_op_and_end_to_end():
 
 
 # ---- program file round trip -------------------------------------------------------------
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 21), st.integers(1, 40))
+def test_direct_weight_order_round_trips(g, og, k):
+    """The direct kernel's order keeps every float: blocks of 8 (then 4, 2, 1) rows,
+    each K-major, and back to the GEMM matrix."""
+    gemm = np.arange(g * og * k, dtype=F32).reshape(g, og, k)
+    blocked = conv_weights.direct_blocks(gemm)
+    assert blocked.shape == gemm.shape and sorted(blocked.ravel()) == sorted(gemm.ravel())
+    first, size = conv_weights.direct_row_blocks(og)[-1]
+    assert first + size == og and size in (1, 2, 4, 8)
+    assert np.array_equal(blocked[0].ravel()[first * k:(first + size) * k],
+                          gemm[0, first:first + size].T.ravel())  # K-major block
+    assert np.array_equal(conv_weights.gemm_weights(blocked, {"weights": "direct"}), gemm)
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_direct_conv_weights_are_stored_for_the_direct_kernel(fp16):
+    """A conv the direct kernel takes is compiled with its weights in that kernel's order
+    (fp32 only); both kernel sets give onnxruntime's values from it."""
+    r = rng(21)
+    w, b = r.standard_normal((13, 8, 3, 3)).astype(F32), r.standard_normal(13).astype(F32)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])
+    graph = helper.make_graph([node], "direct", [helper.make_tensor_value_info("x", 1, (1, 8, 12, 12))],
+                              [helper.make_tensor_value_info("y", 1, [None] * 4)],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    program = compile_model(import_onnx(model)[0], {"x": (1, 8, 12, 12)}, enable_fp16=fp16)
+    (step,) = [s for s in program.steps if s.kernel == "conv2d"]
+    stored = program.slots[step.inputs[1]]
+    weights = program.weights[stored.offset:stored.offset + stored.nbytes].view(stored.np_dtype).reshape(stored.shape)
+    gemm = w.reshape(1, 13, 72).astype(stored.np_dtype)
+    if fp16:
+        assert "weights" not in step.attrs and np.array_equal(weights, gemm)
+        return
+    assert step.attrs["weights"] == "direct"
+    assert np.array_equal(weights, conv_weights.direct_blocks(gemm))
+    x = rng(22).standard_normal((1, 8, 12, 12)).astype(F32)
+    want = run_ort(model, {"x": x})[0]
+    for kernels in (None, KERNELS):
+        with Executor(program, pool(), kernels=kernels) as ex:
+            assert_matches(np.array(ex.run([x])[0]), want)
 
 
 def test_compiled_program_survives_serialization():

@@ -202,12 +202,18 @@ def test_conv_cases_native_match_numpy(case):
 ], ids=str)
 def test_conv_method_follows_the_measured_rule(case, direct):
     """1x1 convs, 4x4 outputs (32 positions computed for 16) and 27-tap stems stay on
-    im2col + GEMM; 3x3 convs on 7x7 (64 positions for 49) and 28x28 planes are direct.
-    Both give numpy's values."""
+    im2col + GEMM; 3x3 convs on 7x7 (64 positions for 49) and 28x28 planes are direct, their
+    weights stored for the direct kernel. Both give numpy's values."""
     model, feeds = conv_model(rng(4), **case)
     program = check_native(model, feeds, "conv2d")
-    step = native_steps.lower(program, 0)
-    assert native.library().lnpu_conv_is_direct(ctypes.byref(step)) == direct
+    assert is_direct(program) == direct
+
+
+def is_direct(program: Program) -> bool:
+    """Whether the program's one conv is stored for, and lowered to, the direct kernel."""
+    stored = program.steps[0].attrs.get("weights") == "direct"
+    assert native_steps.lower(program, 0).p[20] == stored  # C_DIRECT
+    return stored
 
 
 @pytest.mark.parametrize("case", [
@@ -226,8 +232,7 @@ def test_direct_conv_cases_match_numpy(case):
     position tiles of 3/2/1 vectors, groups, dilation, strides, uneven pads, residual."""
     model, feeds = conv_model(rng(3), **case)
     program = check_native(model, feeds, "conv2d")
-    step = native_steps.lower(program, 0)
-    assert native.library().lnpu_conv_is_direct(ctypes.byref(step)) == 1
+    assert is_direct(program)
 
 
 @pytest.mark.parametrize("case", [

@@ -2,6 +2,7 @@
 
 import mmap
 import struct
+import zlib
 
 import numpy as np
 import pytest
@@ -113,7 +114,8 @@ def header_field(data: bytes, offset: int) -> int:
     "mutate, message",
     [
         (lambda d: b"NOTAPROG" + d[8:], "bad magic"),
-        (lambda d: d[:8] + struct.pack("<I", 2) + d[12:], "format version 2"),
+        (lambda d: d[:8] + struct.pack("<I", 3) + d[12:], "format version 3"),
+        (lambda d: d[:8] + struct.pack("<I", 0) + d[12:], "format version 0"),
         (lambda d: d[:5], "truncated"),
         (lambda d: d[:40], "truncated"),
         (lambda d: d[:-1], "truncated"),
@@ -127,6 +129,16 @@ def test_corruption_is_detected(mutate, message):
     data = mutate(fmt.to_bytes(make_program()))
     with pytest.raises(CacheError, match=message):
         fmt.from_bytes(data)
+
+
+def test_a_version_1_file_still_loads():
+    """Version 2 only added a conv weight order (conv_weights) that version 1 files do not
+    use: they load as they are. (The header CRC covers the version field.)"""
+    data = bytearray(fmt.to_bytes(make_program()))
+    struct.pack_into("<I", data, 8, 1)
+    crc_at = fmt._HEADER.size
+    struct.pack_into("<I", data, crc_at, zlib.crc32(bytes(data[:crc_at])))
+    assert fmt.from_bytes(bytes(data)).steps == make_program().steps
 
 
 def test_verify_false_skips_only_the_weight_hash():

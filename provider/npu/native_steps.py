@@ -112,7 +112,11 @@ def _conv2d(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: _Builder)
     if act is None:
         return False
     b.step.op = native.OPS["dwconv" if depthwise else "conv"]
-    b.params(n, c, h, wd, o, oh, ow, g, kh, kw, sh, sw, dh, dw, top, left, act, im2col, 0, 0)
+    direct = attrs.get("weights") == "direct"  # stored for the direct kernel (conv_weights)
+    if direct and depthwise:
+        return False
+    b.params(n, c, h, wd, o, oh, ow, g, kh, kw, sh, sw, dh, dw, top, left, act, im2col, 0, 0,
+             direct)
     b.slots(b.inputs[0], b.inputs[1], b.inputs[2] if bias is not None else None,
             b.inputs[-1] if residual else None, b.outputs[0], cols)
     return True
@@ -273,7 +277,7 @@ class NativeRun:
 
 
 # conv parameter positions (csrc/npu.h: C_*) and slot positions (S_*) the layout pass reads
-_C_C, _C_O, _C_XCL, _C_YCL = 1, 4, 18, 19
+_C_C, _C_O, _C_XCL, _C_YCL, _C_DIRECT = 1, 4, 18, 19, 20
 _S_X, _S_RES, _S_Y = 0, 3, 4
 
 
@@ -318,8 +322,7 @@ def channels_last(program: Program, steps: Sequence[native.Step | None]) -> list
 
 def _writes_channels_last(step: native.Step | None, index: int) -> bool:
     return (step is not None and step.op == native.OPS["conv"] and step.slot[_S_Y] == index
-            and step.slot[_S_RES] < 0
-            and not native.library().lnpu_conv_is_direct(ctypes.byref(step)))
+            and step.slot[_S_RES] < 0 and not step.p[_C_DIRECT])
 
 
 def _reads_channels_last(step: native.Step | None, index: int) -> bool:

@@ -3,7 +3,7 @@
 A Program is static: every slot has a concrete dtype and shape, weights are packed into one
 blob, internal tensors have arena offsets planned at compile time (`planner.place`).
 
-File format (little endian), version `FORMAT_VERSION`:
+File format (little endian), version `FORMAT_VERSION` (older `READABLE_VERSIONS` load too):
 
     header  magic "LNPUPROG", u32 format version, u32 reserved (0),
             u64 metadata offset, u64 metadata size, u64 weights offset, u64 weights size,
@@ -59,7 +59,10 @@ __all__ = [
 ]
 
 MAGIC = b"LNPUPROG"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Version 2 adds conv steps whose weights are stored in the direct kernel's order (attrs
+# "weights": "direct", see conv_weights.py); a version 1 file has none and reads the same.
+READABLE_VERSIONS = (1, 2)
 WEIGHTS_ALIGNMENT = 4096
 SLOT_KINDS = ("input", "output", "weight", "internal")
 
@@ -275,9 +278,9 @@ def _check_header(buf: memoryview, source: str, size: int | None = None
     magic, version, _ = _PREFIX.unpack_from(buf)
     if magic != MAGIC:
         raise CacheError(f"{source}: bad magic {bytes(magic)!r}, not a litenpu Program ({MAGIC!r})")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise CacheError(
-            f"{source}: format version {version}, this litenpu reads version {FORMAT_VERSION}"
+            f"{source}: format version {version}, this litenpu reads versions {READABLE_VERSIONS}"
         )
     if buf.nbytes < _HEADER_SIZE:
         raise CacheError(f"{source}: truncated: {size} bytes, header needs {_HEADER_SIZE}")

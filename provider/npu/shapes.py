@@ -25,6 +25,7 @@ import numpy as np
 from converters.lite import dtypes as lite_dtypes
 from converters.lite.ir import LiteNode
 from provider.errors import InvalidModelError, UnsupportedError
+from provider.npu.conv_weights import direct_blocks, direct_conv
 
 Shape = tuple[int, ...]
 F32 = np.dtype(np.float32)
@@ -182,7 +183,9 @@ def conv2d(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     ow = (wd + pads[2] + pads[3] - (kw - 1) * dilation[1] - 1) // stride[1] + 1
     if oh <= 0 or ow <= 0:
         raise InvalidModelError(f"{_where(node)}: empty output {oh}x{ow} for input {x.shape}")
-    operands: list[int | np.ndarray] = [0, np.ascontiguousarray(w.reshape(g, o // g, cg * kh * kw))]
+    gemm = np.ascontiguousarray(w.reshape(g, o // g, cg * kh * kw))
+    direct = x.dtype == F32 and direct_conv(cg, kh, kw, stride[1], dilation[1], oh, ow)
+    operands: list[int | np.ndarray] = [0, direct_blocks(gemm) if direct else gemm]
     if len(ins) > 2:
         operands.append(const(node, ins, 2, "bias").reshape(o, 1))
     hp, wp = h + pads[0] + pads[1], wd + pads[2] + pads[3]
@@ -200,6 +203,8 @@ def conv2d(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
         scratch.append(("cols", (n, g, cg * kh * kw, oh * ow), F32))
     attrs = {"kernel": kernel, "stride": stride, "dilation": dilation, "pads": pads, "group": g,
              "activation": _activation(node), "scratch": [s[0] for s in scratch]}
+    if direct:  # stored for the NPU's direct convolution (conv_weights)
+        attrs["weights"] = "direct"
     return Lowered("conv2d", attrs, operands, [((n, o, oh, ow), x.dtype)], scratch)
 
 

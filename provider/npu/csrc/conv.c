@@ -131,7 +131,7 @@ static void gemm_task(const void *ctx, int64_t t) {
 /* Returns -1 when there is no host memory for a strided conv's phases. */
 int conv(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p;
-    if (direct_eligible(p)) return direct_conv(s, slots);
+    if (p[C_DIRECT]) return direct_conv(s, slots);
     conv_ctx cx = {p, slots[s->slot[S_X]], slots[s->slot[S_W]],
                    s->slot[S_BIAS] >= 0 ? slots[s->slot[S_BIAS]] : NULL,
                    s->slot[S_RES] >= 0 ? slots[s->slot[S_RES]] : NULL,
@@ -157,7 +157,7 @@ int conv(const lnpu_step *s, void **slots) {
     cx.rows_per_task = (rows + im2col_tasks - 1) / im2col_tasks;
     if (p[C_IM2COL] && p[C_SW] > 1) {  /* the calling thread's scratch, read by every task */
         cx.wq = p[C_OW] + (p[C_KW] - 1) * p[C_DW] / p[C_SW];
-        cx.phase = thread_scratch(SCRATCH_PLANES, p[C_C] * p[C_SW] * p[C_H] * cx.wq);
+        cx.phase = thread_scratch(p[C_C] * p[C_SW] * p[C_H] * cx.wq);
         if (!cx.phase) return -1;
     }
     for (int64_t n = 0; n < p[C_N]; n++) {

@@ -10,26 +10,20 @@
  *     phase[c][(i*DH) % SH][(j*DW) % SW][k + (i*DH / SH) * WQ + j*DW / SW],
  * one offset per tap for every k. A tile of OB output channels x DNV vectors of consecutive
  * positions keeps its OB x DNV accumulators in registers; each (c, tap) step loads DNV
- * input vectors and broadcasts OB weights. The WQ - OW extra columns of each row are computed
- * and dropped. */
-#ifndef DIRECT_CONV
-#define DIRECT_CONV 1
-#endif
+ * input vectors and broadcasts OB weights, which the compiler stored side by side for it
+ * (provider/npu/conv_weights.py; which convs run here is decided there too). The WQ - OW
+ * extra columns of each row are computed and dropped. */
 #define DVEC 16                   /* floats per vector (one AVX-512 register) */
-#ifndef DIRECT_1X1
-#define DIRECT_1X1 0              /* 1x1 convs: OpenBLAS was measured faster */
-#endif
-#ifndef DIRECT_MIN_K
-#define DIRECT_MIN_K 32           /* multiply-adds per output below which GEMM wins */
-#endif
 #ifndef DNV
 #define DNV 3                     /* vectors per tile: 48 positions (2 and 4 measured slower) */
 #endif
 #define DTILE (DVEC * DNV)
-#ifndef DIRECT_OB
-#define DIRECT_OB 8               /* output channels per tile */
+#define DIRECT_OB 8               /* output channels per tile: the compiler stores the weights
+                                   * in blocks of this many (conv_weights.DIRECT_ROWS) */
+#define MAX_TAPS 64               /* conv_weights.DIRECT_MAX_TAPS */
+#ifndef DIRECT_PREFETCH
+#define DIRECT_PREFETCH 64        /* steps ahead of the weights to prefetch */
 #endif
-#define MAX_TAPS 64
 typedef float vf __attribute__((vector_size(DVEC * sizeof(float)), aligned(4)));
 
 typedef struct {
@@ -39,11 +33,10 @@ typedef struct {
     act_t act;
     int64_t n, wq, hq, plane, span, ptiles, oblocks;
     int64_t taps, tap_off[MAX_TAPS];  /* per tap: offset within a channel's phases */
-    atomic_int *failed;           /* set by a task whose thread has no memory to pack into */
 } direct_ctx;
 
-/* One tile: OB output channels (weights packed wp[t * OB + o]: the OB broadcasts of a step
- * read one run of floats) x NV vectors of positions from src0 (the group's first channel at
+/* One tile: OB output channels (weights wp[t * OB + o]: the OB broadcasts of a step read
+ * one run of floats) x NV vectors of positions from src0 (the group's first channel at
  * the tile's first position), stored to out (OB rows of DTILE). */
 static inline __attribute__((always_inline)) void direct_tile(
         const direct_ctx *cx, const float *wp, const float *src0, float *out, int OB, int NV) {
@@ -56,6 +49,9 @@ static inline __attribute__((always_inline)) void direct_tile(
         const float *xc = src0 + c * cstride;
         for (int64_t tap = 0; tap < cx->taps; tap++, t++) {
             const float *src = xc + cx->tap_off[tap];
+            /* the weights stream in once per block, from memory on big convs: ask for
+             * them ahead (ResNet-50's 7x7 stage waited on them) */
+            __builtin_prefetch(wp + (t + DIRECT_PREFETCH) * OB);
             vf x[DNV];
             for (int v = 0; v < NV; v++) memcpy(&x[v], src + v * DVEC, sizeof(vf));
             for (int o = 0; o < OB; o++) {
@@ -96,12 +92,9 @@ MULTIVERSION static void direct_task(const void *ctx, int64_t t) {
     int64_t o1 = o0 + DIRECT_OB < (g + 1) * OG ? o0 + DIRECT_OB : (g + 1) * OG;
     float tile[DIRECT_OB * DTILE];
     const float *src_g = cx->phases + g * (p[C_C] / G) * p[C_SH] * p[C_SW] * cx->plane;
-    float *wp = thread_scratch(SCRATCH_PACK, DIRECT_OB * K);
-    if (!wp) { atomic_store(cx->failed, 1); return; }
     for (int64_t o = o0; o < o1;) {  /* the block in tiles of 8, 4, 2, 1 channels */
         int ob = o1 - o >= DIRECT_OB ? DIRECT_OB : o1 - o >= 4 ? 4 : o1 - o >= 2 ? 2 : 1;
-        for (int64_t k = 0; k < K; k++)
-            for (int r = 0; r < ob; r++) wp[k * ob + r] = cx->w[(o + r) * K + k];
+        const float *wp = cx->w + o * K;  /* this tile's rows, K-major (conv_weights.py) */
         for (int64_t pt = 0; pt < cx->ptiles; pt++) {
             int64_t k0 = pt * DTILE, k1 = k0 + DTILE < cx->span ? k0 + DTILE : cx->span;
             direct_tile_any(cx, wp, src_g + k0, tile, ob, (int)((k1 - k0 + DVEC - 1) / DVEC));
@@ -145,31 +138,16 @@ MULTIVERSION static void direct_phase_task(const void *ctx, int64_t t) {
     }
 }
 
-/* Direct for windows (not 1x1: GEMM does those better) with enough taps per group to fill
- * the tiles, and planes that waste little of the last vector and of the WQ - OW extra
- * columns (a 7x7 output computes 64 positions for 49): measured per conv shape against
- * im2col+GEMM. */
-int direct_eligible(const int64_t *p) {
-    if (!DIRECT_CONV) return 0;
-    int64_t taps = p[C_KH] * p[C_KW];
-    if ((taps == 1 && !DIRECT_1X1) || taps > MAX_TAPS || p[C_C] / p[C_G] * taps < DIRECT_MIN_K)
-        return 0;
-    int64_t wq = p[C_OW] + (p[C_KW] - 1) * p[C_DW] / p[C_SW];
-    int64_t computed = (p[C_OH] * wq + DVEC - 1) / DVEC * DVEC;
-    return p[C_OH] * p[C_OW] * 10 >= computed * 7;
-}
-
 /* Returns -1 when there is no host memory for the phase planes. */
 int direct_conv(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p;
     int64_t SH = p[C_SH], SW = p[C_SW], OH = p[C_OH], OW = p[C_OW];
     int64_t G = p[C_G], OG = p[C_O] / G;
-    atomic_int failed = 0;
     direct_ctx cx = {p, slots[s->slot[S_X]], slots[s->slot[S_W]],
                      s->slot[S_BIAS] >= 0 ? slots[s->slot[S_BIAS]] : NULL,
                      s->slot[S_RES] >= 0 ? slots[s->slot[S_RES]] : NULL, slots[s->slot[S_Y]],
                      NULL, act_of(s, C_ACT), 0, 0, 0, 0, 0, 0, (OG + DIRECT_OB - 1) / DIRECT_OB,
-                     p[C_KH] * p[C_KW], {0}, &failed};
+                     p[C_KH] * p[C_KW], {0}};
     int64_t row_reach = (p[C_KH] - 1) * p[C_DH] / SH, col_reach = (p[C_KW] - 1) * p[C_DW] / SW;
     cx.wq = OW + col_reach;
     cx.hq = OH + row_reach + 1;  /* + a spare row: the last taps read past their row end */
@@ -182,13 +160,13 @@ int direct_conv(const lnpu_step *s, void **slots) {
             cx.tap_off[i * p[C_KW] + j] = ((a % SH) * SW + b % SW) * cx.plane + a / SH * cx.wq + b / SW;
         }
     }
-    cx.phases = thread_scratch(SCRATCH_PLANES, p[C_C] * SH * SW * cx.plane);
+    cx.phases = thread_scratch(p[C_C] * SH * SW * cx.plane);
     if (!cx.phases) return -1;
     for (int64_t n = 0; n < p[C_N]; n++) {
         cx.n = n;
         parallel(direct_phase_task, &cx, p[C_C]);
         parallel(direct_task, &cx, G * cx.oblocks);
     }
-    return atomic_load(&failed) ? -1 : 0;
+    return 0;
 }
 

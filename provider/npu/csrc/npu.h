@@ -75,11 +75,9 @@ void run_end(void);
 #define GEMM_MACS_PER_NS 80.0   /* fp32 GEMM on one AVX-512 core */
 #define COPY_FLOATS_PER_NS 4.0  /* short strided copies (im2col) */
 
-/* Per-thread scratch, in independent slots: SCRATCH_PLANES (phase planes, window planes; a
- * conv's caller keeps its phases there while its own tasks run) and SCRATCH_PACK (a task's
- * packed weights). NULL when out of memory. */
-enum { SCRATCH_PLANES, SCRATCH_PACK, SCRATCH_SLOTS };
-float *thread_scratch(int slot, int64_t floats);
+/* Per-thread scratch (phase and window planes; a conv's caller keeps its phases there while
+ * the conv's tasks run, so those tasks use none). NULL when out of memory. */
+float *thread_scratch(int64_t floats);
 
 /* ---- shared index helpers --------------------------------------------------------------- */
 
@@ -173,13 +171,12 @@ void epilogue_rows(float *y, int64_t rows, int64_t ld, int64_t n, const float *b
  * from a GEMM conv to depthwise convs goes so (native_steps decides which): the depthwise
  * kernel wants channels last, and the GEMM writes it at no cost. */
 enum { C_N, C_C, C_H, C_W, C_O, C_OH, C_OW, C_G, C_KH, C_KW, C_SH, C_SW, C_DH, C_DW, C_PT, C_PL,
-       C_ACT, C_IM2COL, C_XCL, C_YCL };
+       C_ACT, C_IM2COL, C_XCL, C_YCL, C_DIRECT };
 /* conv slots */
 enum { S_X, S_W, S_BIAS, S_RES, S_Y, S_COLS };
 
 int conv(const lnpu_step *s, void **slots);          /* conv.c: im2col + GEMM, or direct */
-int direct_eligible(const int64_t *p);                /* direct.c */
-int direct_conv(const lnpu_step *s, void **slots);
+int direct_conv(const lnpu_step *s, void **slots);   /* direct.c */
 int dwconv(const lnpu_step *s, void **slots);        /* window.c */
 int pool2d(const lnpu_step *s, void **slots, int max);
 void global_pool(const lnpu_step *s, void **slots);

@@ -206,24 +206,21 @@ int64_t task_count(double ns, int64_t limit) {
     return n < 1 ? 1 : n;
 }
 
-/* Per-thread scratch, in two independent slots: SCRATCH_PLANES (phase planes, window
- * planes; a conv's caller keeps its phases there while its own tasks run) and
- * SCRATCH_PACK (a task's packed weights). */
-static pthread_key_t scratch_key[SCRATCH_SLOTS];
+/* Per-thread scratch: a kernel's phase or window planes. A conv's caller keeps its phases
+ * there while the conv's tasks run, so no task of a kernel that does may use it. */
+static pthread_key_t scratch_key;
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-static void make_scratch_keys(void) {
-    for (int i = 0; i < SCRATCH_SLOTS; i++) pthread_key_create(&scratch_key[i], free);
-}
+static void make_scratch_key(void) { pthread_key_create(&scratch_key, free); }
 
-/* This thread's scratch `slot` of at least `floats` floats, 64-byte aligned (kept for its
- * next kernels, freed when the thread ends), or NULL when out of memory. */
-float *thread_scratch(int slot, int64_t floats) {
-    pthread_once(&scratch_once, make_scratch_keys);
-    int64_t *block = pthread_getspecific(scratch_key[slot]);
+/* This thread's scratch of at least `floats` floats, 64-byte aligned (kept for its next
+ * kernels, freed when the thread ends), or NULL when out of memory. */
+float *thread_scratch(int64_t floats) {
+    pthread_once(&scratch_once, make_scratch_key);
+    int64_t *block = pthread_getspecific(scratch_key);
     if (block && block[0] >= floats) return (float *)(block + 8);
     free(block);
     block = aligned_alloc(64, (64 + floats * sizeof(float) + 63) / 64 * 64);
-    pthread_setspecific(scratch_key[slot], block);
+    pthread_setspecific(scratch_key, block);
     if (!block) return NULL;
     block[0] = floats;
     return (float *)(block + 8);
@@ -233,13 +230,11 @@ float *thread_scratch(int slot, int64_t floats) {
  * planes), so an idle process does not hold it. */
 #define SCRATCH_KEEP_BYTES (8L << 20)
 static void trim_thread_scratch(void) {
-    pthread_once(&scratch_once, make_scratch_keys);
-    for (int i = 0; i < SCRATCH_SLOTS; i++) {
-        int64_t *block = pthread_getspecific(scratch_key[i]);
-        if (block && block[0] * (int64_t)sizeof(float) > SCRATCH_KEEP_BYTES) {
-            free(block);
-            pthread_setspecific(scratch_key[i], NULL);
-        }
+    pthread_once(&scratch_once, make_scratch_key);
+    int64_t *block = pthread_getspecific(scratch_key);
+    if (block && block[0] * (int64_t)sizeof(float) > SCRATCH_KEEP_BYTES) {
+        free(block);
+        pthread_setspecific(scratch_key, NULL);
     }
 }
 

@@ -46,10 +46,5 @@ API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, double
     return status;
 }
 
-/* How a conv step runs: 1 direct, 0 im2col/GEMM (for the tests that cover both). */
-API int lnpu_conv_is_direct(const lnpu_step *s) {
-    return s->op == OP_CONV && direct_eligible(s->p);
-}
-
 /* sizeof(lnpu_step), so Python can check its mirror of the struct. */
 API int64_t lnpu_step_size(void) { return sizeof(lnpu_step); }

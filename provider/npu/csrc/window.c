@@ -126,7 +126,7 @@ typedef struct {
 static void window_task(const void *ctx, int64_t t) {
     const window_ctx *cx = ctx;
     const window_t *g = &cx->g;
-    float *scratch = thread_scratch(SCRATCH_PLANES, window_scratch(g, cx->kind));
+    float *scratch = thread_scratch(window_scratch(g, cx->kind));
     if (!scratch) { atomic_store(cx->failed, 1); return; }
     int64_t q0 = t * cx->per_task, q1 = q0 + cx->per_task;
     if (q1 > cx->planes) q1 = cx->planes;
@@ -279,7 +279,7 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
 
 static void dwcl_task(const void *ctx, int64_t t) {
     const dwcl_ctx *cx = ctx;
-    float *scratch = thread_scratch(SCRATCH_PLANES, dwcl_scratch(cx));
+    float *scratch = thread_scratch(dwcl_scratch(cx));
     if (!scratch) { atomic_store(cx->failed, 1); return; }
     int64_t total = cx->p[C_N] * cx->blocks, q0 = t * cx->per_task, q1 = q0 + cx->per_task;
     for (int64_t q = q0; q < q1 && q < total; q++)

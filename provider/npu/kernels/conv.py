@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from provider.npu.conv_weights import gemm_weights
 from provider.npu.kernels import activation, gemm, parallel
 from provider.npu.kernels.registry import register
 
@@ -98,7 +99,8 @@ def _epilogue(w: np.ndarray, operand: np.ndarray, target: np.ndarray, out: np.nd
 
 @register("conv2d")
 def conv2d(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
-    """NCHW conv: inputs x, packed weight (G, O/G, K) [, bias (O, 1)] [, residual (the
+    """NCHW conv: inputs x, packed weight (G, O/G, K; in the direct kernel's order when
+    attrs["weights"] == "direct", see conv_weights) [, bias (O, 1)] [, residual (the
     output's shape, added before the activation when attrs["residual"])]; attrs kernel,
     stride, dilation, pads [top, bottom, left, right], group, activation, scratch: (pad,
     cols, wide) for the shifted stride-1 form, else (pad, cols) for im2col, or none for a
@@ -109,7 +111,7 @@ def conv2d(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: d
     groups when each group has few (each block's epilogue runs while its rows are in cache).
     A conv that is not split takes the direct calls, with no per-block views.
     """
-    x, w = inputs[0], inputs[1]
+    x, w = inputs[0], gemm_weights(inputs[1], attrs)
     y = outputs[0]
     s = scratch(outputs, attrs)
     n, o, oh, ow = y.shape

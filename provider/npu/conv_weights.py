@@ -1,0 +1,71 @@
+"""The orders a conv step's weights are stored in, and which convs take which.
+
+The compiler packs every conv's weights once (`shapes.conv2d`): as the GEMM matrix
+(G, O/G, K), or, for a conv the NPU computes with its direct convolution (csrc/direct.c),
+in that kernel's order (attrs["weights"] == "direct"): per group, the output channels in
+blocks of DIRECT_ROWS (then 4, 2, 1), each block stored K-major, its rows' weights for one
+k side by side. The direct kernel then reads them in place, as they come, where it used
+to gather each block from the GEMM matrix on every run (at ResNet-50's 7x7 stage the
+gather, a pass over 9 MB of weights per conv, cost as much as the arithmetic). Both
+orders hold the same floats in the same (G, O/G, K) shape; the numpy kernels read the
+GEMM order (`gemm_weights`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["DIRECT_ROWS", "direct_conv", "direct_row_blocks", "direct_blocks", "gemm_weights"]
+
+# The direct kernel computes tiles of DIRECT_ROWS output channels by positions in vectors
+# of DIRECT_VECTOR floats, on the output laid out in rows of the padded width. Which convs
+# it takes was measured per shape against im2col + GEMM.
+DIRECT_ROWS, DIRECT_VECTOR, DIRECT_MAX_TAPS, DIRECT_MIN_K = 8, 16, 64, 32
+
+
+def direct_conv(cg: int, kh: int, kw: int, sw: int, dw: int, oh: int, ow: int) -> bool:
+    """Whether an fp32 conv with cg > 1 input channels per group (depthwise convs have
+    their own kernel) runs as the direct convolution: windows only (GEMM does 1x1 better),
+    enough multiply-adds per output (DIRECT_MIN_K) to fill a tile's registers, and planes
+    that waste little of the last vector and of the padded rows' extra columns (a 7x7
+    output computes 64 positions for 49; a 4x4 one, 32 for 16, stays on GEMM)."""
+    taps = kh * kw
+    if cg == 1 or taps == 1 or taps > DIRECT_MAX_TAPS or cg * taps < DIRECT_MIN_K:
+        return False
+    wq = ow + (kw - 1) * dw // sw
+    computed = -(-oh * wq // DIRECT_VECTOR) * DIRECT_VECTOR
+    return oh * ow * 10 >= computed * 7
+
+
+def direct_row_blocks(rows: int) -> list[tuple[int, int]]:
+    """(first row, row count) of the direct kernel's blocks of a group's output channels:
+    DIRECT_ROWS at a time, the rest in blocks of 4, 2 and 1."""
+    blocks, at = [], 0
+    while at < rows:
+        size = next(b for b in (DIRECT_ROWS, 4, 2, 1) if rows - at >= b)
+        blocks.append((at, size))
+        at += size
+    return blocks
+
+
+def direct_blocks(gemm: np.ndarray) -> np.ndarray:
+    """GEMM-ordered weights (G, O/G, K) in the direct kernel's order, same shape."""
+    g, _, k = gemm.shape
+    out = np.empty_like(gemm)
+    flat = out.reshape(g, -1)
+    for first, size in direct_row_blocks(gemm.shape[1]):
+        flat[:, first * k:(first + size) * k] = gemm[:, first:first + size].transpose(0, 2, 1).reshape(g, -1)
+    return out
+
+
+def gemm_weights(w: np.ndarray, attrs: dict) -> np.ndarray:
+    """A conv step's weights (G, O/G, K) in GEMM order, whichever order attrs say they are
+    stored in (a copy when in the direct kernel's)."""
+    if attrs.get("weights") != "direct":
+        return w
+    g, _, k = w.shape
+    out = np.empty_like(w)
+    flat = w.reshape(g, -1)
+    for first, size in direct_row_blocks(w.shape[1]):
+        out[:, first:first + size] = flat[:, first * k:(first + size) * k].reshape(g, k, size).transpose(0, 2, 1)
+    return out
