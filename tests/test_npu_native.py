@@ -14,7 +14,6 @@ the per-step profile.
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
 import os
 import subprocess
