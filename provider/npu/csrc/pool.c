@@ -195,9 +195,11 @@ void parallel(task_fn fn, const void *ctx, int64_t tasks) {
 
 /* How many tasks a kernel of about `ns` nanoseconds on one core is worth: one per
  * TASK_NS (handing a task to a spinning worker costs well under a microsecond), up to 4
- * per core, at most `limit`. Rates for the estimates: */
+ * per core, at most `limit`. 1.5 us: MobileNetV2's pointwise convs of a few microseconds
+ * then split too, 0.9x the model's time against 4 us (1 and 2 us measured the same or
+ * slower; SqueezeNet and ShuffleNet unchanged). Rates for the estimates: */
 #ifndef TASK_NS
-#define TASK_NS 4000.0
+#define TASK_NS 1500.0
 #endif
 int64_t task_count(double ns, int64_t limit) {
     int64_t n = cores() == 1 ? 1 : (int64_t)(ns / TASK_NS);
