@@ -1,12 +1,13 @@
 """NPU-sim latency vs onnxruntime CPU on real architectures, side by side.
 
 For each model: import_onnx -> compile_model -> Executor, and an onnxruntime CPU session on
-the same ONNX model, timed on the same seeded input in interleaved blocks of runs (ten
-onnxruntime runs, a pause for its spinning threads to settle, ten NPU runs, a pause, ten
-runs of the same Program on the numpy kernels alone, ...; the first two runs of every
-block are warm-ups), so a neighbour's load hits all alike. Prints the median and the 10th-90th percentile spread of each, the speed ratio
-(onnxruntime median / NPU median: >= 1 means the NPU sim is faster; the goal is >= 0.7),
-how many steps run on the native kernels, the accuracy against onnxruntime, a profile
+the same ONNX model, timed on the same seeded input in interleaved blocks of runs (five
+onnxruntime runs, a pause for its spinning threads to settle, five NPU runs, a pause, five
+runs of the same Program on the numpy kernels alone, and again; the first two runs of
+every block are warm-ups), so a neighbour's load hits all alike. Prints the median and the
+10th-90th percentile spread of each, the speed ratio (onnxruntime time / NPU time, the
+median over turns of each turn's ratio of block medians, see `paired_ratio`: >= 1 means
+the NPU sim is faster; the goal is >= 0.7), how many steps run on the native kernels, the accuracy against onnxruntime, a profile
 (time per kernel and the slowest steps, on the NPU's cores) and the planned internal arena
 against the sum of all intermediate tensor sizes.
 
@@ -26,7 +27,7 @@ own cores (--npu-threads, default: the onnxruntime thread count); numpy's OpenBL
 by the numpy kernels, is set to one thread (OPENBLAS_NUM_THREADS=1 unless set) so that it
 does not oversubscribe the cores together with them.
 
-    python3 benchmarks/bench_npu_vs_ort.py [--runs 20] [--ort-threads 2]
+    python3 benchmarks/bench_npu_vs_ort.py [--runs 60] [--ort-threads 2]
         [--npu-threads 2] [--models resnet50 squeezenet shufflenet mobilenet] [--quick]
 """
 
@@ -119,26 +120,45 @@ def as_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def interleaved_ms(fns: list[Callable[[], object]], runs: int, block: int = 10,
-                   settle: int = 2, pause_s: float = 0.1) -> list[list[float]]:
-    """Per function, `runs` wall times in ms: the functions take turns in blocks of
-    `settle` + `block` runs with a pause after each block, and the first `settle` runs of a
-    block are not kept. Both onnxruntime's pool threads and the NPU's cores spin-wait for a
-    while after a run (a core stays busy): the pause keeps one side's spinning out of the
-    other's runs. On a VM the first runs after a pause also pay for waking the vCPUs and
-    refilling the caches, which costs a small model twice its run time: the settle runs
-    keep that out of both sides' times alike."""
-    times: list[list[float]] = [[] for _ in fns]
-    while len(times[0]) < runs:
-        for fn, spent in zip(fns, times, strict=True):
+def interleaved_ms(fns: list[Callable[[], object]], runs: int, block: int = 5,
+                   settle: int = 2, pause_s: float = 0.1) -> list[list[list[float]]]:
+    """Per function, its blocks of wall times in ms (`runs` in all): the functions take
+    turns in blocks of `settle` + `block` runs with a pause after each block, and the first
+    `settle` runs of a block are not kept. Both onnxruntime's pool threads and the NPU's
+    cores spin-wait for a while after a run (a core stays busy): the pause keeps one side's
+    spinning out of the other's runs. On a VM the first runs after a pause also pay for
+    waking the vCPUs and refilling the caches, which costs a small model twice its run
+    time: the settle runs keep that out of both sides' times alike. Short blocks, many
+    turns: a neighbour's burst of load lands on both sides of some turns, not on one
+    side's only block."""
+    blocks: list[list[list[float]]] = [[] for _ in fns]
+    done = 0
+    while done < runs:
+        size = min(block, runs - done)
+        for fn, mine in zip(fns, blocks, strict=True):
             for _ in range(settle):
                 fn()
-            for _ in range(min(block, runs - len(spent))):
+            spent = []
+            for _ in range(size):
                 start = time.perf_counter()
                 fn()
                 spent.append((time.perf_counter() - start) * 1e3)
+            mine.append(spent)
             time.sleep(pause_s)
-    return times
+        done += size
+    return blocks
+
+
+def paired_ratio(ort_blocks: list[list[float]], npu_blocks: list[list[float]]) -> float:
+    """onnxruntime time / NPU time, as the median over turns of each turn's ratio of block
+    medians: the two blocks of a turn ran a fraction of a second apart, so the host's
+    speed, which drifts by tens of percent over seconds on a shared VM, cancels out."""
+    return float(np.median([np.median(o) / np.median(n)
+                            for o, n in zip(ort_blocks, npu_blocks, strict=True)]))
+
+
+def flat(blocks: list[list[float]]) -> list[float]:
+    return [t for b in blocks for t in b]
 
 
 def spread(ms: list[float]) -> str:
@@ -204,9 +224,10 @@ def bench(name: str, path: str, runs: int, pool: DevicePool, ort_threads: int) -
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     with Executor(program, pool) as ex, Executor(program, pool, kernels=KERNELS) as numpy_ex:
         native_steps = ex.native_steps
-        ort_ms, npu_ms, numpy_ms = interleaved_ms([lambda: sess.run(None, {vi.name: x}),
-                                                   lambda: ex.run(inputs),
-                                                   lambda: numpy_ex.run(inputs)], runs)
+        ort_blocks, npu_blocks, numpy_blocks = interleaved_ms(
+            [lambda: sess.run(None, {vi.name: x}), lambda: ex.run(inputs),
+             lambda: numpy_ex.run(inputs)], runs)
+    ort_ms, npu_ms, numpy_ms = flat(ort_blocks), flat(npu_blocks), flat(numpy_blocks)
     seconds = profile(program, pool, inputs, runs)
     spent: Counter = Counter()
     for step, sec in zip(program.steps, seconds, strict=True):
@@ -216,7 +237,7 @@ def bench(name: str, path: str, runs: int, pool: DevicePool, ort_threads: int) -
 
     internal = [s for s in program.slots if s.kind == "internal"]
     tensors = sum({s.name: s.nbytes for s in internal}.values())
-    ratio = float(np.median(ort_ms) / np.median(npu_ms))
+    ratio = paired_ratio(ort_blocks, npu_blocks)
     print(f"\n== {name}  ({os.path.basename(path)}; {len(program.steps)} steps, "
           f"import+compile {compile_s:.2f} s{part})")
     print(f"   max |npu - ort| {err:.2e} over outputs and logits, {err / scale:.1e} of the "
@@ -240,7 +261,7 @@ def bench(name: str, path: str, runs: int, pool: DevicePool, ort_threads: int) -
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--runs", type=int, default=60)
     parser.add_argument("--models", nargs="*", default=DEFAULT)
     parser.add_argument("--ort-threads", type=int, default=2)
     parser.add_argument("--npu-threads", type=int, default=None,
