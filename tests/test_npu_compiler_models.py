@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 import pytest
 from npu_oracle import (
+    ATOL,
     assert_matches,
     ort_values,
     randomized,
@@ -44,12 +45,18 @@ def graph_input(model: onnx.ModelProto) -> tuple[str, list[int]]:
 
 
 def compare(lite: LiteModel, sub: LiteModel, model: onnx.ModelProto, feeds_from: dict) -> None:
-    """Run `sub` on the NPU with its inputs from onnxruntime and compare all its outputs."""
+    """Run `sub` on the NPU with its inputs from onnxruntime and compare all its outputs:
+    within rtol 1e-3 and atol 1e-4, the atol scaled up with an output's range beyond 10
+    (1e-5 of its largest |value|). Random weights without normalization grow some outputs
+    to ~1e6 (ShuffleNet), where an element near zero is a cancellation of terms that size
+    and both sides' float32 sums, in different orders, differ there by ~1e-6 of the range."""
     names = [lite.tensors[t].name for t in (*sub.inputs, *sub.outputs)]
     values = ort_values(model, feeds_from, names)
     got = run_npu(sub, {lite.tensors[t].name: values[lite.tensors[t].name] for t in sub.inputs})
     for t, g in zip(sub.outputs, got, strict=True):
-        assert_matches(g, values[lite.tensors[t].name], what=f"{sub.name} {lite.tensors[t].name}")
+        want = values[lite.tensors[t].name]
+        scale = float(np.max(np.abs(want), initial=0.0))
+        assert_matches(g, want, atol=max(ATOL, 1e-5 * scale), what=f"{sub.name} {lite.tensors[t].name}")
 
 
 def check_model(model: onnx.ModelProto, max_subgraphs: int = 2) -> None:

@@ -719,6 +719,30 @@ def test_litenpu_native_0_runs_everything_on_numpy():
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
 
+BLAS_CORE = """
+import os
+from provider.npu import native
+print(native.blas_core(), os.environ.get("OPENBLAS_CORETYPE"))
+"""
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "AMD64"), reason="x86 core names")
+@pytest.mark.parametrize("ours, forced", [(None, False), ("Prescott", True)])
+def test_the_npus_blas_picks_its_own_kernel_unless_told(ours, forced):
+    """OPENBLAS_CORETYPE, set for another OpenBLAS in the process, does not hold the NPU's
+    to an old kernel (nor is it changed for the others); LITENPU_OPENBLAS_CORETYPE does."""
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "OPENBLAS_CORETYPE": "Prescott", "PYTHONPATH": path}
+    env.pop("LITENPU_OPENBLAS_CORETYPE", None)
+    if ours:
+        env["LITENPU_OPENBLAS_CORETYPE"] = ours
+    done = subprocess.run([sys.executable, "-c", BLAS_CORE], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    core, left = done.stdout.split()
+    assert (core == "Katmai") == forced, core  # OpenBLAS's name for its Prescott kernels
+    assert left == "Prescott"
+
+
 # ---- 6. fork ---------------------------------------------------------------------------------
 
 

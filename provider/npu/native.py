@@ -25,7 +25,7 @@ from provider.extensions import built_library
 from provider.npu.kernels.parallel import check_threads
 
 __all__ = ["Step", "OPS", "MAX_SLOTS", "MAX_PARAMS", "library", "set_threads", "threads",
-           "default_threads", "worker_tasks", "worker_moves", "run"]
+           "default_threads", "worker_tasks", "worker_moves", "blas_core", "run"]
 
 log = logging.getLogger("litenpu.npu")
 
@@ -51,26 +51,54 @@ _state: dict[str, object] = {}  # "lib" (CDLL or None), "blas" (kept alive), "wh
 def _load_blas() -> tuple[C.CDLL, int]:
     """OpenBLAS from scipy-openblas32, set to one thread; (library, address of its sgemm).
 
-    OpenBLAS starts its thread pool when it loads, sized by OPENBLAS_NUM_THREADS, and idle
-    pool threads poll: loaded with 1 it starts none (numpy's own OpenBLAS, loaded before,
-    keeps its setting)."""
-    saved = os.environ.get("OPENBLAS_NUM_THREADS")
-    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    OpenBLAS reads its environment when it loads. OPENBLAS_NUM_THREADS sizes its thread
+    pool, whose idle threads poll: loaded with 1 it starts none (numpy's own OpenBLAS,
+    loaded before, keeps its setting). OPENBLAS_CORETYPE forces a kernel on every OpenBLAS
+    in the process; set for some other library's sake (an older OpenBLAS that misdetects
+    the CPU, say) it would hold this copy to, e.g., the Haswell kernels on an AVX-512 CPU:
+    half the speed. This copy picks its own kernel from the CPU unless
+    LITENPU_OPENBLAS_CORETYPE names one."""
+    settings = {"OPENBLAS_NUM_THREADS": "1",
+                "OPENBLAS_CORETYPE": os.environ.get("LITENPU_OPENBLAS_CORETYPE")}
+    if os.environ.get("OPENBLAS_CORETYPE") and settings["OPENBLAS_CORETYPE"] is None:
+        log.info("the NPU's OpenBLAS ignores OPENBLAS_CORETYPE=%s (set LITENPU_OPENBLAS_CORETYPE "
+                 "to force its kernel)", os.environ["OPENBLAS_CORETYPE"])
+    saved = {k: os.environ.get(k) for k in settings}
+    _set_env(settings)
     try:
         import scipy_openblas32
 
         blas = C.CDLL(os.path.join(scipy_openblas32.get_lib_dir(),
                                    scipy_openblas32.get_library(fullname=True)))
     finally:
-        if saved is None:
-            del os.environ["OPENBLAS_NUM_THREADS"]
-        else:
-            os.environ["OPENBLAS_NUM_THREADS"] = saved
+        _set_env(saved)
     for prefix in ("scipy_", ""):
         if hasattr(blas, f"{prefix}cblas_sgemm"):
             getattr(blas, f"{prefix}openblas_set_num_threads")(C.c_int(1))
             return blas, C.cast(getattr(blas, f"{prefix}cblas_sgemm"), C.c_void_p).value
     raise OSError(f"no cblas_sgemm in {blas._name}")
+
+
+def _set_env(values: dict[str, str | None]) -> None:
+    """Set (None: unset) environment variables."""
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def blas_core() -> str:
+    """The kernel family (OpenBLAS core name) the NPU's GEMMs run on ("" without the library)."""
+    blas = _state.get("blas") if library() is not None else None
+    if blas is None:
+        return ""
+    for name in ("scipy_openblas_get_corename", "openblas_get_corename"):
+        fn = getattr(blas, name, None)
+        if fn is not None:
+            fn.restype = C.c_char_p
+            return fn().decode()
+    return ""
 
 
 def default_threads() -> int:
