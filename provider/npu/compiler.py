@@ -16,10 +16,13 @@ Pipeline (each stage returns new data, the input model is never mutated):
    another dtype (fp16 mode) gets one copy/cast step; an output made by an alias op (and an
    alias of a caller's buffer) turns that alias into the one copy.
 4. Unused steps are dropped; aliases and in-place elementwise steps (the input's last use,
-   same shape and dtype) merge tensors into buffer groups; `planner.lifetimes` / `place`
-   give each group (and each step's scratch) an arena offset, so `internal_bytes` is exact.
-5. Weights (and constants the rules derive: GEMM-packed conv/FC weights, pooling divisors,
-   resize index maps) are packed once into one 64-byte aligned blob.
+   same shape and dtype) merge tensors into buffer groups; a concat whose inputs can be
+   computed straight into their slices of its output is dropped too, its inputs joining the
+   output's group at their offsets (`_elide_concats`); `planner.lifetimes` / `place` give
+   each group (and each step's scratch) an arena offset, so `internal_bytes` is exact.
+5. Weights (and constants the rules derive: GEMM-packed conv/FC weights, or for convs the
+   NPU's direct kernel takes, that kernel's order (`conv_weights`); pooling divisors, resize
+   index maps) are packed once into one 64-byte aligned blob.
 
 fp16 mode (`enable_fp16=True`): every float32 tensor except the graph inputs/outputs is
 stored as float16 (weights too, halving weight_bytes); a cast step converts each input once
