@@ -728,16 +728,18 @@ print(native.blas_core(), os.environ.get("OPENBLAS_CORETYPE"))
 
 @pytest.mark.skipif(os.uname().machine not in ("x86_64", "AMD64"), reason="x86 core names")
 @pytest.mark.parametrize("ours, forced", [(None, False), ("Prescott", True)])
-def test_the_npus_blas_picks_its_own_kernel_unless_told(ours, forced):
+def test_the_npus_blas_picks_its_own_kernel_unless_told(ours, forced, tmp_path):
     """OPENBLAS_CORETYPE, set for another OpenBLAS in the process, does not hold the NPU's
-    to an old kernel (nor is it changed for the others); LITENPU_OPENBLAS_CORETYPE does."""
-    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "OPENBLAS_CORETYPE": "Prescott", "PYTHONPATH": path}
+    to an old kernel (nor is it changed for the others); LITENPU_OPENBLAS_CORETYPE does.
+    (The child imports the same, built, provider package as this process.)"""
+    home = str(Path(native.__file__).resolve().parents[2])
+    env = {**os.environ, "OPENBLAS_CORETYPE": "Prescott", "PYTHONPATH": home}
     env.pop("LITENPU_OPENBLAS_CORETYPE", None)
     if ours:
         env["LITENPU_OPENBLAS_CORETYPE"] = ours
-    done = subprocess.run([sys.executable, "-c", BLAS_CORE], env=env, cwd=ROOT,
+    done = subprocess.run([sys.executable, "-c", BLAS_CORE], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
     core, left = done.stdout.split()
     assert (core == "Katmai") == forced, core  # OpenBLAS's name for its Prescott kernels
     assert left == "Prescott"
