@@ -50,10 +50,13 @@ def direct_row_blocks(rows: int) -> list[tuple[int, int]]:
 
 def direct_blocks(gemm: np.ndarray) -> np.ndarray:
     """GEMM-ordered weights (G, O/G, K) in the direct kernel's order, same shape."""
-    g, _, k = gemm.shape
+    g, rows, k = gemm.shape
     out = np.empty_like(gemm)
     flat = out.reshape(g, -1)
-    for first, size in direct_row_blocks(gemm.shape[1]):
+    full = rows // DIRECT_ROWS * DIRECT_ROWS  # the full blocks in one reshaped copy
+    flat[:, :full * k] = (gemm[:, :full].reshape(g, full // DIRECT_ROWS, DIRECT_ROWS, k)
+                          .transpose(0, 1, 3, 2).reshape(g, -1))
+    for first, size in direct_row_blocks(rows)[full // DIRECT_ROWS:]:
         flat[:, first * k:(first + size) * k] = gemm[:, first:first + size].transpose(0, 2, 1).reshape(g, -1)
     return out
 
@@ -63,9 +66,12 @@ def gemm_weights(w: np.ndarray, attrs: dict) -> np.ndarray:
     stored in (a copy when in the direct kernel's)."""
     if attrs.get("weights") != "direct":
         return w
-    g, _, k = w.shape
+    g, rows, k = w.shape
     out = np.empty_like(w)
     flat = w.reshape(g, -1)
-    for first, size in direct_row_blocks(w.shape[1]):
+    full = rows // DIRECT_ROWS * DIRECT_ROWS
+    out[:, :full] = (flat[:, :full * k].reshape(g, full // DIRECT_ROWS, k, DIRECT_ROWS)
+                     .transpose(0, 1, 3, 2).reshape(g, full, k))
+    for first, size in direct_row_blocks(rows)[full // DIRECT_ROWS:]:
         out[:, first:first + size] = flat[:, first * k:(first + size) * k].reshape(g, k, size).transpose(0, 2, 1)
     return out
