@@ -14,6 +14,7 @@ the per-step profile.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import subprocess
@@ -29,7 +30,7 @@ from npu_oracle import lite_graph, pool, rng
 from threads import run_threads
 
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
-from provider.npu import native, native_steps
+from provider.npu import conv_weights, native, native_steps
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor
 from provider.npu.kernels import KERNELS
@@ -232,6 +233,25 @@ def test_direct_conv_cases_match_numpy(case):
     model, feeds = conv_model(rng(3), **case)
     program = check_native(model, feeds, "conv2d")
     assert is_direct(program)
+
+
+def test_direct_weights_beyond_the_kernels_taps_stay_on_numpy():
+    """A Program that says "direct" for a conv the direct kernel cannot hold (81 taps; the
+    compiler never writes one, a hand-made or foreign file might) is not lowered to it: the
+    numpy kernels run it, from the same stored weights, with the same values."""
+    model, feeds = conv_model(rng(6), c=4, o=8, k=(9, 9), pads=(4, 4, 4, 4), hw=(12, 12))
+    program = compile_for(model, feeds)
+    step, want = program.steps[0], run(program, feeds, kernels=KERNELS)[0]
+    assert "weights" not in step.attrs
+    w, blob = program.slots[step.inputs[1]], program.weights.copy()
+    stored = blob[w.offset:w.offset + w.nbytes].view(w.np_dtype).reshape(w.shape)
+    stored[...] = conv_weights.direct_blocks(stored.copy())
+    program = dataclasses.replace(program, weights=blob, steps=[
+        dataclasses.replace(step, attrs={**step.attrs, "weights": "direct"})])
+    assert native_steps.lower(program, 0) is None
+    got, count = run(program, feeds)
+    assert count == 0
+    assert_close(got, want)
 
 
 @pytest.mark.parametrize("case", [

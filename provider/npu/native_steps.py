@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from provider.npu import native
+from provider.npu.conv_weights import DIRECT_MAX_TAPS
 from provider.npu.program import Program, Slot
 
 __all__ = ["NativeRun", "channels_last", "lower", "segments"]
@@ -113,8 +114,8 @@ def _conv2d(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: _Builder)
         return False
     b.step.op = native.OPS["dwconv" if depthwise else "conv"]
     direct = attrs.get("weights") == "direct"  # stored for the direct kernel (conv_weights)
-    if direct and depthwise:
-        return False
+    if direct and (depthwise or kh * kw > DIRECT_MAX_TAPS):
+        return False  # a Program the compiler did not write: the kernel holds at most this many taps
     b.params(n, c, h, wd, o, oh, ow, g, kh, kw, sh, sw, dh, dw, top, left, act, im2col, 0, 0,
              direct)
     b.slots(b.inputs[0], b.inputs[1], b.inputs[2] if bias is not None else None,
