@@ -4,15 +4,14 @@ MindSpore Lite's CacheSession skips graph conversion and CPU scheduling when the
 holds a compiled cache for CachePath/ModelName/CacheVersion. Here (DESIGN section 6): when a
 session is created from a model *file* with the provider options `cache_dir` and `model_name`
 (+ `cache_version`), one cache entry (the *session entry*, keyed by the model name, the file's
-absolute path and the NPU options) stores the session's EPContext model (embed mode 0: its
-EPContext nodes reference the partitions' cache entries) and the source file's size and
-mtime. When those still match (`os.stat`, no hashing), onnxruntime loads that small model
+absolute path, its content fingerprint and the NPU options) stores the session's EPContext
+model (embed mode 0: its EPContext nodes reference the partitions' cache entries). The
+fingerprint of an unchanged file comes from its memo (`provider.cache.fingerprint`: one
+`os.stat` per file, no reading), so a warm start has onnxruntime load that small model
 instead of the source, which is not opened at all, and each NPU kernel maps its Program from
-the cache. Otherwise the normal path runs with `ep.context_*` set, and the EPContext model it
-produced is stored afterwards. Which path ran, and why, is `SessionCacheStats.path`/`reason`.
-When the file changed under its model_name (the recorded size/mtime differ), that session's
-partitions are keyed by a hash of their content, not the model name, so Programs compiled from
-the old file are not reused.
+the cache. A changed file has another fingerprint, hence no session entry: the normal path
+runs with `ep.context_*` set, and the EPContext model it produced is stored afterwards.
+Which path ran, and why, is `SessionCacheStats.path`/`reason`.
 
 A cache entry holds a Program: the session entry's is an empty one (no slots, steps or
 weights) named after the model; the real Programs stay in the partition entries, stored once.
@@ -49,7 +48,7 @@ __all__ = ["SessionCacheStats", "CacheSession", "CONTEXT_MODEL", "SOURCE_STAT"]
 log = logging.getLogger("litenpu.cache")
 
 CONTEXT_MODEL = "context.onnx"  # extra file of the session entry: the EPContext model
-SOURCE_STAT = "source.json"  # extra file: the source file's path, size and mtime
+SOURCE_STAT = "source.json"  # extra file: the source file's path and content fingerprint
 WARM, COLD = "context-model", "source"
 
 
@@ -75,11 +74,6 @@ def _has_config(options: ort.SessionOptions, key: str) -> bool:
     return True
 
 
-def _source_stat(path: str) -> dict[str, Any]:
-    st = os.stat(path)
-    return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
 class CacheSession:
     """The CacheSession decision for one session: the warm model, or storing after a cold one."""
 
@@ -87,57 +81,53 @@ class CacheSession:
                  sess_options: ort.SessionOptions):
         self.source = os.path.abspath(source)
         self.cache = cache
+        self.fingerprint = npu.model_fingerprint
         # the options that shape what is compiled: all but the cache's and the run-time core count
-        options = replace(npu, cache=CacheOptions(), npu_threads=0).to_strings()
+        options = replace(npu, cache=CacheOptions(), npu_threads=0, model_fingerprint="",
+                          max_shapes=NpuOptions.max_shapes,
+                          device_memory_bytes=NpuOptions.device_memory_bytes).to_strings()
         options["graph_optimization_level"] = str(sess_options.graph_optimization_level)
         self.key = CacheKey.build(partition=[(self.source, "CacheSession")], input_shapes={},
-                                  options=options, model_name=npu.cache.model_name)
+                                  options=options, model_name=npu.cache.model_name,
+                                  fingerprint=self.fingerprint)
         self.path, self.reason = COLD, ""
-        self.source_changed = False  # the session entry recorded another size/mtime
-        self._stat: dict[str, Any] | None = None
         self._tmp: str | None = None
 
     @classmethod
     def plan(cls, path_or_bytes: Any, npu: NpuOptions, sess_options: ort.SessionOptions
              ) -> CacheSession | None:
         """A CacheSession when the model is a file and the options give cache_dir + model_name
-        (not when the caller asks for an EPContext model of their own: `ep.context_enable`)."""
+        (not when the caller asks for an EPContext model of their own: `ep.context_enable`).
+        `npu.model_fingerprint` must be the file's content fingerprint."""
         cache = CompileCache.from_options(npu.cache)
         if not isinstance(path_or_bytes, (str, os.PathLike)) or cache is None \
                 or not npu.cache.model_name or _has_config(sess_options, "ep.context_enable"):
             return None
         return cls(os.fspath(path_or_bytes), npu, cache, sess_options)
 
+    def _record(self) -> dict[str, str]:
+        return {"path": self.source, "fingerprint": self.fingerprint}
+
     def warm_model(self) -> str | None:
-        """The stored EPContext model's path when the entry is valid and the source unchanged."""
+        """The stored EPContext model's path when the entry for this content is valid.
+
+        The entry's key holds the source's content fingerprint, so a changed file finds no
+        entry (its fingerprint is recomputed only when its stat changed, see
+        `provider.cache.fingerprint`)."""
         if self.cache.get(self.key) is None:  # a bad entry is logged by get()
-            self.reason = "no valid session entry"
+            self.reason = "no valid session entry for this model content"
             return None
         directory = self.cache.path(self.key)
         try:
             recorded = json.loads((directory / SOURCE_STAT).read_text())
-            current = _source_stat(self.source)
         except (OSError, ValueError) as exc:
-            self.reason = f"cannot compare the source file: {exc}"
+            self.reason = f"cannot read the session entry's source record: {exc}"
             return None
-        if recorded != current:
-            self.source_changed = True
-            self.reason = (f"source changed since it was cached (size/mtime {recorded.get('size')}"
-                           f"/{recorded.get('mtime_ns')} -> {current['size']}/"
-                           f"{current['mtime_ns']})")
+        if recorded != self._record():
+            self.reason = f"session entry records another source {recorded!r}"
             return None
         self.path, self.reason = WARM, f"session entry {directory}"
         return str(directory / CONTEXT_MODEL)
-
-    def ep_options(self, npu: NpuOptions) -> dict[str, str]:
-        """The NPU provider options for this session. When the source changed under its
-        model_name, the partitions are keyed by their content instead: entries compiled from
-        the old file must not be hits."""
-        options = npu.to_strings()
-        if self.source_changed:
-            log.info("CacheSession %s: source changed; partition keys hash the content instead "
-                     "of model_name %r", self.source, options.pop("model_name"))
-        return options
 
     def cold(self, options: ort.SessionOptions, why: str = "") -> None:
         """Set up the normal path: stat the source, ask onnxruntime for an EPContext model."""
@@ -146,10 +136,6 @@ class CacheSession:
                         "source", self.source, why)
             self.cache.discard(self.key)
         self.path = COLD
-        try:
-            self._stat = _source_stat(self.source)
-        except OSError:
-            self._stat = None  # onnxruntime will report the missing file
         self._tmp = tempfile.mkdtemp(prefix="litenpu-ctx-")
         # removed by store(), or with this object when the session fails to build
         weakref.finalize(self, shutil.rmtree, self._tmp, ignore_errors=True)
@@ -176,20 +162,20 @@ class CacheSession:
         uncached = [k.name for k in kernels if k.cache_entry is None and k.lite is None]
         if uncached:
             return f"not stored: partition(s) {uncached} not in cache entries"
-        if self._stat is None or self._tmp is None:
-            return "not stored: the source file cannot be stat'ed"
+        if self._tmp is None:
+            return "not stored: no EPContext model was asked for"
         try:  # the EPContext model and its side files (Lite IR of dynamic partitions)
             files = {f.name: f.read_bytes() for f in Path(self._tmp).iterdir()}
         except OSError as exc:
             return f"not stored: cannot read onnxruntime's EPContext model ({exc})"
         if CONTEXT_MODEL not in files:
             return "not stored: onnxruntime wrote no EPContext model"
-        self.cache.discard(self.key)  # a stale or bad session entry is replaced
         marker = Program(slots=[], steps=[], inputs=[], outputs=[], internal_bytes=0,
                          name=f"CacheSession {os.path.basename(self.source)}")
         try:
+            self.cache.discard(self.key)  # a stale or bad session entry is replaced
             directory = self.cache.put(self.key, marker, extra_files={
-                **files, SOURCE_STAT: json.dumps(self._stat).encode()})
+                **files, SOURCE_STAT: json.dumps(self._record()).encode()})
         except CacheError as exc:
             return f"not stored: {exc}"
         return f"stored session entry {directory}"

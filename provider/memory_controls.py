@@ -18,7 +18,9 @@ Every fused partition's Program gets a `ManagedExecutor` from its session's `Ses
   are stored as views of its mapping (weights of one cache entry are mapped once, and never
   copied into the pool). Hashes are computed once per Program object (the compiler could
   record them in the Program later; the store only needs the key).
-- **internal (arena)**: default, one pool block per Program. `internal_memory_group=<name>`:
+- **internal (arena)**: default, one pool block per partition, shared by the Programs of its
+  input shapes and sized to the largest one alive (`ArenaGroup`, private to the session).
+  `internal_memory_group=<name>`:
   all Programs of all sessions in the group run in one arena sized to the largest member's
   need; a member needing more grows it under the group lock (so never while a member runs),
   members rebuild their views before their next run; runs of the whole group are
@@ -60,7 +62,7 @@ from provider.npu.memory import ALIGNMENT, DeviceBuffer, DevicePool, default_poo
 from provider.npu.program import Program
 
 __all__ = ["SessionMemoryInfo", "WeightStore", "ArenaGroup", "SessionMemory", "ManagedExecutor",
-           "session_memory", "find_session_memory", "cloning", "surfacing_device_errors", "merge_infos", "caller_region",
+           "session_memory", "find_session_memory", "cloning", "merge_infos", "caller_region",
            "block_bytes", "weight_store"]
 
 log = logging.getLogger("litenpu.memory")
@@ -218,39 +220,56 @@ def weight_store() -> WeightStore:
 # ---- internal memory groups ------------------------------------------------------------------
 
 class ArenaGroup:
-    """One arena shared by every Program of the sessions in a named group; runs serialized."""
+    """One arena shared by its members (Programs); runs serialized; sized to the largest live
+    member. A named group (`internal_memory_group`) spans sessions; every partition also has a
+    private one shared by the Programs of its input shapes."""
 
-    def __init__(self, name: str, pool: DevicePool):
+    def __init__(self, name: str, pool: DevicePool, *, shared: bool = True):
         self.name = name
         self.pool = pool
+        self.shared = shared  # registered in _GROUPS under its name
         self.lock = threading.RLock()
         self.region = _allocate(pool, 0)
         self.generation = 0
-        self.members = 0
+        self.sizes: list[int] = []  # what each live member needs
+
+    @property
+    def members(self) -> int:
+        return len(self.sizes)
 
     def join(self, nbytes: int) -> None:
         """Add a member needing `nbytes`; grows the arena first (DeviceMemoryError leaves it)."""
         with self.lock:  # no member runs while the arena is replaced
             if nbytes > self.region.array.nbytes:
-                old, self.region = self.region, _allocate(self.pool, nbytes)
-                if old.buffer is not None:
-                    old.release()
-                    self.pool.trim()  # the old arena's pages go back to the OS
-                self.generation += 1
-                log.info("internal memory group %r: arena grown to %d bytes", self.name, nbytes)
-            self.members += 1
+                self._resize(nbytes)
+            self.sizes.append(nbytes)
 
-    def leave(self) -> None:
-        """Remove a member; the last one out frees the arena and the group."""
+    def leave(self, nbytes: int) -> None:
+        """Remove a member that needed `nbytes`; the arena shrinks to the largest one left
+        (the last one out frees it, and a named group with it)."""
         with self.lock:
-            self.members -= 1
-            if self.members:
+            self.sizes.remove(nbytes)
+            need = max(self.sizes, default=0)
+            if need < self.region.array.nbytes:
+                try:
+                    self._resize(need)
+                except DeviceMemoryError:  # no room for the smaller copy now: keep the big one
+                    log.debug("arena group %r: keeps %d bytes", self.name, self.region.array.nbytes)
+            if self.sizes or not self.shared:
                 return
-            self.region.release()
-            self.region = _allocate(self.pool, 0)
         with _GROUPS_LOCK:
-            if _GROUPS.get((self.name, id(self.pool))) is self and not self.members:
+            if _GROUPS.get((self.name, id(self.pool))) is self and not self.sizes:
                 del _GROUPS[(self.name, id(self.pool))]
+
+    def _resize(self, nbytes: int) -> None:
+        """Replace the arena by one of `nbytes` (lock held; members rebuild their views)."""
+        new = _allocate(self.pool, nbytes)
+        old, self.region = self.region, new
+        if old.buffer is not None:
+            old.release()
+            self.pool.trim()  # the old arena's pages go back to the OS
+        self.generation += 1
+        log.info("arena group %r: %d bytes", self.name, nbytes)
 
 
 _GROUPS: dict[tuple[str, int], ArenaGroup] = {}
@@ -366,22 +385,33 @@ class _Layout:
 class _Weights:
     """The weights of one Program, shared by a session and its clones (refcounted)."""
 
-    def __init__(self, program: Program, family: _Family):
+    def __init__(self, program: Program, family: _Family, per_shape: bool):
         self.refs = 0
         self.keys: list = []
+        self.store: WeightStore | None = None
         self.region: _Region | None = None
         self.per_slot: dict[int, np.ndarray] | None = None
         if family.options.mem_alloc_outside:
             return  # placed in the caller's region (family.weight_layout)
         if family.options.share_weights:
-            self.per_slot, self.keys = _STORE.acquire(program, family.pool)
+            self.store = _STORE
+        elif per_shape:  # the Programs of one partition's input shapes hold the same tensors
+            self.store = family.store
+        if self.store is not None:
+            self.per_slot, self.keys = self.store.acquire(program, family.pool)
         else:
             self.region = _weight_region(program, program.weights_array(), family.pool,
                                          weights_are_mapped(program))
 
+    def device_bytes(self) -> int:
+        """Pool bytes of this Program's weights (shared tensors counted in full)."""
+        if self.store is not None:
+            return self.store.device_bytes(self.keys)
+        return self.region.device if self.region is not None else 0
+
     def free(self) -> None:
-        if self.keys:
-            _STORE.release(self.keys)
+        if self.store is not None and self.keys:
+            self.store.release(self.keys)
             self.keys = []
         if self.region is not None:
             self.region.release()
@@ -396,6 +426,7 @@ class _Family:
         self.lock = threading.RLock()
         self.programs: dict[tuple[str, tuple], Program] = {}
         self.weights: dict[int, _Weights] = {}
+        self.store = WeightStore()  # tensors shared by the shapes of dynamic partitions
         self.weight_layout = _Layout("weight", "set_weight_memory")
 
     def program(self, partition: str, key: tuple, make: Callable[[], Program]) -> Program:
@@ -409,21 +440,25 @@ class _Family:
                         self._fill(program)
             return program
 
-    def acquire(self, program: Program) -> _Weights:
+    def acquire(self, program: Program, per_shape: bool) -> _Weights:
         with self.lock:
             weights = self.weights.get(id(program))
             if weights is None:
-                weights = self.weights[id(program)] = _Weights(program, self)
+                weights = self.weights[id(program)] = _Weights(program, self, per_shape)
             weights.refs += 1
             return weights
 
     def release(self, program: Program) -> None:
+        """Drop one user of `program`; with none left (evicted by every session of the
+        family) its weights are freed and a later need compiles it again."""
         with self.lock:
             weights = self.weights[id(program)]
             weights.refs -= 1
             if weights.refs == 0:
                 del self.weights[id(program)]
                 weights.free()
+                if not self.options.mem_alloc_outside:  # caller memory keeps its layout
+                    self.programs = {k: p for k, p in self.programs.items() if p is not program}
 
     def set_weight_memory(self, buffer: Any) -> None:
         with self.lock:
@@ -447,7 +482,8 @@ class ManagedExecutor:
     after its group's arena moved or caller memory was set.
     """
 
-    def __init__(self, memory: SessionMemory, program: Program):
+    def __init__(self, memory: SessionMemory, program: Program, partition: str,
+                 per_shape: bool):
         self.memory = memory
         self.program = program
         self.copy_stats = CopyStats()
@@ -455,22 +491,20 @@ class ManagedExecutor:
         self._built_for: tuple = ()
         self._closed = False
         options = memory.family.options
-        self._group = _group(options.internal_memory_group, memory.pool) \
-            if options.internal_memory_group else None
+        self._group: ArenaGroup | None = None
+        if options.internal_memory_group:
+            self._group = _group(options.internal_memory_group, memory.pool)
+        elif not options.mem_alloc_outside:
+            self._group = memory.partition_group(partition)
         self._lock = self._group.lock if self._group is not None else threading.RLock()
-        self._arena: _Region | None = None
-        self._weights = memory.family.acquire(program)
+        self._weights = memory.family.acquire(program, per_shape)
         try:
-            if options.mem_alloc_outside:
+            if self._group is None:
                 memory.internal_layout.add(program, program.internal_bytes)
-            elif self._group is not None:
-                self._group.join(program.internal_bytes)
             else:
-                self._arena = _allocate(memory.pool, program.internal_bytes)
-        except BaseException as exc:
+                self._group.join(program.internal_bytes)
+        except BaseException:
             memory.family.release(program)
-            if isinstance(exc, DeviceMemoryError):
-                _RAISED.error = exc
             raise
 
     @property
@@ -491,9 +525,7 @@ class ManagedExecutor:
                                     id(self.memory.internal_layout.region))
         w = self._weights
         weights = w.per_slot if w.per_slot is not None else w.region.array
-        if self._group is not None:
-            return weights, self._group.region.array, (self._group.generation,)
-        return weights, self._arena.array, ()
+        return weights, self._group.region.array, (self._group.generation,)
 
     def _ready(self) -> Executor:
         if self._closed:
@@ -538,9 +570,7 @@ class ManagedExecutor:
                 self._inner.close()
                 self._inner = None
         if self._group is not None:
-            self._group.leave()
-        if self._arena is not None:
-            self._arena.release()
+            self._group.leave(self.program.internal_bytes)
         self.memory.family.release(self.program)
         self.memory.forget(self)
 
@@ -554,13 +584,25 @@ class SessionMemory:
         self.family = family if family is not None else _Family(options, self.pool)
         self.internal_layout = _Layout("internal", "set_internal_memory")
         self.executors: list[ManagedExecutor] = []
+        self.groups: dict[str, ArenaGroup] = {}  # each partition's private arena
         self._lock = threading.Lock()
 
-    def executor(self, partition: str, key: tuple, make: Callable[[], Program]) -> ManagedExecutor:
+    def partition_group(self, partition: str) -> ArenaGroup:
+        """The arena shared by the Programs of `partition`'s input shapes in this session."""
+        with self._lock:
+            group = self.groups.get(partition)
+            if group is None:
+                group = self.groups[partition] = ArenaGroup(partition, self.pool, shared=False)
+            return group
+
+    def executor(self, partition: str, key: tuple, make: Callable[[], Program], *,
+                 per_shape: bool = False) -> ManagedExecutor:
         """The executor of `partition` at input shapes `key`: the family's Program (compiled
-        by `make` only if no clone relative has it yet), memory placed per the options."""
+        by `make` only if no clone relative has it yet), memory placed per the options.
+        `per_shape`: the partition gets a Program per input shape, whose weights are stored
+        once for all of them."""
         program = self.family.program(partition, key, make)
-        executor = ManagedExecutor(self, program)
+        executor = ManagedExecutor(self, program, partition, per_shape)
         with self._lock:
             self.executors.append(executor)
         return executor
@@ -599,35 +641,19 @@ class SessionMemory:
         internal = sum(block_bytes(p.internal_bytes) for p in programs)
         io = sum(p.io_bytes for p in programs)
         distinct = {id(e._weights): e._weights for e in executors}.values()
-        device_weights = _STORE.device_bytes([k for w in distinct for k in w.keys]) + \
+        stores: dict[int, tuple[WeightStore, list]] = {}
+        for w in distinct:
+            if w.store is not None:
+                stores.setdefault(id(w.store), (w.store, []))[1].extend(w.keys)
+        device_weights = sum(store.device_bytes(keys) for store, keys in stores.values()) + \
             sum(w.region.device for w in distinct if w.region is not None)
         groups = {id(e._group): e._group for e in executors if e._group is not None}
-        device_internal = sum(e._arena.device for e in executors if e._arena is not None) + \
-            sum(g.region.device for g in groups.values())
+        device_internal = sum(g.region.device for g in groups.values())
         staging = sum(e.staging_bytes for e in executors)
         if outside:
             device_weights = device_internal = 0
         return SessionMemoryInfo(weights, internal, io, weights + internal + io, device_weights,
                                  device_internal, staging, self.pool.stats().in_use)
-
-
-_RAISED = threading.local()  # the DeviceMemoryError a kernel raised while a session is created
-
-
-@contextmanager
-def surfacing_device_errors() -> Iterator[None]:
-    """Around session creation: when onnxruntime fails because a kernel ran out of device
-    memory on this thread, raise that DeviceMemoryError itself (not onnxruntime's Fail)."""
-    _RAISED.error = None
-    try:
-        yield
-    except Exception as exc:
-        error = getattr(_RAISED, "error", None)
-        if error is None or error is exc:
-            raise
-        raise error from exc
-    finally:
-        _RAISED.error = None
 
 
 _SESSIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -33,12 +33,14 @@ from converters.lite.reader import load as load_ms
 from converters.mindir.importer import import_mindir
 from converters.onnx_export import export_onnx
 from provider import memory_controls
+from provider.cache.fingerprint import MEMO_DIR, source_fingerprint
 from provider.cache_session import CacheSession, SessionCacheStats
 from provider.errors import BindingError, UnsupportedError
 from provider.ort import EP_NAME
 from provider.ort.capability import Placement
 from provider.ort.ep import NpuEp, collecting_eps
 from provider.ort.options import InvalidOptionError, NpuOptions
+from provider.ort.status import model_load_errors, typed_errors
 from provider.registration import ep_devices, register
 from provider.tensors import ORT_TYPE_TO_NUMPY, bind_output, copy_stats
 
@@ -99,6 +101,15 @@ def _model_source(path_or_bytes: Any) -> Any:
     return export_onnx(lite).SerializeToString()
 
 
+def _with_fingerprint(path_or_bytes: Any, npu: NpuOptions) -> NpuOptions:
+    """With a compile cache, the options carrying the model's content fingerprint (cache
+    entries belong to one content, whatever the model_name)."""
+    if npu.model_fingerprint or npu.cache.cache_dir is None:
+        return npu
+    memo = npu.cache.cache_dir / MEMO_DIR
+    return replace(npu, model_fingerprint=source_fingerprint(path_or_bytes, memo))
+
+
 class InferenceSession(ort.InferenceSession):
     """onnxruntime.InferenceSession that can run partitions on the NPU (see module docstring)."""
 
@@ -119,10 +130,10 @@ class InferenceSession(ort.InferenceSession):
             raise InvalidOptionError(
                 "these SessionOptions already select execution providers (e.g. they configured "
                 f"another session with {EP_NAME}); pass a fresh onnxruntime.SessionOptions")
+        npu = _with_fingerprint(path_or_bytes, npu)
         cache_session = self._cache_session = CacheSession.plan(path_or_bytes, npu, options)
         model = cache_session.warm_model() if cache_session is not None else None
-        options.add_provider_for_devices(ep_devices(), npu.to_strings() if cache_session is None
-                                         else cache_session.ep_options(npu))
+        options.add_provider_for_devices(ep_devices(), npu.to_strings())
         if model is not None:
             try:
                 self._create(model, options, kwargs)
@@ -142,10 +153,13 @@ class InferenceSession(ort.InferenceSession):
             log.info("%s", line)
 
     def _create(self, model: Any, options: ort.SessionOptions, kwargs: dict) -> None:
-        """onnxruntime's constructor, with the NPU EPs it creates collected."""
+        """onnxruntime's constructor, with the NPU EPs it creates collected, its silent retry
+        on CPU off (it would print a banner and hide the NPU's error) and errors typed."""
+        what = f"model {os.fspath(model)!r}" if isinstance(model, (str, os.PathLike)) else \
+            "the model"
         # onnxruntime adds its CPU provider itself; naming providers here would drop the NPU.
-        with collecting_eps() as self._npu_eps, memory_controls.surfacing_device_errors():
-            super().__init__(model, options, None, None, **kwargs)
+        with collecting_eps() as self._npu_eps, model_load_errors(what):
+            super().__init__(model, options, None, None, **{**kwargs, "enable_fallback": 0})
 
     def cache_stats(self) -> SessionCacheStats:
         """Where each NPU partition's Program came from (cache hit/miss/..., times, pages touched)
@@ -212,7 +226,18 @@ class InferenceSession(ort.InferenceSession):
         """onnxruntime's run(), with feeds checked first (BindingError names the input)."""
         check_feeds(self.get_inputs(), input_feed)
         memory_controls.check_ready(self._npu_eps)
-        return super().run(output_names, input_feed, run_options)
+        with typed_errors():
+            return super().run(output_names, input_feed, run_options)
+
+    def run_with_iobinding(self, iobinding, run_options=None) -> None:
+        """onnxruntime's run_with_iobinding(), our errors (e.g. BindingError) typed."""
+        with typed_errors():
+            super().run_with_iobinding(iobinding, run_options)
+
+    def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
+        """onnxruntime's run_with_ort_values(), our errors typed."""
+        with typed_errors():
+            return super().run_with_ort_values(output_names, input_dict_ort_values, run_options)
 
     def io_binding(self) -> CheckedIOBinding:
         """An IOBinding whose bind calls check shape/dtype/size against the model."""

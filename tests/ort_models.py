@@ -52,3 +52,24 @@ def npu_session_options(**config: str) -> ort.SessionOptions:
     for key, value in config.items():
         options.add_session_config_entry(key, value)
     return options
+
+
+def _conv_weight(rng, out_c: int, in_c: int) -> np.ndarray:
+    return (rng.standard_normal((out_c, in_c, 3, 3)) / np.sqrt(in_c * 9)).astype(np.float32)
+
+
+_RNG = np.random.default_rng(1)
+# conv-relu-conv-relu -> global average pool -> gemm, with dynamic batch, height and width:
+# a Program (and arena) per input shape
+CNN = make_model(
+    [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+     helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+     helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+     helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+     helper.make_node("GlobalAveragePool", ["r2"], ["g"], name="pool"),
+     helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+     helper.make_node("Gemm", ["f", "fc"], ["y"], name="fc")],
+    [f32("x", ["N", 3, "H", "W"])], [f32("y", ["N", 10])],
+    [numpy_helper.from_array(_conv_weight(_RNG, 16, 3), "w1"),
+     numpy_helper.from_array(_conv_weight(_RNG, 16, 16), "w2"),
+     numpy_helper.from_array(_RNG.standard_normal((16, 10)).astype(np.float32), "fc")])

@@ -35,6 +35,7 @@ from provider.cache import (
     partition_signature,
 )
 from provider.cache import entry as entry_mod
+from provider.cache.fingerprint import source_fingerprint
 from provider.cache.residency import pages_present
 from provider.errors import CacheError
 from provider.npu import program as fmt
@@ -48,9 +49,13 @@ SHAPES = {"image": (1, 3, 56, 56)}
 IMAGE = np.random.default_rng(7).standard_normal(SHAPES["image"]).astype(np.float32)
 
 
+FINGERPRINT = source_fingerprint(MODEL_PATH)
+
+
 def make_key(shapes=None, fp16: bool = False, model_name: str = "resnet_block") -> CacheKey:
     return CacheKey.build(partition=LITE, input_shapes=shapes or SHAPES,
-                          options={"enable_fp16": fp16}, model_name=model_name)
+                          options={"enable_fp16": fp16}, model_name=model_name,
+                          fingerprint=FINGERPRINT)
 
 
 class Compiler:
@@ -98,20 +103,27 @@ def test_key_identity_and_stamps():
     assert stale.digest == key.digest and stale != key
 
 
-def test_key_from_content_hash_and_lazy_content():
+def test_key_source_is_always_the_content_and_model_name_only_names_it():
     def never():
-        raise AssertionError("content must not be computed when model_name is given")
+        raise AssertionError("content must not be computed when a fingerprint is given")
 
-    def make(content):
-        return CacheKey.build(partition=LITE, input_shapes=SHAPES, content=content)
+    def make(content, model_name=""):
+        return CacheKey.build(partition=LITE, input_shapes=SHAPES, content=content,
+                              model_name=model_name)
 
     assert make(b"weights-a").digest == make(lambda: b"weights-a").digest
     assert make(b"weights-a").digest != make(b"weights-b").digest
     assert make(b"x").source == "sha256:" + hashlib.sha256(b"x").hexdigest()
     assert make(b"x").model_name == ""
-    CacheKey.build(partition=LITE, input_shapes=SHAPES, model_name="m", content=never)
-    with pytest.raises(CacheError, match="model_name or the partition content"):
-        CacheKey.build(partition=LITE, input_shapes=SHAPES)
+    # one model_name, two contents: two entries (a name never stands for the content)
+    assert make(b"weights-a", "m").digest != make(b"weights-b", "m").digest
+    assert make(b"x", "m").source == make(b"x").source and make(b"x", "m").model_name == "m"
+    assert make(b"x", "m").digest != make(b"x").digest
+    given = CacheKey.build(partition=LITE, input_shapes=SHAPES, model_name="m",
+                           fingerprint="ab" * 32, content=never)
+    assert given.source == "sha256:" + "ab" * 32
+    with pytest.raises(CacheError, match="content fingerprint or the partition content"):
+        CacheKey.build(partition=LITE, input_shapes=SHAPES, model_name="m")
 
 
 def test_key_rejects_open_dims_and_non_json_options():
@@ -119,7 +131,7 @@ def test_key_rejects_open_dims_and_non_json_options():
         make_key(shapes={"image": (-1, 3, 56, 56)})
     with pytest.raises(CacheError, match="option pool"):
         CacheKey.build(partition=LITE, input_shapes=SHAPES, options={"pool": object()},
-                       model_name="m")
+                       model_name="m", fingerprint=FINGERPRINT)
 
 
 def test_partition_signature_names_nodes_and_ops():
@@ -249,8 +261,15 @@ def test_copied_entry_is_verified_once_and_restamped(tmp_path, reference, caplog
 # ---- every bad entry is rebuilt, never used -------------------------------------------------
 
 
+def _writable(path: Path) -> Path:
+    """An entry file made writable again (litenpu installs them read-only): these tests play
+    the part of another program changing the cache behind litenpu's back."""
+    os.chmod(path, 0o644)
+    return path
+
+
 def _flip(path: Path, offset: int) -> None:
-    with open(path, "r+b") as f:
+    with open(_writable(path), "r+b") as f:
         f.seek(offset)
         byte = f.read(1)
         f.seek(offset)
@@ -259,7 +278,7 @@ def _flip(path: Path, offset: int) -> None:
 
 def _truncate(d: Path) -> None:
     size = (d / "program.lnp").stat().st_size
-    os.truncate(d / "program.lnp", size // 2)
+    os.truncate(_writable(d / "program.lnp"), size // 2)
 
 
 def _flip_weights(d: Path) -> None:
@@ -480,6 +499,13 @@ def test_crashed_writers_temp_dirs_are_cleaned_when_stale(tmp_path):
     os.utime(old, (os.path.getmtime(old) - 3600,) * 2)
     CompileCache(tmp_path).put(make_key(), compile_model(LITE, SHAPES))
     assert not old.exists() and fresh.exists()
+
+
+def test_installed_entry_files_are_read_only(tmp_path):
+    """Sessions map program.lnp: no one should write an installed entry in place."""
+    directory = CompileCache(tmp_path).put(make_key(), compile_model(LITE, SHAPES))
+    assert {f.name: f.stat().st_mode & 0o777 for f in directory.iterdir()} == {
+        entry_mod.PROGRAM: 0o444, entry_mod.MANIFEST: 0o444}
 
 
 def test_put_rejects_bad_extra_file_names(tmp_path):

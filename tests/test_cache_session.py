@@ -14,11 +14,12 @@ import onnx
 import onnxruntime as ort
 import pytest
 from ort_models import MLP, reference
+from test_cache import _full, _read_only, _under_a_file
 from test_ort_cache import IMAGE, RESNET, Calls
 
 import provider
 from provider import cache_session
-from provider.cache import CompileCache
+from provider.cache import CompileCache, fingerprint
 from provider.session import InferenceSession
 
 
@@ -65,55 +66,90 @@ def test_warm_start_uses_the_stored_context_model(tmp_path, source, expected, op
     assert npu == ["EPContext"] * len(stats.partitions)  # onnxruntime saw the context model
 
 
-def test_warm_start_does_not_parse_the_source(tmp_path, source, monkeypatch, expected):
+def test_warm_start_does_not_parse_or_read_the_source(tmp_path, source, monkeypatch, expected):
     out = run(session(source, tmp_path))
-    st = source.stat()
-    source.write_bytes(b"\0" * st.st_size)  # garbage of the same size ...
-    os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns))  # ... and the same mtime
     calls = Calls(monkeypatch)
 
-    def no_parsing(*args, **kwargs):
-        raise AssertionError("the source model was parsed")
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the unchanged source was parsed or hashed")
 
-    monkeypatch.setattr(onnx, "load", no_parsing)
+    monkeypatch.setattr(onnx, "load", forbidden)
+    monkeypatch.setattr(fingerprint, "_mapped_digest", forbidden)  # its memo answers
     warm = session(source, tmp_path)
     assert warm.cache_stats().path == "context-model"
     assert (calls.compile, calls.imports) == (0, 0)
     assert run(warm).tobytes() == out.tobytes()
 
 
-def test_changed_source_takes_the_normal_path_and_restores(tmp_path, source, expected):
-    session(source, tmp_path)
-    st = source.stat()
-    os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    sess = session(source, tmp_path)
-    stats = sess.cache_stats()
-    assert stats.path == "source" and stats.reason.startswith("stored session entry")
-    # the file changed under its model_name: the partitions are keyed by content this time
-    assert [p.status for p in stats.partitions] == ["miss"]
-    np.testing.assert_allclose(run(sess), expected, atol=1e-4, rtol=1e-3)
-    assert session(source, tmp_path).cache_stats().path == "context-model"
-
-
-def test_new_weights_under_the_same_model_name_are_not_served_stale(tmp_path, source):
-    """The file changed (new size/mtime) but kept its model_name: partitions are keyed by
-    content for that session, so the old Program is not a hit."""
-    session(source, tmp_path)
+def _with_doubled_weights(source: Path) -> bytes:
+    """The model at `source` with one conv weight doubled (same size on disk)."""
     model = onnx.load(str(source))
     weight = next(t for t in model.graph.initializer if len(t.dims) == 4)
     array = onnx.numpy_helper.to_array(weight) * 2
     weight.CopyFrom(onnx.numpy_helper.from_array(array, weight.name))
-    onnx.save(model, str(source))
+    return model.SerializeToString()
+
+
+def test_source_replaced_in_place_with_size_and_mtime_restored_is_not_served_stale(
+        tmp_path, source):
+    """Other weights written into the same file, its size and mtime put back: the inode's
+    ctime changed, so the file is hashed again and found to be another model."""
+    session(source, tmp_path)
+    changed = _with_doubled_weights(source)
+    st = source.stat()
+    assert len(changed) == st.st_size
+    with open(source, "r+b") as f:  # in place: same inode
+        f.write(changed)
+    os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns))
     sess = session(source, tmp_path)
     stats = sess.cache_stats()
-    assert stats.path == "source" and "source changed" not in stats.reason  # stored anew
+    assert stats.path == "source" and [p.status for p in stats.partitions] == ["miss"]
+    np.testing.assert_allclose(run(sess), reference(changed, {"image": IMAGE})[0],
+                               atol=1e-4, rtol=1e-3)
+
+
+def test_touched_source_with_the_same_content_stays_warm(tmp_path, source):
+    """Only the mtime changed: the file is hashed once more and its content recognised."""
+    out = run(session(source, tmp_path))
+    st = source.stat()
+    os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    warm = session(source, tmp_path)
+    assert warm.cache_stats().path == "context-model"
+    assert run(warm).tobytes() == out.tobytes()
+
+
+def test_new_weights_under_the_same_model_name_are_not_served_stale(tmp_path, source):
+    """The file changed but kept its model_name: its content fingerprint changed, so neither
+    the session entry nor the partition's Program is a hit."""
+    session(source, tmp_path)
+    changed = _with_doubled_weights(source)
+    source.write_bytes(changed)
+    sess = session(source, tmp_path)
+    stats = sess.cache_stats()
+    assert stats.path == "source" and stats.reason.startswith("stored session entry")
     assert [p.status for p in stats.partitions] == ["miss"]
-    changed = model.SerializeToString()
     np.testing.assert_allclose(run(sess), reference(changed, {"image": IMAGE})[0],
                                atol=1e-4, rtol=1e-3)
     warm = session(source, tmp_path)
     assert warm.cache_stats().path == "context-model"
     assert run(warm).tobytes() == run(sess).tobytes()
+
+
+@pytest.mark.parametrize("given", ["path", "bytes"])
+def test_two_models_with_one_model_name_keep_their_own_programs(tmp_path, source, given):
+    """Same architecture, other weights, same model_name and cache dir: each model gets its
+    own outputs, whether the second one is another file or bytes."""
+    other = tmp_path / "other" / "resnet.onnx"
+    other.parent.mkdir()
+    other.write_bytes(_with_doubled_weights(source))
+    first = session(source if given == "path" else source.read_bytes(), tmp_path)
+    second = session(other if given == "path" else other.read_bytes(), tmp_path)
+    assert [p.status for p in second.cache_stats().partitions] == ["miss"]
+    for model, sess in ((source, first), (other, second)):
+        np.testing.assert_allclose(run(sess), reference(model.read_bytes(), {"image": IMAGE})[0],
+                                   atol=1e-4, rtol=1e-3)
+    again = session(source if given == "path" else source.read_bytes(), tmp_path)
+    assert run(again).tobytes() == run(first).tobytes()
 
 
 def test_vanished_partition_entry_falls_back_to_the_source(tmp_path, source, caplog, expected):
@@ -188,8 +224,8 @@ def test_session_entry_holds_context_model_and_source_stat(tmp_path, source):
     cache.verify_entry(entry_dir.name)
     assert {e.program_name for e in cache.entries()} >= {"CacheSession resnet.onnx"}
     recorded = json.loads((entry_dir / cache_session.SOURCE_STAT).read_text())
-    assert recorded == {"path": str(source.resolve()), "size": source.stat().st_size,
-                        "mtime_ns": source.stat().st_mtime_ns}
+    assert recorded == {"path": str(source.resolve()),
+                        "fingerprint": fingerprint.file_fingerprint(source)}
 
 
 def test_callers_own_context_request_or_other_optimization_level(tmp_path, source):
@@ -215,6 +251,7 @@ def test_bad_session_entry_is_rebuilt(tmp_path, source, caplog, expected, corrup
     name = cache_session.CONTEXT_MODEL if corrupt == "context model" else cache_session.SOURCE_STAT
     data = bytearray((entry_dir / name).read_bytes())
     data[len(data) // 2] ^= 0xFF
+    os.chmod(entry_dir / name, 0o644)  # another program, not litenpu, writes the entry
     (entry_dir / name).write_bytes(bytes(data))
     with caplog.at_level(logging.WARNING, logger="litenpu.cache"):
         sess = session(source, tmp_path)
@@ -253,9 +290,28 @@ def test_four_processes_one_partition_entry_and_one_session_entry(tmp_path, sour
     np.testing.assert_allclose(got, expected, atol=1e-4, rtol=1e-3)
     cache = CompileCache(cache_dir)
     infos = cache.entries()
-    assert sorted(os.listdir(cache_dir)) == sorted(i.name for i in infos)  # no temp or trash
+    # no temp or trash: the entries and the fingerprint memos
+    assert sorted(os.listdir(cache_dir)) == sorted([*(i.name for i in infos), fingerprint.MEMO_DIR])
     assert len(infos) == 2 and {i.program_name.startswith("CacheSession") for i in infos} == {
         True, False}
     for info in infos:
         cache.verify_entry(info.name)
     assert session(source, cache_dir).cache_stats().path == "context-model"
+
+
+@pytest.mark.parametrize("make_dir", [_under_a_file, _read_only, _full],
+                         ids=["under a file", "read-only", "full"])
+def test_unwritable_cache_with_a_dynamic_model_runs_in_memory(tmp_path, monkeypatch, make_dir):
+    """A dynamic-shape model with cache options on a cache that cannot be written: every
+    shape compiles in memory and runs; nothing raises."""
+    path = tmp_path / "mlp.onnx"
+    path.write_bytes(MLP)
+    cache_dir = make_dir(tmp_path, monkeypatch)
+    for _ in range(2):
+        sess = session(path, cache_dir, model_name="mlp")
+        for n in (1, 3):
+            feeds = {"x": np.random.default_rng(n).standard_normal((n, 3)).astype(np.float32),
+                     "b": np.ones(3, np.float32)}
+            np.testing.assert_allclose(sess.run(None, feeds)[0], reference(MLP, feeds)[0],
+                                       atol=1e-5, rtol=1e-4)
+        assert {p.status for p in sess.cache_stats().partitions} == {"in-memory"}

@@ -153,9 +153,9 @@ def test_changed_options_or_shapes_miss(tmp_path, monkeypatch, change):
     assert statuses(session(model, tmp_path, **options)) == ["hit"] and calls.compile == 2
 
 
-def test_content_hash_without_model_name_sees_changed_weights(tmp_path):
-    """No model_name: the key hashes the partition's initializers, so new weights miss; with a
-    model_name the user vouches for the model (and bumps cache_version when it changes)."""
+def test_changed_weights_miss_with_or_without_model_name(tmp_path):
+    """The key always holds the content (the partition's initializers, or the model's
+    fingerprint): new weights miss, also under a model_name that only names entries."""
     model = onnx.load_from_string(RESNET)
     weight = next(t for t in model.graph.initializer if len(t.dims) == 4)
     array = onnx.numpy_helper.to_array(weight) * 2
@@ -167,6 +167,10 @@ def test_content_hash_without_model_name_sees_changed_weights(tmp_path):
     np.testing.assert_allclose(run(sess), reference(changed, {"image": IMAGE})[0],
                                atol=1e-4, rtol=1e-3)
     assert statuses(session(RESNET, tmp_path, model_name="r")) == ["miss"]
+    sess = session(changed, tmp_path, model_name="r")
+    assert statuses(sess) == ["miss"]
+    np.testing.assert_allclose(run(sess), reference(changed, {"image": IMAGE})[0],
+                               atol=1e-4, rtol=1e-3)
     assert statuses(session(changed, tmp_path, model_name="r")) == ["hit"]
 
 

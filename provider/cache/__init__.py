@@ -9,14 +9,16 @@ Use from an execution provider's Compile callback::
     key = CacheKey.build(partition=lite_partition,    # LiteModel or [(node name, op type)]
                          input_shapes={"image": (1, 3, 56, 56)},
                          options={"enable_fp16": False},
-                         model_name=opts.model_name,  # or content=lambda: partition bytes
+                         model_name=opts.model_name,  # names the entry
+                         fingerprint=source_fingerprint("model.onnx"),  # or content=bytes
                          )
     program, outcome = cache.get_or_compile(key, lambda: compile_model(lite, shapes))
     # outcome.status: hit | miss | rebuilt | in-memory; outcome.reason says why
 
-* `CacheKey`: identity = source fingerprint (ModelName, else the sha256 of the partition
-  content), partition signature, input shapes, compile options, device; validity stamps =
-  Program FORMAT_VERSION and litenpu version. `key.digest` names the entry directory.
+* `CacheKey`: identity = content fingerprint (of the model source, `fingerprint.py`, or of
+  the partition), ModelName, partition signature, input shapes, compile options, device;
+  validity stamps = Program FORMAT_VERSION and litenpu version. `key.digest` names the
+  entry directory. A ModelName names entries; two models never share one.
 * `CompileCache(cache_dir, *, max_bytes=None, cache_version="")`: `get(key)`, `put(key,
   program, extra_files=...)` (atomic, race-safe), `get_or_compile(key, compile_fn)`,
   `path(key)` (where extra files live), `discard(key)`, `entries()`, `verify_entry(name)`,
@@ -31,6 +33,7 @@ Use from an execution provider's Compile callback::
 """
 
 from provider.cache.entry import BadEntry
+from provider.cache.fingerprint import source_fingerprint
 from provider.cache.keys import CacheKey, partition_signature
 from provider.cache.options import (
     CACHE_OPTION_KEYS,
@@ -43,6 +46,7 @@ from provider.cache.store import CacheOutcome, CacheStatus, CompileCache, EntryI
 
 __all__ = [
     "BadEntry",
+    "source_fingerprint",
     "CacheKey",
     "partition_signature",
     "CACHE_OPTION_KEYS",

@@ -14,6 +14,13 @@ catch: media corruption below the filesystem, or a tamperer who restores the mti
 utime(2). `verify_entry_dir` (`litenpu cache verify`) hashes every byte and catches those.
 A sampled hash of a few weight pages was rejected: it reads pages the hit path should not
 touch and still misses most single-byte changes.
+
+Sessions map `program.lnp`, so no litenpu operation writes an entry's files after install:
+they are created read-only, an entry is replaced by renaming a new directory over its name
+and removed by renaming it away and unlinking. A program that truncates a mapped file
+anyway faults the processes reading the lost pages (SIGBUS), as truncating a loaded
+shared library would; `docs/troubleshooting.md` says so. Surviving that would mean copying
+the weights out of the file on every hit, which is what the mapped warm start avoids.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ MANIFEST_VERSION = 1
 MAX_MANIFEST_BYTES = 1 << 20
 _BACKDATE_NS = 5 * 10**9  # > the coarsest mtime granularity we expect (FAT: 2 s)
 _RESERVED = (MANIFEST, PROGRAM)
+READ_ONLY = 0o444  # entries are replaced by rename and removed by unlink, never written again
 
 
 class BadEntry(CacheError):
@@ -71,10 +79,11 @@ def _check_extra_name(name: str) -> None:
 
 
 def _write_file(path: Path, data: bytes | memoryview, stamp_ns: int) -> dict[str, Any]:
-    """Write, back-date, fsync one file; its manifest record."""
+    """Write, back-date, fsync one file, left read-only; its manifest record."""
     with open(path, "xb") as f:
         f.write(data)
         f.flush()
+        os.fchmod(f.fileno(), READ_ONLY)
         os.utime(f.fileno(), ns=(stamp_ns, stamp_ns))
         os.fsync(f.fileno())
         st = os.fstat(f.fileno())
@@ -92,6 +101,7 @@ def _write_manifest(directory: Path, manifest: dict[str, Any], name: str = MANIF
     with open(directory / name, "xb") as f:
         f.write(_dump(manifest))
         f.flush()
+        os.fchmod(f.fileno(), READ_ONLY)
         os.fsync(f.fileno())
 
 

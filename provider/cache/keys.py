@@ -1,7 +1,8 @@
 """CacheKey: what a compiled Program depends on, and the directory name it is stored under.
 
-Identity fields (they name the entry: `CacheKey.digest`): the source fingerprint, the
-partition signature, the input shapes, the compile options and the device. Validity stamps
+Identity fields (they name the entry: `CacheKey.digest`): the source (a content
+fingerprint, always), the model name, the partition signature, the input shapes, the compile
+options and the device. Validity stamps
 (recorded in the entry's manifest and checked on every hit, but not part of the name): the
 Program `FORMAT_VERSION` and the litenpu version. A newer litenpu thus finds the old entry
 under the same name, sees it is stale, and replaces it instead of leaving it to eviction.
@@ -77,7 +78,8 @@ def _options(options: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 class CacheKey:
     """Everything a cached Program depends on; build one with `CacheKey.build`."""
 
-    source: str  # "model:<model_name>" or "sha256:<content hash>"
+    source: str  # "sha256:<content fingerprint of the model or the partition>"
+    model_name: str  # names the entry (MindSpore Lite's ModelName); never replaces `source`
     partition: str  # partition_signature(...)
     input_shapes: tuple[tuple[str, tuple[int, ...]], ...]
     options: tuple[tuple[str, str], ...]  # (name, JSON value), sorted
@@ -88,29 +90,26 @@ class CacheKey:
     @classmethod
     def build(cls, *, partition: Partition, input_shapes: Mapping[str, Sequence[int]],
               options: Mapping[str, Any] | None = None, model_name: str = "",
-              content: Content | Callable[[], Content] | None = None,
+              fingerprint: str = "", content: Content | Callable[[], Content] | None = None,
               device: str = "sim") -> CacheKey:
         """The key of one partition compiled for `input_shapes` with `options`.
 
-        The source is `model_name` when given (MindSpore's ModelName: the user promises the
-        name changes, or the cache's `cache_version` is bumped, when the model does; `content`
-        is then never called), else the sha256 of `content` (bytes, or a callable producing
-        them, e.g. the serialized partition with its weights).
+        The source is the content: `fingerprint` (a hex digest of what the partition is made
+        from, e.g. `provider.cache.fingerprint.source_fingerprint` of the model), else the
+        sha256 of `content` (bytes, or a callable producing them, e.g. the serialized
+        partition with its weights). `model_name` only names the entry: two models under
+        one name never share entries.
         """
-        if model_name:
-            source = f"model:{model_name}"
-        elif content is None:
-            raise CacheError("cache key: give model_name or the partition content to hash")
-        else:
+        if fingerprint:
+            source = f"sha256:{fingerprint}"
+        elif content is not None:
             data = content() if callable(content) else content
             source = f"sha256:{_sha256(data)}"
-        return cls(source, partition_signature(partition), _shapes(input_shapes),
+        else:
+            raise CacheError("cache key: give the content fingerprint or the partition "
+                             "content to hash")
+        return cls(source, model_name, partition_signature(partition), _shapes(input_shapes),
                    _options(options or {}), device)
-
-    @property
-    def model_name(self) -> str:
-        """The model name this key was built from ('' for content-hashed keys)."""
-        return self.source[len("model:"):] if self.source.startswith("model:") else ""
 
     def identity(self) -> dict[str, Any]:
         """The fields that name the entry (everything but the validity stamps)."""
@@ -127,7 +126,7 @@ class CacheKey:
     def from_dict(cls, doc: Mapping[str, Any]) -> CacheKey:
         """The key `to_dict` wrote (as in a manifest); CacheError when fields are missing."""
         try:
-            return cls(str(doc["source"]), str(doc["partition"]),
+            return cls(str(doc["source"]), str(doc["model_name"]), str(doc["partition"]),
                        tuple((str(n), tuple(int(d) for d in s)) for n, s in doc["input_shapes"]),
                        tuple((str(n), str(v)) for n, v in doc["options"]), str(doc["device"]),
                        int(doc["format_version"]), str(doc["litenpu_version"]))

@@ -1,7 +1,7 @@
 """Cache provider options: both spellings (ours and MindSpore Lite's) into one CacheOptions.
 
     cache_dir       / CachePath      directory of the compile cache (no cache when absent)
-    model_name      / ModelName      source fingerprint instead of hashing the partition
+    model_name      / ModelName      names the model's entries (and its CacheSession entry)
     cache_version   / CacheVersion   validity stamp: entries with another version are rebuilt
     cache_max_bytes                  LRU eviction bound of the cache directory
 """

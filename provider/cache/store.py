@@ -215,7 +215,10 @@ class CompileCache:
                 return False
             trash = self.dir / f".trash-{directory.name}-{secrets.token_hex(4)}"
             os.rename(directory, trash)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError as exc:  # a read-only or foreign cache: readers skip the entry anyway
+            log.debug("cache entry %s: cannot remove it: %s", directory, exc.strerror or exc)
             return False
         _remove(trash)
         return True

@@ -1,9 +1,10 @@
 """Device memory of the reference NPU: one shared-memory pool per process.
 
 The pool is a `memfd_create` file mapped MAP_SHARED (an anonymous mapping where memfd is
-unavailable), sized at creation (default 1 GiB) and committed lazily: the file is sparse,
-so a page costs memory only once something writes it, and `trim()` gives the pages of free
-blocks back. Buffers are carved from it by a
+unavailable), with a capacity (default 1 GiB, the provider option `device_memory_bytes`)
+that can grow (`grow`) within an address range reserved at creation, and committed lazily:
+the file is sparse, so a page costs memory only once something writes it, and `trim()`
+gives the pages of free blocks back. Buffers are carved from it by a
 best-fit allocator with coalescing; every block is a multiple of 64 bytes and 64-byte
 aligned. A buffer's numpy view *is* the device memory (host-accessible, like RKNN's
 virt_addr), so a caller who fills a view has uploaded the data with zero copies.
@@ -39,7 +40,8 @@ import numpy as np
 from provider.errors import BindingError, DeviceMemoryError, LitenpuError, UnsupportedError
 from provider.npu.planner import align_up
 
-__all__ = ["ALIGNMENT", "DEFAULT_CAPACITY", "PoolStats", "DeviceBuffer", "DevicePool", "default_pool"]
+__all__ = ["ALIGNMENT", "DEFAULT_CAPACITY", "PoolStats", "DeviceBuffer", "DevicePool", "default_pool",
+           "ensure_default_pool"]
 
 log = logging.getLogger("litenpu.npu")
 
@@ -139,21 +141,28 @@ class DeviceBuffer:
 class DevicePool:
     """A memfd-backed region with an aligned best-fit allocator, refcounted buffers and stats."""
 
-    def __init__(self, capacity: int = DEFAULT_CAPACITY, *, name: str = "litenpu-npu"):
+    def __init__(self, capacity: int = DEFAULT_CAPACITY, *, name: str = "litenpu-npu",
+                 reserve: int | None = None):
         if not isinstance(capacity, int) or capacity <= 0:
             raise DeviceMemoryError(f"pool capacity must be a positive int, got {capacity!r}")
         self.capacity = align_up(capacity, mmap.PAGESIZE)
         self._lock = threading.RLock()
         self.fd = -1
+        # The address range is reserved once (sparse file, nothing committed), so that the
+        # capacity can grow later without moving any live buffer.
+        self.reserve = max(self.capacity, align_up(reserve if reserve is not None
+                                                   else _physical_memory(), mmap.PAGESIZE))
         try:
             self.fd = os.memfd_create(name, os.MFD_CLOEXEC)
-            os.ftruncate(self.fd, self.capacity)
-            self._mm = mmap.mmap(self.fd, self.capacity)
+            os.ftruncate(self.fd, self.reserve)
+            self._mm = mmap.mmap(self.fd, self.reserve)
         except (AttributeError, OSError) as exc:
             if self.fd >= 0:
                 os.close(self.fd)
                 self.fd = -1
-            log.info("memfd_create unavailable (%s): anonymous pool, no fd export", exc)
+            log.info("memfd_create unavailable (%s): anonymous pool, no fd export, no growth",
+                     exc)
+            self.reserve = self.capacity
             self._mm = mmap.mmap(-1, self.capacity)
         self._array = np.frombuffer(self._mm, dtype=np.uint8)
         self.base_address = self._array.ctypes.data
@@ -221,6 +230,30 @@ class DevicePool:
         if best + best_size > begin + size:
             self._add_free(begin + size, best + best_size - begin - size)
         return begin
+
+    def grow(self, capacity: int) -> None:
+        """Let the pool hold `capacity` bytes (never shrinks; live buffers stay where they are).
+
+        DeviceMemoryError when `capacity` exceeds the address range reserved at creation (the
+        machine's physical memory by default)."""
+        wanted = align_up(int(capacity), mmap.PAGESIZE)
+        with self._lock:
+            if wanted <= self.capacity:
+                return
+            if wanted > self.reserve:
+                raise DeviceMemoryError(
+                    f"device memory of {capacity} bytes requested; this pool can grow to "
+                    f"{self.reserve} bytes", requested=int(capacity), available=self.reserve)
+            start, size = self.capacity, wanted - self.capacity
+            i = bisect.bisect_left(self._free_offsets, start)
+            if i > 0:
+                prev = self._free_offsets[i - 1]
+                if prev + self._free_size[prev] == start:
+                    start, size = prev, size + self._free_size[prev]
+                    self._remove_free(prev)
+            self._add_free(start, size)
+            self.capacity = wanted
+        log.info("device pool grown to %d bytes", wanted)
 
     def _add_free(self, start: int, size: int) -> None:
         bisect.insort(self._free_offsets, start)
@@ -378,6 +411,14 @@ class DevicePool:
         self.close()
 
 
+def _physical_memory() -> int:
+    """Bytes of RAM in this machine (the default limit a pool may grow to)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return DEFAULT_CAPACITY
+
+
 _default_lock = threading.Lock()
 _default: DevicePool | None = None
 
@@ -385,7 +426,8 @@ _default: DevicePool | None = None
 def default_pool(capacity: int | None = None) -> DevicePool:
     """The process's device pool, created on first use with `capacity` (default 1 GiB).
 
-    A later call with a different capacity is an error: the pool cannot be resized.
+    A later, larger `capacity` grows it (`DevicePool.grow`); a smaller one is an error: memory
+    already handed out cannot be taken back.
     """
     global _default
     with _default_lock:
@@ -393,14 +435,34 @@ def default_pool(capacity: int | None = None) -> DevicePool:
             _default = DevicePool(DEFAULT_CAPACITY if capacity is None else capacity)
             log.info("device pool: %d bytes (lazily committed), fd %d", _default.capacity,
                      _default.fd)
-        elif capacity is not None and align_up(capacity, mmap.PAGESIZE) != _default.capacity:
+        elif capacity is not None and align_up(capacity, mmap.PAGESIZE) < _default.capacity:
             raise DeviceMemoryError(
                 f"the device pool already exists with {_default.capacity} bytes; "
                 f"configure its capacity ({capacity}) before first use",
                 requested=capacity,
                 available=_default.capacity,
             )
+        elif capacity is not None:
+            _default.grow(capacity)
         return _default
+
+
+def ensure_default_pool(capacity: int) -> DevicePool:
+    """The process's pool holding at least `capacity` bytes: created with it, or grown to it
+    (a session's `device_memory_bytes`; the largest request wins, none shrinks the pool)."""
+    with _default_lock:
+        exists = _default is not None
+    if not exists:
+        try:
+            return default_pool(capacity)
+        except DeviceMemoryError:  # another thread created it meanwhile
+            pass
+    pool = default_pool()
+    if capacity > pool.capacity:
+        pool.grow(capacity)
+    elif capacity < pool.capacity:
+        log.info("device pool stays at %d bytes (%d asked for)", pool.capacity, capacity)
+    return pool
 
 
 def _forget_default_in_child() -> None:

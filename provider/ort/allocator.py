@@ -28,8 +28,8 @@ class PoolAllocator:
     """An OrtAllocator handing out buffers of the process's NPU pool."""
 
     def __init__(self, api_version: int, memory_info: int):
-        self.memory_info = memory_info
-        self.pool = default_pool()
+        self.memory_info = memory_info  # the pool is looked up per allocation: it is created
+        # at first use, sized by the first session's `device_memory_bytes`
         self._live: dict[int, object] = {}  # address -> DeviceBuffer
         self._lock = threading.Lock()
         self.allocations = 0
@@ -51,7 +51,7 @@ class PoolAllocator:
                 return None
         else:
             try:
-                buffer = self.pool.allocate(max(nbytes, 1))
+                buffer = default_pool().allocate(max(nbytes, 1))
             except DeviceMemoryError as e:
                 log.error("NPU allocator: %s", e)  # onnxruntime reports the NULL as a failed alloc
                 return None

@@ -16,7 +16,9 @@ import logging
 import threading
 from collections.abc import Callable
 
+from provider.errors import LitenpuError
 from provider.ort import abi
+from provider.ort.status import status_text
 
 log = logging.getLogger("litenpu.ort")
 
@@ -50,25 +52,37 @@ def address(cfunc) -> int:
     return C.cast(cfunc, C.c_void_p).value
 
 
+def _log_failure(where: str, error: BaseException, logger: logging.Logger = log) -> None:
+    """Log a failed callback: our own errors (bad input) in one line, anything else with its
+    traceback. Callbacks still run while the interpreter tears module globals down at exit:
+    the thunks bind what they call, and swallow a failure to report."""
+    if isinstance(error, LitenpuError):
+        logger.info("NPUExecutionProvider %s: %s: %s", where, type(error).__name__, error)
+    else:
+        logger.error("NPUExecutionProvider %s failed: %s: %s", where, type(error).__name__,
+                     error, exc_info=error)
+
+
 def error_status(where: str, error: BaseException) -> int | None:
     """An ORT_EP_FAIL status describing `error` raised in callback `where`."""
-    log.error("NPUExecutionProvider %s failed: %s: %s", where, type(error).__name__, error,
-              exc_info=error)
+    _log_failure(where, error)
     if _ORT is None:
         return None
-    return _ORT.status(abi.ORT_EP_FAIL,
-                       f"NPUExecutionProvider {where}: {type(error).__name__}: {error}")
+    return _ORT.status(abi.ORT_EP_FAIL, status_text(where, error))
 
 
 def status_callback(prototype, where: str) -> Callable[[Callable], object]:
     """Decorator: `fn(*args) -> None` as an OrtStatus*-returning C function (kept alive)."""
 
     def wrap(fn: Callable) -> object:
-        def thunk(*args):
+        def thunk(*args, _error_status=error_status):
             try:
                 fn(*args)
             except BaseException as e:  # noqa: BLE001 - nothing may escape into C
-                return error_status(where, e)
+                try:
+                    return _error_status(where, e)
+                except BaseException:  # noqa: BLE001 - interpreter teardown: no one to tell
+                    return None
             return None
 
         return keep(prototype(thunk))
@@ -80,12 +94,14 @@ def value_callback(prototype, where: str, default=None) -> Callable[[Callable], 
     """Decorator: `fn(*args) -> value` as a C function returning `default` on an exception."""
 
     def wrap(fn: Callable) -> object:
-        def thunk(*args):
+        def thunk(*args, _log_failure=_log_failure):
             try:
                 return fn(*args)
             except BaseException as e:  # noqa: BLE001 - nothing may escape into C
-                log.error("NPUExecutionProvider %s failed: %s: %s", where, type(e).__name__, e,
-                          exc_info=e)
+                try:
+                    _log_failure(where, e)
+                except BaseException:  # noqa: BLE001 - interpreter teardown: no one to tell
+                    pass
                 return default
 
         return keep(prototype(thunk))

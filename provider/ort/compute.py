@@ -22,6 +22,8 @@ import dataclasses
 import logging
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -73,7 +75,9 @@ class FusedKernel:
         self.memory = session_memory(ep)  # placement per memory options
         # KernelContext inputs/outputs follow the fused node's order; the Program uses names.
         self.input_names, self.output_names = input_names, output_names
-        self._programs: dict[tuple, _Compiled] = {}
+        self.per_shape = static_shapes is None and not isinstance(source, Program)
+        self.max_shapes = ep.options.max_shapes
+        self._programs: OrderedDict[tuple, _Compiled] = OrderedDict()  # least recent first
         self._lock = threading.Lock()
         self.calls = 0
         self.cache = ep.cache if keys is not None else None
@@ -84,7 +88,7 @@ class FusedKernel:
         self._graph: OrtGraphContents | None = None  # static partition, during Compile only
         if isinstance(source, Program):
             shapes = {source.slots[i].name: tuple(source.slots[i].shape) for i in source.inputs}
-            self._add(_key(shapes), self.memory.executor(name, _key(shapes), lambda: source))
+            self._programs[_key(shapes)] = self._compiled_for(_key(shapes), lambda: source)
         elif static_shapes is not None:
             # One shape only: get the Program now and keep no graph or Lite model.
             self._graph, self.lite = (source, None) if isinstance(source, OrtGraphContents) \
@@ -134,7 +138,8 @@ class FusedKernel:
             return cls(ep, name, inputs, outputs, lite, None,
                        keys=_lite_keys(ep, lite, lambda: epcontext.to_bytes(lite)))
         keys = None if ep.cache is None else PartitionKeys.of(
-            contents, model_name=ep.options.cache.model_name, enable_fp16=ep.options.enable_fp16)
+            contents, model_name=ep.options.cache.model_name,
+            model_fingerprint=ep.options.model_fingerprint, options=_key_options(ep))
         shapes = {vi.name: tuple(vi.shape) for vi in contents.inputs}
         return cls(ep, name, inputs, outputs, contents, shapes, keys=keys)
 
@@ -148,20 +153,32 @@ class FusedKernel:
 
     def executor(self, shapes: dict[str, tuple[int, ...]]) -> Executor:
         """The Executor for these input shapes (compiled on first use, then cached)."""
-        return self._compiled(shapes).executor
+        with self._lock:
+            return self._compiled(shapes).executor
 
     def _compiled(self, shapes: dict[str, tuple[int, ...]]) -> _Compiled:
+        """The Program for these input shapes, most recently used now (lock held). A new
+        shape beyond `max_shapes` evicts the least recently used one's Program and memory."""
         key = _key(shapes)
-        with self._lock:
-            compiled = self._programs.get(key)
-            if compiled is None:
-                if self.lite is None and self._graph is None:
-                    known = [dict(k) for k in self._programs]
-                    raise BindingError(f"partition {self.name} was compiled for input shapes "
-                                       f"{known}; got {shapes}")
-                compiled = self._add(key, self.memory.executor(
-                    self.name, key, lambda: self._program(shapes)))
+        compiled = self._programs.get(key)
+        if compiled is not None:
+            self._programs.move_to_end(key)
+            return compiled
+        if self.lite is None and self._graph is None:
+            known = [dict(k) for k in self._programs]
+            raise BindingError(f"partition {self.name} was compiled for input shapes "
+                               f"{known}; got {shapes}")
+        while len(self._programs) >= self.max_shapes:
+            old_key, old = self._programs.popitem(last=False)
+            old.executor.close()
+            log.info("NPU partition %s: evicted the Program for %s (max_shapes=%d)", self.name,
+                     dict(old_key), self.max_shapes)
+        compiled = self._programs[key] = self._compiled_for(key, lambda: self._program(shapes))
         return compiled
+
+    def _compiled_for(self, key: tuple, make) -> _Compiled:
+        return _Compiled(self.memory.executor(self.name, key, make, per_shape=self.per_shape),
+                         self.input_names, self.output_names)
 
     def _program(self, shapes: dict[str, tuple[int, ...]]) -> Program:
         """The Program for `shapes`: from the cache, else imported (if need be) and compiled."""
@@ -194,11 +211,6 @@ class FusedKernel:
                  "loaded from its EPContext node" if status == CONTEXT else "compiled",
                  (load_seconds + compile_seconds) * 1e3)
 
-    def _add(self, key: tuple, executor: Executor) -> _Compiled:
-        compiled = _Compiled(executor, self.input_names, self.output_names)
-        self._programs[key] = compiled
-        return compiled
-
     def compute(self, context: int) -> None:
         o = self.ort
         n = abi.sz()
@@ -208,17 +220,28 @@ class FusedKernel:
             value = abi.vp()
             o.api.KernelContext_GetInput(context, i, C.byref(value))
             arrays.append(o.value_array(value.value))
+        with self._lock:  # runs of one kernel are serialized: one arena per partition
+            self._run(context, arrays)
+
+    def _run(self, context: int, arrays: list[np.ndarray]) -> None:
+        """Get the outputs at this run's shapes, run the Program (lock held)."""
+        o = self.ort
         compiled = self._compiled({self.input_names[i]: a.shape for i, a in enumerate(arrays)})
         outputs: list = [None] * len(compiled.outputs)
         for j, (position, dims, dtype, shape) in enumerate(compiled.outputs):
             value = abi.vp()
-            o.api.KernelContext_GetOutput(context, j, dims, len(shape), C.byref(value))
+            try:
+                o.api.KernelContext_GetOutput(context, j, dims, len(shape), C.byref(value))
+            except abi.OrtCallError as exc:  # e.g. a bound output of another shape
+                raise BindingError(
+                    f"output {self.output_names[j]!r}: this run computes shape {list(shape)} "
+                    "and the bound output has another; bind one of that shape, or let "
+                    "onnxruntime allocate it (bind_npu_output)") from exc
             outputs[position] = abi.array_at(o.value_address(value.value), dtype, shape)
         executor = compiled.executor
-        with self._lock:  # the executor's stats of this run must be read before the next one
-            executor.run([arrays[i] for i in compiled.input_order], outputs)
-            stats = executor.copy_stats
-            self.calls += 1
+        executor.run([arrays[i] for i in compiled.input_order], outputs)
+        stats = executor.copy_stats
+        self.calls += 1
         if stats.bytes_copied_in or stats.bytes_copied_out:
             COUNTERS.add(to_device=stats.bytes_copied_in, to_host=stats.bytes_copied_out)
 
@@ -230,12 +253,18 @@ class FusedKernel:
             self._programs.clear()
 
 
-def _lite_keys(ep, lite: LiteModel, image) -> PartitionKeys | None:
-    """Cache keys of a partition held as Lite IR (None without a cache)."""
+def _key_options(ep) -> dict:
+    """What a partition's Program depends on besides its content and input shapes."""
+    return {"enable_fp16": ep.options.enable_fp16, "onnxruntime": ep.ort.version_string}
+
+
+def _lite_keys(ep, lite: LiteModel, image: Callable[[], bytes]) -> PartitionKeys | None:
+    """Cache keys of a partition held as Lite IR (None without a cache; `image()` gives its
+    `.ms` bytes)."""
     if ep.cache is None:
         return None
-    return PartitionKeys.of_lite(lite, image, model_name=ep.options.cache.model_name,
-                                 enable_fp16=ep.options.enable_fp16)
+    return PartitionKeys.of_lite(lite, image(), model_name=ep.options.cache.model_name,
+                                 options=_key_options(ep))
 
 
 def _import(contents: OrtGraphContents, name: str) -> LiteModel:

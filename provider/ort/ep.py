@@ -10,10 +10,12 @@ from __future__ import annotations
 import ctypes as C
 import logging
 import threading
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from provider.cache import CompileCache
+from provider.npu.memory import ensure_default_pool
 from provider.ort import abi, epcontext
 from provider.ort.callbacks import address, status_callback, value_callback
 from provider.ort.capability import Placement, claim
@@ -32,9 +34,12 @@ class NpuEp:
         self.factory = factory
         self.ort: abi.Ort = factory.ort
         self.options = NpuOptions.parse(options)
+        if self.options.device_memory_bytes:
+            ensure_default_pool(self.options.device_memory_bytes)
         self.context = epcontext.ContextOptions.from_config(config)
         self.cache = CompileCache.from_options(self.options.cache)  # None: compile in memory
-        self.cache_stats: list = []  # PartitionCacheStats of every Program the kernels got
+        # PartitionCacheStats of the Programs the kernels got (the latest, when shapes churn)
+        self.cache_stats: deque = deque(maxlen=1024)
         self.placements: list[Placement] = []
         self.kernels: dict[int, object] = {}  # OrtNodeComputeInfo address -> FusedKernel
         self._lock = threading.Lock()

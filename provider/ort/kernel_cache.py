@@ -1,13 +1,16 @@
 """The compile cache as the NPU EP uses it: partition keys (no conversion) and per-kernel stats.
 
 A static partition's `CacheKey` is built straight from the OrtGraph contents, before and
-instead of importing it: its node names and op types, the provider's `model_name` (MindSpore
-Lite's ModelName), else a sha256 over the partition's nodes (ops, attributes, wiring) and the
-bytes of its initializers; plus the input shapes and the compile options (`enable_fp16`).
+instead of importing it: its node names and op types, its content (the model's fingerprint
+combined with the partition's structure, or, when no fingerprint was given, a sha256 over
+the partition's nodes and the bytes of its initializers), the provider's `model_name`
+(MindSpore Lite's ModelName: it names entries, it never stands for the content), the input
+shapes and the compile options (`enable_fp16`, the onnxruntime version).
 A dynamic partition is imported at Compile anyway (its Programs come per concrete shape at run
 time, each shape its own key) and is keyed by its Lite IR: node names and Lite ops, and the
-sha256 of its `.ms` image without a model name. That is also what its EPContext node holds,
-so a dynamic partition restored from an EPContext model finds the Programs compiled before.
+sha256 of its `.ms` image (weights included). That image is also what its EPContext node
+holds, so a dynamic partition restored from an EPContext model finds the Programs compiled
+before.
 Every Program a kernel gets is recorded as a `PartitionCacheStats` (what
 `InferenceSession.cache_stats()` lists).
 """
@@ -15,7 +18,6 @@ Every Program a kernel gets is recorded as a `PartitionCacheStats` (what
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,8 +70,9 @@ def _hash_value(digest: Any, value: Any) -> None:
         digest.update(f"{type(value).__name__}:{value!r};".encode())
 
 
-def partition_fingerprint(contents: OrtGraphContents) -> str:
-    """sha256 hex of a partition's content: nodes (ops, attributes, wiring) and initializers."""
+def partition_fingerprint(contents: OrtGraphContents, *, weights: bool = True) -> str:
+    """sha256 hex of a partition's content: nodes (ops, attributes, wiring) and initializers
+    (their bytes, or with `weights=False` only their names, dtypes and shapes)."""
     digest = hashlib.sha256()
     for node in contents.nodes:
         view = node.view
@@ -80,36 +83,52 @@ def partition_fingerprint(contents: OrtGraphContents) -> str:
             _hash_value(digest, view.attrs[name])
     for name in sorted(contents.initializers):
         digest.update(f"init:{name}=".encode())
-        _hash_value(digest, contents.initializers[name])
+        value = contents.initializers[name]
+        if weights:
+            _hash_value(digest, value)
+        else:
+            digest.update(f"{value.dtype.str}:{value.shape};".encode())
     return digest.hexdigest()
+
+
+def _within(source: str, structure: str) -> str:
+    """The content digest of a partition cut from a model whose content is `source`."""
+    return hashlib.sha256(f"{source}:{structure}".encode()).hexdigest()
 
 
 @dataclass(frozen=True)
 class PartitionKeys:
-    """Makes the cache keys of one partition, one per input-shape combination."""
+    """Makes the cache keys of one partition, one per input-shape combination.
+
+    The content part is always there: the model's fingerprint (`model_fingerprint`, set by
+    `provider.InferenceSession`) combined with the partition's structure, or, without it,
+    a hash of the partition with its weights. `model_name` only names the entries."""
 
     nodes: tuple[tuple[str, str], ...]  # (node name, op type)
     model_name: str
-    fingerprint: str  # partition_fingerprint(...) ('' when model_name is given)
-    enable_fp16: bool
+    fingerprint: str  # content digest of the partition
+    options: tuple[tuple[str, Any], ...]  # what else the Program depends on
 
     @classmethod
-    def of_lite(cls, lite: LiteModel, image: Callable[[], bytes], *, model_name: str,
-                enable_fp16: bool) -> PartitionKeys:
-        """Keys of a partition held as Lite IR; `image()` gives its `.ms` bytes (hashed only
-        without a model name)."""
+    def of_lite(cls, lite: LiteModel, image: bytes, *, model_name: str,
+                options: dict[str, Any]) -> PartitionKeys:
+        """Keys of a partition held as Lite IR; `image` is its `.ms` bytes (hashed: the same
+        bytes whether the partition was just imported or read back from an EPContext node)."""
         return cls(tuple((n.name, n.op) for n in lite.nodes), model_name,
-                   "" if model_name else hashlib.sha256(image()).hexdigest(), enable_fp16)
+                   hashlib.sha256(image).hexdigest(), tuple(sorted(options.items())))
 
     @classmethod
-    def of(cls, contents: OrtGraphContents, *, model_name: str, enable_fp16: bool
-           ) -> PartitionKeys:
-        """Read what the keys need from the partition (hashed only without a model name)."""
+    def of(cls, contents: OrtGraphContents, *, model_name: str, model_fingerprint: str,
+           options: dict[str, Any]) -> PartitionKeys:
+        """Read what the keys need from the partition (its weights hashed only without the
+        model's fingerprint)."""
+        fingerprint = (_within(model_fingerprint, partition_fingerprint(contents, weights=False))
+                       if model_fingerprint else partition_fingerprint(contents))
         return cls(tuple((n.view.name, n.view.op_type) for n in contents.nodes), model_name,
-                   "" if model_name else partition_fingerprint(contents), enable_fp16)
+                   fingerprint, tuple(sorted(options.items())))
 
     def key(self, shapes: dict[str, tuple[int, ...]]) -> CacheKey:
         """The key of this partition compiled for `shapes` (no import, no compile)."""
         return CacheKey.build(partition=self.nodes, input_shapes=shapes,
-                              options={"enable_fp16": self.enable_fp16},
-                              model_name=self.model_name, content=self.fingerprint.encode())
+                              options=dict(self.options), model_name=self.model_name,
+                              fingerprint=self.fingerprint)

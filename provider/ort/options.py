@@ -10,6 +10,7 @@ and turned back into strings only at the ABI edge. The compile-cache options (`c
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
@@ -19,6 +20,7 @@ from provider.errors import LitenpuError
 from provider.ort import EP_NAME
 
 CONFIG_PREFIX = f"ep.{EP_NAME.lower()}."
+MIN_DEVICE_MEMORY = 1 << 20
 
 
 class InvalidOptionError(LitenpuError, ValueError):
@@ -33,6 +35,9 @@ class NpuOptions:
     disable_ops: tuple[str, ...] = ()  # ONNX op types never claimed (e.g. ("Conv", "Gemm"))
     enable_fp16: bool = False  # compile NPU programs with fp16 storage between ops
     npu_threads: int = 0  # NPU cores this session's kernels use (0: all the NPU's cores)
+    max_shapes: int = 16  # per partition: Programs kept for distinct input shapes (LRU)
+    device_memory_bytes: int = 0  # size of the device pool (process-wide; 0: 1 GiB default)
+    model_fingerprint: str = ""  # the model's content hash (set by provider.InferenceSession)
     # memory controls (provider/memory_controls.py)
     mem_alloc_outside: bool = False  # the caller supplies weight and internal memory
     internal_memory_group: str = ""  # sessions of one group share one arena, runs serialized
@@ -129,6 +134,29 @@ def _bool(key: str, raw: Any) -> bool:
     raise InvalidOptionError(f"option {key}={raw!r}: expected true/false (or 1/0)")
 
 
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:I?B)?\s*$", re.I)
+
+
+def _byte_size(key: str, raw: Any) -> int:
+    """Bytes as an int or text with an optional binary unit ("512M", "2GiB"); 0 = default."""
+    match = _SIZE.match(str(raw)) if not isinstance(raw, bool) else None
+    value = int(match.group(1)) * _UNITS[match.group(2).upper()] if match else -1
+    if value != 0 and value < MIN_DEVICE_MEMORY:
+        raise InvalidOptionError(f"option {key}={raw!r}: expected a size in bytes >= "
+                                 f"{MIN_DEVICE_MEMORY} (e.g. 268435456, 256M, 2G), or 0 for "
+                                 "the default")
+    return value
+
+
+def _fingerprint(key: str, raw: Any) -> str:
+    text = str(raw).strip().lower()
+    if not re.fullmatch(r"[0-9a-f]{64}", text):
+        raise InvalidOptionError(f"option {key}={raw!r}: expected a sha256 hex digest "
+                                 "(64 hex digits)")
+    return text
+
+
 def _group_name(key: str, raw: Any) -> str:
     if not isinstance(raw, str):
         raise InvalidOptionError(f"option {key}={raw!r}: expected a group name (a string)")
@@ -136,6 +164,7 @@ def _group_name(key: str, raw: Any) -> str:
 
 
 _PARSERS = {"min_partition_nodes": _int_at_least(1), "disable_ops": _op_list, "enable_fp16": _bool,
-            "npu_threads": _int_at_least(0),
+            "npu_threads": _int_at_least(0), "max_shapes": _int_at_least(1),
+            "device_memory_bytes": _byte_size, "model_fingerprint": _fingerprint,
             "mem_alloc_outside": _bool, "internal_memory_group": _group_name,
             "share_weights": _bool}
