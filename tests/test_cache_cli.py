@@ -54,3 +54,30 @@ def test_default_cache_dir_follows_xdg(tmp_path, monkeypatch, capsys):
     assert f"0 entries, 0 B in {tmp_path / 'litenpu'}" in capsys.readouterr().out
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert default_cache_dir().parts[-2:] == (".cache", "litenpu")
+
+
+def test_verify_deep_rehashes_recorded_model_files(tmp_path, capsys):
+    """A recorded fingerprint that no longer matches its file (the file changed without its
+    stat changing) is reported, exits 1, and is dropped so the next session re-hashes it."""
+    import json
+
+    from provider.cache.fingerprint import MEMO_DIR, file_fingerprint
+
+    models = [tmp_path / "a.onnx", tmp_path / "b.onnx"]
+    for i, model in enumerate(models):
+        model.write_bytes(bytes([i]) * 1000)
+    memo_dir = tmp_path / "cache" / MEMO_DIR
+    truth = [file_fingerprint(m, memo_dir) for m in models]
+    assert main(["cache", "verify", "--deep", "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert "2 of 2 recorded model fingerprints ok" in capsys.readouterr().out
+    memo = next(p for p in memo_dir.iterdir() if json.loads(p.read_text())["fingerprint"]
+                == truth[1])
+    memo.write_text(json.dumps({**json.loads(memo.read_text()), "fingerprint": "0" * 64}))
+    assert file_fingerprint(models[1], memo_dir) == "0" * 64  # the stat shortcut trusts it
+    assert main(["cache", "verify", "--deep", "--cache-dir", str(tmp_path / "cache")]) == 1
+    out = capsys.readouterr().out
+    assert f"changed source {models[1]}: content differs" in out
+    assert f"ok      source {models[0]}" in out
+    assert file_fingerprint(models[1], memo_dir) == truth[1]
+    assert main(["cache", "clear", "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert not memo_dir.exists()

@@ -25,10 +25,12 @@ import re
 import tempfile
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["source_fingerprint", "bytes_fingerprint", "file_fingerprint", "MEMO_DIR"]
+__all__ = ["source_fingerprint", "bytes_fingerprint", "file_fingerprint", "MEMO_DIR",
+           "MemoCheck", "verify_memos"]
 
 log = logging.getLogger("litenpu.cache")
 
@@ -158,3 +160,42 @@ def source_fingerprint(source: Any, memo_dir: Path | None = None) -> str:
     if isinstance(source, (str, os.PathLike)):
         return file_fingerprint(source, memo_dir)
     return bytes_fingerprint(source)
+
+
+@dataclass(frozen=True)
+class MemoCheck:
+    """One recorded fingerprint re-checked by `verify_memos`."""
+
+    path: str  # the model file
+    status: str  # "ok" | "changed" (content differs from the record; memo removed) | "gone"
+    detail: str = ""
+
+
+def verify_memos(memo_dir: Path) -> list[MemoCheck]:
+    """Re-hash every model file recorded in `memo_dir`, ignoring the stat shortcut (what
+    `litenpu cache verify --deep` runs). A record whose file now hashes differently is
+    removed, so the next session hashes it again; a vanished file's record too."""
+    checks = []
+    for memo in sorted(memo_dir.glob("*.json")) if memo_dir.is_dir() else []:
+        try:
+            record = json.loads(memo.read_text())
+            path = Path(record["files"][0]["path"])
+            recorded = str(record["fingerprint"])
+        except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+            memo.unlink(missing_ok=True)
+            checks.append(MemoCheck(memo.name, "changed", f"unreadable record removed: {exc}"))
+            continue
+        try:
+            current = file_fingerprint(path)
+        except OSError as exc:
+            memo.unlink(missing_ok=True)
+            checks.append(MemoCheck(str(path), "gone", exc.strerror or str(exc)))
+            continue
+        if current == recorded:
+            checks.append(MemoCheck(str(path), "ok"))
+        else:
+            memo.unlink(missing_ok=True)
+            checks.append(MemoCheck(str(path), "changed",
+                                    "content differs from its record (its stat did not change "
+                                    "with it); the record is removed"))
+    return checks

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from provider.cache import entry
+from provider.cache.fingerprint import MEMO_DIR
 from provider.cache.keys import CacheKey
 from provider.cache.options import CacheOptions
 from provider.cache.residency import pages_present, pages_spanned
@@ -366,13 +367,15 @@ class CompileCache:
         entry.verify_entry_dir(directory)
 
     def clear(self, model_name: str | None = None) -> int:
-        """Remove all entries, or those of one model (ModelName or program name); how many."""
+        """Remove all entries (and the fingerprint memos), or those of one model (ModelName
+        or program name); how many entries."""
         removed = 0
         for info in self.entries():
             if model_name is None or model_name in (info.model_name, info.program_name):
                 removed += self._discard(info.path)
         if model_name is None and self.dir.is_dir():
             self._prepare()  # and leftovers of crashed writers
+            shutil.rmtree(self.dir / MEMO_DIR, ignore_errors=True)  # and fingerprint memos
         return removed
 
     def evict(self, protect: Iterable[str] = ()) -> list[str]:

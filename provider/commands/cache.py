@@ -1,7 +1,8 @@
 """`litenpu cache ls|verify|clear`: look after the on-disk compile cache.
 
 ls lists entries (least recently used first), verify hashes every byte of every entry and
-exits 1 naming each bad one, clear removes entries (all, or one model's with --model).
+exits 1 naming each bad one (--deep: also re-hashes every model file whose content
+fingerprint the cache recorded), clear removes entries (all, or one model's with --model).
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from pathlib import Path
 
 from provider.cache import CompileCache, EntryInfo, default_cache_dir
 from provider.cache.entry import BadEntry
+from provider.cache.fingerprint import MEMO_DIR, verify_memos
 from provider.cli import command
 
 EXAMPLES = """examples:
   litenpu cache ls                          # entries of the default cache, least recently used first
   litenpu cache verify --cache-dir ./cache  # hash every entry; exit 1 naming the bad ones
+  litenpu cache verify --deep               # ... and re-hash the recorded model files
   litenpu cache clear --model resnet        # remove one model's entries
 """
 
@@ -29,6 +32,8 @@ def _add_args(p: argparse.ArgumentParser) -> None:
                    help=f"cache directory (default: {default_cache_dir()})")
     p.add_argument("--model", metavar="NAME", default=None,
                    help="clear: only the entries of this model (ModelName or program name)")
+    p.add_argument("--deep", action="store_true",
+                   help="verify: also re-hash the model files whose fingerprints are recorded")
 
 
 def _when(seconds: float | None) -> str:
@@ -62,7 +67,19 @@ def _ls(cache: CompileCache) -> int:
     return 0
 
 
-def _verify(cache: CompileCache) -> int:
+def _verify_sources(cache: CompileCache) -> int:
+    """Re-hash the recorded model files; how many records were wrong."""
+    checks = verify_memos(cache.dir / MEMO_DIR)
+    for check in checks:
+        detail = f": {check.detail}" if check.detail else ""
+        print(f"{check.status:<7} source {check.path}{detail}")
+    changed = sum(c.status == "changed" for c in checks)
+    print(f"{len(checks) - changed} of {len(checks)} recorded model fingerprints ok")
+    return changed
+
+
+def _verify(cache: CompileCache, deep: bool) -> int:
+    changed = _verify_sources(cache) if deep else 0
     infos = cache.entries()
     bad = 0
     for info in infos:
@@ -74,7 +91,7 @@ def _verify(cache: CompileCache) -> int:
         else:
             print(f"ok   {info.name} ({_label(info)})")
     print(f"{len(infos) - bad} of {len(infos)} entries ok in {cache.dir}")
-    return 1 if bad else 0
+    return 1 if bad or changed else 0
 
 
 def _clear(cache: CompileCache, model: str | None) -> int:
@@ -90,5 +107,5 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "ls":
         return _ls(cache)
     if args.action == "verify":
-        return _verify(cache)
+        return _verify(cache, args.deep)
     return _clear(cache, args.model)
