@@ -225,6 +225,9 @@ def test_exclude_keeps_a_node_float_and_the_reports_show_it(model, tmp_path):
     report = accuracy_report(model, tmp_path / "q.onnx", data)
     assert ("conv_2", "Conv") in report.float_nodes
     assert "conv_2 (Conv)" in report.to_text().splitlines()[-1]
+    weightless = quantize_model(model, tmp_path / "q3.onnx", data, QuantConfig(exclude=("maxpool_0",)))
+    assert "warning: MaxPool 'maxpool_0' was excluded but its neighbours quantize its inputs" \
+        in weightless.summary()  # DQ -> MaxPool -> Q: runtimes fold it to int8 anyway
     with pytest.raises(QuantOptionError, match=r"'conv_99'.*close names: conv_"):
         quantize_model(model, tmp_path / "q2.onnx", data, QuantConfig(exclude=("conv_99",)))
 
@@ -266,6 +269,10 @@ def test_quantize_cli(model, tmp_path, capsys):
     assert "name it *.onnx" in capsys.readouterr().err
     assert main(["quantize", str(model), "-o", str(out), "--random", "1", "--std", "2"]) == 1
     assert "describe image folders" in capsys.readouterr().err
+    assert main(["quantize", str(model), "-o", str(tmp_path / "no" / "q.onnx"), "--random", "1"]) == 1
+    assert "no such folder" in capsys.readouterr().err
+    assert main(["quantize", str(model), "-o", str(out), "--random", "2", "--method", "entropy"]) == 0
+    assert capsys.readouterr().out.startswith("quantized ")  # onnxruntime's prints went to stderr
 
 
 @pytest.mark.parametrize("name", ["quantize", "accuracy"])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from provider.cli import command, key_values
+from provider.cli import UsageError, command, key_values
 from provider.commands.quantize import add_data_args, load_data
 
 EXAMPLES = """examples:
@@ -38,6 +38,8 @@ def _add_args(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from provider.quantize import accuracy_report
 
+    if args.layers is not None and args.layers < 1:
+        raise UsageError(f"--layers {args.layers}: expected a count >= 1")
     for path in (args.float_model, args.quantized_model):
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such model file")

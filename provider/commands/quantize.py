@@ -7,6 +7,7 @@ Also the calibration-data arguments `litenpu accuracy` shares (`add_data_args`, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -87,9 +88,11 @@ def run(args: argparse.Namespace) -> int:
     data = load_data(args.model, args)
     bar = progress_bar(len(data), "calibrating")
     try:
-        result = quantize_model(args.model, args.output, data, config,
-                                ms_output=args.output.with_suffix(".ms") if args.to_ms else None,
-                                progress=bar.update if bar is not None else None)
+        # onnxruntime's calibrators print their progress: keep stdout for the summary.
+        with contextlib.redirect_stdout(sys.stderr):
+            result = quantize_model(args.model, args.output, data, config,
+                                    ms_output=args.output.with_suffix(".ms") if args.to_ms else None,
+                                    progress=bar.update if bar is not None else None)
     finally:
         if bar is not None:
             bar.close()

@@ -104,6 +104,8 @@ def quantize_model(model: ModelSource, output: str | os.PathLike, calibration: C
         raise QuantOptionError(f"{output}: the output would overwrite the float model")
     if ms_output is not None and Path(ms_output).suffix.lower() != ".ms":
         raise QuantOptionError(f"{ms_output}: the MindSpore Lite model must be named *.ms")
+    if not output.parent.is_dir():
+        raise FileNotFoundError(f"{output.parent}: no such folder for the quantized model")
     float_model = load_model(model)
     with tempfile.TemporaryDirectory(prefix="litenpu-quantize-") as tmp:
         prepared_path = prepare(float_model, Path(tmp))
