@@ -67,6 +67,7 @@ typedef void (*task_fn)(const void *ctx, int64_t task);
 void parallel(task_fn fn, const void *ctx, int64_t tasks);  /* fn(ctx, t) for every t, on every core */
 int cores(void);                          /* cores of the run in progress on this thread */
 int64_t task_count(double ns, int64_t limit);  /* tasks worth a kernel of ~ns on one core */
+int64_t per_task(int64_t items, int64_t tasks);  /* items per task, at least 1 */
 long now_ns(void);
 void run_begin(int threads);              /* lnpu_run's start and end on this thread */
 void run_end(void);
