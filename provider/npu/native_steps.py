@@ -104,9 +104,11 @@ def _conv2d(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: _Builder)
     depthwise = c == g
     im2col = not depthwise and ([kh, kw] != [1, 1] or [sh, sw] != [1, 1] or any(attrs["pads"]))
     cols = None
-    if im2col:  # the planned cols scratch holds one image's (C*KH*KW, OH*OW) matrix
+    if im2col:  # the planned cols scratch holds one image's (C*KH*KW, OH*OW) matrix (an
+        # empty batch plans an empty one, which the kernel, with no image to do, never touches)
         names = list(attrs.get("scratch", []))
-        if "cols" not in names or outs[1 + names.index("cols")].nbytes < c * kh * kw * oh * ow * 4:
+        need = c * kh * kw * oh * ow * 4 if n else 0
+        if "cols" not in names or outs[1 + names.index("cols")].nbytes < need:
             return False
         cols = b.outputs[1 + names.index("cols")]
     act = b.activation_code(attrs.get("activation", "NO_ACTIVATION"))

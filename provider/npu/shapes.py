@@ -181,8 +181,10 @@ def conv2d(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     pads = window_pads(node, (h, wd), kernel, stride, dilation, "pad_list")
     oh = (h + pads[0] + pads[1] - (kh - 1) * dilation[0] - 1) // stride[0] + 1
     ow = (wd + pads[2] + pads[3] - (kw - 1) * dilation[1] - 1) // stride[1] + 1
-    if oh <= 0 or ow <= 0:
-        raise InvalidModelError(f"{_where(node)}: empty output {oh}x{ow} for input {x.shape}")
+    if oh <= 0 or ow <= 0:  # onnxruntime refuses a conv without output positions too
+        raise InvalidModelError(f"{_where(node)}: the {kh}x{kw} kernel (stride {stride}, "
+                                f"dilation {dilation}, pads {pads}) fits no position of input "
+                                f"{x.shape}: output {oh}x{ow}")
     gemm = np.ascontiguousarray(w.reshape(g, o // g, cg * kh * kw))
     direct = x.dtype == F32 and direct_conv(cg, kh, kw, stride[1], dilation[1], oh, ow)
     operands: list[int | np.ndarray] = [0, direct_blocks(gemm) if direct else gemm]
@@ -227,6 +229,9 @@ def deconv2d(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     full_h = (h - 1) * stride[0] + (kh - 1) * dilation[0] + 1 + extra[0]
     full_w = (wd - 1) * stride[1] + (kw - 1) * dilation[1] + 1 + extra[1]
     oh, ow = full_h - pads[0] - pads[1], full_w - pads[2] - pads[3]
+    if oh <= 0 or ow <= 0:  # as onnxruntime, which refuses them too
+        raise InvalidModelError(f"{_where(node)}: pads {pads} leave output {oh}x{ow} of input "
+                                f"{x.shape}")
     o = og * g
     packed = w.reshape(g, c // g, og * kh * kw).transpose(0, 2, 1)
     operands: list[int | np.ndarray] = [0, np.ascontiguousarray(packed)]
@@ -494,14 +499,18 @@ def batch_norm(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
 
 
 def _pool_axis(size: int, k: int, s: int, lo: int, hi: int, ceil: bool) -> tuple[int, int]:
-    """Output length and the extra end padding that ceil mode needs on one axis."""
+    """Output length and the extra end padding its last window needs on one axis, as
+    onnxruntime computes them: floor mode rounds span / stride toward zero, so a window
+    less than a stride longer than the padded input still makes one output (over the part
+    that exists), one up to two strides longer makes none (an empty output) and a longer
+    one a negative length, which the caller refuses."""
     span = size + lo + hi - k
     if ceil:
         out = -(-span // s) + 1
         if (out - 1) * s >= size + lo:  # the last window must start inside the input or left pad
             out -= 1
     else:
-        out = span // s + 1
+        out = (span // s if span >= 0 else -(-span // s)) + 1
     return out, max((out - 1) * s + k - (size + lo + hi), 0)
 
 
@@ -518,6 +527,9 @@ def pool(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     x = ins[0]
     _check_nchw(node, x)
     n, c, h, w = x.shape
+    if n and not c * h * w:  # onnxruntime's pools refuse it too
+        raise InvalidModelError(f"{_where(node)}: input {x.shape} is empty: only the batch of "
+                                "a pool's input may be 0")
     is_max = node.op == "MaxPoolFusion"
     act = _activation(node)
     if node.attrs.get("global", False):
@@ -529,8 +541,11 @@ def pool(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     ceil = node.attrs.get("round_mode", "FLOOR") == "CEIL"
     oh, extra_h = _pool_axis(h, kernel[0], stride[0], pads[0], pads[1], ceil)
     ow, extra_w = _pool_axis(w, kernel[1], stride[1], pads[2], pads[3], ceil)
-    if oh <= 0 or ow <= 0:
-        raise InvalidModelError(f"{_where(node)}: empty output {oh}x{ow} for input {x.shape}")
+    if oh < 0 or ow < 0:
+        raise InvalidModelError(f"{_where(node)}: the {kernel[0]}x{kernel[1]} window (stride "
+                                f"{stride[0]}x{stride[1]}, pads {pads}) overhangs input {x.shape} "
+                                f"by two strides or more: output {oh}x{ow} (onnxruntime refuses "
+                                "it too)")
     eff = [pads[0], pads[1] + extra_h, pads[2], pads[3] + extra_w]
     scratch = []
     hp = h + eff[0] + eff[1]

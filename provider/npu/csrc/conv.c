@@ -153,8 +153,7 @@ int conv(const lnpu_step *s, void **slots) {
         int64_t left = (per_group + cx.nblocks - 1) / cx.nblocks;
         cx.mblocks = OG / 16 > 1 ? (OG / 16 < left ? OG / 16 : left) : 1;
     }
-    int64_t im2col_tasks = task_count((double)rows * HW / COPY_FLOATS_PER_NS, rows);
-    cx.rows_per_task = (rows + im2col_tasks - 1) / im2col_tasks;
+    cx.rows_per_task = per_task(rows, task_count((double)rows * HW / COPY_FLOATS_PER_NS, rows));
     if (p[C_IM2COL] && p[C_SW] > 1) {  /* the calling thread's scratch, read by every task */
         cx.wq = p[C_OW] + (p[C_KW] - 1) * p[C_DW] / p[C_SW];
         cx.phase = thread_scratch(p[C_C] * p[C_SW] * p[C_H] * cx.wq);

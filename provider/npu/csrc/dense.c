@@ -36,7 +36,7 @@ void matmul(const lnpu_step *s, void **slots) {
     /* at least 64 columns per task; the weights are read at ~8 floats per ns */
     double ns = (double)p[0] * p[1] * p[2] / GEMM_MACS_PER_NS + (double)p[1] * p[2] / 8;
     int64_t tasks = task_count(ns, p[1] / 64 > 1 ? p[1] / 64 : 1);
-    cx.cols_per_task = ((p[1] + tasks - 1) / tasks + 15) / 16 * 16;
+    cx.cols_per_task = (per_task(p[1], tasks) + 15) / 16 * 16;
     parallel(matmul_task, &cx, (p[1] + cx.cols_per_task - 1) / cx.cols_per_task);
 }
 

@@ -24,6 +24,8 @@ void transpose(const lnpu_step *s, void **slots) {
     char *y = slots[s->slot[1]];
     int64_t idx[6] = {0};
     int64_t inner = shape[r - 1];
+    for (int64_t d = 0; d < r; d++)
+        if (shape[d] == 0) return;  /* empty: the odometer below visits at least one block */
     for (;;) {
         const char *src = x;
         for (int64_t d = 0; d < r - 1; d++) src += idx[d] * stride[d];

@@ -67,6 +67,7 @@ typedef void (*task_fn)(const void *ctx, int64_t task);
 void parallel(task_fn fn, const void *ctx, int64_t tasks);  /* fn(ctx, t) for every t, on every core */
 int cores(void);                          /* cores of the run in progress on this thread */
 int64_t task_count(double ns, int64_t limit);  /* tasks worth a kernel of ~ns on one core */
+int64_t per_task(int64_t items, int64_t tasks);  /* items per task, at least 1 */
 long now_ns(void);
 void run_begin(int threads);              /* lnpu_run's start and end on this thread */
 void run_end(void);
@@ -100,7 +101,11 @@ static inline __attribute__((always_inline)) void fill_phase(
     int64_t lo, hi, off = pw - pl;
     valid_columns(off, sw, w, wq, &lo, &hi);
     int64_t r0 = pt - ph > 0 ? (pt - ph + sh - 1) / sh : 0;
-    int64_t r1 = (h - 1 - ph + pt) / sh + 1;  /* rows [r0, r1) hold input */
+    /* rows [r0, r1) hold input: phase row r reads input row r * sh + ph - pt <= h - 1. When
+     * h - 1 - ph + pt < 0 no row does (C's division, rounding toward 0, would count row 0
+     * and read past the input: a 1-row or empty image in a stride-2 phase) */
+    int64_t last = h - 1 - ph + pt;
+    int64_t r1 = last < 0 ? 0 : last / sh + 1;
     if (r1 > hq) r1 = hq;
     if (r0 > r1) r0 = r1;
     for (int64_t k = 0; k < r0 * wq; k++) q[k] = pad;

@@ -208,6 +208,13 @@ int64_t task_count(double ns, int64_t limit) {
     return n < 1 ? 1 : n;
 }
 
+/* Items per task when `items` are cut into `tasks` tasks: at least 1, so that a kernel may
+ * divide by it when it has no items at all (an empty batch: no planes, no columns). */
+int64_t per_task(int64_t items, int64_t tasks) {
+    int64_t per = tasks > 1 ? (items + tasks - 1) / tasks : items;
+    return per > 0 ? per : 1;
+}
+
 /* Per-thread scratch: a kernel's phase or window planes. A conv's caller keeps its phases
  * there while the conv's tasks run, so no task of a kernel that does may use it. */
 static pthread_key_t scratch_key;

@@ -149,8 +149,7 @@ static int windowed(window_ctx *cx) {
     const window_t *g = &cx->g;
     /* per plane: the taps' vector loops (8 lanes), and ~5 ns per row loop */
     double plane_ns = (double)g->oh * g->wq * g->kh * g->kw / 8 + (g->hq + 2 * g->oh) * 5;
-    int64_t tasks = task_count(cx->planes * plane_ns, cx->planes);
-    cx->per_task = (cx->planes + tasks - 1) / tasks;
+    cx->per_task = per_task(cx->planes, task_count(cx->planes * plane_ns, cx->planes));
     cx->failed = &failed;
     parallel(window_task, cx, (cx->planes + cx->per_task - 1) / cx->per_task);
     return atomic_load(&failed) ? -1 : 0;
@@ -304,8 +303,7 @@ int dwconv(const lnpu_step *s, void **slots) {
         /* per block: the taps' vector loops and ~1 ns per element moved */
         double ns = (double)p[C_OH] * p[C_OW] * p[C_KH] * p[C_KW] / 2
                     + (double)(cx.hp * cx.wp + 2 * p[C_OH] * p[C_OW]) * DW_BLOCK;
-        int64_t tasks = task_count(total * ns, total);
-        cx.per_task = (total + tasks - 1) / tasks;
+        cx.per_task = per_task(total, task_count(total * ns, total));
         parallel(dwcl_task, &cx, (total + cx.per_task - 1) / cx.per_task);
         return atomic_load(&failed) ? -1 : 0;
     }
@@ -374,8 +372,8 @@ void global_pool(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p;
     gpool_ctx cx = {slots[s->slot[0]], slots[s->slot[1]], p[G_SIZE], 1, p[G_PLANES],
                     (int)p[G_MAX], act_of(s, G_ACT)};
-    int64_t tasks = task_count((double)p[G_PLANES] * p[G_SIZE] / COPY_FLOATS_PER_NS, p[G_PLANES]);
-    cx.per_task = (p[G_PLANES] + tasks - 1) / tasks;
+    cx.per_task = per_task(p[G_PLANES], task_count((double)p[G_PLANES] * p[G_SIZE]
+                                                   / COPY_FLOATS_PER_NS, p[G_PLANES]));
     parallel(gpool_task, &cx, (p[G_PLANES] + cx.per_task - 1) / cx.per_task);
 }
 

@@ -55,8 +55,8 @@ def _shifted_cols(x: np.ndarray, pad: np.ndarray, cols: np.ndarray, attrs: dict,
     row so the last tap's slice fits. cols is (N, C, KH*KW, OH*Wp)."""
     kh, kw = attrs["kernel"]
     dh, dw = attrs["dilation"]
-    n, c, _, wp = pad.shape
-    flat = pad_into(x, pad, attrs["pads"], 0.0).reshape(n, c, -1)
+    n, c, hp, wp = pad.shape
+    flat = pad_into(x, pad, attrs["pads"], 0.0).reshape(n, c, hp * wp)  # -1: ambiguous if empty
     span = oh * wp
     for i in range(kh):
         for j in range(kw):
@@ -88,7 +88,8 @@ def _epilogue(w: np.ndarray, operand: np.ndarray, target: np.ndarray, out: np.nd
     if crop is not None:
         oh, ow = crop
         lead = out.shape[:3]
-        np.copyto(out.reshape(*lead, oh, ow), target.reshape(*lead, oh, -1)[..., :ow],
+        wp = target.shape[-1] // oh  # not -1 in the reshape: ambiguous for an empty block
+        np.copyto(out.reshape(*lead, oh, ow), target.reshape(*lead, oh, wp)[..., :ow],
                   casting="same_kind")
     if bias is not None:
         out += bias

@@ -48,6 +48,8 @@ def instance_norm(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], a
 def softmax(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
     """outputs[0] = softmax(x) along attrs["axis"] (log_softmax when attrs["log"])."""
     x, y = inputs[0], outputs[0]
+    if not y.size:  # nothing to write (and an empty axis has no max)
+        return
     axis = attrs["axis"]
     np.subtract(x, np.max(x, axis=axis, keepdims=True), out=y)
     if attrs["log"]:

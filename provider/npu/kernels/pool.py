@@ -33,6 +33,8 @@ def _reduce_windows(op: np.ufunc, x: np.ndarray, y: np.ndarray, s: dict[str, np.
     kh, kw = attrs["kernel"]
     sh, sw = attrs["stride"]
     n, c, oh, ow = y.shape
+    if not y.size:  # nothing to write (the tap slices below assume OH, OW >= 1)
+        return
     rows = s.get("rows")
 
     def reduce(ch: slice) -> None:
@@ -77,6 +79,8 @@ def avg_pool(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs:
 def global_pool(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
     """outputs[0] (N, C, 1, 1) = max or mean over H, W (attrs mode "max"/"avg", activation)."""
     x, y = inputs[0], outputs[0]
+    if not y.size:  # an empty batch: nothing to write (numpy warns of a mean of an empty plane)
+        return
     if attrs["mode"] == "max":
         np.max(x, axis=(2, 3), keepdims=True, out=y)
     else:

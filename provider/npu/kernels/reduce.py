@@ -16,6 +16,9 @@ _REDUCERS = {
     "ReduceProd": np.prod,
 }
 MODES = (*_REDUCERS, "ReduceSumSquare", "ReduceL2")
+# What onnxruntime gives for a reduction over no elements (numpy's max and min have no
+# value for it and its mean is NaN); every other mode gives 0.
+_OF_NOTHING = {"ReduceMax": -np.inf, "ReduceMin": np.inf, "ReduceProd": 1.0}
 
 
 @register("reduce")
@@ -26,6 +29,9 @@ def reduce(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: d
     keep = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
     yk = y.reshape(keep)
     mode = attrs["mode"]
+    if not x.size:
+        yk.fill(_OF_NOTHING.get(mode, 0.0))
+        return
     if mode in ("ReduceSumSquare", "ReduceL2"):
         np.sum(np.square(x), axis=axes, keepdims=True, out=yk)
         if mode == "ReduceL2":
