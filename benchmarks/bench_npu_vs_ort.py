@@ -46,7 +46,6 @@ import glob  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
-from collections.abc import Callable  # noqa: E402
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
@@ -58,6 +57,7 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 from npu_oracle import ort_values, randomized, subgraph, supported_components  # noqa: E402
 
 from converters.onnx_import import import_onnx  # noqa: E402
+from provider.bench.timing import interleaved_ms  # noqa: E402
 from provider.npu import native  # noqa: E402
 from provider.npu.compiler import compile_model  # noqa: E402
 from provider.npu.executor import Executor  # noqa: E402
@@ -118,35 +118,6 @@ def as_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     del out.graph.initializer[:]
     out.graph.initializer.extend(initializers)
     return out
-
-
-def interleaved_ms(fns: list[Callable[[], object]], runs: int, block: int = 5,
-                   settle: int = 2, pause_s: float = 0.1) -> list[list[list[float]]]:
-    """Per function, its blocks of wall times in ms (`runs` in all): the functions take
-    turns in blocks of `settle` + `block` runs with a pause after each block, and the first
-    `settle` runs of a block are not kept. Both onnxruntime's pool threads and the NPU's
-    cores spin-wait for a while after a run (a core stays busy): the pause keeps one side's
-    spinning out of the other's runs. On a VM the first runs after a pause also pay for
-    waking the vCPUs and refilling the caches, which costs a small model twice its run
-    time: the settle runs keep that out of both sides' times alike. Short blocks, many
-    turns: a neighbour's burst of load lands on both sides of some turns, not on one
-    side's only block."""
-    blocks: list[list[list[float]]] = [[] for _ in fns]
-    done = 0
-    while done < runs:
-        size = min(block, runs - done)
-        for fn, mine in zip(fns, blocks, strict=True):
-            for _ in range(settle):
-                fn()
-            spent = []
-            for _ in range(size):
-                start = time.perf_counter()
-                fn()
-                spent.append((time.perf_counter() - start) * 1e3)
-            mine.append(spent)
-            time.sleep(pause_s)
-        done += size
-    return blocks
 
 
 def paired_ratio(ort_blocks: list[list[float]], npu_blocks: list[list[float]]) -> float:

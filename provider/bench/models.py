@@ -1,9 +1,11 @@
 """The zoo models on onnxruntime's CPU provider and on the NPU EP, measured in one run.
 
 Per model (batch fixed to 1, the same seeded input for both): median run time with numpy I/O
-on each provider and with I/O bound to NPU memory; session creation + first run for
-onnxruntime, the NPU cold and the NPU warm (a second session, built from the stored EPContext
-model by the compile cache); CPU<->NPU bytes copied per run; the max abs difference.
+on each provider and with I/O bound to NPU memory, and on the peer (`provider.bench.peers`)
+when there is one, all timed in alternating blocks (`timing.interleaved_blocks`); session
+creation + first run for onnxruntime, the NPU cold and the NPU warm (a second session, built
+from the stored EPContext model by the compile cache); CPU<->NPU bytes copied per run; the max
+abs difference.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import onnx
 import onnxruntime as ort
 
 import provider
+from provider.bench.peers import Peer, PeerError
 from provider.bench.sessions import CPU, cache_options, open_and_run
+from provider.bench.timing import interleaved_blocks, timed_block
 from provider.zoo import NAMES, build
 
 
@@ -38,6 +42,9 @@ class ModelResult:
     copied_plain: int
     copied_bound: int
     max_abs_diff: float
+    peer_run_ms: float | None = None  # the peer column; None when it did not run
+    peer_max_abs_diff: float | None = None
+    peer_note: str = ""  # why the peer did not run this model
 
     @property
     def speed_ratio(self) -> float:
@@ -45,20 +52,8 @@ class ModelResult:
         return self.ort_run_ms / self.npu_run_ms
 
 
-def median_ms(fn: Callable[[], object], runs: int, warmup: int = 2) -> float:
-    """Median milliseconds of `runs` calls after `warmup` untimed ones."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
-
-
-def measure(name: str, runs: int, workdir: Path) -> ModelResult:
-    """Measure zoo model `name` (see the module docstring)."""
+def measure(name: str, runs: int, workdir: Path, peer: Peer | None = None) -> ModelResult:
+    """Measure zoo model `name` (see the module docstring), with `peer` as one more column."""
     path = workdir / f"{name}.onnx"
     onnx.save(build(name, batch=1), path)
     cpu = ort.InferenceSession(str(path), providers=CPU)
@@ -89,23 +84,38 @@ def measure(name: str, runs: int, workdir: Path) -> ModelResult:
     diff = max(float(np.max(np.abs(got - expected))),
                float(np.max(np.abs(provider.view(y) - expected))))
 
+    timers = [timed_block(lambda: cpu.run(None, feeds)), timed_block(lambda: npu.run(None, feeds)),
+              timed_block(lambda: npu.run_with_iobinding(binding))]
+    peer_diff, peer_note = None, ""
+    if peer is not None:
+        try:
+            opened = peer.open(path, feeds)
+            timers.append(opened.timer)
+            peer_diff = float(np.max(np.abs(opened.outputs[0] - expected)))
+        except PeerError as e:
+            peer_note = str(e)
+    medians = [statistics.median(t for block in blocks for t in block)
+               for blocks in interleaved_blocks(timers, runs)]
+
     return ModelResult(
-        model=name,
-        ort_run_ms=median_ms(lambda: cpu.run(None, feeds), runs),
-        npu_run_ms=median_ms(lambda: npu.run(None, feeds), runs),
-        npu_bound_ms=median_ms(lambda: npu.run_with_iobinding(binding), runs),
+        model=name, ort_run_ms=medians[0], npu_run_ms=medians[1], npu_bound_ms=medians[2],
         ort_session_ms=ort_session_ms, npu_cold_ms=npu_cold_s * 1e3, npu_warm_ms=npu_warm_s * 1e3,
-        copied_plain=copied_plain, copied_bound=copied_bound, max_abs_diff=diff)
+        copied_plain=copied_plain, copied_bound=copied_bound, max_abs_diff=diff,
+        peer_run_ms=medians[3] if len(medians) > 3 else None, peer_max_abs_diff=peer_diff,
+        peer_note=peer_note)
 
 
 def measure_all(names: tuple[str, ...] = NAMES, runs: int = 20,
-                progress: Callable[[str], None] | None = None) -> list[ModelResult]:
+                progress: Callable[[str], None] | None = None,
+                peer: Peer | None = None) -> list[ModelResult]:
     """`measure` every model in `names`, files in a temporary directory."""
     results = []
     with tempfile.TemporaryDirectory(prefix="litenpu-bench-") as tmp:
         for name in names:
             if progress:
                 progress(f"model {name}")
-            results.append(measure(name, runs, Path(tmp)))
+            results.append(measure(name, runs, Path(tmp), peer))
+            if progress and results[-1].peer_note:
+                progress(f"{name}: no peer column: {results[-1].peer_note}")
     return results
 

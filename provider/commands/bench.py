@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 from provider.cli import UsageError, command
@@ -14,6 +15,7 @@ EXAMPLES = """examples:
   litenpu bench --quick                 # fewer runs, scripts with --quick where they have it
   litenpu bench --no-scripts -o /tmp/b  # zoo models only (works from an installed package)
   litenpu bench --only ep_overhead --models resnet_block
+  litenpu bench --make-peer-venv        # first create the venv of the OpenVINO EP column
 """
 
 
@@ -34,6 +36,14 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", action="append", default=None, metavar="WORD",
                    help="run only the scripts whose name contains WORD (repeatable)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per script (default 900)")
+    p.add_argument("--no-peers", action="store_true",
+                   help="no OpenVINO EP column (onnxruntime's OpenVINO EP on its CPU device)")
+    p.add_argument("--peer-venv", type=Path, default=None,
+                   help="venv with onnxruntime-openvino for that column, used when the "
+                        "onnxruntime-ep-openvino plugin cannot run here (default: "
+                        "$LITENPU_PEER_VENV, else peers/openvino in the litenpu cache dir)")
+    p.add_argument("--make-peer-venv", action="store_true",
+                   help="create that venv first (pip install from PyPI)")
 
 
 @command("bench", "run the benchmark suite against onnxruntime and write a Markdown report "
@@ -41,6 +51,7 @@ def _add_args(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from provider.bench import machine, report
     from provider.bench.models import measure_all
+    from provider.bench.peers import NAME, default_venv, make_venv, openvino_peer
     from provider.bench.scripts import find_benchmarks, run_scripts
     from provider.zoo import NAMES
 
@@ -55,7 +66,18 @@ def run(args: argparse.Namespace) -> int:
     folder = None if args.no_scripts else find_benchmarks(args.benchmarks)
     out = args.out or (folder.parent / "docs" / "benchmarks" if folder else Path("litenpu-benchmarks"))
     info = machine.describe()  # before the runs: the load average of the idle machine
-    models = measure_all(names, runs, progress)
+    venv = args.peer_venv or default_venv()
+    if args.make_peer_venv and not args.no_peers:
+        make_venv(venv, progress)
+    peers = nullcontext((None, "`--no-peers`")) if args.no_peers or not names \
+        else openvino_peer(venv)
+    with peers as (peer, note):
+        if peer is None:
+            progress(f"{NAME} column skipped: {note}")
+            peer_text = f"not measured ({note})"
+        else:
+            peer_text = peer.how + (f"; {note}" if note else "")
+        models = measure_all(names, runs, progress, peer)
     if args.no_scripts:
         scripts, note = [], "Not run (`--no-scripts`)."
     elif folder is None:
@@ -72,10 +94,11 @@ def run(args: argparse.Namespace) -> int:
                 + ", run as a subprocess; each prints its own same-run baseline.")
     command_line = "litenpu bench " + " ".join(shlex.quote(a) for a in sys.argv[2:]) \
         if sys.argv[1:2] == ["bench"] else "litenpu bench"
-    path = report.write(out, info, models, scripts, note, command_line.strip())
+    path = report.write(out, info, models, scripts, note, command_line.strip(), peer_text)
     for r in models:
-        print(f"{r.model:22s} onnxruntime {r.ort_run_ms:8.2f} ms  NPU {r.npu_run_ms:8.2f} ms  "
-              f"bound {r.npu_bound_ms:8.2f} ms  ratio {r.speed_ratio:5.2f}")
+        peer_ms = "" if r.peer_run_ms is None else f"OpenVINO {r.peer_run_ms:8.2f} ms  "
+        print(f"{r.model:22s} onnxruntime {r.ort_run_ms:8.2f} ms  {peer_ms}NPU "
+              f"{r.npu_run_ms:8.2f} ms  bound {r.npu_bound_ms:8.2f} ms  ratio {r.speed_ratio:5.2f}")
     for s in scripts:
         print(f"{s.name:22s} {'timed out' if s.returncode is None else f'exit {s.returncode}'}"
               f" in {s.seconds:.1f} s")
