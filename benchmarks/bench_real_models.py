@@ -240,7 +240,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{m.name}: not fetched, skipped (run `{real_models.FETCH_COMMAND}`; "
                   f"cache {real_models.cache_dir()})")
             continue
-        path = str(real_models.verify(m))
+        try:
+            path = str(real_models.verify(m))
+        except real_models.FetchError as e:
+            skipped.append(m.name)
+            print(f"{m.name}: skipped: {e}")
+            continue
         real.append(measure(m.name, m.family, path, m.inputs, m.int8, runs, args.quick))
     families = []
     for name, family in () if args.no_families else FAMILIES.items():

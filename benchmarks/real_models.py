@@ -234,8 +234,8 @@ def fetch(names: Iterable[str] = (), cache: Path | None = None,
     for model in (m for m in MODELS if m.name in needed):  # sources before int8 copies
         path = model_path(model, cache)
         if path.exists():
-            log(f"{model.name}: present, {'verified' if model.sha256 else 'made here'}")
             verify(model, cache)
+            log(f"{model.name}: present{', hash verified' if model.sha256 else ''}")
         elif model.int8:
             log(f"{model.name}: quantizing {model.quantized_from} (quantize_static, QDQ)")
             _quantize(model, cache)

