@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -44,6 +46,15 @@ class GraphBuilder:
         self.nodes.append(helper.make_node(op_type, inputs, outs, name=name, **attrs))
         return outs if n_out > 1 else outs[0]
 
+    def rename(self, x: str, name: str) -> str:
+        """Give tensor `x` the name `name` (a graph output's), in its producer and readers."""
+        for node in self.nodes:
+            for names in (node.input, node.output):
+                for i, value in enumerate(names):
+                    if value == x:
+                        names[i] = name
+        return name
+
     # ---- layers -------------------------------------------------------------------------
     def conv(self, x: str, cin: int, cout: int, k: int, stride: int = 1, group: int = 1,
              bias: bool = True) -> str:
@@ -64,6 +75,62 @@ class GraphBuilder:
         hi = self.const(np.array(6.0, np.float32), "relu6_max")
         return self.op("Clip", [x, lo, hi])
 
+    def silu(self, x: str) -> str:
+        """x * sigmoid(x), as exporters write SiLU / Swish."""
+        return self.op("Mul", [x, self.op("Sigmoid", [x])])
+
+    def gelu(self, x: str) -> str:
+        """0.5 x (1 + erf(x / sqrt 2)), as PyTorch exports it before opset 20."""
+        root2 = self.const(np.array(math.sqrt(2), np.float32), "sqrt2")
+        one = self.const(np.array(1.0, np.float32), "one")
+        half = self.const(np.array(0.5, np.float32), "half")
+        erf = self.op("Erf", [self.op("Div", [x, root2])])
+        return self.op("Mul", [self.op("Mul", [x, self.op("Add", [erf, one])]), half])
+
+    def dense(self, x: str, din: int, dout: int) -> str:
+        """MatMul by a [din, dout] weight, then Add a bias (a Linear layer as exported)."""
+        w = self.weight((din, dout), scale=1 / math.sqrt(din), name="dense_w")
+        return self.op("Add", [self.op("MatMul", [x, w]),
+                               self.weight((dout,), scale=0.02, name="dense_b")])
+
+    def layer_norm(self, x: str, dim: int) -> str:
+        """LayerNormalization over the last axis (the fused op, opset 17)."""
+        gamma = self.const((1 + 0.05 * self.rng.standard_normal(dim)).astype(np.float32), "ln_g")
+        beta = self.const((0.05 * self.rng.standard_normal(dim)).astype(np.float32), "ln_b")
+        return self.op("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=1e-5)
+
+    def rnn(self, op_type: str, x: str, din: int, hidden: int, direction: str = "forward",
+            initial: list[str] = ()) -> list[str]:
+        """An ONNX LSTM or GRU over `x` [time, batch, din]: its outputs Y [time, dirs, batch,
+        hidden] and the last states ([dirs, batch, hidden]: Y_h, and Y_c for an LSTM);
+        `initial` names the initial states (h0, plus c0 for an LSTM), else they are zeros."""
+        gates = {"LSTM": 4, "GRU": 3}[op_type]
+        dirs = 2 if direction == "bidirectional" else 1
+        scale = hidden ** -0.5
+        inputs = [x, self.weight((dirs, gates * hidden, din), scale, "rnn_w"),
+                  self.weight((dirs, gates * hidden, hidden), scale, "rnn_r"),
+                  self.weight((dirs, 2 * gates * hidden), scale, "rnn_b")]
+        if initial:
+            inputs += ["", *initial]  # no sequence_lens: every sequence runs the full length
+        extra = {"linear_before_reset": 1} if op_type == "GRU" else {}
+        return self.op(op_type, inputs, n_out=3 if op_type == "LSTM" else 2,
+                       hidden_size=hidden, direction=direction, **extra)
+
+    # ---- shape arithmetic, as exporters emit it for symbolic dims -------------------------
+    def ints(self, values, name: str = "ints") -> str:
+        """An int64 initializer (a shape, axes, an index)."""
+        return self.const(np.array(values, np.int64), name)
+
+    def dim(self, x: str, axis: int) -> str:
+        """Dim `axis` of `x` at run time as a 1-element int64 tensor: Shape -> Gather ->
+        Unsqueeze, the chain a tracing exporter writes for every symbolic dim it reads."""
+        size = self.op("Gather", [self.op("Shape", [x]), self.ints(axis, "axis")], axis=0)
+        return self.op("Unsqueeze", [size, self.ints([0], "axes")])
+
+    def shape_of(self, parts: list[str]) -> str:
+        """Concat 1-element int64 tensors (from `dim` or `ints`) into a shape."""
+        return self.op("Concat", parts, axis=0)
+
     def model(self, inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto],
               doc: str) -> onnx.ModelProto:
         graph = helper.make_graph(self.nodes, self.name, inputs, outputs, self.inits,
@@ -75,6 +142,6 @@ class GraphBuilder:
         return model
 
 
-def tensor(name: str, shape) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+def tensor(name: str, shape, elem_type: int = TensorProto.FLOAT) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem_type, shape)
 

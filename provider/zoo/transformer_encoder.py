@@ -19,17 +19,6 @@ SEQ, D_MODEL, HEADS, D_FF, LAYERS = 16, 64, 4, 128, 2
 HEAD_DIM = D_MODEL // HEADS
 
 
-def _dense(b: GraphBuilder, x: str, din: int, dout: int) -> str:
-    w = b.weight((din, dout), scale=1 / math.sqrt(din), name="dense_w")
-    return b.op("Add", [b.op("MatMul", [x, w]), b.weight((dout,), scale=0.02, name="dense_b")])
-
-
-def _layer_norm(b: GraphBuilder, x: str) -> str:
-    gamma = b.const((1 + 0.05 * b.rng.standard_normal(D_MODEL)).astype(np.float32), "ln_g")
-    beta = b.const((0.05 * b.rng.standard_normal(D_MODEL)).astype(np.float32), "ln_b")
-    return b.op("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=1e-5)
-
-
 def _heads(b: GraphBuilder, x: str) -> str:
     """[batch, seq, d_model] -> [batch, heads, seq, head_dim]."""
     shape = b.const(np.array([0, SEQ, HEADS, HEAD_DIM], np.int64), "heads_shape")
@@ -37,31 +26,22 @@ def _heads(b: GraphBuilder, x: str) -> str:
 
 
 def _attention(b: GraphBuilder, x: str) -> str:
-    q, k, v = (_heads(b, _dense(b, x, D_MODEL, D_MODEL)) for _ in range(3))
+    q, k, v = (_heads(b, b.dense(x, D_MODEL, D_MODEL)) for _ in range(3))
     k_t = b.op("Transpose", [k], perm=[0, 1, 3, 2])
     scale = b.const(np.array(1 / math.sqrt(HEAD_DIM), np.float32), "attn_scale")
     scores = b.op("Mul", [b.op("MatMul", [q, k_t]), scale])
     context = b.op("MatMul", [b.op("Softmax", [scores], axis=-1), v])
     merged = b.op("Transpose", [context], perm=[0, 2, 1, 3])
     shape = b.const(np.array([0, SEQ, D_MODEL], np.int64), "merge_shape")
-    return _dense(b, b.op("Reshape", [merged, shape]), D_MODEL, D_MODEL)
-
-
-def _gelu(b: GraphBuilder, x: str) -> str:
-    """0.5 x (1 + erf(x / sqrt 2)), as PyTorch exports it before opset 20."""
-    root2 = b.const(np.array(math.sqrt(2), np.float32), "sqrt2")
-    one = b.const(np.array(1.0, np.float32), "one")
-    half = b.const(np.array(0.5, np.float32), "half")
-    erf = b.op("Erf", [b.op("Div", [x, root2])])
-    return b.op("Mul", [b.op("Mul", [x, b.op("Add", [erf, one])]), half])
+    return b.dense(b.op("Reshape", [merged, shape]), D_MODEL, D_MODEL)
 
 
 def build() -> onnx.ModelProto:
     b = GraphBuilder("transformer_encoder", seed=3)
     h = "tokens"
     for _ in range(LAYERS):
-        h = b.op("Add", [h, _attention(b, _layer_norm(b, h))])
-        mlp = _dense(b, _gelu(b, _dense(b, _layer_norm(b, h), D_MODEL, D_FF)), D_FF, D_MODEL)
+        h = b.op("Add", [h, _attention(b, b.layer_norm(h, D_MODEL))])
+        mlp = b.dense(b.gelu(b.dense(b.layer_norm(h, D_MODEL), D_MODEL, D_FF)), D_FF, D_MODEL)
         h = b.op("Add", [h, mlp])
     gamma = b.const(np.ones(D_MODEL, np.float32), "final_ln_g")
     beta = b.const(np.zeros(D_MODEL, np.float32), "final_ln_b")

