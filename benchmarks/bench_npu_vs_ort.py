@@ -33,16 +33,13 @@ does not oversubscribe the cores together with them.
 
 from __future__ import annotations
 
-import os
-
-DROPPED_ENV = {k: os.environ.pop(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-               if k in os.environ}
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # the NPU's cores split the GEMMs instead
+from blas_env import DROPPED_ENV  # isort: skip  (first: before numpy loads)
 
 import argparse  # noqa: E402
 import ctypes  # noqa: E402
 import dataclasses  # noqa: E402
 import glob  # noqa: E402
+import os  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
@@ -57,7 +54,7 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 from npu_oracle import ort_values, randomized, subgraph, supported_components  # noqa: E402
 
 from converters.onnx_import import import_onnx  # noqa: E402
-from provider.bench.timing import interleaved_ms  # noqa: E402
+from provider.bench.timing import interleaved_ms, paired_ratio  # noqa: E402
 from provider.npu import native  # noqa: E402
 from provider.npu.compiler import compile_model  # noqa: E402
 from provider.npu.executor import Executor  # noqa: E402
@@ -118,14 +115,6 @@ def as_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     del out.graph.initializer[:]
     out.graph.initializer.extend(initializers)
     return out
-
-
-def paired_ratio(ort_blocks: list[list[float]], npu_blocks: list[list[float]]) -> float:
-    """onnxruntime time / NPU time, as the median over turns of each turn's ratio of block
-    medians: the two blocks of a turn ran a fraction of a second apart, so the host's
-    speed, which drifts by tens of percent over seconds on a shared VM, cancels out."""
-    return float(np.median([np.median(o) / np.median(n)
-                            for o, n in zip(ort_blocks, npu_blocks, strict=True)]))
 
 
 def flat(blocks: list[list[float]]) -> list[float]:

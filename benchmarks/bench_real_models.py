@@ -12,7 +12,7 @@ max|ref|); int8: the fraction within one 8-bit step of the output's range and th
 against onnxruntime as timed and against onnxruntime with graph optimizations off, which
 runs the QDQ graph as written instead of its fused int8 kernels), the median run times and
 the speed ratio = onnxruntime time / litenpu time, the median over turns of each turn's
-ratio (runs alternate in blocks, see bench_npu_vs_ort.interleaved_ms / paired_ratio).
+ratio (runs alternate in blocks, see provider.bench.timing.interleaved_ms / paired_ratio).
 
 Goals (issue 18): median ratio >= 1.0x, worst >= 0.8x, <= 2 partitions per model (control
 flow aside). With the real models present it writes docs/benchmarks/real_models.md.
@@ -23,8 +23,7 @@ flow aside). With the real models present it writes docs/benchmarks/real_models.
 
 from __future__ import annotations
 
-# first: it sets the process's BLAS environment before numpy loads, as for its own runs
-from bench_npu_vs_ort import interleaved_ms, paired_ratio  # isort: skip
+import blas_env  # noqa: F401  # isort: skip  (first: the BLAS environment, before numpy loads)
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
@@ -37,6 +36,7 @@ import real_models  # noqa: E402
 
 import provider  # noqa: E402
 from provider.bench import machine  # noqa: E402
+from provider.bench.timing import interleaved_ms, paired_ratio  # noqa: E402
 from provider.zoo import FAMILIES, build, inputs  # noqa: E402
 from provider.zoo.checks import Accuracy, Placement, compare, placement  # noqa: E402
 from provider.zoo.inputs import Inputs  # noqa: E402

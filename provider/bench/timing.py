@@ -6,6 +6,7 @@ another venv without litenpu) loads this file by path to time its runs the same 
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 
@@ -64,3 +65,11 @@ def interleaved_ms(fns: list[Callable[[], object]], runs: int, block: int = 5, s
                    pause_s: float = 0.1) -> list[list[list[float]]]:
     """`interleaved_blocks` of functions called in this process."""
     return interleaved_blocks([timed_block(fn) for fn in fns], runs, block, settle, pause_s)
+
+
+def paired_ratio(ort_blocks: list[list[float]], npu_blocks: list[list[float]]) -> float:
+    """onnxruntime time / NPU time, as the median over turns of each turn's ratio of block
+    medians: the two blocks of a turn ran a fraction of a second apart, so the host's
+    speed, which drifts by tens of percent over seconds on a shared VM, cancels out."""
+    return statistics.median(statistics.median(o) / statistics.median(n)
+                             for o, n in zip(ort_blocks, npu_blocks, strict=True))

@@ -65,7 +65,15 @@ def prepare(model: ModelSource, folder: Path) -> Path:
     if not symbolic:
         log.info("sympy is not installed: symbolic shape inference skipped (pip install "
                  "'litenpu[quantize]')")
-    quant_pre_process(str(source), str(prepared), skip_symbolic_shape=not symbolic)
+    try:
+        quant_pre_process(str(source), str(prepared), skip_symbolic_shape=not symbolic)
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises a bare Exception
+        if not symbolic:
+            raise
+        # e.g. "Incomplete symbolic shape inference" on shape arithmetic over dynamic dims
+        # (detectors' heads): ONNX's own shape inference still runs without it
+        log.info("symbolic shape inference failed (%s); pre-processing without it", e)
+        quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
     proto = onnx.load(prepared)
     if _name_nodes(proto):
         onnx.save(proto, prepared)
