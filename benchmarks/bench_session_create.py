@@ -51,7 +51,7 @@ from npu_oracle import randomized  # noqa: E402
 
 import provider  # noqa: E402
 from provider.commands.compile import compile_model_file  # noqa: E402
-from provider.ort.options import NpuOptions  # noqa: E402
+from provider.options import NpuOptions  # noqa: E402
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 OUT = os.path.join(ROOT, "docs", "benchmarks")

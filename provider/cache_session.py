@@ -30,18 +30,18 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import onnxruntime as ort
 
-from provider.cache import CacheKey, CacheOptions, CompileCache
+from provider.cache import CacheKey, CompileCache
 from provider.errors import CacheError
 from provider.npu.program import Program
+from provider.options import NpuOptions
 from provider.ort.compute import FusedKernel
 from provider.ort.kernel_cache import PartitionCacheStats
-from provider.ort.options import NpuOptions
 
 __all__ = ["SessionCacheStats", "CacheSession", "CONTEXT_MODEL", "SOURCE_STAT"]
 
@@ -81,12 +81,10 @@ class CacheSession:
                  sess_options: ort.SessionOptions):
         self.source = os.path.abspath(source)
         self.cache = cache
-        self.fingerprint = npu.model_fingerprint
-        # the options that shape what is compiled: all but the cache's and the run-time core count
-        options = replace(npu, cache=CacheOptions(), npu_threads=0, model_fingerprint="",
-                          max_shapes=NpuOptions.max_shapes,
-                          device_memory_bytes=NpuOptions.device_memory_bytes).to_strings()
-        options["graph_optimization_level"] = str(sess_options.graph_optimization_level)
+        self.fingerprint = npu.cache.model_fingerprint
+        # what shapes the session's partitions and Programs: placement and compile options
+        options = {"placement": asdict(npu.placement), "compile": npu.compile.as_dict(),
+                   "graph_optimization_level": str(sess_options.graph_optimization_level)}
         self.key = CacheKey.build(partition=[(self.source, "CacheSession")], input_shapes={},
                                   options=options, model_name=npu.cache.model_name,
                                   fingerprint=self.fingerprint)
@@ -98,7 +96,7 @@ class CacheSession:
              ) -> CacheSession | None:
         """A CacheSession when the model is a file and the options give cache_dir + model_name
         (not when the caller asks for an EPContext model of their own: `ep.context_enable`).
-        `npu.model_fingerprint` must be the file's content fingerprint."""
+        `npu.cache.model_fingerprint` must be the file's content fingerprint."""
         cache = CompileCache.from_options(npu.cache)
         if not isinstance(path_or_bytes, (str, os.PathLike)) or cache is None \
                 or not npu.cache.model_name or _has_config(sess_options, "ep.context_enable"):

@@ -391,9 +391,9 @@ class _Weights:
         self.store: WeightStore | None = None
         self.region: _Region | None = None
         self.per_slot: dict[int, np.ndarray] | None = None
-        if family.options.mem_alloc_outside:
+        if family.options.memory.mem_alloc_outside:
             return  # placed in the caller's region (family.weight_layout)
-        if family.options.share_weights:
+        if family.options.memory.share_weights:
             self.store = _STORE
         elif per_shape:  # the Programs of one partition's input shapes hold the same tensors
             self.store = family.store
@@ -434,7 +434,7 @@ class _Family:
             program = self.programs.get((partition, key))
             if program is None:
                 program = self.programs[(partition, key)] = make()
-                if self.options.mem_alloc_outside:
+                if self.options.memory.mem_alloc_outside:
                     self.weight_layout.add(program, program.weight_bytes)
                     if self.weight_layout.region is not None:
                         self._fill(program)
@@ -457,7 +457,7 @@ class _Family:
             if weights.refs == 0:
                 del self.weights[id(program)]
                 weights.free()
-                if not self.options.mem_alloc_outside:  # caller memory keeps its layout
+                if not self.options.memory.mem_alloc_outside:  # caller memory keeps its layout
                     self.programs = {k: p for k, p in self.programs.items() if p is not program}
 
     def set_weight_memory(self, buffer: Any) -> None:
@@ -492,9 +492,9 @@ class ManagedExecutor:
         self._closed = False
         options = memory.family.options
         self._group: ArenaGroup | None = None
-        if options.internal_memory_group:
-            self._group = _group(options.internal_memory_group, memory.pool)
-        elif not options.mem_alloc_outside:
+        if options.memory.internal_memory_group:
+            self._group = _group(options.memory.internal_memory_group, memory.pool)
+        elif not options.memory.mem_alloc_outside:
             self._group = memory.partition_group(partition)
         self._lock = self._group.lock if self._group is not None else threading.RLock()
         self._weights = memory.family.acquire(program, per_shape)
@@ -518,7 +518,7 @@ class ManagedExecutor:
     def _memory(self) -> tuple[Any, np.ndarray, tuple]:
         """(weights, arena, what they are) for the inner Executor; BindingError if missing."""
         family = self.memory.family
-        if family.options.mem_alloc_outside:
+        if family.options.memory.mem_alloc_outside:
             weights = family.weight_layout.slice(self.program)
             arena = self.memory.internal_layout.slice(self.program)
             return weights, arena, (id(family.weight_layout.region),
@@ -536,7 +536,7 @@ class ManagedExecutor:
                 self._inner.close()
             self._inner = Executor(self.program, self.memory.pool, weights=weights, arena=arena,
                                    lock=threading.Lock(),
-                                   cores=self.memory.family.options.npu_threads)
+                                   cores=self.memory.family.options.runtime.npu_threads)
             self._built_for = tag
         return self._inner
 
@@ -547,7 +547,7 @@ class ManagedExecutor:
     def run(self, inputs: Sequence, outputs: Sequence | None = None) -> list[np.ndarray]:
         """Run the Program (serialized with its group, or with every session whose caller-owned
         internal memory overlaps this one's)."""
-        outside = self.memory.family.options.mem_alloc_outside
+        outside = self.memory.family.options.memory.mem_alloc_outside
         with self.memory.internal_layout.lock if outside else self._lock:
             inner = self._ready()
             results = inner.run(inputs, outputs)
@@ -621,7 +621,7 @@ class SessionMemory:
         self.internal_layout.set(buffer, shared_lock=True)
 
     def _outside(self, method: str) -> None:
-        if not self.family.options.mem_alloc_outside:
+        if not self.family.options.memory.mem_alloc_outside:
             raise BindingError(f"{method}() needs the provider option mem_alloc_outside=1")
 
     def check_ready(self) -> None:
@@ -636,7 +636,7 @@ class SessionMemory:
         with self._lock:
             executors = list(self.executors)
         programs = [e.program for e in executors]
-        outside = self.family.options.mem_alloc_outside
+        outside = self.family.options.memory.mem_alloc_outside
         weights = sum(block_bytes(p.weight_bytes) for p in programs)
         internal = sum(block_bytes(p.internal_bytes) for p in programs)
         io = sum(p.io_bytes for p in programs)
@@ -712,7 +712,7 @@ def set_caller_memory(eps: Sequence[Any], kind: str, buffer: Any) -> None:
     """Hand the caller's weight or internal memory to a mem_alloc_outside session."""
     memories = _memories(eps)
     for ep in eps:
-        if not ep.options.mem_alloc_outside:
+        if not ep.options.memory.mem_alloc_outside:
             raise BindingError(f"set_{kind}_memory() needs the provider option mem_alloc_outside=1")
     for memory in memories:
         (memory.set_weight_memory if kind == "weight" else memory.set_internal_memory)(buffer)
@@ -721,7 +721,7 @@ def set_caller_memory(eps: Sequence[Any], kind: str, buffer: Any) -> None:
 def check_ready(eps: Sequence[Any]) -> None:
     """Before a run: BindingError stating the bytes needed if caller memory is missing."""
     for memory in _memories(eps):
-        if memory.family.options.mem_alloc_outside:
+        if memory.family.options.memory.mem_alloc_outside:
             memory.check_ready()
 
 

@@ -31,7 +31,7 @@ from provider.errors import LitenpuError
 
 __all__ = ["InvalidOptionError", "PlacementOptions", "CompileOptions", "RuntimeOptions",
            "MemoryOptions", "CacheOptions", "NpuOptions", "Option", "OPTIONS",
-           "MIN_DEVICE_MEMORY", "default_cache_dir"]
+           "MIN_DEVICE_MEMORY"]
 
 MIN_DEVICE_MEMORY = 1 << 20
 
@@ -287,9 +287,3 @@ def _to_string(value: Any) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     return str(value)
-
-
-def default_cache_dir() -> Path:
-    """$XDG_CACHE_HOME/litenpu, else ~/.cache/litenpu (the CLI's default)."""
-    base = os.environ.get("XDG_CACHE_HOME")
-    return (Path(base) if base else Path.home() / ".cache") / "litenpu"

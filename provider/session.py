@@ -36,10 +36,10 @@ from provider import memory_controls
 from provider.cache.fingerprint import MEMO_DIR, source_fingerprint
 from provider.cache_session import CacheSession, SessionCacheStats
 from provider.errors import BindingError, UnsupportedError
+from provider.options import InvalidOptionError, NpuOptions
 from provider.ort import EP_NAME
 from provider.ort.capability import Placement
 from provider.ort.ep import NpuEp, collecting_eps
-from provider.ort.options import InvalidOptionError, NpuOptions
 from provider.ort.status import model_load_errors, typed_errors
 from provider.registration import ep_devices, register
 from provider.tensors import ORT_TYPE_TO_NUMPY, bind_output, copy_stats
@@ -104,10 +104,11 @@ def _model_source(path_or_bytes: Any) -> Any:
 def _with_fingerprint(path_or_bytes: Any, npu: NpuOptions) -> NpuOptions:
     """With a compile cache, the options carrying the model's content fingerprint (cache
     entries belong to one content, whatever the model_name)."""
-    if npu.model_fingerprint or npu.cache.cache_dir is None:
+    cache = npu.cache
+    if cache.model_fingerprint or cache.cache_dir is None:
         return npu
-    memo = npu.cache.cache_dir / MEMO_DIR
-    return replace(npu, model_fingerprint=source_fingerprint(path_or_bytes, memo))
+    fingerprint = source_fingerprint(path_or_bytes, cache.cache_dir / MEMO_DIR)
+    return replace(npu, cache=replace(cache, model_fingerprint=fingerprint))
 
 
 class InferenceSession(ort.InferenceSession):

@@ -27,11 +27,8 @@ from converters.onnx_import import import_onnx
 from provider.cache import (
     BadEntry,
     CacheKey,
-    CacheOptionError,
-    CacheOptions,
     CacheStatus,
     CompileCache,
-    normalize_cache_options,
     partition_signature,
 )
 from provider.cache import entry as entry_mod
@@ -41,6 +38,7 @@ from provider.errors import CacheError
 from provider.npu import program as fmt
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor
+from provider.options import CacheOptions, InvalidOptionError, NpuOptions
 
 MODEL_PATH = Path(__file__).parent.parent / "models" / "resnet_block.onnx"
 MODEL = onnx.load(MODEL_PATH)
@@ -141,31 +139,35 @@ def test_partition_signature_names_nodes_and_ops():
     assert partition_signature(LITE) != partition_signature(pairs)  # the model adds its I/O
 
 
+def cache_options(options: dict) -> CacheOptions:
+    return NpuOptions.parse(options).cache
+
+
 def test_options_accept_both_spellings(tmp_path):
-    ours = normalize_cache_options({"cache_dir": str(tmp_path), "model_name": "m",
-                                    "cache_version": "2", "cache_max_bytes": "4096"})
-    mindspore = normalize_cache_options({"CachePath": tmp_path, "ModelName": "m",
-                                         "CacheVersion": "2", "cache_max_bytes": 4096})
+    ours = cache_options({"cache_dir": str(tmp_path), "model_name": "m",
+                          "cache_version": "2", "cache_max_bytes": "4096"})
+    mindspore = cache_options({"CachePath": tmp_path, "ModelName": "m",
+                               "CacheVersion": "2", "cache_max_bytes": 4096})
     assert ours == mindspore == CacheOptions(tmp_path, "m", "2", 4096)
-    assert normalize_cache_options({}) == CacheOptions()
+    assert cache_options({}) == CacheOptions()
     assert CompileCache.from_options(CacheOptions()) is None
     cache = CompileCache.from_options(ours)
     assert (cache.dir, cache.max_bytes, cache.cache_version) == (tmp_path, 4096, "2")
-    assert normalize_cache_options({"cache_dir": "~/x"}).cache_dir == Path.home() / "x"
+    assert cache_options({"cache_dir": "~/x"}).cache_dir == Path.home() / "x"
 
 
 def test_options_errors_name_the_key():
-    with pytest.raises(CacheOptionError) as info:
-        normalize_cache_options({"cachepath": "/tmp"})
+    with pytest.raises(InvalidOptionError) as info:
+        cache_options({"cachepath": "/tmp"})
     assert "'cachepath'" in str(info.value)
     assert all(k in str(info.value) for k in ("cache_dir", "CachePath", "ModelName",
                                               "CacheVersion", "cache_max_bytes"))
-    with pytest.raises(CacheOptionError, match="disagree"):
-        normalize_cache_options({"cache_dir": "/a", "CachePath": "/b"})
-    with pytest.raises(CacheOptionError, match="cache_max_bytes"):
-        normalize_cache_options({"cache_max_bytes": "-1"})
-    with pytest.raises(CacheOptionError, match="ModelName"):
-        normalize_cache_options({"ModelName": 3})
+    with pytest.raises(InvalidOptionError, match="disagree"):
+        cache_options({"cache_dir": "/a", "CachePath": "/b"})
+    with pytest.raises(InvalidOptionError, match="cache_max_bytes"):
+        cache_options({"cache_max_bytes": "-1"})
+    with pytest.raises(InvalidOptionError, match="ModelName"):
+        cache_options({"ModelName": 3})
 
 
 # ---- hits and misses -----------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """The docs are true: every ```python block in README.md and docs/ runs, relative links
-resolve, and the provider options table lists exactly `NpuOptions.valid_keys()`.
+resolve, and the provider options table is `provider.options.OPTIONS`.
 
 Blocks of one file run in order in one namespace, in a scratch directory. A block may opt out
 only with a visible marker on the line before it: `<!-- not run: <reason> -->`.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from provider.ort.options import NpuOptions
+from provider.options import OPTIONS, NpuOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), ROOT / "models" / "README.md"])
@@ -74,14 +74,20 @@ def anchors(text: str) -> set[str]:
     return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
 
 
-def test_options_table_matches_valid_keys():
+def test_options_table_is_the_options_table():
+    """The user guide's table says what provider.options.OPTIONS says, row by row, in order."""
     text = (ROOT / "docs" / "user-guide.md").read_text()
     section = text.split("## Provider options", 1)[1].split("\n## ", 1)[0]
-    documented = re.findall(r"^\| `([A-Za-z0-9_]+)` \|", section, re.M)
-    assert sorted(documented) == sorted(NpuOptions.valid_keys()), (
-        "docs/user-guide.md's provider options table is out of date: add or remove rows so it "
-        f"lists exactly {NpuOptions.valid_keys()}")
-    assert len(documented) == len(set(documented))
+    documented = re.findall(r"^\| `[A-Za-z0-9_]+` \|.*$", section, re.M)
+    expected = []
+    for option in OPTIONS:
+        expected.append(f"| `{option.key}` | {option.default} | {option.doc} |")
+        expected += [f"| `{a}` | | MindSpore Lite's spelling of `{option.key}` |"
+                     for a in option.aliases]
+    assert documented == expected, (
+        "docs/user-guide.md's provider options table differs from provider.options.OPTIONS")
+    assert sorted(k for o in OPTIONS for k in (o.key, *o.aliases)) == sorted(
+        NpuOptions.valid_keys())
 
 
 def test_anchor_slugs():

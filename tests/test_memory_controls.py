@@ -17,7 +17,7 @@ from provider import memory_controls
 from provider.errors import BindingError, DeviceMemoryError
 from provider.memory_controls import block_bytes
 from provider.npu.memory import DevicePool, default_pool
-from provider.ort.options import InvalidOptionError
+from provider.options import InvalidOptionError
 from provider.session import InferenceSession
 
 MODELS_DIR = Path(models.__file__).parent

@@ -21,8 +21,8 @@ from test_cache import CORRUPTIONS, _full, _read_only, _under_a_file
 
 import provider
 from provider.cache import CompileCache, entry
+from provider.options import InvalidOptionError
 from provider.ort import compute
-from provider.ort.options import InvalidOptionError
 from provider.session import InferenceSession
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ from ort_models import CNN, MLP, NPU, reference
 import provider
 from provider.errors import BindingError, InvalidModelError
 from provider.npu.memory import default_pool
-from provider.ort.options import InvalidOptionError
+from provider.options import InvalidOptionError
 from provider.session import InferenceSession
 
 

@@ -4,15 +4,15 @@ import numpy as np
 import pytest
 
 from provider.errors import BindingError, UnsupportedError
+from provider.options import CompileOptions, InvalidOptionError, NpuOptions, PlacementOptions
 from provider.ort.capability import group
-from provider.ort.options import InvalidOptionError, NpuOptions
 from provider.session import check_feeds, normalize_providers
 
 
 def test_options_parse_strings_like_onnxruntime_carries_them():
     options = NpuOptions.parse({"min_partition_nodes": "3", "disable_ops": "Conv, Gemm",
                                 "enable_fp16": "1"})
-    assert options == NpuOptions(3, ("Conv", "Gemm"), True)
+    assert options == NpuOptions(PlacementOptions(3, ("Conv", "Gemm")), CompileOptions(True))
     assert NpuOptions.parse(options.to_strings()) == options
     assert NpuOptions().to_strings() == {}
 
@@ -36,9 +36,9 @@ def test_bad_option_values_name_the_key(key, value):
 def test_normalize_providers_accepts_onnxruntime_forms():
     npu, others = normalize_providers(["NPUExecutionProvider", "CPUExecutionProvider"],
                                       [{"min_partition_nodes": "2"}, {}])
-    assert npu == NpuOptions(min_partition_nodes=2) and others == ["CPUExecutionProvider"]
+    assert npu == NpuOptions(PlacementOptions(min_partition_nodes=2)) and others == ["CPUExecutionProvider"]
     npu, _ = normalize_providers([("NPUExecutionProvider", {"enable_fp16": True})], None)
-    assert npu.enable_fp16
+    assert npu.compile.enable_fp16
     assert normalize_providers(["CPUExecutionProvider"], None)[0] is None
     with pytest.raises(UnsupportedError, match="CUDAExecutionProvider"):
         normalize_providers(["NPUExecutionProvider", "CUDAExecutionProvider"], None)

@@ -11,8 +11,8 @@ from threads import run_threads
 
 import provider
 from provider.errors import BindingError
+from provider.options import InvalidOptionError
 from provider.ort import capability, compute
-from provider.ort.options import InvalidOptionError
 from provider.session import InferenceSession
 
 RNG = np.random.default_rng(0)

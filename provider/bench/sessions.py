@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from provider.options import NpuOptions
 from provider.ort import EP_NAME
-from provider.ort.options import NpuOptions
 from provider.session import CPU_EP, InferenceSession
 
 NPU = [EP_NAME, CPU_EP]

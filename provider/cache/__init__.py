@@ -2,9 +2,10 @@
 
 Use from an execution provider's Compile callback::
 
-    from provider.cache import CacheKey, CompileCache, normalize_cache_options
+    from provider.cache import CacheKey, CompileCache
+    from provider.options import NpuOptions
 
-    opts = normalize_cache_options({"CachePath": "~/.cache/litenpu", "ModelName": "resnet"})
+    opts = NpuOptions.parse({"CachePath": "~/.cache/litenpu", "ModelName": "resnet"}).cache
     cache = CompileCache.from_options(opts)          # None when no cache_dir was given
     key = CacheKey.build(partition=lite_partition,    # LiteModel or [(node name, op type)]
                          input_shapes={"image": (1, 3, 56, 56)},
@@ -29,31 +30,27 @@ Use from an execution provider's Compile callback::
   checks and their limits are described in `provider.cache.entry`. A cache that cannot be
   written (read-only, full) degrades to an in-memory compile with one warning per directory.
 * Provider options (both spellings): cache_dir/CachePath, model_name/ModelName,
-  cache_version/CacheVersion, cache_max_bytes -> `normalize_cache_options` -> CacheOptions.
+  cache_version/CacheVersion, cache_max_bytes, model_fingerprint -> `provider.options`'s
+  CacheOptions.
 """
 
 from provider.cache.entry import BadEntry
 from provider.cache.fingerprint import source_fingerprint
 from provider.cache.keys import CacheKey, partition_signature
-from provider.cache.options import (
-    CACHE_OPTION_KEYS,
-    CacheOptionError,
-    CacheOptions,
+from provider.cache.store import (
+    CacheOutcome,
+    CacheStatus,
+    CompileCache,
+    EntryInfo,
     default_cache_dir,
-    normalize_cache_options,
 )
-from provider.cache.store import CacheOutcome, CacheStatus, CompileCache, EntryInfo
 
 __all__ = [
     "BadEntry",
     "source_fingerprint",
     "CacheKey",
     "partition_signature",
-    "CACHE_OPTION_KEYS",
-    "CacheOptionError",
-    "CacheOptions",
     "default_cache_dir",
-    "normalize_cache_options",
     "CacheOutcome",
     "CacheStatus",
     "CompileCache",

@@ -26,12 +26,13 @@ from typing import Any
 from provider.cache import entry
 from provider.cache.fingerprint import MEMO_DIR
 from provider.cache.keys import CacheKey
-from provider.cache.options import CacheOptions
 from provider.cache.residency import pages_present, pages_spanned
 from provider.errors import CacheError
 from provider.npu.program import Program
+from provider.options import CacheOptions
 
-__all__ = ["CacheStatus", "CacheOutcome", "EntryInfo", "CompileCache", "STALE_SECONDS"]
+__all__ = ["CacheStatus", "CacheOutcome", "EntryInfo", "CompileCache", "STALE_SECONDS",
+           "default_cache_dir"]
 
 log = logging.getLogger("litenpu.cache")
 
@@ -43,6 +44,12 @@ os.umask(_UMASK)  # read once at import: umask has no getter
 
 _warned_dirs: set[str] = set()
 _warned_lock = threading.Lock()
+
+
+def default_cache_dir() -> Path:
+    """$XDG_CACHE_HOME/litenpu, else ~/.cache/litenpu (the CLI's default)."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    return (Path(base) if base else Path.home() / ".cache") / "litenpu"
 
 
 class CacheStatus(str, enum.Enum):

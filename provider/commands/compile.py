@@ -17,8 +17,8 @@ import onnxruntime as ort
 
 from provider.cache import default_cache_dir
 from provider.cli import UsageError, command, key_values
+from provider.options import NpuOptions
 from provider.ort import epcontext
-from provider.ort.options import NpuOptions
 from provider.registration import ep_devices, register
 
 EXAMPLE = """\

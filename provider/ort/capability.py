@@ -19,10 +19,10 @@ from converters.lite.ir import LiteModel
 from converters.onnx_import import import_onnx
 from provider.npu import capability as npu_capability
 from provider.npu.compiler import compile_model
+from provider.options import NpuOptions
 from provider.ort import abi, epcontext
 from provider.ort.abi import ELEMENT_TO_NUMPY
 from provider.ort.graph import OrtGraphContents, OrtNode, read_graph
-from provider.ort.options import NpuOptions
 
 log = logging.getLogger("litenpu.ort")
 
@@ -50,7 +50,7 @@ def node_reason(contents: OrtGraphContents, node: OrtNode, options: NpuOptions) 
         return None
     if contents.nested:
         return "inside a control-flow subgraph (If/Loop/Scan bodies stay on CPU)"
-    if view.op_type in options.disable_ops:
+    if view.op_type in options.placement.disable_ops:
         return "disabled by provider option disable_ops"
     if node.unreadable:
         return node.unreadable
@@ -83,7 +83,7 @@ def _trial_compile(lite: LiteModel, options: NpuOptions) -> str | None:
     if not all(lite.tensors[i].is_static for i in lite.inputs):
         return None  # checked again per concrete shape at run time
     try:
-        compile_model(lite, None, enable_fp16=options.enable_fp16)
+        compile_model(lite, None, enable_fp16=options.compile.enable_fp16)
     except Exception as e:  # noqa: BLE001 - a compile failure only means "not on the NPU"
         return f"compile failed: {type(e).__name__}: {e}"
     return None
@@ -135,9 +135,9 @@ def claim(ort: abi.Ort, graph: int, options: NpuOptions) -> tuple[Placement, lis
                    [r is None and i not in saved for i, r in enumerate(reasons)])
     chosen = []
     for indices in groups + [[i] for i in saved]:
-        if len(indices) < options.min_partition_nodes and indices[0] not in saved:
-            why = (f"partition of {len(indices)} node(s) < "
-                   f"min_partition_nodes={options.min_partition_nodes}")
+        minimum = options.placement.min_partition_nodes
+        if len(indices) < minimum and indices[0] not in saved:
+            why = f"partition of {len(indices)} node(s) < min_partition_nodes={minimum}"
             placement.cpu.update(dict.fromkeys((labels[i] for i in indices), why))
             continue
         placement.partitions.append([labels[i] for i in indices])

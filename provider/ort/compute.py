@@ -70,13 +70,13 @@ class FusedKernel:
                  static_shapes: dict[str, tuple[int, ...]] | None, *,
                  keys: PartitionKeys | None = None):
         self.ort: abi.Ort = ep.ort
-        self.enable_fp16 = ep.options.enable_fp16
+        self.enable_fp16 = ep.options.compile.enable_fp16
         self.name = name
         self.memory = session_memory(ep)  # placement per memory options
         # KernelContext inputs/outputs follow the fused node's order; the Program uses names.
         self.input_names, self.output_names = input_names, output_names
         self.per_shape = static_shapes is None and not isinstance(source, Program)
-        self.max_shapes = ep.options.max_shapes
+        self.max_shapes = ep.options.runtime.max_shapes
         self._programs: OrderedDict[tuple, _Compiled] = OrderedDict()  # least recent first
         self._lock = threading.Lock()
         self.calls = 0
@@ -139,7 +139,7 @@ class FusedKernel:
                        keys=_lite_keys(ep, lite, lambda: epcontext.to_bytes(lite)))
         keys = None if ep.cache is None else PartitionKeys.of(
             contents, model_name=ep.options.cache.model_name,
-            model_fingerprint=ep.options.model_fingerprint, options=_key_options(ep))
+            model_fingerprint=ep.options.cache.model_fingerprint, options=_key_options(ep))
         shapes = {vi.name: tuple(vi.shape) for vi in contents.inputs}
         return cls(ep, name, inputs, outputs, contents, shapes, keys=keys)
 
@@ -255,7 +255,7 @@ class FusedKernel:
 
 def _key_options(ep) -> dict:
     """What a partition's Program depends on besides its content and input shapes."""
-    return {"enable_fp16": ep.options.enable_fp16, "onnxruntime": ep.ort.version_string}
+    return {**ep.options.compile.as_dict(), "onnxruntime": ep.ort.version_string}
 
 
 def _lite_keys(ep, lite: LiteModel, image: Callable[[], bytes]) -> PartitionKeys | None:

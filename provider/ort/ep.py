@@ -16,11 +16,11 @@ from contextlib import contextmanager
 
 from provider.cache import CompileCache
 from provider.npu.memory import ensure_default_pool
+from provider.options import NpuOptions
 from provider.ort import abi, epcontext
 from provider.ort.callbacks import address, status_callback, value_callback
 from provider.ort.capability import Placement, claim
 from provider.ort.compute import FusedKernel
-from provider.ort.options import NpuOptions
 
 log = logging.getLogger("litenpu.ort")
 
@@ -34,8 +34,8 @@ class NpuEp:
         self.factory = factory
         self.ort: abi.Ort = factory.ort
         self.options = NpuOptions.parse(options)
-        if self.options.device_memory_bytes:
-            ensure_default_pool(self.options.device_memory_bytes)
+        if self.options.memory.device_memory_bytes:
+            ensure_default_pool(self.options.memory.device_memory_bytes)
         self.context = epcontext.ContextOptions.from_config(config)
         self.cache = CompileCache.from_options(self.options.cache)  # None: compile in memory
         # PartitionCacheStats of the Programs the kernels got (the latest, when shapes churn)

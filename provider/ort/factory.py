@@ -13,11 +13,10 @@ import logging
 import threading
 
 import provider
-from provider.ort import DEVICE_NAME, EP_NAME, VENDOR, VENDOR_ID, abi
+from provider.ort import CONFIG_PREFIX, DEVICE_NAME, EP_NAME, VENDOR, VENDOR_ID, abi
 from provider.ort.allocator import PoolAllocator
 from provider.ort.callbacks import CString, address, keep, set_ort, status_callback, value_callback
 from provider.ort.ep import NpuEp
-from provider.ort.options import CONFIG_PREFIX
 from provider.ort.transfer import DataTransfer
 
 log = logging.getLogger("litenpu.ort")

@@ -15,7 +15,7 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from provider.ort.options import NpuOptions
+from provider.options import NpuOptions
 from provider.serve.replica import Replica
 
 NAME = "litenpu"

@@ -17,7 +17,7 @@ import onnx
 import pytest
 
 from provider.bench.sessions import cache_options
-from provider.ort.options import InvalidOptionError
+from provider.options import InvalidOptionError
 from provider.serve import deployment, ray_serve_missing
 from provider.serve.protocol import decode_response, encode_request
 from provider.zoo import build
