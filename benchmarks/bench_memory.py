@@ -57,8 +57,8 @@ def model_bytes(name: str) -> bytes:
 def worker(mode: str, batches: tuple[int, ...]) -> dict:
     """Create and run every session of a scenario in one mode; memory numbers as a dict."""
     import provider
-    from provider.memory_controls import weight_store
     from provider.npu.memory import default_pool
+    from provider.npu.weights import weight_store
 
     npu = MODES[mode]
     sessions = []

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from provider.memory_controls import SessionMemoryInfo, block_bytes, find_session_memory
+from provider.npu.session_memory import SessionMemoryInfo
+from provider.npu.weights import block_bytes
 
 __all__ = ["ProgramMemory", "MemoryPlan", "memory_plan", "format_memory"]
 
@@ -75,8 +76,7 @@ def memory_plan(path: Path, options: dict[str, str] | None = None,
 
 
 def _programs(sess: Any) -> list:
-    memories = [find_session_memory(ep) for ep in sess._npu_eps]
-    return [e.program for m in memories if m is not None for e in m.executors]
+    return [e.program for ep in sess._npu_eps for e in ep.memory.executors]
 
 
 def format_memory(plan: MemoryPlan) -> str:

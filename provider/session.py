@@ -14,7 +14,7 @@ ones), registers the library, and selects the NPU device with `add_provider_for_
   where each partition's Program came from; a model file with a `model_name` is a
   CacheSession (`provider.cache_session`): a warm start loads the stored EPContext model and
   never parses the source.
-- memory controls (`provider.memory_controls`): `memory_info()`, caller-owned memory
+- memory controls (`provider.npu.session_memory`): `memory_info()`, caller-owned memory
   (`set_weight_memory` / `set_internal_memory`), `clone()` for one session per thread.
 """
 
@@ -32,17 +32,19 @@ import onnxruntime as ort
 from converters.lite.reader import load as load_ms
 from converters.mindir.importer import import_mindir
 from converters.onnx_export import export_onnx
-from provider import memory_controls
 from provider.cache.fingerprint import MEMO_DIR, source_fingerprint
 from provider.cache_session import CacheSession, SessionCacheStats
 from provider.errors import BindingError, UnsupportedError
+from provider.npu.memory import default_pool
+from provider.npu.session_memory import Family, SessionMemoryInfo, merge_infos
 from provider.options import InvalidOptionError, NpuOptions
-from provider.ort import EP_NAME
+from provider.ort import EP_NAME, session_link
 from provider.ort.capability import Placement
-from provider.ort.ep import NpuEp, collecting_eps
+from provider.ort.ep import NpuEp
+from provider.ort.session_link import SessionLink
 from provider.ort.status import model_load_errors, typed_errors
 from provider.registration import ep_devices, register
-from provider.tensors import ORT_TYPE_TO_NUMPY, bind_output, copy_stats
+from provider.tensors import ORT_TYPE_TO_NUMPY, bind_output, copy_stats, view
 
 log = logging.getLogger("litenpu.ort")
 
@@ -101,6 +103,12 @@ def _model_source(path_or_bytes: Any) -> Any:
     return export_onnx(lite).SerializeToString()
 
 
+def _device_region(buffer: Any) -> Any:
+    """Caller-owned memory as the device takes it: an NPU OrtValue becomes its numpy view
+    (which keeps the OrtValue alive); DeviceBuffers and aligned arrays pass as they are."""
+    return view(buffer) if isinstance(buffer, ort.OrtValue) else buffer
+
+
 def _with_fingerprint(path_or_bytes: Any, npu: NpuOptions) -> NpuOptions:
     """With a compile cache, the options carrying the model's content fingerprint (cache
     entries belong to one content, whatever the model_name)."""
@@ -118,13 +126,19 @@ class InferenceSession(ort.InferenceSession):
                  providers: Sequence | None = None, provider_options: Sequence[dict] | None = None,
                  **kwargs: Any):
         npu, _ = normalize_providers(providers, provider_options)
-        self._clone_source = (path_or_bytes, npu, kwargs)  # clone() builds the same session
-        self._npu_eps: list[NpuEp] = []
-        self._cache_session: CacheSession | None = None
         if npu is None:
+            self._link: SessionLink | None = None
+            self._cache_session: CacheSession | None = None
+            self._clone_source = (path_or_bytes, npu, kwargs)
             super().__init__(_model_source(path_or_bytes), sess_options, providers,
                              provider_options, **kwargs)
             return
+        self._build(path_or_bytes, sess_options, npu, kwargs, None)
+
+    def _build(self, path_or_bytes: Any, sess_options: ort.SessionOptions | None,
+               npu: NpuOptions, kwargs: dict, family: Family | None) -> None:
+        """An NPU session: the EP gets `npu` as parsed (and, for a clone, the source's family)."""
+        self._clone_source = (path_or_bytes, npu, kwargs)  # clone() builds the same session
         register()
         options = sess_options if sess_options is not None else ort.SessionOptions()
         if options.has_providers():
@@ -132,9 +146,11 @@ class InferenceSession(ort.InferenceSession):
                 "these SessionOptions already select execution providers (e.g. they configured "
                 f"another session with {EP_NAME}); pass a fresh onnxruntime.SessionOptions")
         npu = _with_fingerprint(path_or_bytes, npu)
+        self._link = SessionLink(npu, family)
+        session_link.attach(self._link, options)
         cache_session = self._cache_session = CacheSession.plan(path_or_bytes, npu, options)
         model = cache_session.warm_model() if cache_session is not None else None
-        options.add_provider_for_devices(ep_devices(), npu.to_strings())
+        options.add_provider_for_devices(ep_devices(), {})  # the options travel in the link
         if model is not None:
             try:
                 self._create(model, options, kwargs)
@@ -154,13 +170,18 @@ class InferenceSession(ort.InferenceSession):
             log.info("%s", line)
 
     def _create(self, model: Any, options: ort.SessionOptions, kwargs: dict) -> None:
-        """onnxruntime's constructor, with the NPU EPs it creates collected, its silent retry
-        on CPU off (it would print a banner and hide the NPU's error) and errors typed."""
+        """onnxruntime's constructor, its silent retry on CPU off (it would print a banner and
+        hide the NPU's error) and errors typed; the NPU EPs it creates join the link."""
         what = f"model {os.fspath(model)!r}" if isinstance(model, (str, os.PathLike)) else \
             "the model"
+        self._link.eps.clear()  # a failed attempt's EPs (the warm path's) are not ours
         # onnxruntime adds its CPU provider itself; naming providers here would drop the NPU.
-        with collecting_eps() as self._npu_eps, model_load_errors(what):
+        with model_load_errors(what):
             super().__init__(model, options, None, None, **{**kwargs, "enable_fallback": 0})
+
+    @property
+    def _npu_eps(self) -> list[NpuEp]:
+        return self._link.eps if self._link is not None else []
 
     def cache_stats(self) -> SessionCacheStats:
         """Where each NPU partition's Program came from (cache hit/miss/..., times, pages touched)
@@ -200,33 +221,40 @@ class InferenceSession(ort.InferenceSession):
         """Bytes copied between CPU and NPU memory so far, process-wide (subtract snapshots)."""
         return copy_stats()
 
-    # ---- memory controls (provider/memory_controls.py) ---------------------------------
-    def memory_info(self) -> memory_controls.SessionMemoryInfo:
+    # ---- memory controls (provider/npu/session_memory.py) ------------------------------
+    def memory_info(self) -> SessionMemoryInfo:
         """NPU memory of this session: Program sizes and the pool bytes it holds."""
-        return memory_controls.session_info(self._npu_eps)
+        return merge_infos([ep.memory.info() for ep in self._npu_eps],
+                           default_pool().stats().in_use)
 
     def set_weight_memory(self, buffer: Any) -> None:
         """mem_alloc_outside=1: the caller's memory for the weights (filled by the session)."""
-        memory_controls.set_caller_memory(self._npu_eps, "weight", buffer)
+        for ep in self._npu_eps:
+            ep.memory.set_weight_memory(_device_region(buffer))
 
     def set_internal_memory(self, buffer: Any) -> None:
         """mem_alloc_outside=1: the caller's memory for the internal tensors (arenas)."""
-        memory_controls.set_caller_memory(self._npu_eps, "internal", buffer)
+        for ep in self._npu_eps:
+            ep.memory.set_internal_memory(_device_region(buffer))
 
     def clone(self, sess_options: ort.SessionOptions | None = None) -> InferenceSession:
         """A session sharing this one's NPU Programs and weights, with its own arena (one per
         thread, like rknn_dup_context). SessionOptions cannot be copied: pass fresh ones
         (e.g. with the same free dimension overrides) or get onnxruntime's defaults."""
         source, npu, kwargs = self._clone_source
-        providers = [(EP_NAME, npu.to_strings()), CPU_EP] if npu is not None else self.get_providers()
-        return memory_controls.clone_session(
-            self._npu_eps, lambda: type(self)(source, sess_options, providers, **kwargs))
+        if npu is None:
+            return type(self)(source, sess_options, self.get_providers(), **kwargs)
+        clone = type(self).__new__(type(self))
+        family = self._npu_eps[0].memory.family if self._npu_eps else None
+        clone._build(source, sess_options, npu, kwargs, family)
+        return clone
 
     # ---- checked feeds and bindings ----------------------------------------------------
     def run(self, output_names, input_feed, run_options=None):
         """onnxruntime's run(), with feeds checked first (BindingError names the input)."""
         check_feeds(self.get_inputs(), input_feed)
-        memory_controls.check_ready(self._npu_eps)
+        for ep in self._npu_eps:
+            ep.memory.check_ready()
         with typed_errors():
             return super().run(output_names, input_feed, run_options)
 

@@ -13,10 +13,10 @@ from threads import run_threads
 
 import models
 import provider
-from provider import memory_controls
 from provider.errors import BindingError, DeviceMemoryError
-from provider.memory_controls import block_bytes
+from provider.npu import session_memory
 from provider.npu.memory import DevicePool, default_pool
+from provider.npu.weights import block_bytes, weight_store
 from provider.options import InvalidOptionError
 from provider.session import InferenceSession
 
@@ -64,7 +64,7 @@ def _in_use() -> int:
 
 def _programs(sess: InferenceSession):
     return [e.program for ep in sess._npu_eps
-            for e in memory_controls.find_session_memory(ep).executors]
+            for e in ep.memory.executors]
 
 
 def _check_in_threads(jobs: list[tuple[InferenceSession, str, list[int]]]) -> None:
@@ -136,26 +136,26 @@ def test_eight_clones_in_eight_threads_share_the_weights():
 def test_shared_weights_are_stored_once_whatever_the_input_shape():
     before = _in_use()
     one = _session("mobilenet_v2", batch=1, share_weights="1")
-    tensors, stored = memory_controls.weight_store().stats()
+    tensors, stored = weight_store().stats()
     mid = default_pool().stats().in_use
     two = _session("mobilenet_v2", batch=2, share_weights="1")
-    assert memory_controls.weight_store().stats() == (tensors, stored)
+    assert weight_store().stats() == (tensors, stored)
     assert default_pool().stats().in_use - mid == two.memory_info().device_internal
     assert one.memory_info().device_weights == two.memory_info().device_weights > 0
     _check(one, "mobilenet_v2", batch=1)
     _check(two, "mobilenet_v2", batch=2)
     del one, two
     assert _in_use() == before
-    assert memory_controls.weight_store().stats() == (0, 0)
+    assert weight_store().stats() == (0, 0)
 
 
 def test_shared_weights_with_the_compile_cache_map_each_tensor_once(tmp_path):
     cache = {"cache_dir": str(tmp_path), "share_weights": "1"}
     first = _session("resnet_block", batch=1, **cache)
-    stored = memory_controls.weight_store().stats()
+    stored = weight_store().stats()
     assert stored[1] == 0 and first.memory_info().device_weights == 0  # views of the mapped entry
     second = _session("resnet_block", batch=2, **cache)  # another cache entry, same tensors
-    assert memory_controls.weight_store().stats() == stored
+    assert weight_store().stats() == stored
     _check(first, "resnet_block", batch=1)
     _check(second, "resnet_block", batch=2)
     del first  # the tensors stay valid while another session uses them
@@ -306,13 +306,13 @@ def test_device_exhaustion_mid_creation_leaves_the_pool_as_it_was(monkeypatch):
     weights = probe.memory_info().device_weights
     del probe
     small = DevicePool(weights + 64)  # room for the weights, not the arena
-    monkeypatch.setattr(memory_controls, "default_pool", lambda: small)
+    monkeypatch.setattr(session_memory, "default_pool", lambda: small)
     for options in ({}, {"internal_memory_group": "tiny"}, {"share_weights": "1"}):
         with pytest.raises(DeviceMemoryError):
             _session("transformer_encoder", **options)
         gc.collect()
         assert small.stats().in_use == 0
-    assert memory_controls.weight_store().stats() == (0, 0)
+    assert weight_store().stats() == (0, 0)
 
 
 def _cycles(count: int, tmp_path) -> None:

@@ -12,7 +12,7 @@ session's `cache_stats()`). Compute wraps onnxruntime's input and output tensors
 views, without copying; the Executor uses NPU-resident ones in place and stages (and counts) the rest,
 e.g. inputs that reach the partition over a CPU->NPU edge and arrive in CPU memory. Runs of one
 kernel are serialized (one arena per Program). Executors come from the session's
-`provider.memory_controls.SessionMemory` (memory options, clones, shared weights).
+`provider.npu.session_memory.SessionMemory` (memory options, clones, shared weights).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from converters.lite.ir import LiteModel
 from converters.onnx_import import import_onnx
 from provider.cache.residency import pages_present, pages_spanned
 from provider.errors import BindingError, UnsupportedError
-from provider.memory_controls import session_memory
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor
 from provider.npu.program import Program
@@ -72,7 +71,7 @@ class FusedKernel:
         self.ort: abi.Ort = ep.ort
         self.enable_fp16 = ep.options.compile.enable_fp16
         self.name = name
-        self.memory = session_memory(ep)  # placement per memory options
+        self.memory = ep.memory  # placement per the memory options
         # KernelContext inputs/outputs follow the fused node's order; the Program uses names.
         self.input_names, self.output_names = input_names, output_names
         self.per_shape = static_shapes is None and not isinstance(source, Program)

@@ -11,20 +11,17 @@ import ctypes as C
 import logging
 import threading
 from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from provider.cache import CompileCache
 from provider.npu.memory import ensure_default_pool
+from provider.npu.session_memory import SessionMemory
 from provider.options import NpuOptions
-from provider.ort import abi, epcontext
+from provider.ort import abi, epcontext, session_link
 from provider.ort.callbacks import address, status_callback, value_callback
 from provider.ort.capability import Placement, claim
 from provider.ort.compute import FusedKernel
 
 log = logging.getLogger("litenpu.ort")
-
-_CREATING = threading.local()  # where OrtEps created on this thread are collected
 
 
 class NpuEp:
@@ -33,9 +30,11 @@ class NpuEp:
     def __init__(self, factory, options: dict[str, str], config: dict[str, str]):
         self.factory = factory
         self.ort: abi.Ort = factory.ort
-        self.options = NpuOptions.parse(options)
-        if self.options.memory.device_memory_bytes:
+        link = session_link.find(config)  # a provider.InferenceSession's parsed options
+        self.options = link.options if link is not None else NpuOptions.parse(options)
+        if self.options.memory.device_memory_bytes:  # before anything takes the pool
             ensure_default_pool(self.options.memory.device_memory_bytes)
+        self.memory = SessionMemory(self.options, link.family if link is not None else None)
         self.context = epcontext.ContextOptions.from_config(config)
         self.cache = CompileCache.from_options(self.options.cache)  # None: compile in memory
         # PartitionCacheStats of the Programs the kernels got (the latest, when shapes churn)
@@ -51,9 +50,8 @@ class NpuEp:
         s.ReleaseNodeComputeInfos = address(_release_node_compute_infos)
         self.address: int = C.addressof(s)
         _EPS[self.address] = self
-        sink = getattr(_CREATING, "eps", None)
-        if sink is not None:
-            sink.append(self)
+        if link is not None:
+            link.eps.append(self)
 
     def close(self) -> None:
         _EPS.pop(self.address, None)
@@ -95,19 +93,6 @@ class NpuEp:
 
 
 _EPS: dict[int, NpuEp] = {}
-@contextmanager
-def collecting_eps() -> Iterator[list[NpuEp]]:
-    """Collect the OrtEps onnxruntime creates on this thread while the block runs.
-
-    onnxruntime creates a session's EP (CreateEp, then GetCapability and Compile) on the thread
-    that constructs the session, so this ties a Python session to its EP's placement records.
-    """
-    created: list[NpuEp] = []
-    _CREATING.eps = created
-    try:
-        yield created
-    finally:
-        _CREATING.eps = None
 
 
 def _ep(this: int) -> NpuEp:
