@@ -13,17 +13,17 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "InferenceSession": "provider.session",
-    "register": "provider.registration",
-    "unregister": "provider.registration",
-    "ep_devices": "provider.registration",
-    "empty": "provider.tensors",
-    "ortvalue_from_numpy": "provider.tensors",
-    "view": "provider.tensors",
-    "npu_device": "provider.tensors",
-    "bind_output": "provider.tensors",
-    "copy_stats": "provider.tensors",
-    "import_fd": "provider.external_memory",
-    "wrap": "provider.external_memory",
+    "register": "provider.ort.registration",
+    "unregister": "provider.ort.registration",
+    "ep_devices": "provider.ort.registration",
+    "empty": "provider.ort.tensors",
+    "ortvalue_from_numpy": "provider.ort.tensors",
+    "view": "provider.ort.tensors",
+    "npu_device": "provider.ort.tensors",
+    "bind_output": "provider.ort.tensors",
+    "copy_stats": "provider.ort.tensors",
+    "import_fd": "provider.ort.external_memory",
+    "wrap": "provider.ort.external_memory",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -51,8 +51,8 @@ def memory_plan(path: Path, options: dict[str, str] | None = None,
     """Create an NPU session on `path` at fixed dims and report its memory."""
     import onnxruntime as ort
 
+    from provider.ort.tensors import ORT_TYPE_TO_NUMPY
     from provider.session import CPU_EP, EP_NAME, InferenceSession
-    from provider.tensors import ORT_TYPE_TO_NUMPY
 
     def session(fixed: dict[str, int]) -> InferenceSession:
         quiet = ort.SessionOptions()

@@ -12,7 +12,7 @@ ones), registers the library, and selects the NPU device with `add_provider_for_
   INFO once the session exists; `copy_stats()` gives the CPU<->NPU bytes copied;
 - compile cache (provider options `cache_dir`, `model_name`, ...): `cache_stats()` lists
   where each partition's Program came from; a model file with a `model_name` is a
-  CacheSession (`provider.cache_session`): a warm start loads the stored EPContext model and
+  CacheSession (`provider.ort.cache_session`): a warm start loads the stored EPContext model and
   never parses the source.
 - memory controls (`provider.npu.session_memory`): `memory_info()`, caller-owned memory
   (`set_weight_memory` / `set_internal_memory`), `clone()` for one session per thread.
@@ -33,18 +33,18 @@ from converters.lite.reader import load as load_ms
 from converters.mindir.importer import import_mindir
 from converters.onnx_export import export_onnx
 from provider.cache.fingerprint import MEMO_DIR, source_fingerprint
-from provider.cache_session import CacheSession, SessionCacheStats
 from provider.errors import BindingError, UnsupportedError
 from provider.npu.memory import default_pool
 from provider.npu.session_memory import Family, SessionMemoryInfo, merge_infos
 from provider.options import InvalidOptionError, NpuOptions
 from provider.ort import EP_NAME, session_link
+from provider.ort.cache_session import CacheSession, SessionCacheStats
 from provider.ort.capability import Placement
 from provider.ort.ep import NpuEp
+from provider.ort.registration import ep_devices, register
 from provider.ort.session_link import SessionLink
 from provider.ort.status import model_load_errors, typed_errors
-from provider.registration import ep_devices, register
-from provider.tensors import ORT_TYPE_TO_NUMPY, bind_output, copy_stats, view
+from provider.ort.tensors import ORT_TYPE_TO_NUMPY, bind_output, copy_stats, view
 
 log = logging.getLogger("litenpu.ort")
 

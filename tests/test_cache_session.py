@@ -18,8 +18,8 @@ from test_cache import _full, _read_only, _under_a_file
 from test_ort_cache import IMAGE, RESNET, Calls
 
 import provider
-from provider import cache_session
 from provider.cache import CompileCache, fingerprint
+from provider.ort import cache_session
 from provider.session import InferenceSession
 
 

@@ -86,8 +86,8 @@ def test_npu_device_carries_our_vendor_id():
 def test_missing_library_is_a_clear_error(monkeypatch):
     import importlib.machinery
 
-    from provider import registration
     from provider.errors import LitenpuError
+    from provider.ort import registration
 
     monkeypatch.setattr(importlib.machinery, "EXTENSION_SUFFIXES", [".nowhere.so"])
     with pytest.raises(LitenpuError, match="pip install -e"):

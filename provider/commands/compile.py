@@ -19,7 +19,7 @@ from provider.cache import default_cache_dir
 from provider.cli import UsageError, command, key_values
 from provider.options import NpuOptions
 from provider.ort import epcontext
-from provider.registration import ep_devices, register
+from provider.ort.registration import ep_devices, register
 
 EXAMPLE = """\
 example:

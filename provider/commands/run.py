@@ -95,7 +95,7 @@ def gather_inputs(metas: list, args: argparse.Namespace) -> dict[str, np.ndarray
 
 def random_input(meta, dims: dict[str, int], rng: np.random.Generator) -> np.ndarray:
     """Seeded random values for one session input (symbolic dims from `dims`, else 1)."""
-    from provider.tensors import ORT_TYPE_TO_NUMPY
+    from provider.ort.tensors import ORT_TYPE_TO_NUMPY
 
     dtype = ORT_TYPE_TO_NUMPY.get(meta.type)
     if dtype is None:

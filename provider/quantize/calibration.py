@@ -21,7 +21,7 @@ import onnx
 import onnxruntime as ort
 
 from provider.errors import LitenpuError
-from provider.tensors import ORT_TYPE_TO_NUMPY
+from provider.ort.tensors import ORT_TYPE_TO_NUMPY
 
 if TYPE_CHECKING:
     from provider.quantize.images import ImageOptions

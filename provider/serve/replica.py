@@ -16,9 +16,9 @@ import onnxruntime as ort
 
 from provider.errors import BindingError
 from provider.ort import EP_NAME
+from provider.ort.tensors import ORT_TYPE_TO_NUMPY
 from provider.serve.protocol import RequestError, decode_request, encode_error, encode_response
 from provider.session import CPU_EP, InferenceSession
-from provider.tensors import ORT_TYPE_TO_NUMPY
 
 WARM = {"hit", "context"}  # partition statuses that compiled nothing (provider.ort.kernel_cache)
 

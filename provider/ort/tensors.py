@@ -21,8 +21,8 @@ from provider.errors import BindingError
 from provider.npu.memory import default_pool
 from provider.ort import VENDOR_ID
 from provider.ort.abi import array_at
+from provider.ort.registration import register
 from provider.ort.transfer import COUNTERS, CopyStats
-from provider.registration import register
 
 # OrtValue.data_type() / NodeArg.type strings -> numpy dtypes
 ORT_TYPE_TO_NUMPY = {

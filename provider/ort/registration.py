@@ -22,7 +22,7 @@ _REGISTERED = False
 
 def library_path() -> str:
     """Path of the built trampoline (provider/ort/_trampoline<suffix>)."""
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ort")
+    here = os.path.dirname(os.path.abspath(__file__))
     path = built_library(here, "_trampoline")
     if path is not None:
         return path

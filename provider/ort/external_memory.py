@@ -21,7 +21,7 @@ from provider.errors import BindingError, LitenpuError
 from provider.npu.memory import DeviceBuffer, default_pool
 from provider.ort import VENDOR_ID
 from provider.ort.allocator import adopting
-from provider.registration import register
+from provider.ort.registration import register
 
 __all__ = ["import_fd", "wrap"]
 
