@@ -36,12 +36,15 @@ Use from an execution provider's Compile callback::
 
 from provider.cache.entry import BadEntry
 from provider.cache.fingerprint import source_fingerprint
-from provider.cache.keys import CacheKey, partition_signature
+from provider.cache.keys import CacheKey, PartitionKeys, partition_signature, session_key
 from provider.cache.store import (
+    CONTEXT,
+    OFF,
     CacheOutcome,
     CacheStatus,
     CompileCache,
     EntryInfo,
+    PartitionCacheStats,
     default_cache_dir,
 )
 
@@ -49,7 +52,12 @@ __all__ = [
     "BadEntry",
     "source_fingerprint",
     "CacheKey",
+    "PartitionKeys",
     "partition_signature",
+    "session_key",
+    "CONTEXT",
+    "OFF",
+    "PartitionCacheStats",
     "default_cache_dir",
     "CacheOutcome",
     "CacheStatus",

@@ -1,4 +1,8 @@
-"""CacheKey: what a compiled Program depends on, and the directory name it is stored under.
+"""Cache keys: what a compiled Program depends on, and the directory name it is stored under.
+
+The one place keys are built: `CacheKey.build` (any Program), `PartitionKeys` (an NPU
+partition's Program per input shape) and `session_key` (a CacheSession's stored EPContext
+model).
 
 Identity fields (they name the entry: `CacheKey.digest`): the source (a content
 fingerprint, always), the model name, the partition signature, the input shapes, the compile
@@ -21,7 +25,7 @@ from provider import __version__
 from provider.errors import CacheError
 from provider.npu.program import FORMAT_VERSION
 
-__all__ = ["CacheKey", "partition_signature"]
+__all__ = ["CacheKey", "partition_signature", "PartitionKeys", "session_key", "within"]
 
 DIGEST_CHARS = 32  # 128 bits of sha256: the entry's directory name
 
@@ -136,3 +140,44 @@ class CacheKey:
     def to_dict(self) -> dict[str, Any]:
         """The key as plain JSON-able data (tuples become lists), as stored in the manifest."""
         return json.loads(json.dumps(asdict(self)))
+
+
+@dataclass(frozen=True)
+class PartitionKeys:
+    """Makes the cache keys of one NPU partition, one per input-shape combination.
+
+    `fingerprint` is the partition's content digest (the model's fingerprint combined with
+    the partition's structure, or a hash of the partition with its weights); `model_name`
+    only names the entries; `options` is everything else the Program depends on (the
+    compile options, the onnxruntime version)."""
+
+    nodes: tuple[tuple[str, str], ...]  # (node name, op type)
+    model_name: str
+    fingerprint: str
+    options: tuple[tuple[str, Any], ...]
+
+    @classmethod
+    def of(cls, nodes: Sequence[tuple[str, str]], *, model_name: str, fingerprint: str,
+           options: Mapping[str, Any]) -> PartitionKeys:
+        return cls(tuple((str(n), str(op)) for n, op in nodes), model_name, fingerprint,
+                   tuple(sorted(options.items())))
+
+    def key(self, shapes: Mapping[str, Sequence[int]]) -> CacheKey:
+        """The key of this partition compiled for `shapes` (no import, no compile)."""
+        return CacheKey.build(partition=self.nodes, input_shapes=shapes,
+                              options=dict(self.options), model_name=self.model_name,
+                              fingerprint=self.fingerprint)
+
+
+def session_key(source: str, *, fingerprint: str, model_name: str,
+                options: Mapping[str, Any]) -> CacheKey:
+    """The key of a CacheSession's entry: the model file (by path and content fingerprint)
+    and what shapes its partitions and Programs (`options`)."""
+    return CacheKey.build(partition=[(source, "CacheSession")], input_shapes={},
+                          options=options, model_name=model_name, fingerprint=fingerprint)
+
+
+def within(source: str, structure: str) -> str:
+    """The content digest of a partition cut from a model whose content digest is `source`,
+    given a digest of the partition's structure."""
+    return hashlib.sha256(f"{source}:{structure}".encode()).hexdigest()

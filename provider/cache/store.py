@@ -31,8 +31,8 @@ from provider.errors import CacheError
 from provider.npu.program import Program
 from provider.options import CacheOptions
 
-__all__ = ["CacheStatus", "CacheOutcome", "EntryInfo", "CompileCache", "STALE_SECONDS",
-           "default_cache_dir"]
+__all__ = ["CacheStatus", "CacheOutcome", "PartitionCacheStats", "EntryInfo", "CompileCache",
+           "STALE_SECONDS", "CONTEXT", "OFF", "default_cache_dir"]
 
 log = logging.getLogger("litenpu.cache")
 
@@ -90,6 +90,34 @@ class CacheOutcome:
             facts.append(f"{self.pages_touched}/{self.weight_pages} weight pages mapped")
         text = f"{self.status.value}: {', '.join(facts)}"
         return f"{text} ({self.reason})" if self.reason else text
+
+
+# statuses besides CacheStatus values: "context" (built from an EPContext node), "off" (no cache)
+CONTEXT, OFF = "context", "off"
+
+
+@dataclass(frozen=True)
+class PartitionCacheStats:
+    """Where one NPU partition's Program came from and what that cost
+    (what `InferenceSession.cache_stats()` lists)."""
+
+    partition: str  # the fused node's name
+    input_shapes: dict[str, tuple[int, ...]]
+    status: str  # hit | miss | rebuilt | in-memory | context | off
+    reason: str  # why a miss was rebuilt / kept in memory ('' when nothing went wrong)
+    load_seconds: float  # entry lookup + mapping (hit, context) or mapping the new entry
+    compile_seconds: float  # import + compile (0 on a hit or from a context)
+    pages_touched: int | None  # weight pages mapped into this process when handed over
+    weight_pages: int
+    entry: str | None  # the cache entry directory (None: in memory)
+
+    @classmethod
+    def of(cls, partition: str, shapes: dict[str, tuple[int, ...]],
+           outcome: CacheOutcome) -> PartitionCacheStats:
+        """The record of one get_or_compile outcome."""
+        return cls(partition, dict(shapes), outcome.status.value, outcome.reason,
+                   outcome.load_seconds, outcome.compile_seconds, outcome.pages_touched,
+                   outcome.weight_pages, str(outcome.entry) if outcome.entry else None)
 
 
 @dataclass(frozen=True)

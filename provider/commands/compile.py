@@ -10,12 +10,14 @@ and OUT references their entries (a small file; `litenpu cache clear` makes OUT 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 import onnx
 import onnxruntime as ort
 
 from provider.cache import default_cache_dir
+from provider.cache.fingerprint import MEMO_DIR, source_fingerprint
 from provider.cli import UsageError, command, key_values
 from provider.options import NpuOptions
 from provider.ort import epcontext
@@ -57,8 +59,16 @@ def _npu_options(args: argparse.Namespace) -> NpuOptions:
 
 
 def compile_model_file(model: Path, output: Path, npu: NpuOptions, *, embed: bool) -> None:
-    """Compile `model`'s NPU partitions into the EPContext model `output`."""
+    """Compile `model`'s NPU partitions into the EPContext model `output` (with a cache, into
+    entries keyed by the model's content fingerprint, hashed once, not per partition).
+
+    onnxruntime's compile API partitions the graph as loaded, before its graph
+    optimisations; a session on the source model partitions the optimised graph, so its
+    Programs are others: open the EPContext model to start warm."""
     register()
+    if npu.cache.cache_dir is not None and not npu.cache.model_fingerprint:
+        fingerprint = source_fingerprint(model, npu.cache.cache_dir / MEMO_DIR)
+        npu = replace(npu, cache=replace(npu.cache, model_fingerprint=fingerprint))
     options = ort.SessionOptions()
     options.add_provider_for_devices(ep_devices(), npu.to_strings())
     output.parent.mkdir(parents=True, exist_ok=True)

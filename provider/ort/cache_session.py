@@ -36,12 +36,11 @@ from typing import Any
 
 import onnxruntime as ort
 
-from provider.cache import CacheKey, CompileCache
+from provider.cache import CompileCache, PartitionCacheStats, session_key
 from provider.errors import CacheError
 from provider.npu.program import Program
 from provider.options import NpuOptions
 from provider.ort.compute import FusedKernel
-from provider.ort.kernel_cache import PartitionCacheStats
 
 __all__ = ["SessionCacheStats", "CacheSession", "CONTEXT_MODEL", "SOURCE_STAT"]
 
@@ -85,9 +84,8 @@ class CacheSession:
         # what shapes the session's partitions and Programs: placement and compile options
         options = {"placement": asdict(npu.placement), "compile": npu.compile.as_dict(),
                    "graph_optimization_level": str(sess_options.graph_optimization_level)}
-        self.key = CacheKey.build(partition=[(self.source, "CacheSession")], input_shapes={},
-                                  options=options, model_name=npu.cache.model_name,
-                                  fingerprint=self.fingerprint)
+        self.key = session_key(self.source, fingerprint=self.fingerprint,
+                               model_name=npu.cache.model_name, options=options)
         self.path, self.reason = COLD, ""
         self._tmp: str | None = None
 

@@ -2,7 +2,7 @@
 
 Compile reads the partition's OrtGraph, or restores it from one of our EPContext nodes (a
 Program embedded, in a cache entry, or Lite IR). With a compile cache (`cache_dir`), a static
-partition's key is built from the graph without converting it (`provider.ort.kernel_cache`): a
+partition's key is built from the graph without converting it (`provider.cache.keys`): a
 hit maps the cached Program and neither imports nor compiles; a miss imports to Lite IR,
 compiles and stores. With dynamic dims the partition is imported once (weights copied:
 onnxruntime may drop its initializers after fusing) and a Program is obtained on the first run
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes as C
 import dataclasses
+import hashlib
 import logging
 import threading
 import time
@@ -30,6 +31,8 @@ import numpy as np
 
 from converters.lite.ir import LiteModel
 from converters.onnx_import import import_onnx
+from provider.cache import CONTEXT, OFF, PartitionCacheStats, PartitionKeys
+from provider.cache.keys import within
 from provider.cache.residency import pages_present, pages_spanned
 from provider.errors import BindingError, UnsupportedError
 from provider.npu.compiler import compile_model
@@ -38,7 +41,6 @@ from provider.npu.program import Program
 from provider.ort import abi, epcontext
 from provider.ort.callbacks import address, status_callback, value_callback
 from provider.ort.graph import OrtGraphContents, read_graph
-from provider.ort.kernel_cache import CONTEXT, OFF, PartitionCacheStats, PartitionKeys
 from provider.ort.transfer import COUNTERS
 
 log = logging.getLogger("litenpu.ort")
@@ -136,9 +138,7 @@ class FusedKernel:
             lite = _import(contents, name)
             return cls(ep, name, inputs, outputs, lite, None,
                        keys=_lite_keys(ep, lite, lambda: epcontext.to_bytes(lite)))
-        keys = None if ep.cache is None else PartitionKeys.of(
-            contents, model_name=ep.options.cache.model_name,
-            model_fingerprint=ep.options.cache.model_fingerprint, options=_key_options(ep))
+        keys = None if ep.cache is None else _partition_keys(ep, contents)
         shapes = {vi.name: tuple(vi.shape) for vi in contents.inputs}
         return cls(ep, name, inputs, outputs, contents, shapes, keys=keys)
 
@@ -257,13 +257,28 @@ def _key_options(ep) -> dict:
     return {**ep.options.compile.as_dict(), "onnxruntime": ep.ort.version_string}
 
 
+def _partition_keys(ep, contents: OrtGraphContents) -> PartitionKeys:
+    """Cache keys of a partition read from its OrtGraph: its content is the model's
+    fingerprint with the partition's structure, or, without one, the partition with its
+    weights hashed."""
+    model = ep.options.cache.model_fingerprint
+    fingerprint = (within(model, contents.fingerprint(weights=False)) if model
+                   else contents.fingerprint())
+    return PartitionKeys.of([(n.view.name, n.view.op_type) for n in contents.nodes],
+                            model_name=ep.options.cache.model_name, fingerprint=fingerprint,
+                            options=_key_options(ep))
+
+
 def _lite_keys(ep, lite: LiteModel, image: Callable[[], bytes]) -> PartitionKeys | None:
-    """Cache keys of a partition held as Lite IR (None without a cache; `image()` gives its
-    `.ms` bytes)."""
+    """Cache keys of a partition held as Lite IR (None without a cache), keyed by its `.ms`
+    image (`image()`): the same bytes whether the partition was just imported or read back
+    from an EPContext node."""
     if ep.cache is None:
         return None
-    return PartitionKeys.of_lite(lite, image(), model_name=ep.options.cache.model_name,
-                                 options=_key_options(ep))
+    return PartitionKeys.of([(n.name, n.op) for n in lite.nodes],
+                            model_name=ep.options.cache.model_name,
+                            fingerprint=hashlib.sha256(image()).hexdigest(),
+                            options=_key_options(ep))
 
 
 def _import(contents: OrtGraphContents, name: str) -> LiteModel:

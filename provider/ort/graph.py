@@ -13,7 +13,9 @@ numpy lacks (strings, float8) are not read either.
 from __future__ import annotations
 
 import ctypes as C
+import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -60,6 +62,40 @@ class OrtGraphContents:
 
     def _info(self, name: str) -> ValueInfo:
         return self.value_info.get(name) or ValueInfo(name)
+
+    def fingerprint(self, *, weights: bool = True) -> str:
+        """sha256 hex of the graph's content: nodes (ops, attributes, wiring) and initializers
+        (their bytes, or with `weights=False` only their names, dtypes and shapes)."""
+        digest = hashlib.sha256()
+        for node in self.nodes:
+            view = node.view
+            digest.update(repr((view.name, view.domain, view.op_type, view.inputs,
+                                view.outputs)).encode())
+            for name in sorted(view.attrs):
+                digest.update(f"attr:{name}=".encode())
+                _hash_value(digest, view.attrs[name])
+        for name in sorted(self.initializers):
+            digest.update(f"init:{name}=".encode())
+            value = self.initializers[name]
+            if weights:
+                _hash_value(digest, value)
+            else:
+                digest.update(f"{value.dtype.str}:{value.shape};".encode())
+        return digest.hexdigest()
+
+
+def _hash_value(digest: Any, value: Any) -> None:
+    """Feed an attribute value into `digest` unambiguously (arrays by dtype, shape, bytes)."""
+    if isinstance(value, np.ndarray):
+        digest.update(f"array:{value.dtype.str}:{value.shape}:".encode())
+        digest.update(np.ascontiguousarray(value).tobytes() if value.dtype != object
+                      else repr(value.tolist()).encode())
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"list:{len(value)}:".encode())
+        for item in value:
+            _hash_value(digest, item)
+    else:
+        digest.update(f"{type(value).__name__}:{value!r};".encode())
 
 
 class OrtGraphReader:

@@ -20,7 +20,7 @@ from provider.ort.tensors import ORT_TYPE_TO_NUMPY
 from provider.serve.protocol import RequestError, decode_request, encode_error, encode_response
 from provider.session import CPU_EP, InferenceSession
 
-WARM = {"hit", "context"}  # partition statuses that compiled nothing (provider.ort.kernel_cache)
+WARM = {"hit", "context"}  # partition statuses that compiled nothing (provider.cache.PartitionCacheStats)
 
 
 class Replica:
