@@ -143,6 +143,10 @@ class ImportContext:
     def is_known(self, name: str) -> bool:
         return name in self._index
 
+    def values(self) -> dict[str, int]:
+        """Every ONNX value seen so far -> its Lite tensor index (aliases share one)."""
+        return dict(self._index)
+
 
 def _type_id(dtype: np.dtype | None) -> int:
     if dtype is None:
@@ -171,13 +175,17 @@ def import_onnx(model: onnx.ModelProto | GraphView | str | os.PathLike, *,
     lite.inputs = [ctx.tensor(vi.name) for vi in view.inputs if vi.name not in view.initializers]
     total = len(view.nodes)
     for done, node in enumerate(view.nodes, 1):
+        first = len(lite.nodes)
         _import_node(ctx, node, report)
+        report.origins.append(range(first, len(lite.nodes)))
         if progress is not None and (done % PROGRESS_EVERY == 0 or done == total):
             progress(done, total)
     for vi in view.outputs:
         if not ctx.is_known(vi.name):
             raise InvalidModelError(f"{source}: graph output {vi.name!r} is produced by no node")
     lite.outputs = [ctx.tensor(vi.name) for vi in view.outputs]
+    report.values = ctx.values()
+    report.initializers = {n: report.values[n] for n in view.initializers if n in report.values}
     data = np.frombuffer(header.SerializeToString(), dtype=np.uint8)
     lite.add_tensor(LiteTensor.of(HEADER_TENSOR, np.uint8, data.shape, data))
     report.weight_bytes = weight_bytes(lite)

@@ -24,6 +24,11 @@ class ConversionReport:
     mapped: Counter = field(default_factory=Counter)
     custom: list[CustomNode] = field(default_factory=list)
     weight_bytes: int = 0
+    # provenance (ONNX import): per source node in order, the Lite nodes it became; the Lite
+    # tensor of every source value (aliases included) and of every source initializer
+    origins: list[range] = field(default_factory=list)
+    values: dict[str, int] = field(default_factory=dict)
+    initializers: dict[str, int] = field(default_factory=dict)
 
     @property
     def mapped_count(self) -> int:

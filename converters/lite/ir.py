@@ -149,6 +149,23 @@ class LiteModel:
             tensors=list(range(len(self.tensors))),
         )
 
+    def cut(self, nodes: list[int], inputs: list[int], outputs: list[int],
+            name: str = "") -> LiteModel:
+        """A model of `nodes` (indices, in order) whose graph inputs and outputs are the
+        tensors `inputs` / `outputs`: only the tensors they use, reindexed; the tensors
+        themselves are shared, not copied."""
+        used = dict.fromkeys([*inputs, *outputs,
+                              *(t for n in nodes for t in (*self.nodes[n].inputs,
+                                                            *self.nodes[n].outputs))])
+        index = {old: new for new, old in enumerate(used)}
+        return LiteModel(
+            name=name or self.name, version=self.version, fmk_type=self.fmk_type,
+            tensors=[self.tensors[t] for t in used],
+            nodes=[LiteNode(node.name, node.op, node.attrs, [index[t] for t in node.inputs],
+                            [index[t] for t in node.outputs], node.quant_type,
+                            node.device_type) for node in (self.nodes[n] for n in nodes)],
+            inputs=[index[t] for t in inputs], outputs=[index[t] for t in outputs])
+
     def finalize_subgraph(self) -> LiteModel:
         """Give a single-graph model its main SubGraph (as MindSpore Lite writes it)."""
         if not self.subgraphs:
