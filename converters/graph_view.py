@@ -191,10 +191,10 @@ def from_onnx(model: onnx.ModelProto | str | os.PathLike, *, check: bool = True,
         source = os.fspath(model)
         base_dir = os.path.dirname(os.path.abspath(source))
         model = load_onnx(source)
+    check_text(model, source)
     # The checker and shape inference serialise what they are given: give them the graph
     # without its big weights, so a model's bytes are not copied twice more.
     skeleton = weightless(model)
-    check_text(skeleton, source)
     if check:
         _check(skeleton, source)
     known = {vi.name: value_info(vi) for vi in model.graph.value_info}

@@ -17,14 +17,19 @@ IDENTIFIER_FIELDS = frozenset({"name", "input", "output", "op_type", "domain"})
 
 
 def check_text(msg: Message, label: str) -> None:
-    """InvalidModelError if a string field of `msg` is not UTF-8, or a name holds a NUL."""
-    for fd, value in msg.ListFields():
-        items = value if _repeated(fd) else (value,)
+    """InvalidModelError if a string field of `msg` is not UTF-8, or a name holds a NUL.
+
+    Only string and message fields are read, so weight bytes (raw_data) are never copied.
+    """
+    for fd in msg.DESCRIPTOR.fields:
+        repeated = _repeated(fd)
         if fd.type == fd.TYPE_MESSAGE:
-            for item in items:
-                check_text(item, label)
+            if repeated or msg.HasField(fd.name):
+                for item in getattr(msg, fd.name) if repeated else (getattr(msg, fd.name),):
+                    check_text(item, label)
         elif fd.type == fd.TYPE_STRING:
-            for item in items:
+            value = getattr(msg, fd.name)
+            for item in value if repeated else (value,):
                 if not isinstance(item, str):
                     raise InvalidModelError(f"{label}: field {fd.full_name} is not valid UTF-8 "
                                             f"text ({bytes(item)[:40]!r})")

@@ -151,8 +151,9 @@ class _OneLineFormatter(logging.Formatter):
 
 
 def _configure_logging(debug: bool) -> None:
-    """WARNING and up on stderr, one line each (DEBUG and tracebacks with --debug), unless
-    logging is already set up (a test harness, a program calling `main`)."""
+    """WARNING and up (Python warnings included) on stderr, one line each (DEBUG and
+    tracebacks with --debug), unless logging is already set up (a test harness, a program
+    calling `main`)."""
     root = logging.getLogger()
     if root.handlers:
         return
@@ -160,6 +161,7 @@ def _configure_logging(debug: bool) -> None:
     handler.setFormatter((logging.Formatter if debug else _OneLineFormatter)(LOG_FORMAT))
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if debug else logging.WARNING)
+    logging.captureWarnings(True)  # numpy's RuntimeWarnings too, one line each
 
 
 def _quiet_onnxruntime(debug: bool) -> None:
