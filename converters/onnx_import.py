@@ -278,9 +278,9 @@ def _import_node(ctx: ImportContext, node, report: ConversionReport) -> None:
     except Unmappable as e:
         _custom(ctx, node, report, str(e))
         return
-    except (KeyError, IndexError, TypeError, ValueError) as e:
-        # A node this mapping did not expect (missing attribute, odd operand): carrying it
-        # is always correct, so do that and say so loudly.
+    except (KeyError, IndexError, TypeError, ValueError, ArithmeticError) as e:
+        # A node this mapping did not expect (missing attribute, odd operand, a value out
+        # of range): carrying it is always correct, so do that and say so loudly.
         log.warning("node %r (%s): mapping failed (%s: %s); carried as Custom",
                     node.name, node.op_type, type(e).__name__, e)
         _custom(ctx, node, report, f"mapping failed: {type(e).__name__}: {e}")

@@ -22,7 +22,7 @@ and that exception is what onnxruntime users already handle for any model onnxru
 refuses. Anything else is a bug, unless a `KNOWN_ISSUES` entry (fixed elsewhere) names it.
 
 Cases run in batches, one child process per batch, each writing one JSON line per path it
-starts and per case it finishes, so a child that dies by a signal or hangs points at the
+starts and finishes and per case it finishes, so a child that dies by a signal or hangs points at the
 case it was in; that case is rerun alone to confirm, the rest of the batch continues.
 
     python tests/fuzz_models.py --cases 300              # a run and its summary
@@ -52,13 +52,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fuzz_mutations import LEVELS, mutate, seed_models  # noqa: E402
+
+from provider.cli import ORT_ERRORS_MODULE  # noqa: E402
 
 DEFAULT_SEED = 15
 CASE_TIMEOUT = 60.0  # seconds for one case (all its paths); a slower case counts as a hang
 MEMORY_LIMIT = 8 << 30  # address space of a child: a huge allocation fails, never OOM-kills
 MAX_FEED_BYTES = 64 << 20
+LARGE_OUTPUT = 1 << 18  # elements: beyond, float32 accumulation order shows (see session_path)
+FALLBACK = "Falling back to"  # onnxruntime's print when it retries a session without the EP
 SELFTEST = "selftest"  # ids `selftest:signal|hang|ok` exercise the harness itself
 
 
@@ -113,7 +119,7 @@ class KnownIssue:
 
     key: str
     reason: str
-    match: Callable[[str, dict], bool]
+    match: Callable[[dict, list[str]], bool]  # (bug outcome, the case's mutations)
 
 
 def _error_type(outcome: dict) -> str:
@@ -127,22 +133,34 @@ def _message(outcome: dict) -> str:
 KNOWN_ISSUES: list[KnownIssue] = [
     KnownIssue("sigfpe-zero-size-pooling",
                "native pooling divides by a zero-size dim (provider/npu/csrc; being fixed)",
-               lambda path, o: o.get("signal") == signal.SIGFPE),
+               lambda o, mutations: o.get("signal") == signal.SIGFPE),
     KnownIssue("ort-fallback-print",
-               "onnxruntime prints 'EP Error ... Falling back to CPU and retrying' while "
-               "creating a session on a model the EP fails (provider/session.py; being fixed)",
-               lambda path, o: "Falling back to" in o.get("stderr", "")),
+               "onnxruntime prints 'EP Error ... Falling back to CPU and retrying' (to stdout) "
+               "while creating a session that fails with a ValueError or RuntimeError "
+               "(provider/session.py; being fixed)",
+               lambda o, mutations: FALLBACK in o.get("output", "")),
     KnownIssue("typed-error-as-epfail",
                "a LitenpuError raised inside an NPU EP callback (DeviceMemoryError when the "
                "device runs out of memory, InvalidModelError from a compile at the first run) "
                "reaches Python as onnxruntime's EPFail naming it (provider/session.py, "
                "provider/ort; being fixed)",
-               lambda path, o: _error_type(o) == "EPFail" and _names_litenpu_error(_message(o))),
+               lambda o, mutations: _error_type(o) == "EPFail" and _names_litenpu_error(_message(o))),
+    KnownIssue("clip-infinite-bound-ignored",
+               "the NPU drops a Clip bound that is not finite, so max=-inf (or min=+inf, NaN) "
+               "leaves values unclipped where ONNX clips all to max (provider/npu/shapes.py "
+               "_optional_bound; reported by the fuzz helper)",
+               lambda o, mutations: o["why"].startswith("wrong output")
+               and any(re.search(r"(min|max)_val = (-inf|inf|nan)$", m) for m in mutations)),
+    KnownIssue("elu-nan-alpha-spreads",
+               "the NPU's Elu with alpha=NaN turns every element NaN; ONNX (and onnxruntime) "
+               "keep x where x > 0 (provider/npu kernels; reported by the fuzz helper)",
+               lambda o, mutations: o["why"].startswith("wrong output")
+               and any(re.search(r"\(Activation ELU\) alpha = nan$", m) for m in mutations)),
     KnownIssue("scratch-memoryerror-as-epfail",
                "a conv whose stride is huge (2**31) makes the native kernel's host scratch "
                "allocation fail: a bare MemoryError inside the EP, EPFail to Python "
                "(provider/npu; reported by the fuzz helper)",
-               lambda path, o: _error_type(o) == "EPFail"
+               lambda o, mutations: _error_type(o) == "EPFail"
                and "MemoryError: native NPU kernel: no host memory" in _message(o)),
 ]
 
@@ -156,11 +174,11 @@ def _names_litenpu_error(message: str) -> bool:
     return exit_code(EPFail(message)) == EXIT_USER_ERROR
 
 
-def _known(path: str, outcome: dict) -> dict:
+def _known(outcome: dict, mutations: list[str]) -> dict:
     """A bug outcome matched to a KNOWN_ISSUES entry becomes `known:<key>`."""
     if outcome["outcome"] == "bug":
         for issue in KNOWN_ISSUES:
-            if issue.match(path, outcome):
+            if issue.match(outcome, mutations):
                 return {**outcome, "outcome": f"known:{issue.key}"}
     return outcome
 
@@ -215,7 +233,8 @@ def run_cli(argv: list[str]) -> dict:
             rc = e.code if isinstance(e.code, int) else 2
         except BaseException as e:  # noqa: BLE001 - anything escaping main is the finding
             rc, escaped = None, describe_exception(e)
-    return {"rc": rc, "stderr": text["err"][-3000:], "escaped": escaped}
+    return {"rc": rc, "stderr": text["err"][-3000:], "stdout": text["out"][-3000:],
+            "escaped": escaped}
 
 
 LOG_LINE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: ")
@@ -233,6 +252,8 @@ def cli_outcome(command: str, run: dict) -> dict:
     stray = [line for line in lines if line not in errors and not LOG_LINE.match(line)]
     if stray:
         return _bug("stray output on stderr", rc=run["rc"], stderr=err)
+    if FALLBACK in run.get("stdout", ""):
+        return _bug("onnxruntime's fallback message", rc=run["rc"], output=run["stdout"])
     if run["rc"] == 0 and not errors:
         return {"outcome": "ok", "stderr": err}
     if run["rc"] == 1 and len(errors) == 1:
@@ -279,7 +300,6 @@ def _unloadable(path: Path) -> str | None:
 
 def session_path(src: Path, work: Path) -> dict:
     """provider.InferenceSession on the NPU + one run, checked against onnxruntime CPU."""
-    import numpy as np
     import onnxruntime as ort
 
     from provider.commands.run import random_input
@@ -300,10 +320,15 @@ def session_path(src: Path, work: Path) -> dict:
             oracle = InferenceSession(str(src), options(), providers=[CPU_EP])
     except Exception as e:  # noqa: BLE001 - the oracle's refusal is a fact, not a failure
         oracle_error = {**describe_exception(e), "plain": src.suffix == ".onnx"}
-    try:
-        session = InferenceSession(str(src), options(), providers=[EP_NAME, CPU_EP])
-    except Exception as e:  # noqa: BLE001 - classified below
-        return _rejected(e, oracle_error, "session creation")
+    with captured_fds() as printed:
+        try:
+            session, error = InferenceSession(str(src), options(), providers=[EP_NAME, CPU_EP]), None
+        except Exception as e:  # noqa: BLE001 - classified below
+            error = e
+    if FALLBACK in printed["out"]:
+        return _bug("onnxruntime's fallback message", output=printed["out"][-2000:])
+    if error is not None:
+        return _rejected(error, oracle_error, "session creation")
     rng = np.random.default_rng(zlib.crc32(str(work).encode()))
     feeds = {}
     for meta in session.get_inputs():
@@ -339,33 +364,50 @@ def session_path(src: Path, work: Path) -> dict:
         # ONNX (onnxruntime's CPU kernels drop some that numpy keeps), and overflow to inf
         # depends on the summation order; wherever both sides are finite they agree.
         return {"outcome": "ok", "checked": True, "note": f"finite positions only: {mismatch}"}
-    reference = reference_outputs(src, feeds)
-    if reference is not None and compare(got, reference) is None:
-        # e.g. onnxruntime pads SAME_UPPER convs negatively when the stride exceeds the image
-        return {"outcome": "ok", "checked": True,
-                "note": f"onnx's reference evaluator agrees with the NPU: {mismatch}"}
+    if max(np.asarray(w).size for w in want) >= LARGE_OUTPUT:
+        # Mutated dims make huge planes, whose reductions (instance norm over 10**6 values)
+        # gather float32 rounding in an order-dependent way: onnxruntime's CPU kernel sums
+        # naively (5e-4 off the float64 value in one such case, where the NPU was 3e-6 off).
+        # There, only a difference over 1% of an output's range counts as a wrong number.
+        if compare(got, want, rtol=1e-2, atol_scale=1e-2) is None:
+            return {"outcome": "ok", "checked": True, "note": f"large outputs: {mismatch}"}
+    else:  # onnx's reference evaluator is the tie-breaker (too slow for big tensors)
+        reference = reference_outputs(src, feeds)
+        if reference is not None and compare(got, reference) is None:
+            # e.g. onnxruntime pads SAME_UPPER convs negatively when the stride exceeds the
+            # image, where the NPU and the reference agree
+            return {"outcome": "ok", "checked": True,
+                    "note": f"onnx's reference evaluator agrees with the NPU: {mismatch}"}
     return _bug(f"wrong output: {mismatch}")
 
 
 def _rejected(e: BaseException, oracle_error: dict | None, stage: str) -> dict:
-    """error (a LitenpuError), ort-rejects (what onnxruntime's CPU provider raises on the same
-    model: an onnxruntime exception class, or for .onnx files, which go to onnxruntime as
-    they are, the very exception plain onnxruntime raises) or bug."""
+    """error (a LitenpuError), ort-rejects or bug.
+
+    ort-rejects: onnxruntime's CPU provider rejects the same model too and the NPU session
+    raised an onnxruntime exception other than EPFail (the EP's own failure); its class may
+    differ, as the nodes the EP takes change which of onnxruntime's checks fires first. For
+    .onnx files, which go to onnxruntime as they are, also the very exception (any type)
+    plain onnxruntime raises, e.g. its UnicodeDecodeError on a non-UTF-8 name.
+    """
     error = describe_exception(e)
     if error["litenpu"]:
         return {"outcome": "error", "exception": error}
-    same = oracle_error is not None and all(oracle_error[k] == error[k] for k in ("module", "type"))
-    if same and (error["module"].startswith("onnxruntime") or oracle_error.get("plain")
-                 and oracle_error["message"] == error["message"]):
-        return {"outcome": "ort-rejects", "exception": error}
+    if oracle_error is not None:
+        ours = error["module"] == ORT_ERRORS_MODULE and error["type"] != "EPFail"
+        theirs = oracle_error["module"] == ORT_ERRORS_MODULE
+        same = all(oracle_error[k] == error[k] for k in ("module", "type", "message"))
+        if (ours and theirs) or (same and oracle_error.get("plain")):
+            return {"outcome": "ort-rejects", "exception": error}
     return _bug(f"untyped {error['module']}.{error['type']} at {stage}", exception=error,
                 oracle=oracle_error)
 
 
-def compare(got: list, want: list, finite_only: bool = False) -> str | None:
-    """Why `got` differs from onnxruntime CPU's `want` (shape, then dtype, then values);
-    `finite_only` compares only where both are finite."""
-    import numpy as np
+def compare(got: list, want: list, finite_only: bool = False, rtol: float = 1e-3,
+            atol_scale: float = 1e-5) -> str | None:
+    """Why `got` differs from onnxruntime CPU's `want` (shape, then dtype, then values, at
+    `rtol` and atol max(1e-4, atol_scale * max|want|)); `finite_only` compares only where
+    both are finite."""
 
     if len(got) != len(want):
         return f"{len(got)} outputs, onnxruntime CPU gives {len(want)}"
@@ -380,9 +422,9 @@ def compare(got: list, want: list, finite_only: bool = False) -> str | None:
                 both = np.isfinite(g) & np.isfinite(w)
                 g, w = g[both], w[both]
             finite = np.abs(w[np.isfinite(w)])
-            atol = max(1e-4, 1e-5 * float(finite.max())) if finite.size else 1e-4
+            atol = max(1e-4, atol_scale * float(finite.max())) if finite.size else 1e-4
             try:
-                np.testing.assert_allclose(g, w, rtol=1e-3, atol=atol, equal_nan=True)
+                np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
             except AssertionError as e:
                 return f"output {i}: {' '.join(str(e).split())[:400]}"
         elif not np.array_equal(g, w):
@@ -421,7 +463,6 @@ def _lite_model(src: Path):
 
 def extreme_weights(src: Path) -> bool:
     """Whether a float constant of the model is NaN, inf or within 100x of its dtype's max."""
-    import numpy as np
 
     if src.suffix == ".onnx":
         from converters.graph_view import from_onnx
@@ -464,7 +505,7 @@ def run_case(case_id: str, work: Path, log: Callable[[dict], None]) -> dict:
         for name, fn in PATHS.items():
             log({"start": case_id, "path": name})
             try:
-                paths[name] = _known(name, fn(src, folder))
+                paths[name] = _known(fn(src, folder), mutations)
             except Exception as e:  # noqa: BLE001 - a harness failure is reported, not hidden
                 paths[name] = _bug(f"harness error: {type(e).__name__}: {e}")
             log({"done": case_id, "path": name, "result": paths[name]})
@@ -532,8 +573,9 @@ def _crash_result(case_id: str, crash: dict) -> dict:
     """The crashed path as a bug (or known issue), with the paths that finished before it."""
     path = crash.pop("path", "process")
     finished = crash.pop("finished", {})
-    return {"case": case_id, "mutations": _mutations_of(case_id),
-            "paths": {**finished, path: _known(path, _bug(**crash))}}
+    mutations = _mutations_of(case_id)
+    return {"case": case_id, "mutations": mutations,
+            "paths": {**finished, path: _known(_bug(**crash), mutations)}}
 
 
 def _mutations_of(case_id: str) -> list[str]:

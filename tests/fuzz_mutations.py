@@ -679,7 +679,8 @@ def _lite_attr(model, rng: random.Random) -> str:
     else:
         return f"attr: node {n.name!r} field {f.name} ({f.kind}) kept"
     n.attrs = {**n.attrs, f.name: value}
-    return f"node {n.name!r} ({n.op}) {f.name} = {value!r}"
+    kind = f"Activation {attrs['activation_type']}" if n.op == "Activation" else n.op
+    return f"node {n.name!r} ({kind}) {f.name} = {value!r}"
 
 
 def _lite_nan(model, rng: random.Random) -> str:
