@@ -85,11 +85,11 @@ def _subclasses(cls: type) -> list[type]:
 
 
 def error_line(error: BaseException) -> str:
-    """`error` as one line (onnxruntime's status prefix replaced by the exception's name)."""
-    text = str(error)
+    """`error` as one line, without onnxruntime's status prefixes ("[ONNXRuntimeError] : 1 :
+    FAIL : "); an onnxruntime exception is named instead."""
+    text = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", "", str(error))
     if type(error).__module__ == ORT_ERRORS_MODULE:
-        text = f"onnxruntime {type(error).__name__}: " + re.sub(
-            r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
+        text = f"onnxruntime {type(error).__name__}: {text}"
     return " ".join(text.split())
 
 
