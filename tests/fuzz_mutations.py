@@ -85,7 +85,7 @@ def _tiny_cnn() -> bytes:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 5])],
         [init("w1", 4, 3, 3, 3), init("b1", 4), init("g", 4), init("beta", 4), init("mean", 4),
          var, init("w2", 4, 1, 3, 3), init("wf", 5, 4), init("bf", 5)])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    return _serialized(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
 
 
 def _tiny_ops() -> bytes:
@@ -117,7 +117,12 @@ def _tiny_ops() -> bytes:
          const("shape", [2, 4, 3, 4]), const("starts", [1]), const("ends", [3]),
          const("axes", [2]), const("idx", [0, 2]),
          numpy_helper.from_array(np.float32(0.5), "scale")])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    return _serialized(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+
+
+def _serialized(model: onnx.ModelProto) -> bytes:
+    model.ir_version = 8  # what every supported onnxruntime (1.23 included) loads
+    return model.SerializeToString()
 
 
 def seed_models() -> dict[str, SeedModel]:

@@ -27,7 +27,12 @@ def _relu_model(**graph) -> onnx.ModelProto:
     nodes = graph.pop("nodes", [helper.make_node("Relu", ["x"], ["y"], name="relu")])
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], **graph)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    return _ir8(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def _ir8(model: onnx.ModelProto) -> onnx.ModelProto:
+    model.ir_version = 8  # onnxruntime 1.23 loads up to IR 11
+    return model
 
 
 def _one_error_line(capfd, command: str) -> str:
@@ -55,7 +60,7 @@ def test_a_model_onnxruntime_refuses_is_exit_1_without_its_error_log(tmp_path, c
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     path = tmp_path / "pool.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    onnx.save(_ir8(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])), path)
     assert main(["inspect", str(path), "--option", "disable_ops=AveragePool"]) == 1
     line = _one_error_line(capfd, "inspect")
     assert "Pad should be smaller than kernel" in line and "[ONNXRuntimeError]" not in line
