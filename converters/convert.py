@@ -11,14 +11,13 @@ destination's folder and rename it into place.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import onnx
 
+from converters.atomic import replacing
 from converters.errors import UnsupportedError
 from converters.lite.ir import LiteModel
 from converters.report import ConversionReport, CustomNode
@@ -135,16 +134,12 @@ def save_onnx_atomic(model: onnx.ModelProto, path: Path) -> None:
     """Save `model` at `path` (weights in `<name>.data` when over 2 GiB), all or nothing."""
     path = Path(path)
     big = model.ByteSize() > EXTERNAL_WEIGHTS_ABOVE
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent or "."))
-    try:
-        location = path.name + ".data"
-        onnx.save(model, tmp_dir / path.name, save_as_external_data=big,
-                  all_tensors_to_one_file=True, location=location)
+    location = path.name + ".data"
+    with replacing(path) as tmp:
+        onnx.save(model, tmp, save_as_external_data=big, all_tensors_to_one_file=True,
+                  location=location)
         if big:
-            os.replace(tmp_dir / location, path.parent / location)
-        os.replace(tmp_dir / path.name, path)
-    finally:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
+            os.replace(tmp.parent / location, path.parent / location)
 
 
 register_reader(".onnx", _read_onnx)

@@ -43,9 +43,11 @@ from typing import Any
 
 import numpy as np
 import onnx
+from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper
 
 from converters.errors import InvalidModelError
+from converters.proto_text import check_text
 
 log = logging.getLogger("litenpu.converters")
 
@@ -188,14 +190,8 @@ def from_onnx(model: onnx.ModelProto | str | os.PathLike, *, check: bool = True,
     if not isinstance(model, onnx.ModelProto):
         source = os.fspath(model)
         base_dir = os.path.dirname(os.path.abspath(source))
-        try:
-            model = onnx.load(source)
-        except (OSError, ValueError) as e:
-            if isinstance(e, FileNotFoundError):
-                raise
-            raise InvalidModelError(f"{source}: not a readable ONNX model: {e}") from e
-        except Exception as e:  # protobuf's DecodeError has no stable import path
-            raise InvalidModelError(f"{source}: not a readable ONNX model: {e}") from e
+        model = load_onnx(source)
+    check_text(model, source)
     # The checker and shape inference serialise what they are given: give them the graph
     # without its big weights, so a model's bytes are not copied twice more.
     skeleton = weightless(model)
@@ -223,6 +219,20 @@ def from_onnx(model: onnx.ModelProto | str | os.PathLike, *, check: bool = True,
         opset=opset,
         header=_header(model),
     )
+
+
+def load_onnx(path: str | os.PathLike, *, load_external_data: bool = True) -> onnx.ModelProto:
+    """An ONNX file as a ModelProto; InvalidModelError naming the file when it is not one
+    (FileNotFoundError when it does not exist)."""
+    try:
+        return onnx.load(path, load_external_data=load_external_data)
+    except FileNotFoundError:
+        if not os.path.exists(path):
+            raise
+        raise InvalidModelError(f"{os.fspath(path)}: an external data file is missing") from None
+    except (DecodeError, OSError, ValueError, RuntimeError, onnx.checker.ValidationError) as e:
+        raise InvalidModelError(f"{os.fspath(path)}: not a readable ONNX model: "
+                                f"{type(e).__name__}: {e}") from e
 
 
 def _initializers(graph: onnx.GraphProto, base_dir: str, source: str) -> dict[str, np.ndarray]:

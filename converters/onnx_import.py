@@ -167,6 +167,7 @@ def import_onnx(model: onnx.ModelProto | GraphView | str | os.PathLike, *,
     source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else "<model>"
     view = model if isinstance(model, GraphView) else from_onnx(model)
     _check_element_types(view, source)
+    _check_single_assignment(view, source)
     lite = LiteModel(name=view.name, fmk_type=FMK_ONNX)
     report = ConversionReport(source=source)
     ctx = ImportContext(view, lite)
@@ -236,6 +237,24 @@ def _check_element_types(view: GraphView, source: str) -> None:
                 f"has unknown element type {info.elem_type}")
 
 
+def _check_single_assignment(view: GraphView, source: str) -> None:
+    """InvalidModelError for a value written twice: by two nodes, or by a node while also a
+    graph input or initializer (ONNX graphs assign each name once; a second writer would
+    silently rewire the readers)."""
+    defined = {vi.name for vi in view.inputs} | set(view.initializers)
+    produced: set[str] = set()
+    for node in view.nodes:
+        for name in node.outputs:
+            if not name:
+                continue
+            if name in produced or name in defined:
+                other = "another node" if name in produced else "a graph input or initializer"
+                raise InvalidModelError(
+                    f"{source}: value {name!r} is written by node {node.name or node.op_type!r} "
+                    f"({node.op_type}) and by {other}")
+            produced.add(name)
+
+
 def _add_initializers(ctx: ImportContext, view: GraphView, header: onnx.ModelProto) -> None:
     for name, array in view.initializers.items():
         if _has_typeid(array.dtype):
@@ -267,9 +286,9 @@ def _import_node(ctx: ImportContext, node, report: ConversionReport) -> None:
     except Unmappable as e:
         _custom(ctx, node, report, str(e))
         return
-    except (KeyError, IndexError, TypeError, ValueError) as e:
-        # A node this mapping did not expect (missing attribute, odd operand): carrying it
-        # is always correct, so do that and say so loudly.
+    except (KeyError, IndexError, TypeError, ValueError, ArithmeticError) as e:
+        # A node this mapping did not expect (missing attribute, odd operand, a value out
+        # of range): carrying it is always correct, so do that and say so loudly.
         log.warning("node %r (%s): mapping failed (%s: %s); carried as Custom",
                     node.name, node.op_type, type(e).__name__, e)
         _custom(ctx, node, report, f"mapping failed: {type(e).__name__}: {e}")

@@ -1,7 +1,8 @@
 """The `litenpu` command line.
 
 Each subcommand is a pair of functions (add its arguments, run it) listed in COMMANDS.
-Exit codes: 0 ok, 1 user error (one line, no traceback unless --debug), 2 internal error.
+Exit codes, the same for every command (`exit_code`): 0 ok; 1 the user's input is at fault
+(one line on stderr, no traceback unless --debug); 2 a bug in litenpu (internal error).
 """
 
 from __future__ import annotations
@@ -9,10 +10,20 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable
 
 from provider.errors import LitenpuError
+
+EXIT_USER_ERROR = 1
+EXIT_INTERNAL_ERROR = 2
+# onnxruntime's Python exceptions (Fail, InvalidGraph, InvalidArgument, EPFail, ...) live here.
+ORT_ERRORS_MODULE = "onnxruntime.capi.onnxruntime_pybind11_state"
+# How provider.ort.callbacks words an exception raised inside an NPU EP callback.
+_EP_FAILURE = re.compile(r"NPUExecutionProvider [^:]*: (\w+): ")
+LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
+_FILE_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
 class UsageError(LitenpuError, ValueError):
@@ -46,6 +57,42 @@ def key_values(items: list[str], flag: str) -> dict[str, str]:
     return result
 
 
+def exit_code(error: BaseException) -> int:
+    """1 when `error` means the user's input is at fault, 2 when it is a bug in litenpu.
+
+    The user's input is at fault for every LitenpuError, a file that cannot be read or
+    written, and every exception onnxruntime raises on a model or feed (it refused what the
+    user gave it), except EPFail: that is the NPU EP failing, which is the input's fault
+    only when the exception the EP raised (named in the message) is a LitenpuError.
+    """
+    if isinstance(error, (LitenpuError, *_FILE_ERRORS)) or (
+            isinstance(error, OSError) and error.filename):
+        return EXIT_USER_ERROR
+    if type(error).__module__ != ORT_ERRORS_MODULE:
+        return EXIT_INTERNAL_ERROR
+    if type(error).__name__ != "EPFail":
+        return EXIT_USER_ERROR
+    raised = _EP_FAILURE.search(str(error))
+    ours = {cls.__name__ for cls in _subclasses(LitenpuError)}
+    return EXIT_USER_ERROR if raised and raised.group(1) in ours else EXIT_INTERNAL_ERROR
+
+
+def _subclasses(cls: type) -> list[type]:
+    found = [cls]
+    for sub in cls.__subclasses__():
+        found += _subclasses(sub)
+    return found
+
+
+def error_line(error: BaseException) -> str:
+    """`error` as one line, without onnxruntime's status prefixes ("[ONNXRuntimeError] : 1 :
+    FAIL : "); an onnxruntime exception is named instead."""
+    text = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", "", str(error))
+    if type(error).__module__ == ORT_ERRORS_MODULE:
+        text = f"onnxruntime {type(error).__name__}: {text}"
+    return " ".join(text.split())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="litenpu",
@@ -65,20 +112,15 @@ def main(argv: list[str] | None = None) -> int:
     _load_commands()
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    _configure_logging(args.debug)
     if getattr(args, "run", None) is None:
         parser.print_help()
         return 1
+    _quiet_onnxruntime(args.debug)
     try:
         code = int(args.run(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, inside the handlers below
         return code
-    except (LitenpuError, FileNotFoundError, IsADirectoryError, PermissionError) as e:
-        if args.debug:
-            raise
-        print(f"litenpu {args.command}: error: {e}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -89,9 +131,45 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - the CLI's last line of defence
         if args.debug:
             raise
-        print(f"litenpu {args.command}: internal error: {type(e).__name__}: {e} "
-              "(rerun with --debug for the traceback)", file=sys.stderr)
-        return 2
+        code = exit_code(e)
+        if code == EXIT_USER_ERROR:
+            print(f"litenpu {args.command}: error: {error_line(e)}", file=sys.stderr)
+        else:
+            print(f"litenpu {args.command}: internal error: {type(e).__name__}: {error_line(e)} "
+                  "(rerun with --debug for the traceback)", file=sys.stderr)
+        return code
+
+
+class _OneLineFormatter(logging.Formatter):
+    """A log record on one line: its traceback and line breaks dropped (--debug keeps them),
+    so a failure the CLI reports on one line is not followed by a logged traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        brief = logging.makeLogRecord(record.__dict__)  # other handlers still see it whole
+        brief.exc_info = brief.exc_text = brief.stack_info = None
+        return " ".join(super().format(brief).split())
+
+
+def _configure_logging(debug: bool) -> None:
+    """WARNING and up (Python warnings included) on stderr, one line each (DEBUG and
+    tracebacks with --debug), unless logging is already set up (a test harness, a program
+    calling `main`)."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter((logging.Formatter if debug else _OneLineFormatter)(LOG_FORMAT))
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if debug else logging.WARNING)
+    logging.captureWarnings(True)  # numpy's RuntimeWarnings too, one line each
+
+
+def _quiet_onnxruntime(debug: bool) -> None:
+    """onnxruntime logs only fatal errors (every other error reaches the CLI as an exception,
+    printed on one line); --debug shows its warnings too."""
+    import onnxruntime
+
+    onnxruntime.set_default_logger_severity(2 if debug else 4)
 
 
 def _load_commands() -> None:

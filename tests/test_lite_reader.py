@@ -97,6 +97,17 @@ def test_defects_are_named(mutate, match):
         reader.loads(packed(mutate), source="bad.ms")
 
 
+def test_names_with_a_nul_are_invalid_and_never_written():
+    """onnxruntime's C API would cut the name short at the NUL (two values read as one)."""
+    with pytest.raises(InvalidModelError, match=r"Tensor.name 'w\\x00x' contains a NUL"):
+        reader.loads(packed(lambda g: _set(g.allTensors[1], name=b"w\0x")), source="bad.ms")
+    model = model_with("MatMulFusion", {})
+    for name in ("w\0x", b"w\xffx"):
+        model.tensors[1].name = name
+        with pytest.raises(InvalidModelError, match="expected text without NUL"):
+            writer.dumps(model)
+
+
 def test_external_location_must_stay_inside_the_model_folder(tmp_path):
     path = tmp_path / "m.ms"
     writer.save(model_with("AddFusion", {}), path, external_threshold=0)

@@ -283,6 +283,21 @@ def test_external_missing_file_and_escaping_location(ext_copy):
         import_mindir(model.SerializeToString(), base_dir=ext_copy)
 
 
+def test_external_location_with_a_nul_is_invalid_model(ext_copy):
+    model = pb.ModelProto.FromString((ext_copy / "lenet5_ext_graph.mindir").read_bytes())
+    model.graph.parameter[0].external_data.location = "lenet5_ext_variables/data\0_0"
+    with pytest.raises(InvalidModelError, match=r"tensor 'conv1\.weight'.*contains a NUL"):
+        import_mindir(model.SerializeToString(), base_dir=ext_copy)
+
+
+def test_names_with_a_nul_are_invalid_model():
+    """onnxruntime's C API would cut the name short at the NUL (two values read as one)."""
+    model = fixture_model("lenet5")
+    model.graph.node[1].name = "conv\0one"
+    with pytest.raises(InvalidModelError, match=r"NodeProto.name 'conv\\x00one' contains a NUL"):
+        import_mindir(model.SerializeToString())
+
+
 def test_external_length_must_match_the_tensor(ext_copy):
     model = pb.ModelProto.FromString((ext_copy / "lenet5_ext_graph.mindir").read_bytes())
     model.graph.parameter[0].external_data.length = 4

@@ -3,8 +3,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import provider
 from converters.errors import InvalidModelError
-from converters.graph_view import from_onnx
+from converters.graph_view import from_onnx, load_onnx
+from converters.onnx_import import import_onnx
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=17):
@@ -104,6 +106,66 @@ def test_garbage_file_is_invalid_model(tmp_path):
     path.write_bytes(b"\xff\xfe not a protobuf")
     with pytest.raises(InvalidModelError, match="bad.onnx"):
         from_onnx(path)
+
+
+def test_missing_external_data_is_invalid_model(tmp_path):
+    w = numpy_helper.from_array(np.arange(4096, dtype=np.float32), "w")
+    m = _model([helper.make_node("Add", ["x", "w"], ["y"])],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4096])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4096])], [w])
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path, save_as_external_data=True, location="w.bin", size_threshold=0)
+    (tmp_path / "w.bin").unlink()
+    with pytest.raises(InvalidModelError, match=r"m.onnx: not a readable ONNX model.*w.bin"):
+        load_onnx(path)
+    with pytest.raises(FileNotFoundError):
+        load_onnx(tmp_path / "absent.onnx")
+
+
+def _relu_neg_sub(first: str, second: str) -> onnx.ModelProto:
+    return _model([helper.make_node("Relu", ["x"], [first], name="relu"),
+                   helper.make_node("Neg", ["x"], [second], name="neg"),
+                   helper.make_node("Sub", [first, second], ["y"], name="sub")],
+                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+
+
+@pytest.mark.parametrize("broken, match", [
+    (b"t\xffa", r"NodeProto.output is not valid UTF-8"),  # protobuf keeps it as bytes
+    (b"t\x00a", r"NodeProto.output 't\\x00a' contains a NUL"),
+])
+def test_names_that_are_not_utf8_or_hold_a_nul_are_invalid(tmp_path, broken, match):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_relu_neg_sub("t_a", "t_b").SerializeToString().replace(b"t_a", broken))
+    with pytest.raises(InvalidModelError, match=match):
+        from_onnx(path)
+
+
+def test_a_value_written_twice_is_invalid():
+    """Two writers of one name (what onnxruntime's EP graph shows when names differ only
+    after a NUL) would silently rewire the readers."""
+    with pytest.raises(InvalidModelError, match=r"value 't' is written by node 'neg' \(Neg\) "
+                                                r"and by another node"):
+        import_onnx(from_onnx(_relu_neg_sub("t", "t"), check=False))
+    shadow = _model([helper.make_node("Relu", ["x"], ["x"], name="r")],
+                    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])])
+    with pytest.raises(InvalidModelError, match="by a graph input or initializer"):
+        import_onnx(from_onnx(shadow, check=False))
+
+
+def test_names_that_differ_after_a_nul_never_give_wrong_numbers():
+    """onnxruntime keeps 't\0a' and 't\0b' apart; the EP reads both as 't'. The NPU used to
+    return zeros for relu(x) - neg(x); now the partition is refused."""
+    model = _relu_neg_sub("t\0a", "t\0b")
+    model.ir_version = 8  # onnxruntime 1.23 loads up to IR 11
+    data = model.SerializeToString()
+    x = np.array([[1, -2, 3], [-4, 5, -6]], np.float32)
+    # (an InvalidModelError, which onnxruntime wraps in EPFail until the session unwraps it)
+    with pytest.raises(Exception, match=r"<model>: value 't' is written by node"):
+        session = provider.InferenceSession(data, providers=["NPUExecutionProvider",
+                                                             "CPUExecutionProvider"])
+        session.run(None, {"x": x})
 
 
 def test_node_proto_is_rebuilt_from_fields_when_the_source_has_none():

@@ -280,3 +280,75 @@ def test_a_mapping_that_breaks_falls_back_to_custom(caplog):
     assert [n.op for n in lite.nodes] == ["Custom"]
     assert "mapping failed: KeyError" in report.custom[0].reason
     assert "carried as Custom" in caplog.text
+
+
+def test_an_attribute_out_of_any_range_falls_back_to_custom():
+    """Gather's axis stored as int32: an axis of 2**62 overflows instead of mapping."""
+    m = model_of([helper.make_node("Gather", ["x", "i"], ["y"], axis=1 << 62)],
+                 [vi("x", [2, 3])], [vi("y", None)], {"i": np.array([0], np.int64)})
+    lite, report = import_onnx(from_onnx_unchecked(m))
+    assert [n.op for n in lite.nodes] == ["Custom"]
+    assert "mapping failed: OverflowError" in report.custom[0].reason
+
+
+def from_onnx_unchecked(model):
+    """The view of a model onnx.checker would refuse (as the NPU EP sees such graphs)."""
+    from converters.graph_view import from_onnx
+
+    return from_onnx(model, check=False, infer_shapes=False)
+
+
+@pytest.mark.parametrize("op, attrs, reason", [
+    ("Conv", {"kernel_shape": [5, 3]}, "kernel_shape=[5, 3] does not match the weight's [3, 3]"),
+    ("Conv", {"group": -(1 << 31)}, "group=-2147483648 for 4 output channels"),
+    ("Conv", {"group": 3}, "group=3 for 4 output channels"),
+    ("Conv", {"strides": [0, 1]}, "strides=[0, 1]: expected 2 values >= 1"),
+    ("Conv", {"pads": [1, -1, 1, 1]}, "pads=[1, -1, 1, 1]: expected 4 values >= 0"),
+    ("ConvTranspose", {"strides": [2, 2], "output_padding": [0, 2]},
+     "output_padding=[0, 2]: expected 2 values in [0, max(stride, dilation)) = [0, [2, 2])"),
+    ("MaxPool", {"kernel_shape": [2, 2], "pads": [2, 0, 0, 0]},
+     "a pooling pad must be smaller than the kernel"),
+    ("AveragePool", {"kernel_shape": [0, 2]}, "kernel_shape=[0, 2]: expected 2 values >= 1"),
+])
+def test_window_attributes_onnx_forbids_stay_custom(op, attrs, reason):
+    """onnxruntime refuses these nodes; on the NPU they ran (or ran wrong): now they are
+    carried as Custom, so onnxruntime reports them as it does without the NPU."""
+    inputs = ["x", "w"] if op.startswith("Conv") else ["x"]
+    weights = {"w": W[:, :1].repeat(4, axis=1)} if op.startswith("Conv") else {}
+    m = model_of([helper.make_node(op, inputs, ["y"], **attrs)], [vi("x", [1, 4, 8, 8])],
+                 [vi("y", None)], weights)
+    lite, report = import_onnx(from_onnx_unchecked(m))
+    assert [n.op for n in lite.nodes] == ["Custom"]
+    assert reason in report.custom[0].reason
+
+
+def test_the_npu_does_not_run_a_node_onnxruntime_refuses():
+    """ConvTranspose with output_padding >= stride used to run on the NPU (a (1, 2, 9, 109)
+    result); now it stays with onnxruntime's CPU kernel, as without the NPU."""
+    import onnxruntime as ort
+
+    import provider
+
+    w = numpy_helper.from_array(W[:3, :2], "w")
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="up", kernel_shape=[3, 3],
+                            strides=[2, 2], output_padding=[0, 100])
+    graph = helper.make_graph([node], "g", [vi("x", [1, 3, 4, 4])],
+                              [helper.make_tensor_value_info("y", F, None)], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # onnxruntime 1.23 loads up to IR 11
+    data = model.SerializeToString()
+    feeds = {"x": np.ones((1, 3, 4, 4), np.float32)}
+    npu = provider.InferenceSession(data, providers=["NPUExecutionProvider", "CPUExecutionProvider"])
+    [placement] = npu.partition()
+    assert placement.device == "CPU" and "output_padding=[0, 100]" in placement.reason
+
+    def outcome(session):
+        try:
+            return session.run(None, feeds)[0]
+        except Exception as e:  # noqa: BLE001 - onnxruntime's refusal, compared below
+            return str(e)
+
+    want = outcome(ort.InferenceSession(data, providers=["CPUExecutionProvider"]))
+    if isinstance(want, str):  # onnxruntime 1.23's kernel runs it, reading past its buffers
+        got = outcome(npu)
+        assert isinstance(got, str) and "must be less than" in want and "must be less than" in got

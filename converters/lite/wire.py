@@ -137,9 +137,13 @@ class Table:
             return None
         start, count = vec
         try:
-            return bytes(self.buf.data[start:start + count]).decode("utf-8")
+            text = bytes(self.buf.data[start:start + count]).decode("utf-8")
         except UnicodeDecodeError as e:
             raise self.buf.error(f"{self.name}.{what} is not valid UTF-8 ({e.reason})") from None
+        if "\0" in text:
+            # Names reach onnxruntime's C API, which would cut them at the NUL.
+            raise self.buf.error(f"{self.name}.{what} {text!r} contains a NUL character")
+        return text
 
     def table(self, slot: int, name: str, what: str) -> Table | None:
         target = self._target(slot, what)

@@ -154,7 +154,12 @@ class _Encoder:
         self.schema = fbs.schema()
 
     def string(self, s: str) -> int | None:
-        return self.b.CreateString(s) if s else None
+        """A string (None when empty); the reader takes only text without NUL characters."""
+        if not s:
+            return None
+        if not isinstance(s, str) or "\0" in s:
+            raise InvalidModelError(f"string {s!r}: expected text without NUL characters")
+        return self.b.CreateString(s)
 
     def numbers(self, values: Any, wire: str) -> int | None:
         arr = np.asarray(values, dtype=FORMATS[wire]).reshape(-1)

@@ -60,6 +60,9 @@ class ExternalDataReader:
             raise InvalidModelError(
                 f"tensor {tensor!r}: weights are external ({location!r}); load the model from its "
                 "path (or pass base_dir) so the data file can be found")
+        if "\0" in location:
+            raise InvalidModelError(f"tensor {tensor!r}: external data location {location!r} "
+                                    "contains a NUL character")
         path = (self.base_dir / location).resolve()
         if not location or os.path.isabs(location) or not path.is_relative_to(self.base_dir):
             raise InvalidModelError(

@@ -28,7 +28,8 @@ from converters.mindir.builder import Builder, TupleValue
 from converters.mindir.external import ExternalDataReader
 from converters.mindir.graph import Const, MsGraph, MsNode, parse_graph
 from converters.mindir.ops import OPS
-from converters.mindir.values import MONAD, check_text
+from converters.mindir.values import MONAD
+from converters.proto_text import check_text
 from converters.report import ConversionReport, CustomNode
 
 log = logging.getLogger("litenpu.mindir")

@@ -164,23 +164,3 @@ def decode_abstract(a: pb.AttributeProto, what: str) -> list[TensorInfo] | None:
             infos.append(tensor_info(v.tensors[0], what))
         return infos
     return None
-
-
-def _repeated(fd) -> bool:
-    is_repeated = getattr(fd, "is_repeated", None)  # protobuf >= 5.x; `label` is gone in 7.x
-    return is_repeated if is_repeated is not None else fd.label == fd.LABEL_REPEATED
-
-
-def check_text(msg, label: str) -> None:
-    """InvalidModelError if any string field of `msg` is not valid UTF-8.
-
-    protobuf keeps undecodable proto2 strings as bytes instead of failing the parse, which
-    would surface later as a TypeError deep in the importer.
-    """
-    for fd, value in msg.ListFields():
-        items = value if _repeated(fd) else (value,)
-        if fd.type == fd.TYPE_MESSAGE:
-            for item in items:
-                check_text(item, label)
-        elif fd.type == fd.TYPE_STRING and not all(isinstance(v, str) for v in items):
-            raise InvalidModelError(f"{label}: field {fd.full_name} is not valid UTF-8 text")

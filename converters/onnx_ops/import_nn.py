@@ -27,6 +27,17 @@ def pad_fields(attrs: dict, spatial: int = 2) -> tuple[str, list[int]]:
     return "PAD", [pads[0], pads[2], pads[1], pads[3]]
 
 
+def check_window(kernel, a: dict) -> None:
+    """Unmappable for window attributes ONNX forbids (non-positive kernel, stride or
+    dilation, negative pads): onnxruntime's kernel refuses the node and says why."""
+    for name, values, count, low in (("kernel_shape", kernel, 2, 1),
+                                     ("strides", a.get("strides", [1, 1]), 2, 1),
+                                     ("dilations", a.get("dilations", [1, 1]), 2, 1),
+                                     ("pads", a.get("pads", [0, 0, 0, 0]), 4, 0)):
+        if len(values) != count or min(values) < low:
+            raise Unmappable(f"{name}={list(values)}: expected {count} values >= {low}")
+
+
 def _weight_shape(ctx, node) -> list[int]:
     shape = ctx.shape(node.inputs[1])
     if shape is None or len(shape) != 4:
@@ -37,6 +48,13 @@ def _weight_shape(ctx, node) -> list[int]:
 def _conv_attrs(ctx, node, w: list[int], weight_format: str) -> dict:
     """The fields Conv and ConvTranspose share; a constant weight is marked `weight_format`."""
     a = node.attrs
+    check_window(a.get("kernel_shape", w[2:]), a)
+    if list(a.get("kernel_shape", w[2:])) != w[2:]:
+        raise Unmappable(f"kernel_shape={list(a['kernel_shape'])} does not match the weight's "
+                         f"{w[2:]}")
+    group = a.get("group", 1)
+    if group < 1 or (node.op_type == "Conv" and w[0] % group):
+        raise Unmappable(f"group={group} for {w[0]} output channels")
     pad_mode, pad_list = pad_fields(a)
     if ctx.const_value(node.inputs[1]) is not None:
         ctx.set_format(node.inputs[1], weight_format)
@@ -64,8 +82,14 @@ def conv_transpose(ctx, node):
     if a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
         raise Unmappable(f"auto_pad={a['auto_pad']} has no exact Lite equivalent")
     attrs = _conv_attrs(ctx, node, w, "CKHW")
+    output_padding = list(a.get("output_padding", [0, 0]))
+    limit = [max(s, d) for s, d in zip(attrs["stride"], attrs["dilation"], strict=True)]
+    if len(output_padding) != 2 or not all(0 <= p < m for p, m in zip(output_padding, limit,
+                                                                        strict=False)):
+        raise Unmappable(f"output_padding={output_padding}: expected 2 values in "
+                         f"[0, max(stride, dilation)) = [0, {limit})")
     attrs.update(in_channel=w[0], out_channel=w[1] * attrs["group"],
-                 output_paddings=list(a.get("output_padding", [0, 0])))
+                 output_paddings=output_padding)
     return [emit(ctx, node, "Conv2dTransposeFusion", attrs, [i for i in node.inputs if i])]
 
 
@@ -103,6 +127,11 @@ def _pool_fields(ctx, node) -> dict:
         raise Unmappable("only 2-D pooling maps to Lite")
     if any(d != 1 for d in a.get("dilations", [1, 1])):
         raise Unmappable("dilated pooling")
+    check_window(kernel, a)
+    pads = a.get("pads", [0, 0, 0, 0])
+    if any(p >= kernel[i % 2] for i, p in enumerate(pads)):
+        raise Unmappable(f"pads={list(pads)}: a pooling pad must be smaller than the kernel "
+                         f"{list(kernel)}")
     single_output(ctx, node)
     pad_mode, pad_list = pad_fields(a)
     return {"kernel_size": list(kernel), "strides": list(a.get("strides", [1, 1])),

@@ -10,12 +10,14 @@ and OUT references their entries (a small file; `litenpu cache clear` makes OUT 
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import replace
 from pathlib import Path
 
 import onnx
 import onnxruntime as ort
 
+from converters.atomic import replacing
 from provider.cache import default_cache_dir
 from provider.cache.fingerprint import MEMO_DIR, source_fingerprint
 from provider.cli import UsageError, command, key_values
@@ -72,10 +74,12 @@ def compile_model_file(model: Path, output: Path, npu: NpuOptions, *, embed: boo
     options = ort.SessionOptions()
     options.add_provider_for_devices(ep_devices(), npu.to_strings())
     output.parent.mkdir(parents=True, exist_ok=True)
-    if output.exists():
-        output.unlink()  # onnxruntime refuses to overwrite
     compiler = ort.ModelCompiler(options, str(model), embed_compiled_data_into_model=embed)
-    compiler.compile_to_file(str(output))
+    with replacing(output) as tmp:  # a new path: onnxruntime refuses to overwrite a file
+        compiler.compile_to_file(str(tmp))
+        for side in tmp.parent.iterdir():  # context files the EP wrote beside the model
+            if side != tmp:
+                os.replace(side, output.parent / side.name)
 
 
 def summary(output: Path) -> str:

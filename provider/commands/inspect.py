@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 import onnx
 
+from converters.errors import InvalidModelError
+from converters.graph_view import ValueInfo, load_onnx, value_info
 from converters.lite import reader
 from converters.lite.summary import ModelSummary, TensorInfo, format_summary, summarize
+from converters.proto_text import check_text
 from provider.cli import command, key_values
 from provider.errors import UnsupportedError
 from provider.ort import EP_NAME
@@ -36,19 +39,23 @@ def _summarize_ms(path: Path) -> ModelSummary:
 
 def _summarize_onnx(path: Path) -> ModelSummary:
     """ONNX op types and initializer sizes, read without loading external weight data."""
-    model = onnx.load(path, load_external_data=False)
+    model = load_onnx(path, load_external_data=False)
+    check_text(model, str(path))
     graph = model.graph
     inits = {t.name for t in graph.initializer}
     opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
 
     def info(v: onnx.ValueInfoProto) -> TensorInfo:
-        t = v.type.tensor_type
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name if t.elem_type else "?"
-        return TensorInfo(v.name, dtype, [d.dim_param or d.dim_value for d in t.shape.dim])
+        vi = value_info(v)
+        dims = [d if d is not None else "?" for d in vi.shape or ()]
+        return TensorInfo(v.name, vi.dtype.name if vi.dtype is not None else "?", dims)
 
     def nbytes(t: onnx.TensorProto) -> int:
-        itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-        return int(np.prod(t.dims, dtype=np.int64)) * itemsize
+        dtype = ValueInfo(t.name, t.data_type).dtype
+        if any(d < 0 for d in t.dims):
+            raise InvalidModelError(f"{path}: initializer {t.name!r} has negative dims "
+                                    f"{list(t.dims)}")
+        return math.prod(t.dims) * (dtype.itemsize if dtype is not None else 0)
 
     histogram = Counter(n.op_type for n in graph.node)
     external = [t for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
@@ -79,13 +86,10 @@ SUMMARIZERS: dict[str, Callable[[Path], ModelSummary]] = {
 
 def placement(path: Path, options: dict[str, str] | None = None) -> list[NodePlacement]:
     """Where each node of the model file runs with the NPU EP (onnxruntime's CPU EP for the rest)."""
-    import onnxruntime as ort
-
     from provider.session import CPU_EP, InferenceSession
 
-    quiet = ort.SessionOptions()
-    quiet.log_severity_level = 3  # onnxruntime's own placement warning repeats what we print
-    session = InferenceSession(str(path), quiet, providers=[EP_NAME, CPU_EP],
+    # onnxruntime's own logging follows the CLI's setting (its placement warning repeats ours)
+    session = InferenceSession(str(path), providers=[EP_NAME, CPU_EP],
                                provider_options=[options or {}, {}])
     return session.partition()
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from converters.atomic import replacing
 from provider.cli import UsageError, command, key_values
 
 EXAMPLES = """examples:
@@ -66,8 +67,10 @@ def run(args: argparse.Namespace) -> int:
     for name, value in zip(names, outputs, strict=True):
         print(describe(name, np.asarray(value)))
     if args.output is not None:
-        np.savez(args.output, **dict(zip(names, outputs, strict=True)))
-        print(f"wrote {args.output}")
+        path = args.output if args.output.suffix == ".npz" else Path(f"{args.output}.npz")
+        with replacing(path) as tmp, open(tmp, "wb") as f:
+            np.savez(f, **dict(zip(names, outputs, strict=True)))
+        print(f"wrote {path}")
     return 0
 
 

@@ -1,0 +1,82 @@
+"""Mutated .onnx, .ms and .mindir files through inspect, convert and NPU sessions (see
+fuzz_models.py): every case ends in a typed error or correct output; no signal, no hang,
+no exit 2 from the CLI, no half-written file. A failure prints its case's replay command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import fuzz_models as fm
+import pytest
+
+import provider
+
+PACKAGE_ROOT = str(Path(provider.__file__).resolve().parent.parent)
+DEFAULT_CASES = 300
+SLOW_CASES = 3000
+
+
+def _fuzz(count: int, seed: int) -> list[dict]:
+    start = time.perf_counter()
+    results = fm.run_cases(fm.case_ids(count, seed), jobs=2)
+    print(f"seed {seed}: " + fm.format_summary(results, time.perf_counter() - start))
+    for line in fm.known_hits(results):
+        print(f"  {line}")
+    bugs = fm.failures(results)
+    assert not bugs, f"{len(bugs)} failing case(s):\n" + "\n".join(
+        fm.format_failure(*bug) for bug in bugs)
+    return results
+
+
+def test_mutated_models_end_in_typed_errors_or_correct_output():
+    results = _fuzz(DEFAULT_CASES, fm.DEFAULT_SEED)
+    assert len(results) == DEFAULT_CASES
+    counts = fm.outcome_counts(results)
+    for path in fm.PATHS:  # a run where every case fails early would test nothing
+        assert counts[(path, "ok")] >= 20 and counts[(path, "error")] >= 20, counts
+    checked = sum(bool(r["paths"]["session"].get("checked")) for r in results)
+    assert checked >= 30, f"only {checked} outputs compared with onnxruntime CPU"
+
+
+@pytest.mark.slow
+def test_mutated_models_long_run():
+    _fuzz(SLOW_CASES, fm.DEFAULT_SEED + 1)
+
+
+def test_a_signal_or_a_hang_is_pinned_to_its_case_and_the_batch_goes_on():
+    ids = ["selftest:ok", "selftest:signal", "selftest:ok", "selftest:hang", "selftest:ok"]
+    results = fm.run_batch(ids, case_timeout=3)
+    assert [r["case"] for r in results] == ids
+    outcomes = [next(iter(r["paths"].values())) for r in results]
+    assert [o["outcome"] for o in outcomes] == ["ok", "bug", "ok", "bug", "ok"]
+    assert outcomes[1]["why"] == "killed by SIGSEGV" and "in _selftest" in outcomes[1]["stderr"]
+    assert outcomes[3]["why"].startswith("hang")
+
+
+def test_replay_ids_and_mutations_are_deterministic(tmp_path):
+    case_id = fm.case_ids(40)[37]
+    first, mutations = fm.mutated_file(case_id, tmp_path / "a")
+    second, again = fm.mutated_file(case_id, tmp_path / "b")
+    assert first.read_bytes() == second.read_bytes() and mutations == again and mutations
+    assert fm.Case.parse(case_id).id == case_id
+
+
+def test_the_installed_cli_gives_exit_0_or_1_with_one_line(tmp_path):
+    """The same user paths through a real `litenpu` process (the child runs `main` in-process)."""
+    env = {**os.environ, "PYTHONPATH": PACKAGE_ROOT}
+    outcomes = []
+    for i, case_id in enumerate(fm.case_ids(12)[::2]):
+        src, mutations = fm.mutated_file(case_id, tmp_path / f"case{i}")
+        out = src.with_name("out.ms" if src.suffix == ".onnx" else "out.onnx")
+        for argv in (["inspect", str(src)], ["convert", str(src), "-o", str(out), "-q"]):
+            done = subprocess.run([sys.executable, "-m", "provider.cli", *argv], env=env,
+                                  cwd=tmp_path, capture_output=True, text=True, timeout=120)
+            run = {"rc": done.returncode, "stderr": done.stderr, "escaped": None}
+            outcome = fm.cli_outcome(argv[0], run)
+            assert outcome["outcome"] in ("ok", "error"), (case_id, mutations, outcome)
+            outcomes.append(outcome["outcome"])
+    assert set(outcomes) == {"ok", "error"}
