@@ -1,6 +1,6 @@
-"""The `litenpu` command line.
+"""The `litenpu` command line: the parser built from the subcommands' table
+(`provider.commands.registry`), and one mapping of errors to exit codes for all of them.
 
-Each subcommand is a pair of functions (add its arguments, run it) listed in COMMANDS.
 Exit codes, the same for every command (`exit_code`): 0 ok; 1 the user's input is at fault
 (one line on stderr, no traceback unless --debug); 2 a bug in litenpu (internal error).
 """
@@ -12,49 +12,16 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable
 
+from provider.commands.registry import COMMANDS
 from provider.errors import LitenpuError
 
 EXIT_USER_ERROR = 1
 EXIT_INTERNAL_ERROR = 2
 # onnxruntime's Python exceptions (Fail, InvalidGraph, InvalidArgument, EPFail, ...) live here.
 ORT_ERRORS_MODULE = "onnxruntime.capi.onnxruntime_pybind11_state"
-# How provider.ort.callbacks words an exception raised inside an NPU EP callback.
-_EP_FAILURE = re.compile(r"NPUExecutionProvider [^:]*: (\w+): ")
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 _FILE_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
-
-
-class UsageError(LitenpuError, ValueError):
-    """A command-line argument is malformed (the CLI prints it on one line, exit code 1)."""
-
-
-Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
-COMMANDS: list[Command] = []
-
-
-def command(name: str, help: str, add_args: Callable[[argparse.ArgumentParser], None]):
-    """Register `run(args) -> exit code` as subcommand `name`."""
-
-    def register(run: Callable[[argparse.Namespace], int]):
-        if any(c[0] == name for c in COMMANDS):
-            raise ValueError(f"subcommand {name!r} registered twice")
-        COMMANDS.append((name, help, add_args, run))
-        return run
-
-    return register
-
-
-def key_values(items: list[str], flag: str) -> dict[str, str]:
-    """`KEY=VALUE` arguments of `flag` as a dict; UsageError names a malformed one."""
-    result = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
-        result[key.strip()] = value.strip()
-    return result
 
 
 def exit_code(error: BaseException) -> int:
@@ -72,16 +39,8 @@ def exit_code(error: BaseException) -> int:
         return EXIT_INTERNAL_ERROR
     if type(error).__name__ != "EPFail":
         return EXIT_USER_ERROR
-    raised = _EP_FAILURE.search(str(error))
-    ours = {cls.__name__ for cls in _subclasses(LitenpuError)}
-    return EXIT_USER_ERROR if raised and raised.group(1) in ours else EXIT_INTERNAL_ERROR
-
-
-def _subclasses(cls: type) -> list[type]:
-    found = [cls]
-    for sub in cls.__subclasses__():
-        found += _subclasses(sub)
-    return found
+    from provider.ort.status import from_status  # onnxruntime's wrapping of our callback error
+    return EXIT_USER_ERROR if from_status(str(error)) is not None else EXIT_INTERNAL_ERROR
 
 
 def error_line(error: BaseException) -> str:

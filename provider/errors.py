@@ -9,6 +9,7 @@ __all__ = [
     "CacheError",
     "DeviceMemoryError",
     "BindingError",
+    "UsageError",
 ]
 
 
@@ -27,3 +28,7 @@ class DeviceMemoryError(LitenpuError, MemoryError):
 
 class BindingError(LitenpuError, ValueError):
     """An input/output buffer does not match what the model expects (shape, dtype, size)."""
+
+
+class UsageError(LitenpuError, ValueError):
+    """A command-line argument is malformed (the CLI prints it on one line, exit code 1)."""

@@ -131,20 +131,6 @@ def _message(outcome: dict) -> str:
 
 
 KNOWN_ISSUES: list[KnownIssue] = [
-    KnownIssue("sigfpe-zero-size-pooling",
-               "native pooling divides by a zero-size dim (provider/npu/csrc; being fixed)",
-               lambda o, mutations: o.get("signal") == signal.SIGFPE),
-    KnownIssue("ort-fallback-print",
-               "onnxruntime prints 'EP Error ... Falling back to CPU and retrying' (to stdout) "
-               "while creating a session that fails with a ValueError or RuntimeError "
-               "(provider/session.py; being fixed)",
-               lambda o, mutations: FALLBACK in o.get("output", "")),
-    KnownIssue("typed-error-as-epfail",
-               "a LitenpuError raised inside an NPU EP callback (DeviceMemoryError when the "
-               "device runs out of memory, InvalidModelError from a compile at the first run) "
-               "reaches Python as onnxruntime's EPFail naming it (provider/session.py, "
-               "provider/ort; being fixed)",
-               lambda o, mutations: _error_type(o) == "EPFail" and _names_litenpu_error(_message(o))),
     KnownIssue("clip-infinite-bound-ignored",
                "the NPU drops a Clip bound that is not finite, so max=-inf (or min=+inf, NaN) "
                "leaves values unclipped where ONNX clips all to max (provider/npu/shapes.py "
@@ -169,15 +155,6 @@ KNOWN_ISSUES: list[KnownIssue] = [
                lambda o, mutations: _error_type(o) == "EPFail"
                and "MemoryError: native NPU kernel: no host memory" in _message(o)),
 ]
-
-
-def _names_litenpu_error(message: str) -> bool:
-    """Whether an EPFail message carries a LitenpuError raised in an EP callback."""
-    from onnxruntime.capi.onnxruntime_pybind11_state import EPFail
-
-    from provider.cli import EXIT_USER_ERROR, exit_code
-
-    return exit_code(EPFail(message)) == EXIT_USER_ERROR
 
 
 def _known(outcome: dict, mutations: list[str]) -> dict:
@@ -308,8 +285,8 @@ def session_path(src: Path, work: Path) -> dict:
     """provider.InferenceSession on the NPU + one run, checked against onnxruntime CPU."""
     import onnxruntime as ort
 
-    from provider.commands.run import random_input
     from provider.ort import EP_NAME
+    from provider.ort.tensors import random_feed
     from provider.session import CPU_EP, InferenceSession
 
     def options() -> ort.SessionOptions:
@@ -342,7 +319,7 @@ def session_path(src: Path, work: Path) -> dict:
         if int(np.prod(shape, dtype=np.float64)) * 8 > MAX_FEED_BYTES:
             return {"outcome": "ok", "note": f"input {meta.name!r} {meta.shape} too big to feed"}
         try:
-            feeds[meta.name] = random_input(meta, {}, rng)
+            feeds[meta.name] = random_feed(meta, {}, rng)
         except Exception as e:  # noqa: BLE001 - a non-tensor input: nothing to feed
             return {"outcome": "ok", "note": f"not run: {type(e).__name__}: {e}"}
     try:

@@ -7,7 +7,8 @@ import pytest
 from provider.bench import machine
 from provider.bench.models import measure
 from provider.bench.scripts import find_benchmarks, script_args
-from provider.cli import UsageError, main
+from provider.cli import main
+from provider.errors import UsageError
 
 FAKE = '''import sys
 from pathlib import Path

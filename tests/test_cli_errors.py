@@ -17,8 +17,8 @@ from onnxruntime.capi.onnxruntime_pybind11_state import EPFail, Fail, InvalidGra
 
 import provider
 from converters.errors import InvalidModelError, UnsupportedError
-from provider.cli import UsageError, error_line, exit_code, main
-from provider.errors import BindingError, DeviceMemoryError
+from provider.cli import error_line, exit_code, main
+from provider.errors import BindingError, DeviceMemoryError, UsageError
 
 PACKAGE_ROOT = str(Path(provider.__file__).resolve().parent.parent)
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import provider
-from provider.cli import COMMANDS, build_parser, main
+from provider.cli import build_parser, main
+from provider.commands.registry import COMMANDS
 
 PACKAGE_ROOT = str(Path(provider.__file__).resolve().parent.parent)
 # The subcommands the quickstart and docs promise (others may add more).

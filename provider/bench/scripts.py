@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import provider
-from provider.cli import UsageError
+from provider.errors import UsageError
 
 PATTERN = "bench_*.py"
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from provider.cli import UsageError, command, key_values
 from provider.commands.quantize import add_data_args, load_data
+from provider.commands.registry import command, key_values
+from provider.errors import UsageError
 
 EXAMPLES = """examples:
   litenpu accuracy model.onnx model.int8.onnx --random 8

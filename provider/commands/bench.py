@@ -8,7 +8,8 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
-from provider.cli import UsageError, command
+from provider.commands.registry import command
+from provider.errors import UsageError
 
 EXAMPLES = """examples:
   litenpu bench                         # everything; writes docs/benchmarks/ of the checkout

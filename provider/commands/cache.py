@@ -14,7 +14,7 @@ from pathlib import Path
 from provider.cache import CompileCache, EntryInfo, default_cache_dir
 from provider.cache.entry import BadEntry
 from provider.cache.fingerprint import MEMO_DIR, verify_memos
-from provider.cli import command
+from provider.commands.registry import command
 
 EXAMPLES = """examples:
   litenpu cache ls                          # entries of the default cache, least recently used first

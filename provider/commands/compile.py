@@ -20,7 +20,8 @@ import onnxruntime as ort
 from converters.atomic import replacing
 from provider.cache import default_cache_dir
 from provider.cache.fingerprint import MEMO_DIR, source_fingerprint
-from provider.cli import UsageError, command, key_values
+from provider.commands.registry import command, key_values
+from provider.errors import UsageError
 from provider.options import NpuOptions
 from provider.ort import epcontext
 from provider.ort.registration import ep_devices, register

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from converters.convert import LAYOUTS, READERS, WRITERS, convert
-from provider.cli import command
+from provider.commands.registry import command
 
 # Below this many nodes a conversion is quick enough that a progress line is only noise.
 PROGRESS_MIN_NODES = 500

@@ -7,7 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from provider.cli import command
+from provider.commands.registry import command
 
 EXAMPLES = """examples:
   litenpu demo                    # MobileNetV2, batch 8, files in a temporary directory

@@ -25,7 +25,7 @@ from converters.graph_view import ValueInfo, load_onnx, value_info
 from converters.lite import reader
 from converters.lite.summary import ModelSummary, TensorInfo, format_summary, summarize
 from converters.proto_text import check_text
-from provider.cli import command, key_values
+from provider.commands.registry import command, key_values
 from provider.errors import UnsupportedError
 from provider.ort import EP_NAME
 

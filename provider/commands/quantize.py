@@ -11,7 +11,8 @@ import contextlib
 import sys
 from pathlib import Path
 
-from provider.cli import UsageError, command
+from provider.commands.registry import command
+from provider.errors import UsageError
 
 EXAMPLES = """examples:
   litenpu quantize model.onnx -o model.int8.onnx --random 8          # smoke test

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from converters.atomic import replacing
-from provider.cli import UsageError, command, key_values
+from provider.commands.registry import command, key_values
+from provider.errors import UsageError
 
 EXAMPLES = """examples:
   litenpu run model.onnx --random                          # seeded random inputs, print a summary
@@ -90,26 +91,12 @@ def gather_inputs(metas: list, args: argparse.Namespace) -> dict[str, np.ndarray
         raise UsageError(f"no value for input(s) {[m.name for m in missing]}; give "
                          "--input NAME=FILE.npy, --inputs FILE.npz or --random")
     dims = {k: _dim(k, v) for k, v in key_values(args.dim, "--dim").items()}
+    from provider.ort.tensors import random_feed
+
     rng = np.random.default_rng(args.seed)
     for meta in missing:
-        feeds[meta.name] = random_input(meta, dims, rng)
+        feeds[meta.name] = random_feed(meta, dims, rng)
     return feeds
-
-
-def random_input(meta, dims: dict[str, int], rng: np.random.Generator) -> np.ndarray:
-    """Seeded random values for one session input (symbolic dims from `dims`, else 1)."""
-    from provider.ort.tensors import ORT_TYPE_TO_NUMPY
-
-    dtype = ORT_TYPE_TO_NUMPY.get(meta.type)
-    if dtype is None:
-        raise UsageError(f"input {meta.name!r} is a {meta.type}; --random fills tensors only")
-    shape = [d if isinstance(d, int) and d >= 0 else dims.get(str(d), 1) for d in meta.shape]
-    dtype = np.dtype(dtype)
-    if dtype.kind == "f":
-        return rng.standard_normal(shape).astype(dtype)
-    if dtype.kind == "b":
-        return rng.random(shape) < 0.5
-    return rng.integers(0, 10, shape).astype(dtype)
 
 
 def describe(name: str, value: np.ndarray) -> str:

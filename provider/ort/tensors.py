@@ -82,3 +82,19 @@ def bind_output(binding: ort.IOBinding, name: str) -> None:
 def copy_stats() -> CopyStats:
     """Process-wide bytes copied between CPU and NPU memory so far (subtract two snapshots)."""
     return COUNTERS.snapshot()
+
+
+def random_feed(meta, dims: dict[str, int], rng: np.random.Generator) -> np.ndarray:
+    """Seeded random values for one session input (`meta`: an onnxruntime NodeArg; its
+    symbolic dims from `dims`, else 1): normal floats, coin-flip bools, integers in [0, 10)."""
+    dtype = ORT_TYPE_TO_NUMPY.get(meta.type)
+    if dtype is None:
+        raise BindingError(f"input {meta.name!r} is a {meta.type}; random values fill tensors "
+                           "only")
+    shape = [d if isinstance(d, int) and d >= 0 else dims.get(str(d), 1) for d in meta.shape]
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    return rng.integers(0, 10, shape).astype(dtype)

@@ -16,7 +16,6 @@ from provider.quantize.calibration import (
     CalibrationData,
     CalibrationError,
     ModelInput,
-    load_calibration,
     model_inputs,
 )
 from provider.quantize.config import NPU_INT8_OPS, QuantConfig, QuantOptionError
@@ -24,6 +23,7 @@ from provider.quantize.driver import NodeDecision, QuantizeResult, quantize_mode
 from provider.quantize.images import ImageOptions
 from provider.quantize.metrics import Metrics
 from provider.quantize.optional import MissingExtraError
+from provider.quantize.sources import load_calibration
 
 __all__ = [
     "AccuracyReport", "LayerComparison", "OutputComparison", "accuracy_report",

@@ -14,17 +14,14 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
 from provider.errors import LitenpuError
-from provider.ort.tensors import ORT_TYPE_TO_NUMPY
-
-if TYPE_CHECKING:
-    from provider.quantize.images import ImageOptions
+from provider.ort.tensors import ORT_TYPE_TO_NUMPY, random_feed
 
 Feeds = dict[str, np.ndarray]
 
@@ -219,12 +216,10 @@ def _npy_sample(inputs: Sequence[ModelInput], files: dict[str, list[Path]],
 
 def random_data(inputs: Sequence[ModelInput], count: int, seed: int = 0) -> CalibrationData:
     """`count` samples of seeded random values (a smoke test, not a calibration)."""
-    from provider.commands.run import random_input
-
     if count < 1:
         raise CalibrationError(f"random calibration: {count} samples (expected at least one)")
     rng = np.random.default_rng(seed)
-    samples = [{m.name: random_input(m, {}, rng) for m in inputs} for _ in range(count)]
+    samples = [{m.name: random_feed(m, {}, rng) for m in inputs} for _ in range(count)]
     return CalibrationData(inputs, [lambda s=s: s for s in samples],
                            [f"sample {i}" for i in range(count)], f"{count} random samples")
 
@@ -236,34 +231,3 @@ def _np_load(path: Path) -> Any:
         raise
     except (OSError, ValueError, EOFError) as e:
         raise CalibrationError(f"{path}: not a readable .npy/.npz file ({e})") from None
-
-
-def load_calibration(model: str | os.PathLike | bytes | onnx.ModelProto | Sequence[ModelInput],
-                     source: str | os.PathLike | None = None, *, random: int | None = None,
-                     seed: int = 0, images: ImageOptions | None = None) -> CalibrationData:
-    """Calibration data for `model` (or its inputs) from `source`: an .npz file, a folder of
-    .npy files, or a folder of images (read with `images`, default ImageOptions()); or, with
-    `random=N` and no source, N seeded random samples."""
-    from provider.quantize.images import IMAGE_SUFFIXES, ImageOptions, from_images
-
-    inputs = (list(model) if isinstance(model, Sequence) and not isinstance(model, (str, bytes))
-              else model_inputs(model))
-    if (source is None) == (random is None):
-        raise CalibrationError("give calibration data (an .npz file or a folder of .npy files "
-                               "or images) or a number of random samples, not both")
-    if source is None:
-        return random_data(inputs, random, seed)
-    path = Path(source)
-    if path.is_file():
-        if path.suffix.lower() != ".npz":
-            raise CalibrationError(f"{path}: expected an .npz file or a folder of .npy files "
-                                   "or images")
-        return from_npz(inputs, path)
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path}: no such calibration file or folder")
-    if any(p.suffix.lower() in IMAGE_SUFFIXES for p in path.iterdir()):
-        return from_images(inputs, path, images if images is not None else ImageOptions())
-    if images is not None:
-        raise CalibrationError(f"{path}: image options given, but the folder holds no images "
-                               f"({', '.join(sorted(IMAGE_SUFFIXES))})")
-    return from_npy_dir(inputs, path)
