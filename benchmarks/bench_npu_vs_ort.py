@@ -61,8 +61,8 @@ from converters.onnx_import import import_onnx  # noqa: E402
 from provider.npu import native  # noqa: E402
 from provider.npu.compiler import compile_model  # noqa: E402
 from provider.npu.executor import Executor  # noqa: E402
-from provider.npu.kernels import KERNELS, parallel  # noqa: E402
 from provider.npu.memory import DevicePool  # noqa: E402
+from provider.npu.ops import KERNELS, parallel  # noqa: E402
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 DEFAULT = ["resnet50", "squeezenet", "shufflenet", "mobilenet"]

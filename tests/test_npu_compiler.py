@@ -16,10 +16,10 @@ from onnx import helper, numpy_helper
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
 from converters.onnx_import import import_onnx
 from provider.errors import InvalidModelError, UnsupportedError
-from provider.npu import capability, conv_weights, planner
+from provider.npu import capability, planner
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor
-from provider.npu.kernels import KERNELS, parallel
+from provider.npu.ops import KERNELS, conv_weights, parallel
 from provider.npu.program import from_bytes, to_bytes
 
 F32 = np.float32

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from provider.npu.kernels import parallel
+from provider.npu.ops import parallel
 
 
 @pytest.fixture
