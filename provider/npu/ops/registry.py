@@ -96,9 +96,10 @@ def define(*ops: str, dtypes: frozenset[str], check: Check | None = None,
     other rows. Defining a primitive twice is an error."""
 
     def deco(fn: Rule) -> Rule:
+        twice = [op for op in ops if op in OPS]
+        if twice:
+            raise ValueError(f"NPU ops {twice} are already defined")
         for op in ops:
-            if op in OPS:
-                raise ValueError(f"NPU op {op!r} is already defined")
             OPS[op] = OpDef(op, fn, dtypes, check, const_inputs, rank, kernels, note)
         return fn
 
@@ -126,9 +127,10 @@ def native(*kernels: str, op: str | None = None) -> Callable[[LowerFn], LowerFn]
     `kernels`, to the C library's op `op` (default: the kernel key); twice is an error."""
 
     def deco(fn: LowerFn) -> LowerFn:
+        twice = [k for k in kernels if k in NATIVE]
+        if twice:
+            raise ValueError(f"native lowerings of kernels {twice} are already registered")
         for kernel in kernels:
-            if kernel in NATIVE:
-                raise ValueError(f"native lowering of kernel {kernel!r} is already registered")
             NATIVE[kernel] = NativeLowering(kernel, op or kernel, fn)
         return fn
 
