@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", nargs="*", default=DEFAULT)
     parser.add_argument("--ort-threads", type=int, default=2)
     parser.add_argument("--npu-threads", type=int, default=None,
-                        help="NPU cores (native kernels and kernels.parallel); "
+                        help="NPU cores (native kernels and ops.parallel); "
                              "default: --ort-threads")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 3 runs of squeezenet and mobilenet only")

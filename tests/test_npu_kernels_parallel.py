@@ -1,4 +1,4 @@
-"""kernels.parallel: how work is cut into blocks, and the dynamic fork-join that runs them."""
+"""ops.parallel: how work is cut into blocks, and the dynamic fork-join that runs them."""
 
 from __future__ import annotations
 
