@@ -40,7 +40,7 @@ def test_failed_lookups_list_what_exists():
         op_def("LRN")
     with pytest.raises(UnsupportedError, match="no NPU kernel 'lrn'.*conv2d.*max_pool"):
         get("lrn")
-    with pytest.raises(UnsupportedError, match="no NPU rule for primitive 'LRN'"):
+    with pytest.raises(UnsupportedError, match="node 'n': no NPU op 'LRN'; known ops: .*Conv2DFusion"):
         lower(LiteNode("n", "LRN", {}, [0], [1]), [TensorInfo((1,), F32)], [F32])
 
 

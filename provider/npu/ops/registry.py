@@ -155,11 +155,13 @@ def get(name: str) -> Kernel:
 
 
 def lower(node: LiteNode, ins: Sequence[TensorInfo], out_types: Sequence[np.dtype | None]) -> Lowered:
-    """Apply the rule of node.op to concrete input facts; UnsupportedError if the NPU has
-    none. A rule emitting a kernel it did not declare is a bug of the op's module."""
-    d = OPS.get(node.op)
-    if d is None:
-        raise UnsupportedError(f"node {node.name!r}: no NPU rule for primitive {node.op!r}")
+    """Apply the rule of node.op to concrete input facts; UnsupportedError (listing the
+    known ops) if the NPU has none. A rule emitting a kernel it did not declare is a bug of
+    the op's module."""
+    try:
+        d = op_def(node.op)
+    except UnsupportedError as e:
+        raise UnsupportedError(f"node {node.name!r}: {e}") from None
     low = d.rule(node, ins, out_types)
     if low.kernel and low.kernel not in d.kernels:
         raise LitenpuError(f"the rule of {node.op} emitted kernel {low.kernel!r}, which it does "
