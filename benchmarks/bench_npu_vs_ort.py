@@ -58,8 +58,8 @@ from provider.bench.timing import interleaved_ms, paired_ratio  # noqa: E402
 from provider.npu import native  # noqa: E402
 from provider.npu.compiler import compile_model  # noqa: E402
 from provider.npu.executor import Executor  # noqa: E402
-from provider.npu.kernels import KERNELS, parallel  # noqa: E402
 from provider.npu.memory import DevicePool  # noqa: E402
+from provider.npu.ops import KERNELS, parallel  # noqa: E402
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 DEFAULT = ["resnet50", "squeezenet", "shufflenet", "mobilenet"]
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", nargs="*", default=DEFAULT)
     parser.add_argument("--ort-threads", type=int, default=2)
     parser.add_argument("--npu-threads", type=int, default=None,
-                        help="NPU cores (native kernels and kernels.parallel); "
+                        help="NPU cores (native kernels and ops.parallel); "
                              "default: --ort-threads")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 3 runs of squeezenet and mobilenet only")

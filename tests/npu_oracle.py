@@ -5,6 +5,7 @@ model; `run_ort` and `run_npu` run them on the same seeded inputs and `assert_ma
 compares shape, then dtype, then values. `randomized` swaps the light models'
 ConstantOfShape weights for seeded random ones; `supported_components` / `subgraph` cut a
 model down to its NPU-supported parts and `ort_values` gets onnxruntime's boundary tensors.
+`Graph` builds small Lite graphs by hand.
 """
 
 from __future__ import annotations
@@ -25,6 +26,41 @@ from provider.npu.memory import DevicePool
 from provider.npu.program import from_bytes, to_bytes
 
 ATOL, RTOL = 1e-4, 1e-3
+
+CONV = {"format": "NCHW", "kernel_size": [3, 3], "stride": [1, 1], "dilation": [1, 1],
+        "pad_mode": "PAD", "pad_list": [1, 1, 1, 1], "group": 1, "activation_type": "NO_ACTIVATION"}
+
+
+class Graph:
+    """A tiny Lite graph builder: tensors by name, nodes appended in order."""
+
+    def __init__(self, name: str = "g"):
+        self.m = LiteModel(name=name)
+        self.ids: dict[str, int] = {}
+
+    def input(self, name: str, shape, dtype=np.float32) -> str:
+        self.ids[name] = self.m.add_tensor(LiteTensor.of(name, dtype, shape))
+        self.m.inputs.append(self.ids[name])
+        return name
+
+    def const(self, name: str, value) -> str:
+        value = np.asarray(value)
+        self.ids[name] = self.m.add_tensor(LiteTensor.of(name, value.dtype, value.shape, value))
+        return name
+
+    def node(self, op: str, inputs, attrs=None, outputs=1, dtype=np.float32) -> str | list[str]:
+        names = [f"{op}{len(self.m.nodes)}_{i}" for i in range(outputs)]
+        for n in names:
+            self.ids[n] = self.m.add_tensor(LiteTensor.of(n, dtype, ()))  # shape unknown
+        self.m.add_node(LiteNode(f"{op}{len(self.m.nodes)}", op, dict(attrs or {}),
+                                 [self.ids[i] for i in inputs], [self.ids[n] for n in names]))
+        return names[0] if outputs == 1 else names
+
+    def outputs(self, *names: str) -> LiteModel:
+        self.m.outputs = [self.ids[n] for n in names]
+        return self.m
+
+
 _POOL: DevicePool | None = None
 
 

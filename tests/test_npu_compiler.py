@@ -10,53 +10,19 @@ import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from npu_oracle import assert_matches, pool, rng, run_npu, run_ort
+from npu_oracle import CONV, Graph, assert_matches, pool, rng, run_npu, run_ort
 from onnx import helper, numpy_helper
 
-from converters.lite.ir import LiteModel, LiteNode, LiteTensor
+from converters.lite.ir import LiteModel
 from converters.onnx_import import import_onnx
 from provider.errors import InvalidModelError, UnsupportedError
-from provider.npu import capability, conv_weights, planner
+from provider.npu import capability, planner
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor
-from provider.npu.kernels import KERNELS, parallel
+from provider.npu.ops import KERNELS, conv_weights, parallel
 from provider.npu.program import from_bytes, to_bytes
 
 F32 = np.float32
-CONV = {"format": "NCHW", "kernel_size": [3, 3], "stride": [1, 1], "dilation": [1, 1],
-        "pad_mode": "PAD", "pad_list": [1, 1, 1, 1], "group": 1, "activation_type": "NO_ACTIVATION"}
-
-
-class Graph:
-    """A tiny Lite graph builder: tensors by name, nodes appended in order."""
-
-    def __init__(self, name: str = "g"):
-        self.m = LiteModel(name=name)
-        self.ids: dict[str, int] = {}
-
-    def input(self, name: str, shape, dtype=F32) -> str:
-        self.ids[name] = self.m.add_tensor(LiteTensor.of(name, dtype, shape))
-        self.m.inputs.append(self.ids[name])
-        return name
-
-    def const(self, name: str, value) -> str:
-        value = np.asarray(value)
-        self.ids[name] = self.m.add_tensor(LiteTensor.of(name, value.dtype, value.shape, value))
-        return name
-
-    def node(self, op: str, inputs, attrs=None, outputs=1, dtype=F32) -> str | list[str]:
-        names = [f"{op}{len(self.m.nodes)}_{i}" for i in range(outputs)]
-        for n in names:
-            self.ids[n] = self.m.add_tensor(LiteTensor.of(n, dtype, ()))  # shape unknown
-        self.m.add_node(LiteNode(f"{op}{len(self.m.nodes)}", op, dict(attrs or {}),
-                                 [self.ids[i] for i in inputs], [self.ids[n] for n in names]))
-        return names[0] if outputs == 1 else names
-
-    def outputs(self, *names: str) -> LiteModel:
-        self.m.outputs = [self.ids[n] for n in names]
-        return self.m
-
-
 def conv_relu_net(r) -> tuple[LiteModel, onnx.ModelProto]:
     """x -> conv -> leaky relu -> reshape -> add(const) -> reshape -> conv, as Lite and as ONNX."""
     w1, b1, w2 = (r.standard_normal(s).astype(F32) * 0.3 for s in ((4, 3, 3, 3), (4,), (2, 4, 3, 3)))

@@ -26,7 +26,7 @@ KIB = 1024
 
 @dataclass(frozen=True)
 class ToyKernel:
-    """A test-only kernel: same calling convention as provider.npu.kernels.Kernel."""
+    """A test-only kernel: same calling convention as provider.npu.ops.Kernel."""
 
     run: object
 

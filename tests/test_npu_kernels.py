@@ -17,8 +17,8 @@ from npu_oracle import assert_matches, lite_graph, one_node_onnx, rng, run_npu, 
 from onnx.reference import ReferenceEvaluator
 
 from provider.errors import UnsupportedError
-from provider.npu.kernels import KERNELS, get, parallel, register
-from provider.npu.kernels.activation import erf
+from provider.npu.ops import KERNELS, get, parallel, register
+from provider.npu.ops.activation import erf
 
 F32 = np.float32
 
@@ -263,7 +263,7 @@ def test_int32_div_truncates_toward_zero_like_onnxruntime():
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8])
 def test_trunc_divide_in_place_over_its_dividend(dtype):
     """The kernel may write over `a` (in-place elementwise): its fix-up is computed first."""
-    from provider.npu.kernels.elementwise import trunc_divide
+    from provider.npu.ops.elementwise import trunc_divide
 
     r = rng(7)
     lo = 0 if dtype == np.uint8 else -100

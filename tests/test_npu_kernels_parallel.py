@@ -1,4 +1,4 @@
-"""kernels.parallel: how work is cut into blocks, and the dynamic fork-join that runs them."""
+"""ops.parallel: how work is cut into blocks, and the dynamic fork-join that runs them."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from provider.npu.kernels import parallel
+from provider.npu.ops import parallel
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """The native NPU kernels (`provider/npu/csrc/`) against the numpy kernels.
 
-The numpy kernels in `provider/npu/kernels/` define what every Program step computes and
+The numpy kernels in `provider/npu/ops/` define what every Program step computes and
 are checked against onnxruntime elsewhere (test_npu_kernels.py); here the same compiled
 Program runs twice, `Executor(program)` (native steps where `native_steps.lower` takes
 them) and `Executor(program, kernels=KERNELS)` (every step on numpy), and the outputs must
@@ -30,10 +30,10 @@ from npu_oracle import lite_graph, pool, rng
 from threads import run_threads
 
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
-from provider.npu import conv_weights, native, native_steps
+from provider.npu import native, native_steps
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor
-from provider.npu.kernels import KERNELS
+from provider.npu.ops import KERNELS, conv_weights
 from provider.npu.program import Program, from_bytes, to_bytes
 
 if native.library() is None:
@@ -714,7 +714,7 @@ from npu_oracle import lite_graph, pool, rng
 from provider.npu import native
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor
-from provider.npu.kernels import KERNELS
+from provider.npu.ops import KERNELS
 assert native.library() is None and native.threads() == 1
 r = rng(12)
 x = r.standard_normal((1, 4, 9, 9)).astype(np.float32)

@@ -40,8 +40,8 @@ from provider.errors import InvalidModelError
 from provider.npu import native
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor
-from provider.npu.kernels import KERNELS
 from provider.npu.memory import default_pool
+from provider.npu.ops import KERNELS
 from provider.npu.program import Program, from_bytes, to_bytes
 from provider.session import InferenceSession
 

@@ -1,16 +1,16 @@
 """Lite (sub)graph -> Program: the NPU compiler.
 
 Pipeline (each stage returns new data, the input model is never mutated):
-1. `fold_batchnorm`: inference BatchNorm / FusedBatchNorm after a Conv2DFusion whose output
+1. `rewrites.fold_batchnorm`: inference BatchNorm / FusedBatchNorm after a Conv2DFusion whose output
    feeds nothing else is folded into the conv's weights and bias (float64 arithmetic);
-   `fuse_activations` then folds a parameter-free Activation into the conv / GEMM /
+   `rewrites.fuse_activations` then folds a parameter-free Activation into the conv / GEMM /
    binary / pooling node before it (its activation_type), saving one pass over the tensor;
    after lowering, a residual Add of a conv's output (ResNet's shortcut) is folded into
    that conv's epilogue (`_fuse_residual_adds`).
-2. Walk the nodes in topological order with concrete shapes (`shapes.lower`, one rule per
-   primitive). A node whose inputs are all constants is run at compile time (constant
-   folding of weight-only subgraphs, e.g. ConstantOfShape -> Reshape); every other node
-   becomes one kernel step, or an alias for reshape-like ops (no kernel, shared buffer).
+2. Walk the nodes in topological order with concrete shapes (`lowering`, one rule per
+   primitive in `ops`). A node whose inputs are all constants is run at compile time
+   (constant folding of weight-only subgraphs, e.g. ConstantOfShape -> Reshape); every other
+   node becomes one kernel step, or an alias for reshape-like ops (no kernel, shared buffer).
 3. Graph outputs are bound to output slots: the producing step writes straight into the
    caller's buffer. An output that is a graph input, a constant, listed twice, or stored in
    another dtype (fp16 mode) gets one copy/cast step; an output made by an alias op (and an
@@ -21,12 +21,13 @@ Pipeline (each stage returns new data, the input model is never mutated):
    output's group at their offsets (`_elide_concats`); `planner.lifetimes` / `place` give
    each group (and each step's scratch) an arena offset, so `internal_bytes` is exact.
 5. Weights (and constants the rules derive: GEMM-packed conv/FC weights, or for convs the
-   NPU's direct kernel takes, that kernel's order (`conv_weights`); pooling divisors, resize
-   index maps) are packed once into one 64-byte aligned blob.
+   NPU's direct kernel takes, that kernel's order (`ops.conv_weights`); pooling divisors,
+   resize index maps; made only now, see `ops.common.Packed`) are packed once into one
+   64-byte aligned blob.
 
 fp16 mode (`enable_fp16=True`): every float32 tensor except the graph inputs/outputs is
 stored as float16 (weights too, halving weight_bytes); a cast step converts each input once
-and each output once. Kernels accumulate in float32 (GEMMs through kernels.gemm, reductions
+and each output once. Kernels accumulate in float32 (GEMMs through ops.gemm, reductions
 with dtype=float32) and round once when they store. Error bound: each stored value carries
 a relative rounding error <= 2**-11 (fp16's unit roundoff), so one GEMM-based op with
 fp16-rounded operands satisfies |y16 - y| <= 2**-11 * |y| + 2**-10 * (|W| @ |x|) + (fp32
@@ -36,271 +37,38 @@ bound (2e-2 of the output range) through a small network.
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from converters.lite import dtypes as lite_dtypes
-from converters.lite.ir import LiteModel, LiteNode, LiteTensor
+from converters.lite.ir import LiteModel
 from provider.errors import InvalidModelError, UnsupportedError
-from provider.npu import capability, planner, shapes
-from provider.npu.kernels import KERNELS
+from provider.npu import capability, planner
+from provider.npu.lowering import (
+    Builder,
+    LoweredStep,
+    bind_constants,
+    check_indices,
+    input_shape,
+    lower_node,
+    topological,
+)
+from provider.npu.ops import KERNELS
 from provider.npu.program import Program, Slot, Step
+from provider.npu.rewrites import fold_batchnorm, fuse_activations
 
-log = logging.getLogger("litenpu.npu")
-
-__all__ = ["compile_model", "fold_batchnorm", "fuse_activations"]
+__all__ = ["compile_model"]
 
 ALIGNMENT = 64
 F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)
 
 
-# ---- stage 1: BatchNorm folding -----------------------------------------------------------
-
-
-def _consumers(model: LiteModel) -> dict[int, list[int]]:
-    users: dict[int, list[int]] = {}
-    for ni, node in enumerate(model.nodes):
-        for t in node.inputs:
-            users.setdefault(t, []).append(ni)
-    return users
-
-
-def fold_batchnorm(model: LiteModel) -> LiteModel:
-    """A copy of `model` where each BatchNorm right after a Conv2DFusion is folded into it.
-
-    Applies when the conv has no fused activation, its output feeds only the BatchNorm and
-    is not a graph output, and weights, bias and BN statistics are all constants.
-    """
-    producers = {t: ni for ni, node in enumerate(model.nodes) for t in node.outputs}
-    users = _consumers(model)
-    tensors = list(model.tensors)
-    nodes: list[LiteNode | None] = list(model.nodes)
-    for bi, bn in enumerate(model.nodes):
-        if bn.op not in ("FusedBatchNorm", "BatchNorm") or not bn.inputs:
-            continue
-        x = bn.inputs[0]
-        ci = producers.get(x)
-        if ci is None or nodes[ci] is None or nodes[ci].op != "Conv2DFusion":
-            continue
-        conv = nodes[ci]
-        if (users.get(x) != [bi] or x in model.outputs
-                or conv.attrs.get("activation_type", "NO_ACTIVATION") != "NO_ACTIVATION"
-                or any(tensors[t].data is None for t in (*conv.inputs[1:], *bn.inputs[1:]))):
-            continue
-        infos = [shapes.TensorInfo((), F32, tensors[t].data) for t in bn.inputs]
-        scale, shift = shapes.batchnorm_affine(bn, infos)
-        w = tensors[conv.inputs[1]]
-        new_w = (w.data.astype(np.float64) * scale.reshape(-1, 1, 1, 1)).astype(w.data.dtype)
-        bias = tensors[conv.inputs[2]].data.astype(np.float64) if len(conv.inputs) > 2 else 0.0
-        new_b = (bias * scale + shift).astype(w.data.dtype)
-        wi = len(tensors)
-        tensors.append(dataclasses.replace(w, name=f"{w.name}/bn_folded", data=new_w))
-        tensors.append(LiteTensor.of(f"{bn.name}/bn_bias", new_b.dtype, new_b.shape, new_b))
-        nodes[ci] = dataclasses.replace(
-            conv, inputs=[conv.inputs[0], wi, wi + 1], outputs=[bn.outputs[0]],
-            attrs={**conv.attrs, "activation_type": "NO_ACTIVATION"})
-        nodes[bi] = None
-        log.debug("folded %s into %s", bn.name, conv.name)
-    return dataclasses.replace(model, tensors=tensors, nodes=[n for n in nodes if n is not None],
-                               subgraphs=[])
-
-
-# Producers whose kernels apply a fused activation, and the activations that need no
-# parameters (kernels.activation.fused passes none).
-_FUSES_ACTIVATION = {"Conv2DFusion", "Conv2dTransposeFusion", "FullConnection", "MatMulFusion",
-                     "AddFusion", "SubFusion", "MulFusion", "DivFusion", "MaxPoolFusion",
-                     "AvgPoolFusion"}
-_FUSABLE = {"RELU", "RELU6", "SIGMOID", "TANH", "HSWISH", "SWISH", "SOFTPLUS", "SOFTSIGN", "ABS"}
-
-
-def fuse_activations(model: LiteModel) -> LiteModel:
-    """A copy of `model` where an Activation right after a fusing producer (conv, GEMM,
-    binary arithmetic, pooling) becomes that producer's activation_type.
-
-    Applies when the producer has no activation yet, its output feeds only the Activation
-    and is not a graph output, and the activation takes no parameters.
-    """
-    producers = {t: ni for ni, node in enumerate(model.nodes) for t in node.outputs}
-    users = _consumers(model)
-    nodes: list[LiteNode | None] = list(model.nodes)
-    for ai, act in enumerate(model.nodes):
-        kind = act.attrs.get("activation_type")
-        if act.op != "Activation" or kind not in _FUSABLE or len(act.inputs) != 1:
-            continue
-        x = act.inputs[0]
-        pi = producers.get(x)
-        if pi is None or nodes[pi] is None or nodes[pi].op not in _FUSES_ACTIVATION:
-            continue
-        prod = nodes[pi]
-        if (users.get(x) != [ai] or x in model.outputs or len(prod.outputs) != 1
-                or prod.attrs.get("activation_type", "NO_ACTIVATION") != "NO_ACTIVATION"):
-            continue
-        nodes[pi] = dataclasses.replace(prod, outputs=list(act.outputs),
-                                        attrs={**prod.attrs, "activation_type": kind})
-        nodes[ai] = None
-    return dataclasses.replace(model, nodes=[n for n in nodes if n is not None], subgraphs=[])
-
-
-# ---- stage 2: lowering with constant folding -------------------------------------------------
-
-
-@dataclass
-class _Val:
-    """A value of the program under construction (model tensor or compiler-made)."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    value: np.ndarray | None = None
-    io: str = ""  # "input" / "output" when bound to a caller buffer
-
-
-@dataclass
-class _Step:
-    kernel: str  # "" = alias of inputs[0]
-    attrs: dict
-    inputs: list[int]
-    outputs: list[int]
-    scratch: list[int] = field(default_factory=list)
-
-
-class _Builder:
-    """Mutable state of one compile_model call (never escapes it)."""
-
-    def __init__(self, fp16: bool):
-        self.fp16 = fp16
-        self.vals: list[_Val] = []
-        self.steps: list[_Step] = []
-
-    def storage(self, dtype: np.dtype) -> np.dtype:
-        return F16 if self.fp16 and dtype == F32 else np.dtype(dtype)
-
-    def add(self, name: str, shape, dtype, value: np.ndarray | None = None, *, io: str = "",
-            exact: bool = False) -> int:
-        """A new val; its dtype becomes the storage dtype unless `exact` or bound to I/O."""
-        if value is not None:
-            value = np.asarray(value, dtype=self.storage(value.dtype), order="C")
-            shape, dtype = value.shape, value.dtype
-        elif not (exact or io):
-            dtype = self.storage(dtype)
-        self.vals.append(_Val(name, tuple(int(d) for d in shape), np.dtype(dtype), value, io))
-        return len(self.vals) - 1
-
-    def info(self, v: int) -> shapes.TensorInfo:
-        val = self.vals[v]
-        return shapes.TensorInfo(val.shape, val.dtype, val.value)
-
-
-def _run_now(low: shapes.Lowered, arrays: list[np.ndarray], outs: list[tuple]) -> list[np.ndarray]:
-    """Run a lowered node's kernel on constant inputs (compile-time constant folding)."""
-    results = [np.empty(shape, dtype) for shape, dtype in outs]
-    scratch = [np.empty(shape, dtype) for _, shape, dtype in low.scratch]
-    KERNELS[low.kernel].run(arrays, [*results, *scratch], low.attrs)
-    return results
-
-
-def _bind_constants(b: _Builder, model: LiteModel, tensors: Sequence[int], env: dict[int, int]) -> None:
-    """Give constant tensors a val on first use (a partition may share a big tensor list)."""
-    for t in tensors:
-        if t not in env and model.tensors[t].data is not None:
-            env[t] = b.add(model.tensors[t].name, (), F32, np.asarray(model.tensors[t].data))
-
-
-def _lower_node(b: _Builder, model: LiteModel, node: LiteNode, env: dict[int, int]) -> None:
-    """Lower one node: fold it, or record its step; bind its outputs in env."""
-    _bind_constants(b, model, node.inputs, env)
-    missing = [model.tensors[t].name for t in node.inputs if t not in env]
-    if missing:
-        raise InvalidModelError(f"node {node.name!r}: inputs {missing} are produced by no node")
-    in_vals = [env[t] for t in node.inputs]
-    out_types = [model.tensors[t].dtype if lite_dtypes.has_numpy(model.tensors[t].type_id) else None
-                 for t in node.outputs]
-    low = shapes.lower(node, [b.info(v) for v in in_vals], out_types)
-    if len(low.outputs) < len(node.outputs):
-        raise UnsupportedError(f"node {node.name!r} ({node.op}): only {len(low.outputs)} of its "
-                               f"{len(node.outputs)} outputs are computed on the NPU")
-    outs = [(shape, b.storage(dt)) for shape, dt in low.outputs]
-    names = [model.tensors[t].name for t in node.outputs]
-    if low.values is not None:
-        for t, name, value in zip(node.outputs, names, low.values, strict=True):
-            env[t] = b.add(name, (), F32, value)
-        return
-    operands = [in_vals[o] if isinstance(o, int) else b.add(f"{node.name}/packed{i}", (), F32, o)
-                for i, o in enumerate(low.operands)]
-    if all(b.vals[v].value is not None for v in operands):
-        arrays = [b.vals[v].value for v in operands]
-        results = [arrays[0].reshape(outs[0][0])] if not low.kernel else _run_now(low, arrays, outs)
-        for t, name, value in zip(node.outputs, names, results, strict=False):
-            env[t] = b.add(name, (), F32, value)
-        return
-    out_vals = [b.add(name, shape, dt) for name, (shape, dt) in zip(names, outs, strict=False)]
-    scratch = [b.add(f"{node.name}/{s}", shape, dt, exact=True) for s, shape, dt in low.scratch]
-    for t, v in zip(node.outputs, out_vals, strict=False):
-        env[t] = v
-    b.steps.append(_Step(low.kernel, low.attrs, operands, out_vals, scratch))
-
-
-def _topological(model: LiteModel) -> list[LiteNode]:
-    """Nodes ordered so every tensor is produced before it is read (stable; cycles rejected)."""
-    producer = {t: ni for ni, node in enumerate(model.nodes) for t in node.outputs}
-    state = [0] * len(model.nodes)  # 0 new, 1 visiting, 2 done
-    order: list[LiteNode] = []
-    for root in range(len(model.nodes)):
-        stack = [(root, iter(model.nodes[root].inputs))]
-        if state[root]:
-            continue
-        state[root] = 1
-        while stack:
-            ni, it = stack[-1]
-            dep = next((producer[t] for t in it if t in producer), None)
-            if dep is None:
-                stack.pop()
-                state[ni] = 2
-                order.append(model.nodes[ni])
-            elif state[dep] == 1:
-                raise InvalidModelError(f"graph has a cycle through node {model.nodes[dep].name!r}")
-            elif state[dep] == 0:
-                state[dep] = 1
-                stack.append((dep, iter(model.nodes[dep].inputs)))
-    return order
-
-
-def _check_indices(model: LiteModel) -> None:
-    """Every tensor index the graph uses exists (InvalidModelError naming the user otherwise)."""
-    n = len(model.tensors)
-    for what, indices in (("graph inputs", model.inputs), ("graph outputs", model.outputs)):
-        if any(not 0 <= t < n for t in indices):
-            raise InvalidModelError(f"model {model.name!r}: {what} {list(indices)} outside [0, {n})")
-    for node in model.nodes:
-        if any(not 0 <= t < n for t in (*node.inputs, *node.outputs)):
-            raise InvalidModelError(f"node {node.name!r}: tensor indices {node.inputs} -> "
-                                    f"{node.outputs} outside [0, {n})")
-
-
-def _input_shape(t: LiteTensor, given: Mapping[str, Sequence[int]] | None) -> tuple[int, ...]:
-    """The concrete shape of graph input t: from `given`, else its own static shape."""
-    if given is not None and t.name in given:
-        shape = tuple(int(d) for d in given[t.name])
-        if len(shape) != len(t.shape) or any(
-                isinstance(d, int) and d >= 0 and d != s for d, s in zip(t.shape, shape, strict=True)):
-            raise InvalidModelError(f"input {t.name!r}: shape {shape} does not fit declared {t.shape}")
-        if min(shape, default=1) < 0:
-            raise InvalidModelError(f"input {t.name!r}: negative dim in {shape}")
-        return shape
-    if not t.is_static:
-        raise InvalidModelError(f"input {t.name!r} has dynamic shape {t.shape}: pass input_shapes")
-    return tuple(int(d) for d in t.shape)
-
-
 # ---- stage 3-4: outputs, dead steps, buffer groups, arena plan --------------------------------
 
 
-def _bind_outputs(b: _Builder, model: LiteModel, env: dict[int, int]) -> list[int]:
+def _bind_outputs(b: Builder, model: LiteModel, env: dict[int, int]) -> list[int]:
     """Output vals bound to caller buffers, adding a copy/cast step where no step can write."""
     producer = {v: s for s in b.steps for v in s.outputs}
     outputs = []
@@ -316,12 +84,12 @@ def _bind_outputs(b: _Builder, model: LiteModel, env: dict[int, int]) -> list[in
             outputs.append(v)
             continue
         o = b.add(model.tensors[t].name, val.shape, io_dtype, io="output")
-        b.steps.append(_Step("cast" if io_dtype != val.dtype else "copy", {}, [v], [o]))
+        b.steps.append(LoweredStep("cast" if io_dtype != val.dtype else "copy", {}, [v], [o]))
         outputs.append(o)
     return outputs
 
 
-def _live_steps(b: _Builder, outputs: list[int]) -> list[_Step]:
+def _live_steps(b: Builder, outputs: list[int]) -> list[LoweredStep]:
     """Steps that contribute to an output, in order."""
     needed = set(outputs)
     keep = []
@@ -332,7 +100,7 @@ def _live_steps(b: _Builder, outputs: list[int]) -> list[_Step]:
     return keep[::-1]
 
 
-def _fuse_residual_adds(b: _Builder, steps: list[_Step]) -> list[_Step]:
+def _fuse_residual_adds(b: Builder, steps: list[LoweredStep]) -> list[LoweredStep]:
     """Fold `y = conv(x) + r` (a residual Add) into the conv step: the conv's epilogue adds r
     while its output rows are still in cache, and the Add's pass over memory disappears.
 
@@ -361,7 +129,7 @@ def _fuse_residual_adds(b: _Builder, steps: list[_Step]) -> list[_Step]:
                     or not vr.shape == vy.shape == vo.shape or not vr.dtype == vy.dtype == vo.dtype
                     or made_at.get(r, -1) > ci):
                 continue
-            steps[ci] = _Step("conv2d", {**conv.attrs, "residual": True,
+            steps[ci] = LoweredStep("conv2d", {**conv.attrs, "residual": True,
                                          "activation": add.attrs.get("activation", "NO_ACTIVATION")},
                               [*conv.inputs, r], list(add.outputs), conv.scratch)
             fused.add(ai)
@@ -369,11 +137,11 @@ def _fuse_residual_adds(b: _Builder, steps: list[_Step]) -> list[_Step]:
     return [s for i, s in enumerate(steps) if i not in fused]
 
 
-def _is_arena(b: _Builder, v: int) -> bool:
+def _is_arena(b: Builder, v: int) -> bool:
     return not b.vals[v].io and b.vals[v].value is None
 
 
-def _resolve_aliases(b: _Builder, steps: list[_Step], parent: list[int]) -> list[_Step]:
+def _resolve_aliases(b: Builder, steps: list[LoweredStep], parent: list[int]) -> list[LoweredStep]:
     """Alias steps whose source and target both live in the arena merge into one buffer
     group; the others become copies (a caller's buffer cannot host another tensor)."""
     out = []
@@ -383,7 +151,7 @@ def _resolve_aliases(b: _Builder, steps: list[_Step], parent: list[int]) -> list
         elif _is_arena(b, s.inputs[0]) and _is_arena(b, s.outputs[0]):
             parent[s.outputs[0]] = _find(parent, s.inputs[0])
         else:
-            out.append(_Step("copy", {}, s.inputs, s.outputs))
+            out.append(LoweredStep("copy", {}, s.inputs, s.outputs))
     return out
 
 
@@ -394,7 +162,7 @@ def _find(parent: list[int], v: int) -> int:
     return v
 
 
-def _group_spans(steps: list[_Step], parent: list[int], arena: set[int]) -> dict[int, list[int]]:
+def _group_spans(steps: list[LoweredStep], parent: list[int], arena: set[int]) -> dict[int, list[int]]:
     """[first, last] step of each buffer group (keyed by its root): its members' lifetimes."""
     lives = planner.lifetimes([(s.inputs, (*s.outputs, *s.scratch)) for s in steps], len(parent))
     spans: dict[int, list[int]] = {}
@@ -407,7 +175,7 @@ def _group_spans(steps: list[_Step], parent: list[int], arena: set[int]) -> dict
     return spans
 
 
-def _merge_inplace(b: _Builder, steps: list[_Step], parent: list[int], arena: set[int]) -> None:
+def _merge_inplace(b: Builder, steps: list[LoweredStep], parent: list[int], arena: set[int]) -> None:
     """Let an in-place-capable step write over its first input when that input dies there."""
     spans = _group_spans(steps, parent, arena)
     for i, s in enumerate(steps):
@@ -426,8 +194,8 @@ def _merge_inplace(b: _Builder, steps: list[_Step], parent: list[int], arena: se
         spans[rx][1] = max(spans[rx][1], spans.pop(ry)[1])
 
 
-def _elide_concats(b: _Builder, steps: list[_Step], parent: list[int], arena: set[int],
-                   part_at: dict[int, int]) -> list[_Step]:
+def _elide_concats(b: Builder, steps: list[LoweredStep], parent: list[int], arena: set[int],
+                   part_at: dict[int, int]) -> list[LoweredStep]:
     """Concats whose inputs can be computed in place, each straight into its slice of the
     output buffer, vanish (no copy, and the inputs take no arena of their own): a concat
     along an axis with nothing but size-1 axes before it (so each input is one contiguous
@@ -461,7 +229,7 @@ def _elide_concats(b: _Builder, steps: list[_Step], parent: list[int], arena: se
     return [s for i, s in enumerate(steps) if i not in elided]
 
 
-def _plan_arena(b: _Builder, steps: list[_Step], parent: list[int], arena: set[int],
+def _plan_arena(b: Builder, steps: list[LoweredStep], parent: list[int], arena: set[int],
                 part_at: dict[int, int]) -> tuple[dict[int, int], int]:
     """Arena offset of every arena val (groups share one buffer, a val `part_at` bytes into
     it), and the arena size."""
@@ -481,7 +249,7 @@ def _plan_arena(b: _Builder, steps: list[_Step], parent: list[int], arena: set[i
 # ---- stage 5: slots and weights ----------------------------------------------------------------
 
 
-def _build_program(b: _Builder, model: LiteModel, steps: list[_Step], inputs: list[int],
+def _build_program(b: Builder, model: LiteModel, steps: list[LoweredStep], inputs: list[int],
                    outputs: list[int], offsets: dict[int, int], arena_bytes: int) -> Program:
     """Slots in order of first use, and the weight blob (64-byte aligned, filled once)."""
     slot_of: dict[int, int] = {}
@@ -498,8 +266,9 @@ def _build_program(b: _Builder, model: LiteModel, steps: list[_Step], inputs: li
             s = Slot.of(val.name, val.dtype, val.shape, val.io)
         elif val.value is not None:
             off = planner.align_up(blob_size, ALIGNMENT)
-            weights.append((off, val.value))
-            blob_size = off + val.value.nbytes
+            value = b.array(v)
+            weights.append((off, value))
+            blob_size = off + value.nbytes
             s = Slot.of(val.name, val.dtype, val.shape, "weight", off)
         else:
             s = Slot.of(val.name, val.dtype, val.shape, "internal", offsets[v])
@@ -529,27 +298,22 @@ def compile_model(model: LiteModel, input_shapes: Mapping[str, Sequence[int]] | 
     inputs with dynamic dims). Raises UnsupportedError listing the nodes the NPU cannot run
     (see capability.py) and InvalidModelError for malformed graphs or shapes.
     """
-    _check_indices(model)
+    check_indices(model)
     rejected = {model.nodes[i].name: why for i, why in capability.supported_nodes(model).items() if why}
     if rejected:
         detail = "; ".join(f"{n}: {why}" for n, why in rejected.items())
         raise UnsupportedError(f"model {model.name!r}: {len(rejected)} node(s) not supported on the NPU: {detail}")
     graph = fuse_activations(fold_batchnorm(model))
-    b = _Builder(enable_fp16)
+    b = Builder(enable_fp16)
     env: dict[int, int] = {}
     inputs = []
     for t in graph.inputs:
         tensor = graph.tensors[t]
-        shape = _input_shape(tensor, input_shapes)
-        v = b.add(tensor.name, shape, tensor.dtype, io="input")
+        v, env[t] = b.bind_input(tensor, input_shape(tensor, input_shapes))
         inputs.append(v)
-        env[t] = v
-        if b.storage(tensor.dtype) != tensor.dtype:
-            env[t] = b.add(f"{tensor.name}/fp16", shape, tensor.dtype)
-            b.steps.append(_Step("cast", {}, [v], [env[t]]))
-    for node in _topological(graph):
-        _lower_node(b, graph, node, env)
-    _bind_constants(b, graph, graph.outputs, env)
+    for ni in topological(graph):
+        lower_node(b, graph, graph.nodes[ni], env)
+    bind_constants(b, graph, graph.outputs, env)
     missing = [graph.tensors[t].name for t in graph.outputs if t not in env]
     if missing:
         raise InvalidModelError(f"model {model.name!r}: outputs {missing} are produced by no node")

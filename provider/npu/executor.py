@@ -26,7 +26,6 @@ kernel; `profile=True` accumulates each step's seconds in `step_seconds`.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import mmap
 import threading
@@ -41,7 +40,9 @@ import numpy as np
 from provider.errors import BindingError, LitenpuError, UnsupportedError
 from provider.npu import native_steps
 from provider.npu.memory import DeviceBuffer, DevicePool, default_pool
+from provider.npu.native import AddressTable
 from provider.npu.native_steps import NativeRun
+from provider.npu.ops import KERNELS
 from provider.npu.program import Program, Slot, view_slot
 
 __all__ = ["CopyStats", "MemoryInfo", "Executor", "upload_weights", "weights_are_mapped"]
@@ -137,7 +138,7 @@ class Executor:
         self._segments: list[int | NativeRun] = (
             native_steps.segments(program) if kernels is None else list(range(len(program.steps))))
         if kernels is None:
-            from provider.npu.kernels import KERNELS as kernels
+            kernels = KERNELS
         self.program = program
         self.pool = pool if pool is not None else default_pool()
         self._lock = lock if lock is not None else threading.Lock()
@@ -162,8 +163,7 @@ class Executor:
             self._close()
             raise
         # Slot addresses for the native steps: weights and arena fixed, I/O set per run.
-        self._addresses = (ctypes.c_void_p * len(program.slots))(
-            *(0 if v is None else v.ctypes.data for v in self._views))
+        self._addresses = AddressTable([0 if v is None else v.ctypes.data for v in self._views])
         self.step_seconds: np.ndarray | None = np.zeros(len(program.steps)) if profile else None
         self._staging: dict[int, np.ndarray] = {}
         self._buffer_views: dict[int, tuple[DeviceBuffer, np.ndarray]] = {}
@@ -342,10 +342,9 @@ class Executor:
     def _run_native(self, segment: NativeRun) -> None:
         """One native call for the segment's steps (timed per step when profiling)."""
         if self.step_seconds is None:
-            segment.run(self._addresses, None, self.cores)
+            segment.steps.run(self._addresses, self.cores)
             return
-        timed = (ctypes.c_double * segment.count)()
-        segment.run(self._addresses, timed, self.cores)
+        timed = segment.steps.run_timed(self._addresses, self.cores)
         self.step_seconds[segment.first:segment.first + segment.count] += timed
 
     @property

@@ -1,6 +1,6 @@
 """The reference NPU's compiled kernels (`csrc/`, built as `_native`), its cores and its BLAS.
 
-The numpy kernels in `kernels/` define what every step computes; this library runs the
+The numpy kernels in `ops/` define what every step computes; this library runs the
 steps that dominate CNNs (conv, depthwise conv, pooling, concat, transpose, fully
 connected, clamp-like activations, softmax) in C, split over the NPU's cores by its own
 thread pool, with one call per run of consecutive native steps instead of one Python call
@@ -19,13 +19,14 @@ import ctypes as C
 import logging
 import os
 import threading
+from collections.abc import Sequence
 
 from provider.errors import LitenpuError
 from provider.extensions import built_library
-from provider.npu.kernels.parallel import check_threads
 
 __all__ = ["Step", "OPS", "MAX_SLOTS", "MAX_PARAMS", "library", "set_threads", "threads",
-           "default_threads", "worker_tasks", "worker_moves", "blas_core", "run"]
+           "check_threads", "default_threads", "worker_tasks", "worker_moves", "blas_core",
+           "AddressTable", "StepArray"]
 
 log = logging.getLogger("litenpu.npu")
 
@@ -146,6 +147,12 @@ def library() -> C.CDLL | None:
         return lib
 
 
+def check_threads(n: object) -> None:
+    """ValueError unless `n` is a usable core count: an int (not a bool) of at least 1."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"NPU thread count must be a positive int, got {n!r}")
+
+
 def set_threads(n: int) -> None:
     """Give the NPU `n` cores from now on (1: the calling thread only). A process-wide
     device setting, for when no run is in progress; a session's `npu_threads` option uses
@@ -174,15 +181,47 @@ def worker_moves() -> int:
     return int(lib.lnpu_worker_moves()) if lib is not None else 0
 
 
-def run(steps: C.Array, count: int, addresses: C.Array, seconds: C.Array | None = None,
-        cores: int = 0) -> None:
-    """Run steps[:count] on the slot address table, on at most `cores` of the NPU's cores
-    (0: all); per-step seconds into `seconds`."""
-    lib = library()
-    assert lib is not None, "native steps were lowered without the library"
-    status = lib.lnpu_run(steps, count, addresses, seconds, cores)
-    if status == -1:
-        raise MemoryError("native NPU kernel: no host memory for its scratch buffer")
-    if status:
-        raise LitenpuError(f"native NPU run failed with status {status} "
-                           f"(-2: no sgemm, else 1 + the step with an unknown op)")
+class AddressTable:
+    """The slot address table native runs read: one address per Program slot (0: none yet);
+    an executor fills it once and sets its I/O slots per run."""
+
+    def __init__(self, addresses: Sequence[int]):
+        self._table = (C.c_void_p * len(addresses))(*addresses)
+
+    def __setitem__(self, index: int, address: int) -> None:
+        self._table[index] = address
+
+
+class StepArray:
+    """Consecutive native steps in one C array, run by one lnpu_run call."""
+
+    def __init__(self, steps: Sequence[Step]):
+        self._array = (Step * len(steps))(*steps)
+
+    def __len__(self) -> int:
+        return len(self._array)
+
+    def __getitem__(self, index: int) -> Step:
+        return self._array[index]
+
+    def run(self, addresses: AddressTable, cores: int = 0) -> None:
+        """Run the steps on the slot address table, on at most `cores` of the NPU's cores
+        (0: all)."""
+        self._run(addresses, None, cores)
+
+    def run_timed(self, addresses: AddressTable, cores: int = 0) -> list[float]:
+        """`run`, returning each step's wall time in seconds (the profile)."""
+        seconds = (C.c_double * len(self._array))()
+        self._run(addresses, seconds, cores)
+        return list(seconds)
+
+    def _run(self, addresses: AddressTable, seconds: C.Array | None, cores: int) -> None:
+        lib = library()
+        if lib is None:
+            raise LitenpuError("native NPU steps were lowered without the native library")
+        status = lib.lnpu_run(self._array, len(self._array), addresses._table, seconds, cores)
+        if status == -1:
+            raise MemoryError("native NPU kernel: no host memory for its scratch buffer")
+        if status:
+            raise LitenpuError(f"native NPU run failed with status {status} "
+                               f"(-2: no sgemm, else 1 + the step with an unknown op)")

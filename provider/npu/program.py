@@ -61,7 +61,7 @@ __all__ = [
 MAGIC = b"LNPUPROG"
 FORMAT_VERSION = 2
 # Version 2 adds conv steps whose weights are stored in the direct kernel's order (attrs
-# "weights": "direct", see conv_weights.py); a version 1 file has none and reads the same.
+# "weights": "direct", see ops/conv_weights.py); a version 1 file has none and reads the same.
 READABLE_VERSIONS = (1, 2)
 WEIGHTS_ALIGNMENT = 4096
 SLOT_KINDS = ("input", "output", "weight", "internal")

@@ -11,7 +11,7 @@
  * one offset per tap for every k. A tile of OB output channels x DNV vectors of consecutive
  * positions keeps its OB x DNV accumulators in registers; each (c, tap) step loads DNV
  * input vectors and broadcasts OB weights, which the compiler stored side by side for it
- * (provider/npu/conv_weights.py; which convs run here is decided there too). The WQ - OW
+ * (provider/npu/ops/conv_weights.py; which convs run here is decided there too). The WQ - OW
  * extra columns of each row are computed and dropped. */
 #define DVEC 16                   /* floats per vector (one AVX-512 register) */
 #ifndef DNV

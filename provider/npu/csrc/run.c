@@ -1,6 +1,6 @@
 /* The library's entry points: the runner that executes a Program's native steps.
  *
- * Python (provider/npu/native_steps.py) lowers each step it can run here into an lnpu_step
+ * Python (provider/npu/ops/<family>.py) lowers each step it can run here into an lnpu_step
  * (slot indices + integer/float parameters, all validated there) and calls lnpu_run once per
  * run of consecutive native steps, with a table of slot addresses. The GEMMs go to a
  * single-threaded OpenBLAS sgemm whose address Python passes in (lnpu_set_sgemm); the NPU's

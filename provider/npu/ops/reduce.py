@@ -1,4 +1,5 @@
-"""ReduceFusion: mean, sum, max, min, prod, sum of squares, L2 over resolved axes."""
+"""ReduceFusion: mean, sum, max, min, prod, sum of squares, L2 over resolved axes:
+capability, rule and numpy kernel."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from provider.npu.kernels.registry import register
+from converters.lite.ir import LiteNode
+from provider.npu.ops.common import FLOAT, Lowered, TensorInfo, axis_of, const, enum_check, ints
+from provider.npu.ops.registry import define, register
 
 _REDUCERS = {
     "ReduceMean": np.mean,
@@ -41,3 +44,27 @@ def reduce(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: d
     else:
         _REDUCERS[mode](x, axis=axes, keepdims=True, out=yk, dtype=np.float32
                         if x.dtype == np.float16 else None)
+
+
+def _check(node: LiteNode) -> str | None:
+    if float(node.attrs.get("coeff", 1.0)) not in (0.0, 1.0):
+        return f"ReduceFusion coeff={node.attrs['coeff']}"
+    return _MODE(node)
+
+
+_MODE = enum_check("mode", MODES, "ReduceMean")
+
+
+@define("ReduceFusion", dtypes=FLOAT, check=_check, const_inputs=(1,), kernels=("reduce",),
+        note="modes in ops.reduce.MODES; coeff 0 or 1")
+def reduce_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    x = ins[0]
+    ndim = len(x.shape)
+    axes = ints(const(node, ins, 1, "axes")) if len(ins) > 1 else ints(node.attrs.get("axes", []))
+    axes = sorted({axis_of(node, a, ndim) for a in axes}) if axes else list(range(ndim))
+    if node.attrs.get("reduce_to_end", False):
+        axes = list(range(axes[0], ndim))
+    mode = str(node.attrs.get("mode", "ReduceMean"))
+    keep = bool(node.attrs.get("keep_dims", False))
+    out = tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes)
+    return Lowered("reduce", {"axes": axes, "mode": mode}, [0], [(out, x.dtype)])

@@ -21,7 +21,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-__all__ = ["BLOCKS_PER_CORE", "ELEMENTS_PER_US", "MACS_PER_US", "MIN_US", "blocks", "check_threads", "run",
+from provider.npu.native import check_threads
+
+__all__ = ["BLOCKS_PER_CORE", "ELEMENTS_PER_US", "MACS_PER_US", "MIN_US", "blocks", "run",
            "set_threads", "threads"]
 
 T = TypeVar("T")
@@ -57,12 +59,6 @@ def set_threads(n: int) -> None:
         _threads = n
         if n > 1:
             _pool = ThreadPoolExecutor(n - 1, thread_name_prefix="litenpu-npu")
-
-
-def check_threads(n: object) -> None:
-    """ValueError unless `n` is a usable core count: an int (not a bool) of at least 1."""
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"NPU thread count must be a positive int, got {n!r}")
 
 
 def threads() -> int:

@@ -1,6 +1,6 @@
 """The orders a conv step's weights are stored in, and which convs take which.
 
-The compiler packs every conv's weights once (`shapes.conv2d`): as the GEMM matrix
+The compiler packs every conv's weights once (`conv.conv2d_rule`): as the GEMM matrix
 (G, O/G, K), or, for a conv the NPU computes with its direct convolution (csrc/direct.c),
 in that kernel's order (attrs["weights"] == "direct"): per group, the output channels in
 blocks of DIRECT_ROWS (then 4, 2, 1), each block stored K-major, its rows' weights for one

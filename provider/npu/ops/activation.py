@@ -1,18 +1,34 @@
-"""Activation functions (Lite `Activation` and the fused activation_type of Conv/MatMul/Add...).
+"""Activations: Lite Activation, LeakyRelu, Elu, Clip, Softmax and LogSoftmax, and the fused
+activation_type of Conv/MatMul/Add/pooling (which the other families apply through `fused`).
 
 `apply(kind, x, y, ...)` computes y = f(x) elementwise; y may be the same memory as x, which
-is how the fused activations of other kernels run in place on their output.
+is how the fused activations of other kernels run in place on their output. Softmax
+statistics are accumulated in fp32 even when storage is fp16.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from converters.lite.ir import LiteNode
 from provider.errors import UnsupportedError
-from provider.npu.kernels.registry import register
+from provider.npu.ops.common import (
+    FLOAT,
+    Lowered,
+    TensorInfo,
+    axis_of,
+    const,
+    describe,
+    enum_check,
+    ints,
+)
+from provider.npu.ops.native_builder import ACT_CLAMP, ACT_LEAKY, StepBuilder, f32
+from provider.npu.ops.registry import define, native, register
+from provider.npu.program import Slot
 
 _SQRT1_2 = 0.7071067811865476
 _GELU_TANH_C = 0.7978845608028654  # sqrt(2 / pi)
@@ -124,6 +140,8 @@ ACTIVATIONS = (
     "GELU", "ELU", "SOFTPLUS", "SWISH", "SOFTSIGN", "ABS", "SIGN", "HARD_TANH",
     "THRESHOLDRELU",
 )
+# The static check of every node with an activation_type (fused or not).
+FUSED = enum_check("activation_type", ACTIVATIONS, "NO_ACTIVATION")
 
 
 def apply(
@@ -204,3 +222,113 @@ def activation(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attr
         max_val=attrs.get("max_val", 0.0),
         approximate=attrs.get("approximate", False),
     )
+
+
+@register("clip", inplace=True)
+def clip(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = clip(x, min, max) (attrs: min, max; None = unbounded)."""
+    x, y = inputs[0], outputs[0]
+    lo, hi = attrs["min"], attrs["max"]
+    if lo is None and hi is None:
+        if y is not x:
+            np.copyto(y, x)
+        return
+    np.clip(x, lo, hi, out=y)
+
+
+@register("softmax")
+def softmax(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = softmax(x) along attrs["axis"] (log_softmax when attrs["log"])."""
+    x, y = inputs[0], outputs[0]
+    if not y.size:  # nothing to write (and an empty axis has no max)
+        return
+    axis = attrs["axis"]
+    np.subtract(x, np.max(x, axis=axis, keepdims=True), out=y)
+    if attrs["log"]:
+        e = np.exp(y, dtype=np.float32)
+        y -= np.log(np.sum(e, axis=axis, keepdims=True))
+    else:
+        np.exp(y, out=y)
+        y /= np.sum(y, axis=axis, keepdims=True, dtype=np.float32)
+
+
+# ---- rules -------------------------------------------------------------------------------
+
+
+@define("Activation", dtypes=FLOAT, check=FUSED, kernels=("activation",),
+        note="activation_type in ops.activation.ACTIVATIONS")
+@define("LeakyRelu", "Elu", dtypes=FLOAT, kernels=("activation",))
+def activation_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    a = node.attrs
+    if node.op == "LeakyRelu":
+        attrs = {"activation_type": "LEAKY_RELU", "alpha": float(a.get("negative_slope", 0.01))}
+    elif node.op == "Elu":
+        attrs = {"activation_type": "ELU", "alpha": float(a.get("alpha", 1.0))}
+    else:
+        attrs = {"activation_type": str(a.get("activation_type", "NO_ACTIVATION")),
+                 "alpha": float(a.get("alpha", 0.0)), "beta": float(a.get("beta", 0.0)),
+                 "min_val": float(a.get("min_val", 0.0)), "max_val": float(a.get("max_val", 0.0)),
+                 "approximate": bool(a.get("approximate", False))}
+    return Lowered("activation", attrs, [0], [(ins[0].shape, ins[0].dtype)])
+
+
+def _optional_bound(node: LiteNode, ins: Sequence[TensorInfo], i: int, name: str) -> float | None:
+    if len(ins) > i:
+        v = const(node, ins, i, name).reshape(-1)[0]
+    else:
+        v = node.attrs.get(name)
+    return None if v is None or not np.isfinite(v) else float(v)
+
+
+@define("Clip", dtypes=FLOAT, const_inputs=(1, 2), kernels=("clip",), note="bounds constant")
+def clip_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    attrs = {"min": _optional_bound(node, ins, 1, "min"), "max": _optional_bound(node, ins, 2, "max")}
+    return Lowered("clip", attrs, [0], [(ins[0].shape, ins[0].dtype)])
+
+
+def _one_axis(node: LiteNode) -> str | None:
+    axis = node.attrs.get("axis", -1)
+    n = len(axis) if isinstance(axis, (list, tuple)) else 1
+    return None if n == 1 else f"softmax over {n} axes"
+
+
+@define("Softmax", dtypes=FLOAT, check=_one_axis, kernels=("softmax",), note="one axis")
+@define("LogSoftmax", dtypes=FLOAT, kernels=("softmax",), note="one axis")
+def softmax_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    axes = ints(node.attrs.get("axis", -1))
+    if len(axes) != 1:
+        raise UnsupportedError(f"{describe(node)}: softmax over axes {axes}, NPU takes one axis")
+    axis = axis_of(node, axes[0], len(ins[0].shape))
+    attrs = {"axis": axis, "log": node.op == "LogSoftmax"}
+    return Lowered("softmax", attrs, [0], [(ins[0].shape, ins[0].dtype)])
+
+
+# ---- native lowerings --------------------------------------------------------------------
+
+
+@native("activation")
+def _activation_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    if not f32(ins[0], outs[0]):
+        return False
+    kind = attrs["activation_type"]
+    b.params(math.prod(ins[0].shape))
+    b.slots(b.inputs[0], b.outputs[0])
+    if kind == "HARD_TANH":
+        b.step.f[0], b.step.f[1] = attrs.get("min_val", 0.0), attrs.get("max_val", 0.0)
+        b.params(ACT_CLAMP)
+        return True
+    if kind == "LEAKY_RELU":
+        b.step.f[2] = attrs.get("alpha", 0.0)
+        b.params(ACT_LEAKY)
+        return True
+    return b.activation(kind)
+
+
+@native("softmax")
+def _softmax_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    x = ins[0]
+    if not f32(x, outs[0]) or attrs["axis"] != len(x.shape) - 1:
+        return False
+    b.params(math.prod(x.shape[:-1]), x.shape[-1], attrs["log"])
+    b.slots(b.inputs[0], b.outputs[0])
+    return True

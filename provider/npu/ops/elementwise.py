@@ -1,0 +1,235 @@
+"""Elementwise ops with numpy broadcasting: binary arithmetic (Add/Sub/Mul/Div/RealDiv/
+Maximum/Minimum/Pow), AddN, unary math, ExpFusion, comparisons and logical ops, Where and
+PReLU: capability, rules and numpy kernels (the C library runs none of them alone; a residual
+Add folds into the conv before it)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from converters.lite.ir import LiteNode
+from provider.errors import UnsupportedError
+from provider.npu.ops.activation import FUSED, erf, fused
+from provider.npu.ops.common import (
+    BOOL,
+    FLOAT,
+    NUMERIC,
+    Lowered,
+    Packed,
+    TensorInfo,
+    activation_of,
+    broadcast,
+    const,
+    data_dtype,
+    describe,
+    per_channel,
+)
+from provider.npu.ops.registry import define, register
+
+
+def trunc_divide(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Integer a / b rounded toward zero (ONNX and onnxruntime integer Div, C semantics).
+
+    numpy's floor_divide rounds toward -inf, so a signed quotient of an inexact division
+    with operands of opposite signs is moved up by one. Division by zero gives 0.
+    """
+    if out.dtype.kind != "i":
+        return np.floor_divide(a, b, out=out)
+    fix = np.remainder(a, b) != 0  # computed before out is written: out may be a's memory
+    fix &= (a < 0) != (b < 0)
+    np.floor_divide(a, b, out=out)
+    out += fix
+    return out
+
+
+BINARY = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "trunc_div": trunc_divide,
+    "pow": np.power,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+}
+UNARY = {
+    "sqrt": np.sqrt,
+    "exp": np.exp,
+    "neg": np.negative,
+    "abs": np.abs,
+    "log": np.log,
+    "reciprocal": np.reciprocal,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "square": np.square,
+    "sin": np.sin,
+    "cos": np.cos,
+    "erf": erf,
+    "logical_not": np.logical_not,
+}
+COMPARE = {
+    "equal": np.equal,
+    "less": np.less,
+    "greater": np.greater,
+    "less_equal": np.less_equal,
+    "greater_equal": np.greater_equal,
+    "not_equal": np.not_equal,
+    "logical_and": np.logical_and,
+    "logical_or": np.logical_or,
+}
+
+
+@register("binary", inplace=True)
+def binary(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = op(a, b) with broadcasting, then the fused activation (attrs: op, activation)."""
+    y = outputs[0]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        BINARY[attrs["op"]](inputs[0], inputs[1], out=y)
+    fused(y, attrs)
+
+
+@register("unary", inplace=True)
+def unary(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = op(x) (attrs: op), e.g. Sqrt, ExpFusion, Neg, Abs, Erf."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        UNARY[attrs["op"]](inputs[0], out=outputs[0])
+
+
+@register("exp_affine", inplace=True)
+def exp_affine(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """ExpFusion with non-default fields: base ** (shift + scale * x) (base -1 means e)."""
+    y = outputs[0]
+    np.multiply(inputs[0], attrs["scale"], out=y)
+    y += attrs["shift"]
+    if attrs["base"] != -1.0:
+        y *= np.log(attrs["base"])
+    np.exp(y, out=y)
+
+
+@register("compare")
+def compare(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] (bool) = op(a, b) with broadcasting (attrs: op)."""
+    COMPARE[attrs["op"]](inputs[0], inputs[1], out=outputs[0])
+
+
+@register("where")
+def where(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = cond ? a : b with broadcasting of all three."""
+    y = outputs[0]
+    np.copyto(y, inputs[2])
+    np.copyto(y, inputs[1], where=inputs[0])
+
+
+@register("add_n", inplace=True)
+def add_n(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = sum of all inputs, with broadcasting (AddN, ONNX Sum)."""
+    y = outputs[0]
+    np.add(inputs[0], inputs[1], out=y)
+    for x in inputs[2:]:
+        y += x
+
+
+@register("prelu", inplace=True)
+def prelu(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = x where x > 0, else slope * x (slope broadcast, e.g. (C, 1, 1)).
+
+    Correct in place (y may be x): positives are copied first (a no-op then), and only the
+    other elements, still unchanged in x, are scaled."""
+    x, y = inputs[0], outputs[0]
+    positive = x > 0
+    np.copyto(y, x, where=positive)
+    np.multiply(x, inputs[1], out=y, where=~positive)
+
+
+# ---- rules -------------------------------------------------------------------------------
+
+_BINARY = {"AddFusion": "add", "SubFusion": "sub", "MulFusion": "mul", "DivFusion": "div",
+           "RealDiv": "div", "Maximum": "maximum", "Minimum": "minimum", "PowFusion": "pow"}
+_UNARY = {"Sqrt": "sqrt", "Erf": "erf", "Neg": "neg", "Abs": "abs", "Log": "log",
+          "Reciprocal": "reciprocal", "Floor": "floor", "Ceil": "ceil", "Square": "square",
+          "Sin": "sin", "Cos": "cos", "LogicalNot": "logical_not"}
+_COMPARE = {"Equal": "equal", "Less": "less", "Greater": "greater", "LessEqual": "less_equal",
+            "GreaterEqual": "greater_equal", "NotEqual": "not_equal",
+            "LogicalAnd": "logical_and", "LogicalOr": "logical_or"}
+
+
+def _pow(node: LiteNode) -> str | None:
+    if node.attrs.get("scale", 1.0) != 1.0 or node.attrs.get("shift", 0.0) != 0.0:
+        return "PowFusion with scale/shift"
+    return None
+
+
+@define("AddFusion", "SubFusion", "MulFusion", "DivFusion", dtypes=NUMERIC, check=FUSED,
+        kernels=("binary",), note="numpy broadcasting")
+@define("RealDiv", "Maximum", "Minimum", dtypes=NUMERIC, kernels=("binary",),
+        note="numpy broadcasting")
+@define("PowFusion", dtypes=FLOAT, check=_pow, kernels=("binary",), note="scale 1, shift 0")
+def binary_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    out = broadcast(node, ins[0].shape, ins[1].shape)
+    dtype = data_dtype(ins)
+    op = _BINARY[node.op]
+    if op == "div" and dtype.kind in "iu":  # integer Div truncates toward zero
+        op = "trunc_div"
+    attrs = {"op": op, "activation": activation_of(node)}
+    return Lowered("binary", attrs, [0, 1], [(out, dtype)])
+
+
+@define("AddN", dtypes=NUMERIC, kernels=("add_n",), note="numpy broadcasting")
+def add_n_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    if len(ins) == 1:
+        return Lowered("", {}, [0], [(ins[0].shape, ins[0].dtype)])
+    out = broadcast(node, *(t.shape for t in ins))
+    return Lowered("add_n", {}, list(range(len(ins))), [(out, data_dtype(ins))])
+
+
+@define("Sqrt", "Erf", "Log", "Reciprocal", "Floor", "Ceil", "Square", "Sin", "Cos",
+        dtypes=FLOAT, kernels=("unary",))
+@define("Neg", "Abs", dtypes=NUMERIC, kernels=("unary",))
+@define("LogicalNot", dtypes=frozenset({"bool"}), kernels=("unary",))
+def unary_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    return Lowered("unary", {"op": _UNARY[node.op]}, [0], [(ins[0].shape, ins[0].dtype)])
+
+
+@define("ExpFusion", dtypes=FLOAT, kernels=("unary", "exp_affine"))
+def exp_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    base = float(node.attrs.get("base", -1.0))
+    scale = float(node.attrs.get("scale", 1.0))
+    shift = float(node.attrs.get("shift", 0.0))
+    out = [(ins[0].shape, ins[0].dtype)]
+    if (base, scale, shift) == (-1.0, 1.0, 0.0):
+        return Lowered("unary", {"op": "exp"}, [0], out)
+    return Lowered("exp_affine", {"base": base, "scale": scale, "shift": shift}, [0], out)
+
+
+@define("Equal", "Less", "Greater", "LessEqual", "GreaterEqual", "NotEqual",
+        dtypes=NUMERIC | {"bool"}, kernels=("compare",), note="bool output")
+@define("LogicalAnd", "LogicalOr", dtypes=frozenset({"bool"}), kernels=("compare",))
+def compare_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    out = broadcast(node, ins[0].shape, ins[1].shape)
+    return Lowered("compare", {"op": _COMPARE[node.op]}, [0, 1], [(out, BOOL)])
+
+
+@define("Where", dtypes=NUMERIC | {"bool"}, kernels=("where",), note="bool condition, 3 inputs")
+def where_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    if len(ins) != 3:
+        raise UnsupportedError(f"{describe(node)}: {len(ins)} inputs, the NPU runs the 3-input form")
+    out = broadcast(node, *(t.shape for t in ins))
+    return Lowered("where", {}, [0, 1, 2], [(out, data_dtype(ins[1:]))])
+
+
+@define("PReLUFusion", dtypes=FLOAT, const_inputs=(1,), kernels=("prelu",),
+        note="slope shared or per channel")
+def prelu_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    """Slope shared (one value) or per channel (axis 1, broadcast over the rest)."""
+    x = ins[0]
+    slope = const(node, ins, 1, "slope")
+    if slope.size == 1:
+        slope = slope.reshape(())
+    elif len(x.shape) >= 2 and slope.size == x.shape[1]:
+        slope = per_channel(slope, len(x.shape))
+    else:
+        broadcast(node, x.shape, slope.shape)
+    return Lowered("prelu", {}, [0, Packed(slope.shape, x.dtype, lambda: slope.astype(x.dtype))],
+                   [(x.shape, x.dtype)])

@@ -1,0 +1,340 @@
+"""Data movement: Concat, Split, slices (SliceFusion / StridedSlice), Transpose, PadFusion,
+Gather, TileFusion, BroadcastTo: capability, rules, numpy kernels, and the native lowerings
+of Concat and Transpose. Index arithmetic is resolved by the rules; the kernels only copy.
+
+Index arrays are validated at compile time, so np.take runs with mode="clip": with the
+default mode="raise" numpy buffers the whole output on every call."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from converters.lite.ir import LiteNode
+from provider.errors import InvalidModelError, UnsupportedError
+from provider.npu.ops.common import (
+    DATA,
+    Lowered,
+    Shape,
+    TensorInfo,
+    axis_of,
+    broadcast,
+    const,
+    data_dtype,
+    describe,
+    enum_check,
+    ints,
+)
+from provider.npu.ops.native_builder import MAX_SLOTS, StepBuilder
+from provider.npu.ops.registry import define, native, register
+from provider.npu.program import Slot
+
+
+def slices(spec: Sequence[Sequence[int | None]]) -> tuple[slice, ...]:
+    """Turn the compiler's [[start, stop, step], ...] (stop may be None) into a slice tuple."""
+    return tuple(slice(*s) for s in spec)
+
+
+@register("concat")
+def concat(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = inputs joined along attrs["axis"] (non-negative)."""
+    np.concatenate(inputs, axis=attrs["axis"], out=outputs[0])
+
+
+@register("split")
+def split(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[i] = consecutive pieces of x along attrs["axis"], sized as the outputs."""
+    x, axis = inputs[0], attrs["axis"]
+    start = 0
+    for y in outputs:
+        idx = [slice(None)] * x.ndim
+        idx[axis] = slice(start, start + y.shape[axis])
+        np.copyto(y, x[tuple(idx)])
+        start += y.shape[axis]
+
+
+@register("slice")
+def strided_slice(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = x[slices] (attrs["slices"] per axis), reshaped to the output (shrink axes)."""
+    part = inputs[0][slices(attrs["slices"])]
+    np.copyto(outputs[0].reshape(part.shape), part)
+
+
+@register("transpose")
+def transpose(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = x.transpose(attrs["perm"])."""
+    np.copyto(outputs[0], inputs[0].transpose(attrs["perm"]))
+
+
+@register("pad")
+def pad(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = x padded by attrs["pads"] ([[before, after], ...], non-negative);
+    attrs mode "constant" (value) / "reflect" / "edge" / "symmetric"."""
+    x, y = inputs[0], outputs[0]
+    pads = attrs["pads"]
+    if attrs["mode"] == "constant":
+        y.fill(attrs["value"])
+        y[tuple(slice(b, b + d) for (b, _), d in zip(pads, x.shape, strict=True))] = x
+    else:
+        np.copyto(y, np.pad(x, pads, mode=attrs["mode"]))
+
+
+@register("gather")
+def gather(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = take(x, indices, axis) (indices non-negative, checked at compile time)."""
+    np.take(inputs[0], inputs[1], axis=attrs["axis"], out=outputs[0], mode="clip")
+
+
+@register("broadcast")
+def broadcast_kernel(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = x broadcast to the output's shape (BroadcastTo, ONNX Expand)."""
+    np.copyto(outputs[0], inputs[0])
+
+
+@register("tile")
+def tile(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = x repeated attrs["multiples"] times per axis, without temporaries: the
+    output is viewed as (m0, d0, m1, d1, ...) and x broadcast into it as (1, d0, 1, d1, ...)."""
+    x, y = inputs[0], outputs[0]
+    reps = attrs["multiples"]
+    inter = [v for m, d in zip(reps, x.shape, strict=True) for v in (m, d)]
+    np.copyto(y.reshape(inter), x.reshape([v for d in x.shape for v in (1, d)]))
+
+
+# ---- rules -------------------------------------------------------------------------------
+
+
+@define("Concat", dtypes=DATA, kernels=("concat",))
+def concat_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    ndim = len(ins[0].shape)
+    axis = axis_of(node, int(node.attrs.get("axis", 0)), ndim)
+    for t in ins[1:]:
+        if len(t.shape) != ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, ins[0].shape, strict=True)) if i != axis):
+            raise InvalidModelError(f"{describe(node)}: cannot concatenate {[t.shape for t in ins]} on axis {axis}")
+    out = list(ins[0].shape)
+    out[axis] = sum(t.shape[axis] for t in ins)
+    return Lowered("concat", {"axis": axis}, list(range(len(ins))), [(tuple(out), data_dtype(ins))])
+
+
+@define("Split", dtypes=DATA, const_inputs=(1,), kernels=("split",))
+def split_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    x = ins[0]
+    axis = axis_of(node, int(node.attrs.get("axis", 0)), len(x.shape))
+    count = len(node.outputs)
+    sizes = ints(node.attrs.get("size_splits") or [])
+    if len(ins) > 1:
+        sizes = ints(const(node, ins, 1, "split sizes"))
+    if not sizes:
+        if x.shape[axis] % count:
+            raise InvalidModelError(f"{describe(node)}: axis of {x.shape[axis]} not divisible in {count}")
+        sizes = [x.shape[axis] // count] * count
+    if -1 in sizes:
+        sizes[sizes.index(-1)] = x.shape[axis] - (sum(sizes) + 1)
+    if len(sizes) != count or sum(sizes) != x.shape[axis] or min(sizes) < 0:
+        raise InvalidModelError(f"{describe(node)}: sizes {sizes} do not split {x.shape[axis]} into {count}")
+    outs = []
+    for s in sizes:
+        shape = list(x.shape)
+        shape[axis] = s
+        outs.append((tuple(shape), x.dtype))
+    return Lowered("split", {"axis": axis}, [0], outs)
+
+
+def _slice_spec(dim: int, start: int, stop: int, step: int) -> tuple[list[int | None], int]:
+    """Clamp one axis' [start, stop, step) as ONNX Slice does; returns the spec and length."""
+    if step == 0:
+        raise InvalidModelError("slice step 0")
+    begin, end, step = slice(start, stop, step).indices(dim)
+    length = len(range(begin, end, step))
+    return [begin, None if end < 0 else end, step], length
+
+
+def _slice_lowered(x: TensorInfo, specs: list[list[int | None]], out: Shape) -> Lowered:
+    return Lowered("slice", {"slices": specs}, [0], [(out, x.dtype)])
+
+
+@define("SliceFusion", dtypes=DATA, const_inputs=(1, 2), kernels=("slice",))
+def slice_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    x = ins[0]
+    ndim = len(x.shape)
+    begin = ints(const(node, ins, 1, "begin"))
+    size = ints(const(node, ins, 2, "size"))
+    axes = ints(node.attrs.get("axes") or list(range(len(begin))))
+    specs: list[list[int | None]] = [[0, d, 1] for d in x.shape]
+    out = list(x.shape)
+    for a, b, s in zip(axes, begin, size, strict=True):
+        a = axis_of(node, a, ndim)
+        stop = x.shape[a] if s == -1 else b + s
+        specs[a], out[a] = _slice_spec(x.shape[a], b, stop, 1)
+    return _slice_lowered(x, specs, tuple(out))
+
+
+def _clamp_end(v: int) -> int:
+    """ONNX uses huge sentinels (INT64_MAX) for "to the end"; Python slices clamp them too."""
+    return max(min(v, 2**62), -(2**62))
+
+
+def _strided_masks(node: LiteNode) -> str | None:
+    if node.attrs.get("ellipsis_mask", 0) or node.attrs.get("new_axis_mask", 0):
+        return "StridedSlice with ellipsis/new-axis masks"
+    return None
+
+
+@define("StridedSlice", dtypes=DATA, check=_strided_masks, const_inputs=(1, 2, 3, 4),
+        kernels=("slice",), note="no ellipsis/new-axis masks")
+def strided_slice_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    """Five inputs: ONNX Slice's (x, starts, ends, axes, steps); otherwise TF-style
+    (x, begin, end[, strides]) with begin/end/shrink masks over the leading axes."""
+    x = ins[0]
+    ndim = len(x.shape)
+    a = node.attrs
+    begin = ints(const(node, ins, 1, "begin"))
+    end = [_clamp_end(v) for v in ints(const(node, ins, 2, "end"))]
+    specs: list[list[int | None]] = [[0, d, 1] for d in x.shape]
+    out = list(x.shape)
+    if len(ins) == 5:
+        axes = ints(const(node, ins, 3, "axes"))
+        steps = ints(const(node, ins, 4, "steps"))
+        for ax, b, e, s in zip(axes, begin, end, steps, strict=True):
+            ax = axis_of(node, ax, ndim)
+            specs[ax], out[ax] = _slice_spec(x.shape[ax], b, e, s)
+        return _slice_lowered(x, specs, tuple(out))
+    strides = ints(const(node, ins, 3, "strides")) if len(ins) > 3 else [1] * len(begin)
+    bm, em, sm = int(a.get("begin_mask", 0)), int(a.get("end_mask", 0)), int(a.get("shrink_axis_mask", 0))
+    keep = []
+    for ax in range(ndim):
+        if ax >= len(begin):
+            keep.append(out[ax])
+            continue
+        s = strides[ax]
+        b = (0 if s > 0 else x.shape[ax] - 1) if bm >> ax & 1 else begin[ax]
+        e = (x.shape[ax] if s > 0 else -(2**62)) if em >> ax & 1 else end[ax]
+        if sm >> ax & 1:
+            b = b % x.shape[ax]
+            e, s = b + 1, 1
+        specs[ax], out[ax] = _slice_spec(x.shape[ax], b, e, s)
+        if not sm >> ax & 1:
+            keep.append(out[ax])
+    return _slice_lowered(x, specs, tuple(keep))
+
+
+@define("Transpose", dtypes=DATA, const_inputs=(1,), kernels=("transpose",))
+def transpose_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    x = ins[0]
+    ndim = len(x.shape)
+    perm = ints(const(node, ins, 1, "perm")) if len(ins) > 1 else ints(node.attrs.get("perm", list(range(ndim))[::-1]))
+    if sorted(perm) != list(range(ndim)):
+        raise InvalidModelError(f"{describe(node)}: perm {perm} for rank {ndim}")
+    return Lowered("transpose", {"perm": perm}, [0], [(tuple(x.shape[p] for p in perm), x.dtype)])
+
+
+_PAD_MODES = {"CONSTANT": "constant", "REFLECT": "reflect", "SYMMETRIC": "symmetric", "EDGE": "edge"}
+
+
+@define("PadFusion", dtypes=DATA, check=enum_check("padding_mode", tuple(_PAD_MODES), "CONSTANT"),
+        const_inputs=(1,), kernels=("pad",), note="CONSTANT/REFLECT/SYMMETRIC/EDGE")
+def pad_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    """Paddings from input 1 ((ndim, 2) pairs, or ONNX's flat [begins..., ends...]) or the
+    `paddings` attr; padding_mode CONSTANT / REFLECT / SYMMETRIC (and EDGE for ONNX edge)."""
+    x = ins[0]
+    ndim = len(x.shape)
+    raw = const(node, ins, 1, "paddings") if len(ins) > 1 else np.asarray(node.attrs.get("paddings", []))
+    raw = np.asarray(raw, dtype=np.int64)
+    if raw.shape == (ndim, 2):
+        pads = raw.tolist()
+    elif raw.size == 2 * ndim:
+        flat = raw.reshape(-1).tolist()
+        pads = [[flat[i], flat[i + ndim]] for i in range(ndim)]
+    else:
+        raise InvalidModelError(f"{describe(node)}: paddings of shape {raw.shape} for rank {ndim}")
+    if min(min(p) for p in pads) < 0:
+        raise UnsupportedError(f"{describe(node)}: negative paddings {pads}")
+    mode = _PAD_MODES[str(node.attrs.get("padding_mode", "CONSTANT"))]
+    out = tuple(d + b + e for d, (b, e) in zip(x.shape, pads, strict=True))
+    attrs = {"pads": pads, "mode": mode, "value": float(node.attrs.get("constant_value", 0.0))}
+    return Lowered("pad", attrs, [0], [(out, x.dtype)])
+
+
+@define("Gather", dtypes=DATA, const_inputs=(1, 2), kernels=("gather",))
+def gather_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    x = ins[0]
+    idx = const(node, ins, 1, "indices").astype(np.int64)
+    axis = int(const(node, ins, 2, "axis").reshape(-1)[0]) if len(ins) > 2 else int(node.attrs.get("axis", 0))
+    axis = axis_of(node, axis, len(x.shape))
+    dim = x.shape[axis]
+    if idx.size and (idx.min() < -dim or idx.max() >= dim):
+        raise InvalidModelError(f"{describe(node)}: indices outside [-{dim}, {dim})")
+    idx = np.where(idx < 0, idx + dim, idx).astype(np.int64)
+    out = (*x.shape[:axis], *idx.shape, *x.shape[axis + 1:])
+    return Lowered("gather", {"axis": axis}, [0, idx], [(out, x.dtype)])
+
+
+@define("BroadcastTo", dtypes=DATA, const_inputs=(1,), kernels=("broadcast",))
+def broadcast_to_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    """Target shape from input 1 (ONNX Expand: bidirectional) or the `shape` attr."""
+    x = ins[0]
+    target = ints(const(node, ins, 1, "shape")) if len(ins) > 1 else ints(node.attrs.get("shape", []))
+    out = broadcast(node, x.shape, tuple(target))
+    return Lowered("broadcast", {}, [0], [(out, x.dtype)])
+
+
+@define("TileFusion", dtypes=DATA, const_inputs=(1,), kernels=("tile",))
+def tile_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    x = ins[0]
+    reps = ints(const(node, ins, 1, "multiples")) if len(ins) > 1 else ints(node.attrs.get("dims", []))
+    if len(reps) != len(x.shape) or min(reps, default=1) < 0:
+        raise InvalidModelError(f"{describe(node)}: multiples {reps} for shape {x.shape}")
+    out = tuple(m * d for m, d in zip(reps, x.shape, strict=True))
+    return Lowered("tile", {"multiples": reps}, [0], [(out, x.dtype)])
+
+
+# ---- native lowerings --------------------------------------------------------------------
+
+
+@native("concat")
+def _concat_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    y, axis = outs[0], attrs["axis"]
+    if len(ins) >= MAX_SLOTS or any(s.np_dtype != y.np_dtype for s in ins):
+        return False
+    b.params(math.prod(y.shape[:axis]), len(ins))
+    b.params(*(math.prod(s.shape[axis:]) * s.np_dtype.itemsize for s in ins))
+    for position, index in enumerate(b.inputs):
+        b.slot_at(position, index)
+    b.slot_at(MAX_SLOTS - 1, b.outputs[0])
+    return True
+
+
+def _merged_transpose(shape: Sequence[int], perm: Sequence[int]) -> tuple[list[int], list[int]]:
+    """The same transpose with size-1 axes dropped and input axes that stay adjacent merged:
+    (input shape, perm) of at most as many axes."""
+    keep = [a for a in perm if shape[a] != 1]
+    groups: list[list[int]] = []
+    for a in keep:
+        if groups and groups[-1][-1] + 1 == a:
+            groups[-1].append(a)
+        else:
+            groups.append([a])
+    order = sorted(range(len(groups)), key=lambda i: groups[i][0])
+    merged = [math.prod(shape[a] for a in groups[i]) for i in order]
+    return merged, [order.index(i) for i in range(len(groups))]
+
+
+@native("transpose")
+def _transpose_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    x = ins[0]
+    size = x.np_dtype.itemsize
+    shape, perm = _merged_transpose(x.shape, attrs["perm"])
+    if not shape:
+        shape, perm = [1], [0]
+    if len(shape) > 6 or (perm[-1] != len(shape) - 1 and size != 4):
+        return False
+    strides = [math.prod(shape[a + 1:]) * size for a in range(len(shape))]
+    out_shape = [shape[a] for a in perm]
+    block = out_shape[-1] * size if perm[-1] == len(shape) - 1 else 0
+    b.params(len(shape), block)
+    b.step.p[2:2 + len(shape)] = out_shape
+    b.step.p[8:8 + len(shape)] = [strides[a] for a in perm]
+    b.slots(b.inputs[0], b.outputs[0])
+    return True

@@ -1,0 +1,69 @@
+"""Filling one native step (`native.Step`, csrc/npu.h's lnpu_step) from a Program step: the
+builder every family's native lowering writes into, and the fused activations' clamp forms."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from provider.npu import native
+from provider.npu.program import Slot
+
+F32 = np.dtype(np.float32)
+INF = float(np.finfo(np.float32).max) * 2  # becomes +inf as float32
+
+# Fused activations with a clamp form: (lo, hi); ACT_CLAMP in csrc/npu.h.
+CLAMPS = {"NO_ACTIVATION": (-INF, INF), "RELU": (0.0, INF), "RELU6": (0.0, 6.0)}
+ACT_CLAMP, ACT_LEAKY = 0, 1
+MAX_SLOTS = native.MAX_SLOTS  # slot positions of one step
+
+
+class StepBuilder:
+    """Fills one Step: slot indices by position and integer parameters in order."""
+
+    def __init__(self, op: str, inputs: Sequence[int], outputs: Sequence[int]):
+        self.step = native.Step()
+        self.set_op(op)
+        for i in range(native.MAX_SLOTS):
+            self.step.slot[i] = -1
+        self.inputs, self.outputs = inputs, outputs
+        self._n = 0
+
+    def set_op(self, op: str) -> None:
+        """Make the step one of the C library's op `op` (a lowering may pick another than
+        its registered one, e.g. a depthwise conv)."""
+        self.op = op
+        self.step.op = native.OPS[op]
+
+    def slots(self, *indices: int | None) -> None:
+        for position, index in enumerate(indices):
+            self.step.slot[position] = -1 if index is None else index
+
+    def slot_at(self, position: int, index: int) -> None:
+        self.step.slot[position] = index
+
+    def params(self, *values: int) -> None:
+        for v in values:
+            self.step.p[self._n] = int(v)
+            self._n += 1
+
+    def activation_code(self, kind: str) -> int | None:
+        """Set f[0:2] for the fused activation `kind`; its code, or None when it has no
+        clamp form."""
+        if kind not in CLAMPS:
+            return None
+        self.step.f[0], self.step.f[1] = CLAMPS[kind]
+        return ACT_CLAMP
+
+    def activation(self, kind: str) -> bool:
+        """Append the fused activation `kind` as the next parameter; False when unknown."""
+        code = self.activation_code(kind)
+        if code is not None:
+            self.params(code)
+        return code is not None
+
+
+def f32(*slots: Slot) -> bool:
+    """Whether every slot holds float32 (the only dtype the C kernels compute)."""
+    return all(s.np_dtype == F32 for s in slots)

@@ -1,0 +1,117 @@
+"""Normalisations: LayerNormFusion, InstanceNorm, and inference BatchNorm / FusedBatchNorm
+(a per-channel scale and shift, when the compiler could not fold it into a conv):
+capability, rules and numpy kernels.
+
+Statistics are accumulated in fp32 (dtype=np.float32) even when storage is fp16.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from converters.lite.ir import LiteNode
+from provider.errors import InvalidModelError
+from provider.npu.ops.activation import fused
+from provider.npu.ops.common import (
+    FLOAT,
+    Lowered,
+    Packed,
+    TensorInfo,
+    axis_of,
+    const,
+    describe,
+    per_channel,
+)
+from provider.npu.ops.registry import define, register
+
+F32 = np.float32
+
+
+def _normalize(x: np.ndarray, y: np.ndarray, axes: tuple[int, ...], eps: float) -> None:
+    """y = (x - mean) / sqrt(var + eps) over `axes`."""
+    mean = np.mean(x, axis=axes, keepdims=True, dtype=F32)
+    np.subtract(x, mean, out=y)
+    var = np.mean(np.square(y, dtype=F32), axis=axes, keepdims=True)
+    var += eps
+    np.sqrt(var, out=var)
+    y /= var
+
+
+@register("layer_norm")
+def layer_norm(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """LayerNormFusion: normalise over axes >= begin_norm_axis, then * gamma + beta if given."""
+    x, y = inputs[0], outputs[0]
+    _normalize(x, y, tuple(range(attrs["begin_norm_axis"], x.ndim)), attrs["epsilon"])
+    if len(inputs) > 1:
+        y *= inputs[1]
+    if len(inputs) > 2:
+        y += inputs[2]
+
+
+@register("instance_norm")
+def instance_norm(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """InstanceNorm: normalise each (n, c) over the spatial axes, then * scale + bias (C,1,..)."""
+    x, y = inputs[0], outputs[0]
+    _normalize(x, y, tuple(range(2, x.ndim)), attrs["epsilon"])
+    y *= inputs[1]
+    y += inputs[2]
+
+
+@register("scale_shift", inplace=True)
+def scale_shift(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = x * scale + shift, per channel on axis 1 (a BatchNorm not foldable into a
+    conv; inputs: x, scale, shift with shapes broadcastable over NC...)."""
+    y = outputs[0]
+    np.multiply(inputs[0], inputs[1], out=y)
+    y += inputs[2]
+    fused(y, attrs)
+
+
+# ---- rules -------------------------------------------------------------------------------
+
+
+@define("LayerNormFusion", dtypes=FLOAT, kernels=("layer_norm",))
+def layer_norm_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    ndim = len(ins[0].shape)
+    axis = axis_of(node, int(node.attrs.get("begin_norm_axis", -1)), ndim)
+    attrs = {"begin_norm_axis": axis, "epsilon": float(node.attrs.get("epsilon", 1e-5))}
+    return Lowered("layer_norm", attrs, list(range(min(len(ins), 3))), [(ins[0].shape, ins[0].dtype)])
+
+
+@define("InstanceNorm", dtypes=FLOAT, const_inputs=(1, 2), kernels=("instance_norm",))
+def instance_norm_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    nd = len(ins[0].shape)
+    operands: list[int | np.ndarray | Packed] = [0, per_channel(const(node, ins, 1, "scale"), nd),
+                                                 per_channel(const(node, ins, 2, "bias"), nd)]
+    attrs = {"epsilon": float(node.attrs.get("epsilon", 1e-5))}
+    return Lowered("instance_norm", attrs, operands, [(ins[0].shape, ins[0].dtype)])
+
+
+def batchnorm_affine(node: LiteNode, ins: Sequence[TensorInfo]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel (scale, shift) of an inference BatchNorm / FusedBatchNorm, in float64.
+
+    Inputs are (x, scale, bias, mean, var) or, for the 3-input BatchNorm, (x, mean, var).
+    """
+    eps = float(node.attrs.get("epsilon", 1e-5))
+    if len(ins) >= 5:
+        gamma, beta = (const(node, ins, i, n).astype(np.float64) for i, n in ((1, "scale"), (2, "bias")))
+        mean, var = (const(node, ins, i, n).astype(np.float64) for i, n in ((3, "mean"), (4, "var")))
+    elif len(ins) == 3:
+        mean, var = (const(node, ins, i, n).astype(np.float64) for i, n in ((1, "mean"), (2, "var")))
+        gamma, beta = np.ones_like(mean), np.zeros_like(mean)
+    else:
+        raise InvalidModelError(f"{describe(node)}: {len(ins)} inputs, expected 3 or 5")
+    scale = gamma / np.sqrt(var + eps)
+    return scale, beta - mean * scale
+
+
+@define("FusedBatchNorm", "BatchNorm", dtypes=FLOAT, const_inputs=(1, 2, 3, 4),
+        kernels=("scale_shift",))
+def batch_norm_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    scale, shift = batchnorm_affine(node, ins)
+    nd = len(ins[0].shape)
+    dt = ins[0].dtype
+    operands: list[int | np.ndarray | Packed] = [0, per_channel(scale.astype(dt), nd), per_channel(shift.astype(dt), nd)]
+    return Lowered("scale_shift", {"activation": "NO_ACTIVATION"}, operands, [(ins[0].shape, dt)])

@@ -1,0 +1,103 @@
+"""Graph rewrites the compiler makes before lowering (each returns a new model, the input is
+never mutated): an inference BatchNorm folded into the conv before it, and a parameter-free
+Activation folded into the producer before it (its activation_type), each saving one pass
+over the tensor."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import numpy as np
+
+from converters.lite.ir import LiteModel, LiteNode, LiteTensor
+from provider.npu.ops.common import F32, TensorInfo
+from provider.npu.ops.norm import batchnorm_affine
+
+log = logging.getLogger("litenpu.npu")
+
+__all__ = ["fold_batchnorm", "fuse_activations"]
+
+
+def _consumers(model: LiteModel) -> dict[int, list[int]]:
+    users: dict[int, list[int]] = {}
+    for ni, node in enumerate(model.nodes):
+        for t in node.inputs:
+            users.setdefault(t, []).append(ni)
+    return users
+
+
+def fold_batchnorm(model: LiteModel) -> LiteModel:
+    """A copy of `model` where each BatchNorm right after a Conv2DFusion is folded into it.
+
+    Applies when the conv has no fused activation, its output feeds only the BatchNorm and
+    is not a graph output, and weights, bias and BN statistics are all constants.
+    """
+    producers = {t: ni for ni, node in enumerate(model.nodes) for t in node.outputs}
+    users = _consumers(model)
+    tensors = list(model.tensors)
+    nodes: list[LiteNode | None] = list(model.nodes)
+    for bi, bn in enumerate(model.nodes):
+        if bn.op not in ("FusedBatchNorm", "BatchNorm") or not bn.inputs:
+            continue
+        x = bn.inputs[0]
+        ci = producers.get(x)
+        if ci is None or nodes[ci] is None or nodes[ci].op != "Conv2DFusion":
+            continue
+        conv = nodes[ci]
+        if (users.get(x) != [bi] or x in model.outputs
+                or conv.attrs.get("activation_type", "NO_ACTIVATION") != "NO_ACTIVATION"
+                or any(tensors[t].data is None for t in (*conv.inputs[1:], *bn.inputs[1:]))):
+            continue
+        infos = [TensorInfo((), F32, tensors[t].data) for t in bn.inputs]
+        scale, shift = batchnorm_affine(bn, infos)
+        w = tensors[conv.inputs[1]]
+        new_w = (w.data.astype(np.float64) * scale.reshape(-1, 1, 1, 1)).astype(w.data.dtype)
+        bias = tensors[conv.inputs[2]].data.astype(np.float64) if len(conv.inputs) > 2 else 0.0
+        new_b = (bias * scale + shift).astype(w.data.dtype)
+        wi = len(tensors)
+        tensors.append(dataclasses.replace(w, name=f"{w.name}/bn_folded", data=new_w))
+        tensors.append(LiteTensor.of(f"{bn.name}/bn_bias", new_b.dtype, new_b.shape, new_b))
+        nodes[ci] = dataclasses.replace(
+            conv, inputs=[conv.inputs[0], wi, wi + 1], outputs=[bn.outputs[0]],
+            attrs={**conv.attrs, "activation_type": "NO_ACTIVATION"})
+        nodes[bi] = None
+        log.debug("folded %s into %s", bn.name, conv.name)
+    return dataclasses.replace(model, tensors=tensors, nodes=[n for n in nodes if n is not None],
+                               subgraphs=[])
+
+
+# Producers whose kernels apply a fused activation, and the activations that need no
+# parameters (ops.activation.fused passes none).
+_FUSES_ACTIVATION = {"Conv2DFusion", "Conv2dTransposeFusion", "FullConnection", "MatMulFusion",
+                     "AddFusion", "SubFusion", "MulFusion", "DivFusion", "MaxPoolFusion",
+                     "AvgPoolFusion"}
+_FUSABLE = {"RELU", "RELU6", "SIGMOID", "TANH", "HSWISH", "SWISH", "SOFTPLUS", "SOFTSIGN", "ABS"}
+
+
+def fuse_activations(model: LiteModel) -> LiteModel:
+    """A copy of `model` where an Activation right after a fusing producer (conv, GEMM,
+    binary arithmetic, pooling) becomes that producer's activation_type.
+
+    Applies when the producer has no activation yet, its output feeds only the Activation
+    and is not a graph output, and the activation takes no parameters.
+    """
+    producers = {t: ni for ni, node in enumerate(model.nodes) for t in node.outputs}
+    users = _consumers(model)
+    nodes: list[LiteNode | None] = list(model.nodes)
+    for ai, act in enumerate(model.nodes):
+        kind = act.attrs.get("activation_type")
+        if act.op != "Activation" or kind not in _FUSABLE or len(act.inputs) != 1:
+            continue
+        x = act.inputs[0]
+        pi = producers.get(x)
+        if pi is None or nodes[pi] is None or nodes[pi].op not in _FUSES_ACTIVATION:
+            continue
+        prod = nodes[pi]
+        if (users.get(x) != [ai] or x in model.outputs or len(prod.outputs) != 1
+                or prod.attrs.get("activation_type", "NO_ACTIVATION") != "NO_ACTIVATION"):
+            continue
+        nodes[pi] = dataclasses.replace(prod, outputs=list(act.outputs),
+                                        attrs={**prod.attrs, "activation_type": kind})
+        nodes[ai] = None
+    return dataclasses.replace(model, nodes=[n for n in nodes if n is not None], subgraphs=[])
