@@ -23,6 +23,7 @@ import provider
 from provider.cache import CompileCache, entry
 from provider.options import InvalidOptionError
 from provider.ort import compute
+from provider.ort import ep as ep_module
 from provider.session import InferenceSession
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,11 +54,12 @@ def expected() -> np.ndarray:
 
 
 class Calls:
-    """Counts compile_model and import_onnx calls made by the EP (monkeypatched wrappers)."""
+    """Counts compile_model calls and partition imports at Compile (GetCapability's one
+    import of the graph aside) made by the EP (monkeypatched wrappers)."""
 
     def __init__(self, monkeypatch):
         self.compile = self.imports = 0
-        real_compile, real_import = compute.compile_model, compute.import_onnx
+        real_compile, real_import = compute.compile_model, ep_module.import_partition
 
         def counted_compile(*args, **kwargs):
             self.compile += 1
@@ -68,7 +70,7 @@ class Calls:
             return real_import(*args, **kwargs)
 
         monkeypatch.setattr(compute, "compile_model", counted_compile)
-        monkeypatch.setattr(compute, "import_onnx", counted_import)
+        monkeypatch.setattr(ep_module, "import_partition", counted_import)
 
 
 def session(model, cache_dir, **options) -> InferenceSession:
@@ -88,11 +90,15 @@ def statuses(sess) -> list[str]:
 def test_second_session_is_a_hit_with_bit_identical_outputs(tmp_path, monkeypatch, expected):
     calls = Calls(monkeypatch)
     first = session(RESNET, tmp_path)
-    assert (calls.compile, calls.imports) == (1, 1) and statuses(first) == ["miss"]
+    # the miss compiles once; Compile imports nothing: it cuts the partition from
+    # GetCapability's one import of the graph
+    assert (calls.compile, calls.imports) == (1, 0) and statuses(first) == ["miss"]
+    assert first._npu_eps[0].counters.imports == 1
     out = run(first)
     np.testing.assert_allclose(out, expected, atol=1e-4, rtol=1e-3)
     second = session(RESNET, tmp_path)
-    assert (calls.compile, calls.imports) == (1, 1), "a hit must neither import nor compile"
+    assert (calls.compile, calls.imports) == (1, 0), "a hit must neither import nor compile"
+    assert second._npu_eps[0].counters.compiles == 0
     (stats,) = second.cache_stats().partitions
     assert stats.status == "hit" and stats.compile_seconds == 0 and stats.entry
     assert stats.input_shapes == {"image": (1, 3, 56, 56)}

@@ -148,6 +148,8 @@ ORT_API: dict[str, Entry] = {
     "Node_GetInputs": _e(354, STATUS, vp, PVP, sz),
     "Node_GetNumOutputs": _e(355, STATUS, vp, PSZ),
     "Node_GetOutputs": _e(356, STATUS, vp, PVP, sz),
+    "Node_GetNumImplicitInputs": _e(357, STATUS, vp, PSZ),
+    "Node_GetImplicitInputs": _e(358, STATUS, vp, PVP, sz),
     "Node_GetNumAttributes": _e(359, STATUS, vp, PSZ),
     "Node_GetAttributes": _e(360, STATUS, vp, PVP, sz),
     "Node_GetAttributeByName": _e(361, STATUS, vp, C.c_char_p, PVP),

@@ -1,24 +1,31 @@
 """GetCapability's decisions: which nodes the NPU takes, grouped into fusable partitions.
 
-Each candidate node is imported alone (OrtGraph node -> GraphView -> Lite IR) and every Lite
-node it becomes is checked with `provider.npu.capability.check`. Supported nodes are then
-grouped into partitions onnxruntime accepts (`group`): each partition is convex, i.e. no path
-leaves it through a CPU node and comes back, so fusing it cannot create a cycle.
-When the node's input shapes are static it is also compiled alone, so what the compiler
-refuses stays on CPU instead of failing the session at Compile. Nothing here raises for a
-node: a node that cannot go to the NPU gets a reason instead.
+The graph onnxruntime offers is imported to Lite IR once (`import_onnx` on the whole graph;
+the report says which Lite nodes each ONNX node became), and the device answers for every
+Lite node in one pass (`provider.npu.capability.assess`: the static checks of its op table,
+and, where input shapes are known, the op's own lowering rule). An ONNX node goes to the NPU
+when every Lite node it became does. Supported nodes are then grouped into partitions
+onnxruntime accepts (`group`): each partition is convex, i.e. no path leaves it through a CPU
+node and comes back (values a control-flow node's body reads count as its inputs), so fusing
+it cannot create a cycle. The import is kept (`ImportedGraph`) for Compile, which cuts each
+fused partition out of it instead of importing again. Nothing here raises for a node: a node
+that cannot go to the NPU gets a reason instead.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from converters.lite.ir import LiteModel
 from converters.onnx_import import import_onnx
-from provider.npu import capability as npu_capability
-from provider.npu.compiler import compile_model
+from converters.report import ConversionReport
+from provider.errors import UnsupportedError
+from provider.npu.capability import assess, supported_nodes
 from provider.options import NpuOptions
 from provider.ort import abi, epcontext
 from provider.ort.abi import ELEMENT_TO_NUMPY
@@ -43,11 +50,58 @@ class Placement:
         return sum(len(p) for p in self.partitions)
 
 
-def node_reason(contents: OrtGraphContents, node: OrtNode, options: NpuOptions) -> str | None:
-    """Why `node` cannot run on the NPU, or None when it can."""
+def _node_key(node: OrtNode) -> tuple[str, ...]:
+    """What names a node across onnxruntime's graphs: its outputs (each value has one writer)."""
+    return tuple(node.view.outputs)
+
+
+@dataclass
+class ImportedGraph:
+    """One graph GetCapability imported: its Lite IR and where every node and value went."""
+
+    lite: LiteModel
+    report: ConversionReport
+    index: dict[tuple[str, ...], int]  # _node_key -> ONNX node index
+
+    def partition(self, contents: OrtGraphContents, inputs: Sequence[str],
+                  outputs: Sequence[str], name: str) -> LiteModel | None:
+        """The Lite IR of the fused partition `contents` (its nodes found by their outputs)
+        with the fused node's `inputs` / `outputs`, its weights those of `contents` (the
+        arrays onnxruntime holds now); None when this graph does not hold all its nodes."""
+        report = self.report
+        found = [self.index.get(_node_key(n)) for n in contents.nodes]
+        if None in found or any(n not in report.values for n in (*inputs, *outputs)):
+            return None
+        nodes = sorted(j for i in found for j in report.origins[i])
+        part = self.lite.cut(nodes, [report.values[n] for n in inputs],
+                             [report.values[n] for n in outputs], name)
+        tensors = list(part.tensors)
+        for position, (index, wanted) in enumerate(zip([*part.inputs, *part.outputs],
+                                                       [*inputs, *outputs], strict=True)):
+            if tensors[index].name != wanted:  # an alias (Identity-like op) of another value
+                if position >= len(part.inputs) and index in part.inputs:
+                    return None  # an output that is an input under another name
+                tensors[index] = dataclasses.replace(tensors[index], name=wanted)
+        by_name = {t.name: i for i, t in enumerate(tensors)}
+        for initializer, array in contents.initializers.items():
+            i = by_name.get(initializer)
+            if i is not None and initializer in report.initializers:
+                tensors[i] = dataclasses.replace(tensors[i], data=array)
+        return dataclasses.replace(part, tensors=tensors)
+
+
+@dataclass
+class Claim:
+    """GetCapability's answer for one graph: placement, node groups to fuse, the import."""
+
+    placement: Placement
+    groups: list[list[int]]  # node addresses per partition
+    imported: ImportedGraph | None = None
+
+
+def _static_reason(contents: OrtGraphContents, node: OrtNode, options: NpuOptions) -> str | None:
+    """Why `node` stays on CPU before the device is asked (None: ask the device)."""
     view = node.view
-    if epcontext.is_ours(view.op_type, view.domain, view.attrs):
-        return None
     if contents.nested:
         return "inside a control-flow subgraph (If/Loop/Scan bodies stay on CPU)"
     if view.op_type in options.placement.disable_ops:
@@ -60,33 +114,50 @@ def node_reason(contents: OrtGraphContents, node: OrtNode, options: NpuOptions) 
         info = contents.value_info.get(name)
         if name and info is not None and info.elem_type not in ELEMENT_TO_NUMPY:
             return f"value {name!r} has ONNX element type {info.elem_type}, which the NPU lacks"
-    try:
-        lite, report = import_onnx(contents.node_graph(node))
-    except Exception as e:  # noqa: BLE001 - any import failure only means "not on the NPU"
-        return f"import failed: {type(e).__name__}: {e}"
-    if report.custom:
-        return f"no Lite primitive: {report.custom[0].reason}"
-    if not lite.nodes:
-        return "imports to no NPU operation"
-    for index in range(len(lite.nodes)):
-        try:
-            reason = npu_capability.check(lite, index)
-        except Exception as e:  # noqa: BLE001 - a checker crash only means "not on the NPU"
-            reason = f"capability check failed: {type(e).__name__}: {e}"
-        if reason is not None:
-            return f"{lite.nodes[index].op}: {reason}"
-    return _trial_compile(lite, options)
-
-
-def _trial_compile(lite: LiteModel, options: NpuOptions) -> str | None:
-    """With static input shapes, compile the node alone: what the compiler refuses stays on CPU."""
-    if not all(lite.tensors[i].is_static for i in lite.inputs):
-        return None  # checked again per concrete shape at run time
-    try:
-        compile_model(lite, None, enable_fp16=options.compile.enable_fp16)
-    except Exception as e:  # noqa: BLE001 - a compile failure only means "not on the NPU"
-        return f"compile failed: {type(e).__name__}: {e}"
     return None
+
+
+def _device_reasons(contents: OrtGraphContents, candidates: list[int], options: NpuOptions
+                    ) -> tuple[dict[int, str], ImportedGraph]:
+    """Import the graph once and ask the device about every Lite node; a reason per
+    candidate ONNX node it refuses, and the import (kept for Compile)."""
+    lite, report = import_onnx(contents.view())
+    verdicts = assess(lite, enable_fp16=options.compile.enable_fp16)
+    custom = iter(report.custom)
+    reasons: dict[int, str] = {}
+    for i, origin in enumerate(report.origins):
+        carried = next(custom) if any(lite.nodes[j].op == "Custom" for j in origin) else None
+        if i not in candidates:
+            continue
+        if carried is not None:
+            reasons[i] = f"no Lite primitive: {carried.reason}"
+        elif not origin:
+            reasons[i] = "imports to no NPU operation"
+        else:
+            why = next(((j, verdicts[j]) for j in origin if verdicts[j] is not None), None)
+            if why is not None:
+                reasons[i] = f"{lite.nodes[why[0]].op}: {why[1]}"
+    index = {_node_key(n): i for i, n in enumerate(contents.nodes)}
+    return reasons, ImportedGraph(lite, report, index)
+
+
+def _partition_refusals(imported: ImportedGraph, groups: list[list[int]]) -> dict[int, str]:
+    """Nodes the device refuses once their partition is cut out: a constant input that the
+    whole graph could fold (e.g. a shape computed from Shape) but that this partition
+    receives from the CPU or another partition is computed at run time."""
+    lite, report = imported.lite, imported.report
+    refused: dict[int, str] = {}
+    for indices in groups:
+        owner = {j: i for i in indices for j in report.origins[i]}
+        members = sorted(owner)
+        produced = {t for j in members for t in lite.nodes[j].outputs}
+        outside = dict.fromkeys(t for j in members for t in lite.nodes[j].inputs
+                                if t not in produced and lite.tensors[t].data is None)
+        verdicts = supported_nodes(lite.cut(members, list(outside), []))
+        for k, j in enumerate(members):
+            if verdicts[k] is not None and owner[j] not in refused:
+                refused[owner[j]] = f"{lite.nodes[j].op}: {verdicts[k]} in its partition"
+    return refused
 
 
 def group(inputs: Sequence[Sequence[str]], outputs: Sequence[Sequence[str]],
@@ -96,7 +167,8 @@ def group(inputs: Sequence[Sequence[str]], outputs: Sequence[Sequence[str]],
     Walk the nodes in order and grow one open partition; a node "depends on" the partition
     when a path from the partition reaches it. A supported node joins the open partition
     unless one of its inputs comes from an unsupported node that depends on it (joining would
-    make a cycle through the CPU); then the partition closes and a new one opens.
+    make a cycle through the CPU); then the partition closes and a new one opens. A node's
+    inputs include the outer values its subgraphs read (If/Loop/Scan bodies).
     """
     producer = {name: i for i, names in enumerate(outputs) for name in names if name}
     groups: list[list[int]] = []
@@ -120,19 +192,38 @@ def group(inputs: Sequence[Sequence[str]], outputs: Sequence[Sequence[str]],
     return [g for g in groups if g]
 
 
-def claim(ort: abi.Ort, graph: int, options: NpuOptions) -> tuple[Placement, list[list[int]]]:
-    """(Placement, [[node addresses], ...]) for one OrtGraph offered to GetCapability."""
+def claim(ort: abi.Ort, graph: int, options: NpuOptions) -> Claim:
+    """GetCapability on one OrtGraph: placement, partitions and the import behind them."""
     contents = read_graph(ort, graph, copy_initializers=False)
     placement = Placement(graph=contents.name, nested=contents.nested)
-    labels = [n.view.name or f"{n.view.op_type}_{i}" for i, n in enumerate(contents.nodes)]
-    reasons = [node_reason(contents, node, options) for node in contents.nodes]
-    placement.op_types.update(zip(labels, (n.view.op_type for n in contents.nodes), strict=True))
+    nodes = contents.nodes
+    labels = [n.view.name or f"{n.view.op_type}_{i}" for i, n in enumerate(nodes)]
+    placement.op_types.update(zip(labels, (n.view.op_type for n in nodes), strict=True))
     # Our EPContext nodes (a model compiled earlier) are claimed alone: one node, one kernel.
-    saved = [i for i, n in enumerate(contents.nodes)
+    saved = [i for i, n in enumerate(nodes)
              if epcontext.is_ours(n.view.op_type, n.view.domain, n.view.attrs)]
-    groups = group([n.view.inputs for n in contents.nodes],
-                   [n.view.outputs for n in contents.nodes],
-                   [r is None and i not in saved for i, r in enumerate(reasons)])
+    reasons: dict[int, str] = {}
+    for i, node in enumerate(nodes):
+        why = None if i in saved else _static_reason(contents, node, options)
+        if why is not None:
+            reasons[i] = why
+    candidates = [i for i in range(len(nodes)) if i not in reasons and i not in saved]
+    imported = None
+    if candidates:
+        try:
+            device, imported = _device_reasons(contents, candidates, options)
+        except Exception as e:  # noqa: BLE001 - a graph the importer refuses stays on CPU
+            device = dict.fromkeys(candidates, f"import failed: {type(e).__name__}: {e}")
+        reasons.update(device)
+    node_inputs = [(*n.view.inputs, *n.view.implicit_inputs) for n in nodes]
+    node_outputs = [n.view.outputs for n in nodes]
+    while True:  # a node may need a value only its partition can fold: check per partition
+        groups = group(node_inputs, node_outputs,
+                       [i not in reasons and i not in saved for i in range(len(nodes))])
+        refused = _partition_refusals(imported, groups) if imported is not None else {}
+        if not refused:
+            break
+        reasons.update(refused)
     chosen = []
     for indices in groups + [[i] for i in saved]:
         minimum = options.placement.min_partition_nodes
@@ -141,12 +232,27 @@ def claim(ort: abi.Ort, graph: int, options: NpuOptions) -> tuple[Placement, lis
             placement.cpu.update(dict.fromkeys((labels[i] for i in indices), why))
             continue
         placement.partitions.append([labels[i] for i in indices])
-        chosen.append([contents.nodes[i].address for i in indices])
-    for label, node, reason in zip(labels, contents.nodes, reasons, strict=True):
-        if reason is not None:
-            placement.cpu[label] = reason
-            log.debug("node %s (%s) stays on CPU: %s", label, node.view.op_type, reason)
+        chosen.append([nodes[i].address for i in indices])
+    for i, reason in sorted(reasons.items()):
+        placement.cpu[labels[i]] = reason
+        log.debug("node %s (%s) stays on CPU: %s", labels[i], nodes[i].view.op_type, reason)
     log.info("NPUExecutionProvider GetCapability(%s): %d of %d nodes in %d NPU partition(s)",
-             contents.name or "graph", placement.npu_nodes, len(contents.nodes), len(chosen))
-    return placement, chosen
+             contents.name or "graph", placement.npu_nodes, len(nodes), len(chosen))
+    return Claim(placement, chosen, imported)
 
+
+def import_partition(contents: OrtGraphContents, name: str) -> LiteModel:
+    """A fused partition imported on its own (when no GetCapability import holds it)."""
+    lite, report = import_onnx(contents.view())
+    if report.custom:
+        raise UnsupportedError(f"partition {name}: {report.custom[0].op} has no Lite "
+                               f"primitive ({report.custom[0].reason})")
+    return lite
+
+
+def own_weights(lite: LiteModel) -> LiteModel:
+    """A copy of `lite` whose constants are its own (onnxruntime frees its initializers after
+    Compile; a partition compiled per shape later must not point into them)."""
+    return dataclasses.replace(lite, tensors=[
+        dataclasses.replace(t, data=np.array(t.data, copy=True)) if t.data is not None else t
+        for t in lite.tensors])

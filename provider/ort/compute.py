@@ -30,16 +30,16 @@ from pathlib import Path
 import numpy as np
 
 from converters.lite.ir import LiteModel
-from converters.onnx_import import import_onnx
 from provider.cache import CONTEXT, OFF, PartitionCacheStats, PartitionKeys
 from provider.cache.keys import within
 from provider.cache.residency import pages_present, pages_spanned
-from provider.errors import BindingError, UnsupportedError
+from provider.errors import BindingError
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor
 from provider.npu.program import Program
 from provider.ort import abi, epcontext
 from provider.ort.callbacks import address, status_callback, value_callback
+from provider.ort.capability import own_weights
 from provider.ort.graph import OrtGraphContents, read_graph
 from provider.ort.transfer import COUNTERS
 
@@ -67,7 +67,7 @@ class FusedKernel:
     while more shapes may come)."""
 
     def __init__(self, ep, name: str, input_names: list[str], output_names: list[str],
-                 source: Program | LiteModel | OrtGraphContents,
+                 source: Program | LiteModel,
                  static_shapes: dict[str, tuple[int, ...]] | None, *,
                  keys: PartitionKeys | None = None):
         self.ort: abi.Ort = ep.ort
@@ -85,21 +85,20 @@ class FusedKernel:
         self._keys = keys
         self._stats: list[PartitionCacheStats] = ep.cache_stats
         self.cache_entry: Path | None = None  # the cache entry of the (single) Program
-        self.lite: LiteModel | None = None
-        self._graph: OrtGraphContents | None = None  # static partition, during Compile only
+        self.counters = ep.counters
+        self.lite: LiteModel | None = None  # while more input shapes may come
         if isinstance(source, Program):
             shapes = {source.slots[i].name: tuple(source.slots[i].shape) for i in source.inputs}
             self._programs[_key(shapes)] = self._compiled_for(_key(shapes), lambda: source)
         elif static_shapes is not None:
-            # One shape only: get the Program now and keep no graph or Lite model.
-            self._graph, self.lite = (source, None) if isinstance(source, OrtGraphContents) \
-                else (None, source)
+            # One shape only: get the Program now and keep no Lite model.
+            self.lite = source
             try:
                 self.executor(static_shapes)
             finally:
-                self._graph = self.lite = None
+                self.lite = None
         else:
-            self.lite = source if isinstance(source, LiteModel) else _import(source, name)
+            self.lite = source
         s = self.struct = abi.OrtNodeComputeInfo()
         s.ort_version_supported = self.ort.api_version
         s.CreateState = address(_create_state)
@@ -134,13 +133,14 @@ class FusedKernel:
             kernel._record(CONTEXT, "", shapes, source, time.perf_counter() - start, 0.0,
                            loaded.entry)
             return kernel
-        if not _static(o, contents.inputs):  # imported now: unsupported ops fail Compile
-            lite = _import(contents, name)
+        lite = ep.partition(contents, inputs, outputs, name)  # cut from GetCapability's import
+        if not _static(o, contents.inputs):  # Programs per concrete shape, at run time
+            lite = own_weights(lite)
             return cls(ep, name, inputs, outputs, lite, None,
                        keys=_lite_keys(ep, lite, lambda: epcontext.to_bytes(lite)))
         keys = None if ep.cache is None else _partition_keys(ep, contents)
         shapes = {vi.name: tuple(vi.shape) for vi in contents.inputs}
-        return cls(ep, name, inputs, outputs, contents, shapes, keys=keys)
+        return cls(ep, name, inputs, outputs, lite, shapes, keys=keys)
 
     def context_blob(self) -> bytes:
         """This partition as an EPContext payload: its Program, or its Lite IR if shapes vary."""
@@ -163,7 +163,7 @@ class FusedKernel:
         if compiled is not None:
             self._programs.move_to_end(key)
             return compiled
-        if self.lite is None and self._graph is None:
+        if self.lite is None:
             known = [dict(k) for k in self._programs]
             raise BindingError(f"partition {self.name} was compiled for input shapes "
                                f"{known}; got {shapes}")
@@ -181,10 +181,11 @@ class FusedKernel:
 
     def _program(self, shapes: dict[str, tuple[int, ...]]) -> Program:
         """The Program for `shapes`: from the cache, else imported (if need be) and compiled."""
+        lite = self.lite
+
         def compile_fn() -> Program:
-            if self.lite is None:
-                self.lite = _import(self._graph, self.name)
-            return compile_model(with_input_shapes(self.lite, shapes), shapes,
+            self.counters.compiles += 1
+            return compile_model(with_input_shapes(lite, shapes), shapes,
                                  enable_fp16=self.enable_fp16)
 
         if self.cache is None:
@@ -279,18 +280,6 @@ def _lite_keys(ep, lite: LiteModel, image: Callable[[], bytes]) -> PartitionKeys
                             model_name=ep.options.cache.model_name,
                             fingerprint=hashlib.sha256(image()).hexdigest(),
                             options=_key_options(ep))
-
-
-def _import(contents: OrtGraphContents, name: str) -> LiteModel:
-    """The partition as Lite IR (initializers copied: the Lite model may outlive Compile; in
-    name order: onnxruntime's order varies between sessions, the Lite image must not)."""
-    copied = dataclasses.replace(contents, initializers={
-        k: v.copy() for k, v in sorted(contents.initializers.items())})
-    lite, report = import_onnx(copied.view())
-    if report.custom:
-        raise UnsupportedError(f"partition {name}: {report.custom[0].op} has no Lite "
-                               f"primitive ({report.custom[0].reason})")
-    return lite
 
 
 def _key(shapes: dict[str, tuple[int, ...]]) -> tuple:

@@ -11,17 +11,29 @@ import ctypes as C
 import logging
 import threading
 from collections import deque
+from dataclasses import dataclass
 
+from converters.lite.ir import LiteModel
 from provider.cache import CompileCache
 from provider.npu.memory import ensure_default_pool
 from provider.npu.session_memory import SessionMemory
 from provider.options import NpuOptions
 from provider.ort import abi, epcontext, session_link
 from provider.ort.callbacks import address, status_callback, value_callback
-from provider.ort.capability import Placement, claim
+from provider.ort.capability import Claim, ImportedGraph, Placement, claim, import_partition
 from provider.ort.compute import FusedKernel
+from provider.ort.graph import OrtGraphContents
 
 log = logging.getLogger("litenpu.ort")
+
+
+@dataclass
+class Counters:
+    """What an EP did, for tests and benchmarks: graphs imported to Lite IR (GetCapability's
+    one per graph, plus any partition Compile had to import itself) and Programs compiled."""
+
+    imports: int = 0
+    compiles: int = 0
 
 
 class NpuEp:
@@ -40,6 +52,8 @@ class NpuEp:
         # PartitionCacheStats of the Programs the kernels got (the latest, when shapes churn)
         self.cache_stats: deque = deque(maxlen=1024)
         self.placements: list[Placement] = []
+        self.imported: list[ImportedGraph] = []  # what GetCapability imported, for Compile
+        self.counters = Counters()
         self.kernels: dict[int, object] = {}  # OrtNodeComputeInfo address -> FusedKernel
         self._lock = threading.Lock()
         s = self.struct = abi.OrtEp()
@@ -58,31 +72,55 @@ class NpuEp:
 
     def get_capability(self, graph: int, support_info: int) -> None:
         try:
-            placement, groups = claim(self.ort, graph, self.options)
+            answer = claim(self.ort, graph, self.options)
         except Exception as e:  # noqa: BLE001 - an unreadable graph stays on CPU, never fails
             log.warning("NPUExecutionProvider GetCapability: claiming nothing: %s: %s",
                         type(e).__name__, e, exc_info=e)
-            placement, groups = Placement(failure=f"{type(e).__name__}: {e}"), []
+            answer = Claim(Placement(failure=f"{type(e).__name__}: {e}"), [])
         with self._lock:
-            self.placements.append(placement)
+            self.placements.append(answer.placement)
+            if answer.imported is not None:
+                self.counters.imports += 1
+                self.imported.insert(0, answer.imported)  # the latest answer first
         fusion = abi.OrtNodeFusionOptions(self.ort.api_version, True)
-        for nodes in groups:
+        for nodes in answer.groups:
             array = (abi.vp * len(nodes))(*nodes)
             self.ort.ep.EpGraphSupportInfo_AddNodesToFuse(support_info, array, len(nodes),
                                                           C.byref(fusion))
 
     def compile(self, graphs: list[int], fused_nodes: list[int], infos, ep_context_nodes) -> None:
-        for i, (graph, fused) in enumerate(zip(graphs, fused_nodes, strict=True)):
-            kernel = FusedKernel.build(self, graph, fused)
-            with self._lock:
-                self.kernels[kernel.address] = kernel
-            infos[i] = kernel.address
-            if self.context.enable and ep_context_nodes:
-                # embed mode 0 references the Program's cache entry when there is one
-                by_entry = not self.context.embed and kernel.cache_entry is not None
-                ep_context_nodes[i] = epcontext.create_node(
-                    self.ort, kernel.name, kernel.input_names, kernel.output_names,
-                    kernel.cache_entry if by_entry else kernel.context_blob(), self.context)
+        try:
+            for i, (graph, fused) in enumerate(zip(graphs, fused_nodes, strict=True)):
+                self._compile_one(i, graph, fused, infos, ep_context_nodes)
+        finally:
+            with self._lock:  # onnxruntime frees the initializers the imports point into
+                self.imported.clear()
+
+    def _compile_one(self, i: int, graph: int, fused: int, infos, ep_context_nodes) -> None:
+        kernel = FusedKernel.build(self, graph, fused)
+        with self._lock:
+            self.kernels[kernel.address] = kernel
+        infos[i] = kernel.address
+        if self.context.enable and ep_context_nodes:
+            # embed mode 0 references the Program's cache entry when there is one
+            by_entry = not self.context.embed and kernel.cache_entry is not None
+            ep_context_nodes[i] = epcontext.create_node(
+                self.ort, kernel.name, kernel.input_names, kernel.output_names,
+                kernel.cache_entry if by_entry else kernel.context_blob(), self.context)
+
+    def partition(self, contents: OrtGraphContents, inputs: list[str], outputs: list[str],
+                  name: str) -> LiteModel:
+        """A fused partition's Lite IR: cut from what GetCapability imported, or, when no
+        import holds all its nodes, imported now (counted)."""
+        with self._lock:
+            imported = list(self.imported)
+        for graph in imported:
+            lite = graph.partition(contents, inputs, outputs, name)
+            if lite is not None:
+                return lite
+        log.info("NPU partition %s: not in GetCapability's import; importing it", name)
+        self.counters.imports += 1
+        return import_partition(contents, name)
 
     def release_kernels(self, addresses: list[int]) -> None:
         with self._lock:

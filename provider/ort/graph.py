@@ -182,7 +182,9 @@ class OrtGraphReader:
     def node(self, node: int) -> OrtNode:
         o = self.ort
         names = []
-        for getter in (("Node_GetNumInputs", "Node_GetInputs"), ("Node_GetNumOutputs", "Node_GetOutputs")):
+        for getter in (("Node_GetNumInputs", "Node_GetInputs"),
+                       ("Node_GetNumOutputs", "Node_GetOutputs"),
+                       ("Node_GetNumImplicitInputs", "Node_GetImplicitInputs")):
             names.append(tuple(self.value(v).name if v else "" for v in o.array(*getter, node)))
         attrs, unreadable = {}, None
         for attr in o.array("Node_GetNumAttributes", "Node_GetAttributes", node):
@@ -202,6 +204,7 @@ class OrtGraphReader:
             inputs=names[0],
             outputs=names[1],
             attrs=attrs,
+            implicit_inputs=tuple(n for n in names[2] if n),  # outer values its bodies read
         )
         return OrtNode(node, view, unreadable)
 

@@ -1,0 +1,91 @@
+"""One pass from model to Program: GetCapability imports the graph once and asks the device's
+own rules; Compile cuts each partition out of that import and compiles it once per shape."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from ort_models import make_model, reference
+from test_ort_cache import IMAGE, RESNET
+
+import provider
+from provider.ort.capability import group
+from provider.session import InferenceSession
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    provider.register()
+
+
+def npu_session(model: bytes, **options) -> InferenceSession:
+    return InferenceSession(model, providers=[("NPUExecutionProvider", options),
+                                              "CPUExecutionProvider"])
+
+
+def test_n_partitions_one_import_n_compiles_and_none_on_a_warm_hit(tmp_path):
+    options = {"disable_ops": "Add", "cache_dir": str(tmp_path)}  # five NPU partitions
+    cold = npu_session(RESNET, **options)
+    (ep,) = cold._npu_eps
+    partitions = len({n.partition for n in cold.partition() if n.device == "NPU"})
+    assert partitions == 5
+    assert (ep.counters.imports, ep.counters.compiles) == (1, partitions)
+    warm = npu_session(RESNET, **options)
+    assert {p.status for p in warm.cache_stats().partitions} == {"hit"}
+    assert (warm._npu_eps[0].counters.imports, warm._npu_eps[0].counters.compiles) == (1, 0)
+    np.testing.assert_allclose(warm.run(None, {"image": IMAGE})[0],
+                               reference(RESNET, {"image": IMAGE})[0], atol=1e-4, rtol=1e-3)
+
+
+def test_dynamic_shapes_compile_once_per_shape():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
+    model = make_model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"])],
+                       [x], [y])
+    sess = npu_session(model)
+    (ep,) = sess._npu_eps
+    for n in (1, 3, 1, 3, 2):
+        feeds = {"x": np.random.default_rng(n).standard_normal((n, 4)).astype(np.float32)}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], reference(model, feeds)[0])
+    assert (ep.counters.imports, ep.counters.compiles) == (1, 3)
+
+
+def _shape_chain(split: bool) -> bytes:
+    """y = expand(x, concat(shape(x)[0], 4)): the target shape is computed from Shape, which
+    the NPU folds per concrete shape, unless a CPU node (`split`) cuts the chain."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "zero"], ["n"], name="gather", axis=0),
+             helper.make_node("Unsqueeze", ["n", "axes"], ["n1"], name="unsqueeze"),
+             helper.make_node("Concat", ["n1", "four"], ["target"], name="concat", axis=0),
+             helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Expand", ["r", "target"], ["y"], name="expand")]
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array([0], np.int64), "axes"),
+             numpy_helper.from_array(np.array([4], np.int64), "four")]
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])], inits)
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["chain on the NPU", "chain cut"])
+def test_a_value_only_its_partition_can_fold(split):
+    model = _shape_chain(split)
+    sess = npu_session(model, **({"disable_ops": "Unsqueeze"} if split else {}))
+    where = {n.name: n for n in sess.partition()}
+    if split:  # the shape reaches Expand from the CPU: computed at run time
+        assert where["expand"].device == "CPU"
+        assert "computed at run time in its partition" in where["expand"].reason
+    else:  # folded per concrete shape: one partition with the shape arithmetic in it
+        assert {n.device for n in where.values()} == {"NPU"}
+        assert {n.partition for n in where.values()} == {0}
+    for n in (2, 5):
+        feeds = {"x": np.arange(n, dtype=np.float32).reshape(n, 1) - 1}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], reference(model, feeds)[0])
+
+
+def test_group_counts_values_a_control_flow_body_reads():
+    # 0:S a -> 1:CPU If (its body reads a) -> 2:S reads 1's output: fusing 0 and 2 would
+    # make a cycle through 1, which onnxruntime refuses to fuse
+    ins = [["x"], ["cond", "a"], ["b"]]  # the If's body reads `a`: an implicit input
+    outs = [["a"], ["b"], ["c"]]
+    assert group(ins, outs, [True, False, True]) == [[0], [2]]
