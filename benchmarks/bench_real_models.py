@@ -37,8 +37,9 @@ import real_models  # noqa: E402
 import provider  # noqa: E402
 from provider.bench import machine  # noqa: E402
 from provider.bench.timing import interleaved_ms, paired_ratio  # noqa: E402
+from provider.placement import PlacementSummary  # noqa: E402
 from provider.zoo import FAMILIES, build, inputs  # noqa: E402
-from provider.zoo.checks import Accuracy, Placement, compare, placement  # noqa: E402
+from provider.zoo.checks import Accuracy, compare, placement  # noqa: E402
 from provider.zoo.inputs import Inputs  # noqa: E402
 
 OUT = real_models.ROOT / "docs" / "benchmarks" / "real_models.md"
@@ -65,7 +66,7 @@ class Row:
 
     name: str
     family: str
-    placement: Placement
+    placement: PlacementSummary
     control_flow: bool
     session_s: float  # NPU session creation + first run of every case (compiles)
     cases: list[Case] = field(default_factory=list)
@@ -148,12 +149,12 @@ def reasons(rows: list[Row], count: int = 5) -> list[str]:
     for row in rows:
         p = row.placement
         cpu = p.nodes - p.npu_nodes
-        top = p.cpu_reasons.most_common(count)
+        top = p.reasons.most_common(count)
         more = cpu - sum(n for _, n in top)
         lines.append(f"- **{row.name}**: {cpu} CPU node(s)" + (":" if top else ""))
         lines += [f"  - {n}x {reason}" for reason, n in top]
         if more:
-            lines.append(f"  - {more} more in {len(p.cpu_reasons) - len(top)} other group(s)")
+            lines.append(f"  - {more} more in {len(p.reasons) - len(top)} other group(s)")
     return lines
 
 
@@ -178,7 +179,7 @@ def summary(rows: list[Row]) -> list[str]:
 def print_rows(title: str, rows: list[Row]) -> None:
     print(f"\n== {title}")
     for row in rows:
-        print(f"{row.name} ({row.family}): {row.placement.describe()}; NPU session + first "
+        print(f"{row.name} ({row.family}): {row.placement.brief()}; NPU session + first "
               f"runs {row.session_s:.2f} s")
         for c in row.cases:
             print(f"   {c.label:22s} onnxruntime {c.ort_ms:8.2f} ms  litenpu {c.npu_ms:8.2f} ms"

@@ -1,6 +1,8 @@
-"""File-to-file conversion between model formats, by extension, with atomic writes.
+"""Model formats by file extension, and file-to-file conversion between them (atomic writes).
 
-Every source format reads into Lite IR and every destination format writes from it:
+`format_of(path)` is the one place a file's extension names its format (".onnx", ".ms",
+".mindir"); sessions, `litenpu inspect` and `convert` all dispatch on it. Every source
+format reads into Lite IR (`read`) and every destination format writes from it:
 `READERS[ext](path, progress) -> (LiteModel, ConversionReport)` and
 `WRITERS[ext](model, path, progress)`. Adding a format (e.g. `.mindir` as a source) is one
 function registered with `register_reader` / `register_writer`; `convert` needs no change.
@@ -80,12 +82,31 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *,
     return report
 
 
+def format_of(path: str | os.PathLike, default: str | None = None) -> str:
+    """The format of a model file, by extension: ".onnx", ".ms" or ".mindir". An unknown
+    extension is `default`, or, without one, an UnsupportedError listing the known ones."""
+    ext = Path(path).suffix.lower()
+    if ext in READERS:
+        return ext
+    if default is not None:
+        return default
+    raise UnsupportedError(f"{path}: {ext or 'extensionless'} files are not a model format "
+                           f"litenpu knows (known: {', '.join(sorted(READERS))})")
+
+
+def read(path: str | os.PathLike, progress: Progress = None
+         ) -> tuple[LiteModel, ConversionReport]:
+    """A model file of any known format as Lite IR, and what its reading did."""
+    path = Path(path)
+    return READERS[format_of(path)](path, progress)
+
+
 def _lookup(table: dict, path: Path, verb: str):
-    ext = path.suffix.lower()
+    ext = format_of(path, default="")
     if ext not in table:
         known = ", ".join(sorted(table))
-        raise UnsupportedError(f"{path}: cannot {verb} {ext or 'extensionless'} files "
-                               f"(known: {known})")
+        raise UnsupportedError(f"{path}: cannot {verb} {path.suffix.lower() or 'extensionless'} "
+                               f"files (known: {known})")
     return table[ext]
 
 

@@ -23,14 +23,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
-from converters.lite.reader import load as load_ms
-from converters.mindir.importer import import_mindir
+from converters.convert import format_of
+from converters.convert import read as read_model
 from converters.onnx_export import export_onnx
 from provider.cache.fingerprint import MEMO_DIR, source_fingerprint
 from provider.errors import BindingError, UnsupportedError
@@ -45,21 +45,11 @@ from provider.ort.registration import ep_devices, register
 from provider.ort.session_link import SessionLink
 from provider.ort.status import model_load_errors, typed_errors
 from provider.ort.tensors import ORT_TYPE_TO_NUMPY, bind_output, copy_stats, view
+from provider.placement import NodePlacement, PlacementSummary
 
 log = logging.getLogger("litenpu.ort")
 
 CPU_EP = "CPUExecutionProvider"
-
-
-@dataclass(frozen=True)
-class NodePlacement:
-    """Where one node runs: "NPU" (and in which partition) or "CPU" (and why)."""
-
-    name: str
-    op_type: str
-    device: str
-    partition: int | None = None
-    reason: str = ""
 
 
 def normalize_providers(providers: Sequence | None, provider_options: Sequence[dict] | None
@@ -90,16 +80,12 @@ def normalize_providers(providers: Sequence | None, provider_options: Sequence[d
 
 
 def _model_source(path_or_bytes: Any) -> Any:
-    """The model as onnxruntime takes it; `.ms` / `.mindir` files become ONNX bytes (via Lite IR)."""
-    if not isinstance(path_or_bytes, (str, os.PathLike)):
+    """The model as onnxruntime takes it: ONNX files (and files of no known format, which
+    onnxruntime reads itself) as they are; `.ms` / `.mindir` files as ONNX bytes (via Lite IR)."""
+    if not isinstance(path_or_bytes, (str, os.PathLike)) or \
+            format_of(path_or_bytes, default=".onnx") == ".onnx":
         return path_or_bytes
-    path = os.fspath(path_or_bytes)
-    if path.endswith(".ms"):
-        lite = load_ms(path)
-    elif path.endswith(".mindir"):
-        lite, _ = import_mindir(path)
-    else:
-        return path_or_bytes
+    lite, _ = read_model(path_or_bytes)
     return export_onnx(lite).SerializeToString()
 
 
@@ -207,15 +193,14 @@ class InferenceSession(ort.InferenceSession):
         result += [NodePlacement(n, last.op_types[n], "CPU", None, why) for n, why in last.cpu.items()]
         return result
 
+    def placement_summary(self) -> PlacementSummary:
+        """Counts of the placement and the CPU nodes grouped by reason."""
+        return PlacementSummary.of(self.partition(),
+                                   [p.failure for p in self._placements() if p.failure])
+
     def partition_summary(self) -> str:
         """Human-readable placement: counts, partitions, and why nodes stayed on CPU."""
-        nodes = self.partition()
-        npu = [n for n in nodes if n.device == "NPU"]
-        lines = [f"{EP_NAME}: {len(npu)} of {len(nodes)} nodes on the NPU in "
-                 f"{len({n.partition for n in npu})} partition(s)"]
-        lines += [f"  CPU: {n.name} ({n.op_type}): {n.reason}" for n in nodes if n.device == "CPU"]
-        lines += [f"  graph not claimed: {p.failure}" for p in self._placements() if p.failure]
-        return "\n".join(lines)
+        return self.placement_summary().text()
 
     def copy_stats(self):
         """Bytes copied between CPU and NPU memory so far, process-wide (subtract snapshots)."""

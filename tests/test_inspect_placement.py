@@ -38,7 +38,7 @@ def test_unsupported_and_disabled_ops_are_named_with_reasons(tmp_path, capsys):
     assert main(["inspect", str(path), "--option", "disable_ops=Neg"]) == 0
     out = capsys.readouterr().out
     assert "topk.onnx: ONNX (.onnx) 'topk_graph'" in out
-    assert "placement: 3 of 5 nodes on the NPU" in out and "2 on CPU" in out
+    assert "NPUExecutionProvider: 3 of 5 nodes on the NPU" in out and "2 on CPU" in out
     assert "CPU  topk (TopK): TopKFusion: primitive TopKFusion is not in the NPU's set" in out
     assert "CPU  neg (Neg): disabled by provider option disable_ops" in out
     assert "CPU  relu" not in out
@@ -64,7 +64,7 @@ def test_mindir_summary_and_placement(capsys):
     assert main(["inspect", str(path)]) == 0
     out = capsys.readouterr().out
     assert "MindIR (.mindir), as Lite IR" in out
-    assert "Conv2DFusion" in out and "placement: " in out and "nodes on the NPU" in out
+    assert "Conv2DFusion" in out and "NPUExecutionProvider: " in out and "nodes on the NPU" in out
 
 
 def test_no_placement_and_bad_option(tmp_path, capsys):

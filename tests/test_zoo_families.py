@@ -25,9 +25,9 @@ import onnxruntime as ort
 import pytest
 
 import provider
-from provider.session import NodePlacement
+from provider.placement import NodePlacement, reason_group
 from provider.zoo import FAMILIES, NAMES, build, inputs
-from provider.zoo.checks import INT8_MIN_COSINE, atol, compare, placement, reason_group
+from provider.zoo.checks import INT8_MIN_COSINE, atol, compare, placement
 from provider.zoo.inputs import Feed, Inputs
 
 NPU = ["NPUExecutionProvider", "CPUExecutionProvider"]
@@ -125,7 +125,7 @@ def test_family_model_runs_on_the_npu_like_onnxruntime(name):
         if unoptimized is not None:  # the QDQ graph as written: the NPU should track it closely
             plain = compare(got, unoptimized.run(None, feeds), int8=True)
             assert plain.within >= 0.99 and plain.cosine >= INT8_MIN_COSINE, plain.describe()
-    print(f"{name}: {placement(npu).describe()}")
+    print(f"{name}: {placement(npu).brief()}")
 
 
 def test_inputs_draw_seeded_values_and_check_their_cases():
@@ -178,7 +178,7 @@ def test_placement_counts_partitions_and_groups_reasons_without_names():
 
     p = placement(Session())
     assert (p.partitions, p.npu_nodes, p.nodes) == (2, 2, 5)
-    assert p.cpu_reasons == {"Reshape: input 1 (…) is computed": 2,
+    assert p.reasons == {"Reshape: input 1 (…) is computed": 2,
                              "Range: no Lite mapping for Range": 1}
     assert p.top_reasons(1) == "2x Reshape: input 1 (…) is computed"
     assert reason_group("Gather", "dtype int64 of 'ids'") == "Gather: dtype int64 of …"
@@ -252,5 +252,5 @@ def test_fetched_real_models_run_on_the_npu_like_onnxruntime():
             accuracy = compare(npu.run(None, feeds), cpu.run(None, feeds), int8=m.int8)
             if not accuracy.ok:
                 failures.append(f"{m.name} {label}: {accuracy.describe()}")
-        print(f"{m.name}: {placement(npu).describe()}")
+        print(f"{m.name}: {placement(npu).brief()}")
     assert not failures, failures

@@ -1,8 +1,8 @@
 """`litenpu inspect MODEL`: what a model file holds (I/O, ops, weights, producer) and where
 its nodes run.
 
-One summariser per file format, chosen by extension in SUMMARIZERS; each returns the
-format-neutral `ModelSummary`, so adding a format is one function and one table entry.
+One summariser per file format (`converters.convert.format_of`) in SUMMARIZERS; each returns
+the format-neutral `ModelSummary`, so adding a format is one function and one table entry.
 The placement comes from a real NPU session on the file (`InferenceSession.partition()`):
 every node on the NPU or on CPU with the reason the NPU did not take it.
 """
@@ -16,21 +16,18 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import onnx
 
+from converters.convert import format_of
 from converters.errors import InvalidModelError
 from converters.graph_view import ValueInfo, load_onnx, value_info
 from converters.lite import reader
 from converters.lite.summary import ModelSummary, TensorInfo, format_summary, summarize
 from converters.proto_text import check_text
 from provider.commands.registry import command, key_values
-from provider.errors import UnsupportedError
 from provider.ort import EP_NAME
-
-if TYPE_CHECKING:
-    from provider.session import NodePlacement
+from provider.placement import NodePlacement, PlacementSummary
 
 
 def _summarize_ms(path: Path) -> ModelSummary:
@@ -95,24 +92,13 @@ def placement(path: Path, options: dict[str, str] | None = None) -> list[NodePla
 
 
 def format_placement(nodes: list[NodePlacement]) -> str:
-    """`placement: k of n nodes on the NPU ...` then one line per CPU node with its reason."""
-    npu = [n for n in nodes if n.device == "NPU"]
-    partitions = len({n.partition for n in npu})
-    lines = [f"placement: {len(npu)} of {len(nodes)} nodes on the NPU in {partitions} "
-             f"partition(s), {len(nodes) - len(npu)} on CPU"]
-    lines += [f"  CPU  {n.name} ({n.op_type}): {n.reason}" for n in nodes if n.device == "CPU"]
-    return "\n".join(lines)
+    """The placement summary (`provider.placement`): counts, then the CPU nodes by reason."""
+    return PlacementSummary.of(nodes).text()
 
 
 def summarize_file(path: Path) -> ModelSummary:
-    """The summary of a model file, by extension; UnsupportedError lists what is known."""
-    try:
-        summarizer = SUMMARIZERS[path.suffix.lower()]
-    except KeyError:
-        known = ", ".join(sorted(SUMMARIZERS))
-        raise UnsupportedError(f"{path}: cannot inspect {path.suffix or 'extensionless'} "
-                               f"files (known: {known})") from None
-    return summarizer(path)
+    """The summary of a model file, by its format; UnsupportedError lists the known ones."""
+    return SUMMARIZERS[format_of(path)](path)
 
 
 EXAMPLES = """examples:

@@ -6,12 +6,12 @@ tests and the real-model benchmark so both judge alike.
 
 from __future__ import annotations
 
-import re
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from provider.placement import PlacementSummary
 
 RTOL = 1e-3
 INT8_LEVELS = 255  # an 8-bit grid over an output's range: one step is its "LSB"
@@ -81,37 +81,6 @@ def compare(got: Sequence[np.ndarray], want: Sequence[np.ndarray], int8: bool = 
     return Accuracy(max_abs, scale, within, cosine, int8, ok)
 
 
-@dataclass(frozen=True)
-class Placement:
-    """Where a session's nodes run: NPU partitions and nodes, and the CPU nodes by reason."""
-
-    partitions: int
-    npu_nodes: int
-    nodes: int
-    cpu_reasons: Counter  # "<op>: <reason>" -> nodes
-
-    def top_reasons(self, count: int = 3, width: int = 70) -> str:
-        """The `count` most common CPU reasons, e.g. `12x Range: no Lite mapping ...`."""
-        return "; ".join(f"{n}x {reason[:width]}"
-                         for reason, n in self.cpu_reasons.most_common(count)) or "-"
-
-    def describe(self) -> str:
-        return (f"{self.partitions} partition(s), {self.npu_nodes}/{self.nodes} nodes on the "
-                f"NPU; CPU: {self.top_reasons()}")
-
-
-_NAMES = re.compile(r"'[^']*'")
-
-
-def reason_group(op_type: str, reason: str) -> str:
-    """A CPU reason without the tensor and node names it quotes, so that the same cause on
-    many nodes counts as one group."""
-    return f"{op_type}: {_NAMES.sub('…', reason)}"
-
-
-def placement(session) -> Placement:
+def placement(session) -> PlacementSummary:
     """The placement of a `provider.InferenceSession` (from its `partition()`)."""
-    nodes = session.partition()
-    npu = [n for n in nodes if n.device == "NPU"]
-    reasons = Counter(reason_group(n.op_type, n.reason) for n in nodes if n.device != "NPU")
-    return Placement(len({n.partition for n in npu}), len(npu), len(nodes), reasons)
+    return PlacementSummary.of(session.partition())
