@@ -29,7 +29,8 @@ from typing import Any
 
 from provider.errors import LitenpuError
 
-__all__ = ["InvalidOptionError", "PlacementOptions", "CompileOptions", "RuntimeOptions",
+__all__ = ["InvalidOptionError", "PlacementOptions", "CompileOptions", "DEFAULT_COMPILE",
+           "RuntimeOptions",
            "MemoryOptions", "CacheOptions", "NpuOptions", "Option", "OPTIONS",
            "MIN_DEVICE_MEMORY"]
 
@@ -58,6 +59,9 @@ class CompileOptions:
     def as_dict(self) -> dict[str, Any]:
         """Plain values by name (what a Program records and a cache key hashes)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+DEFAULT_COMPILE = CompileOptions()
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor
 from provider.npu.memory import DevicePool
 from provider.npu.program import from_bytes, to_bytes
+from provider.options import CompileOptions
 
 ATOL, RTOL = 1e-4, 1e-3
 
@@ -124,7 +125,7 @@ def run_npu(model: LiteModel, feeds: Mapping[str, np.ndarray], *, enable_fp16: b
     """Compile `model` for the shapes of `feeds` and run it through the Executor once (after
     a round trip through the Program file format, so every step's attrs must be JSON-able)."""
     shapes = dict(input_shapes or {k: v.shape for k, v in feeds.items()})
-    program = from_bytes(to_bytes(compile_model(model, shapes, enable_fp16=enable_fp16)))
+    program = from_bytes(to_bytes(compile_model(model, shapes, CompileOptions(enable_fp16))))
     with Executor(program, pool()) as ex:
         return [np.array(r) for r in ex.run([feeds[n] for n in ex.input_names])]
 

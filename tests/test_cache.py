@@ -38,7 +38,7 @@ from provider.errors import CacheError
 from provider.npu import program as fmt
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor
-from provider.options import CacheOptions, InvalidOptionError, NpuOptions
+from provider.options import CacheOptions, CompileOptions, InvalidOptionError, NpuOptions
 
 MODEL_PATH = Path(__file__).parent.parent / "models" / "resnet_block.onnx"
 MODEL = onnx.load(MODEL_PATH)
@@ -64,7 +64,7 @@ class Compiler:
 
     def __call__(self) -> fmt.Program:
         self.calls += 1
-        return compile_model(LITE, self.shapes, enable_fp16=self.fp16)
+        return compile_model(LITE, self.shapes, CompileOptions(self.fp16))
 
 
 def run(program: fmt.Program, image: np.ndarray = IMAGE) -> np.ndarray:

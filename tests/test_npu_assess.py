@@ -26,6 +26,7 @@ from provider.npu import capability
 from provider.npu.compiler import compile_model
 from provider.npu.ops import OPS, conv
 from provider.npu.ops.common import Packed
+from provider.options import CompileOptions
 
 F32 = np.float32
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
@@ -83,7 +84,7 @@ def per_node_compile(lite: LiteModel, values: dict[str, np.ndarray], fp16: bool)
             one = LiteModel(name=f"{lite.name}/{node.name}", tensors=tensors, nodes=[node],
                             inputs=inputs, outputs=list(node.outputs))
             try:
-                compile_model(one, shapes, enable_fp16=fp16)
+                compile_model(one, shapes, CompileOptions(fp16))
                 reasons[i] = None
             except (UnsupportedError, InvalidModelError) as e:
                 reasons[i] = str(e)
@@ -97,7 +98,7 @@ def check_agreement(model: onnx.ModelProto, fp16: bool = False) -> None:
     onnx_names = {o for n in model.graph.node for o in n.output} & names
     values = ort_values(model, feeds_for(model), sorted(onnx_names))
     values.update((k, v) for k, v in feeds_for(model).items())
-    assessed = capability.assess(lite, enable_fp16=fp16)
+    assessed = capability.assess(lite, CompileOptions(fp16))
     alone = per_node_compile(lite, values, fp16)
     assert len(alone) >= 0.9 * len(lite.nodes), f"only {len(alone)} of {len(lite.nodes)} nodes compared"
     for i, want in alone.items():
@@ -211,7 +212,7 @@ def test_fp16_storage_is_judged_as_compiled():
     x = g.input("x", (1, 2, 4, 4))
     w = g.const("w", rng(2).standard_normal((3, 2, 3, 3)).astype(F32))
     model = g.outputs(g.node("Conv2DFusion", [x, w], CONV))
-    assert capability.assess(model, enable_fp16=True) == [None]
+    assert capability.assess(model, CompileOptions(enable_fp16=True)) == [None]
 
 
 # ---- never raises --------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor
 from provider.npu.ops import KERNELS, conv_weights, parallel
 from provider.npu.program import from_bytes, to_bytes
+from provider.options import CompileOptions
 
 F32 = np.float32
 def conv_relu_net(r) -> tuple[LiteModel, onnx.ModelProto]:
@@ -48,6 +49,8 @@ def conv_relu_net(r) -> tuple[LiteModel, onnx.ModelProto]:
                               [helper.make_tensor_value_info("y", 1, None)],
                               [numpy_helper.from_array(v, k) for k, v in inits.items()])
     return lite, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+FP16 = CompileOptions(enable_fp16=True)
 
 
 def internal_slots(program):
@@ -370,7 +373,7 @@ def test_residual_add_folds_into_the_conv_that_runs_last(monkeypatch):
 def test_fp16_storage_bound_per_op_and_end_to_end():
     r = rng(6)
     lite, onnx_model = conv_relu_net(r)
-    p32, p16 = compile_model(lite), compile_model(lite, enable_fp16=True)
+    p32, p16 = compile_model(lite), compile_model(lite, options=FP16)
     assert p16.options["enable_fp16"] and p16.weight_bytes < p32.weight_bytes * 0.6
     assert {p16.slots[i].dtype for i in (*p16.inputs, *p16.outputs)} == {"float32"}
     assert {s.dtype for s in p16.slots if s.kind == "weight" and s.dtype.startswith("float")} == {"float16"}
@@ -420,7 +423,7 @@ def test_direct_conv_weights_are_stored_for_the_direct_kernel(fp16):
                               [helper.make_tensor_value_info("y", 1, [None] * 4)],
                               [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    program = compile_model(import_onnx(model)[0], {"x": (1, 8, 12, 12)}, enable_fp16=fp16)
+    program = compile_model(import_onnx(model)[0], {"x": (1, 8, 12, 12)}, CompileOptions(fp16))
     (step,) = [s for s in program.steps if s.kernel == "conv2d"]
     stored = program.slots[step.inputs[1]]
     weights = program.weights[stored.offset:stored.offset + stored.nbytes].view(stored.np_dtype).reshape(stored.shape)

@@ -35,6 +35,7 @@ from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor
 from provider.npu.ops import KERNELS, conv_weights
 from provider.npu.program import Program, from_bytes, to_bytes
+from provider.options import CompileOptions
 
 if native.library() is None:
     pytest.skip("the native NPU library is unavailable", allow_module_level=True)
@@ -73,7 +74,7 @@ def graph(nodes: list[tuple[str, dict, list[str], str]], tensors: dict[str, tupl
 def compile_for(model: LiteModel, feeds: dict[str, np.ndarray], *, fp16: bool = False) -> Program:
     """The Program for `feeds`' shapes, after a round trip through the file format."""
     shapes = {k: v.shape for k, v in feeds.items()}
-    return from_bytes(to_bytes(compile_model(model, shapes, enable_fp16=fp16)))
+    return from_bytes(to_bytes(compile_model(model, shapes, CompileOptions(fp16))))
 
 
 def run(program: Program, feeds: dict[str, np.ndarray], **kw) -> tuple[list[np.ndarray], int]:

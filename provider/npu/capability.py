@@ -64,6 +64,7 @@ from provider.errors import InvalidModelError, LitenpuError
 from provider.npu.lowering import Builder, lower_node, topological
 from provider.npu.ops import OPS, OpDef
 from provider.npu.ops.common import DTYPE_ORDER
+from provider.options import DEFAULT_COMPILE, CompileOptions
 
 __all__ = ["check", "supported_nodes", "compile_time_constants", "assess", "table"]
 
@@ -128,7 +129,7 @@ def supported_nodes(model: LiteModel) -> dict[int, str | None]:
 # ---- assess: the static rows and, where shapes are known, the lowering rules ---------------
 
 
-def assess(model: LiteModel, *, enable_fp16: bool = False) -> list[str | None]:
+def assess(model: LiteModel, options: CompileOptions = DEFAULT_COMPILE) -> list[str | None]:
     """For every node of a whole imported graph: None if the NPU runs it, else the reason.
 
     Every node gets its static check. Then, in one pass in topological order, every node
@@ -156,7 +157,7 @@ def assess(model: LiteModel, *, enable_fp16: bool = False) -> list[str | None]:
         order = topological(model)
     except InvalidModelError:
         return reasons  # a cycle: no order to propagate shapes in, the static checks stand
-    b = Builder(enable_fp16)
+    b = Builder(options.enable_fp16)
     env: dict[int, int] = {}
     graph_inputs = set(model.inputs)
     for i in order:

@@ -25,7 +25,7 @@ Pipeline (each stage returns new data, the input model is never mutated):
    resize index maps; made only now, see `ops.common.Packed`) are packed once into one
    64-byte aligned blob.
 
-fp16 mode (`enable_fp16=True`): every float32 tensor except the graph inputs/outputs is
+fp16 mode (`CompileOptions(enable_fp16=True)`): every float32 tensor except the graph inputs/outputs is
 stored as float16 (weights too, halving weight_bytes); a cast step converts each input once
 and each output once. Kernels accumulate in float32 (GEMMs through ops.gemm, reductions
 with dtype=float32) and round once when they store. Error bound: each stored value carries
@@ -57,6 +57,7 @@ from provider.npu.lowering import (
 from provider.npu.ops import KERNELS
 from provider.npu.program import Program, Slot, Step
 from provider.npu.rewrites import fold_batchnorm, fuse_activations
+from provider.options import DEFAULT_COMPILE, CompileOptions
 
 __all__ = ["compile_model"]
 
@@ -249,7 +250,8 @@ def _plan_arena(b: Builder, steps: list[LoweredStep], parent: list[int], arena: 
 # ---- stage 5: slots and weights ----------------------------------------------------------------
 
 
-def _build_program(b: Builder, model: LiteModel, steps: list[LoweredStep], inputs: list[int],
+def _build_program(b: Builder, model: LiteModel, options: CompileOptions,
+                   steps: list[LoweredStep], inputs: list[int],
                    outputs: list[int], offsets: dict[int, int], arena_bytes: int) -> Program:
     """Slots in order of first use, and the weight blob (64-byte aligned, filled once)."""
     slot_of: dict[int, int] = {}
@@ -285,18 +287,19 @@ def _build_program(b: Builder, model: LiteModel, steps: list[LoweredStep], input
         blob[off:off + value.nbytes] = value.reshape(-1).view(np.uint8)
     program = Program(slots=slots, steps=program_steps, inputs=program_inputs,
                       outputs=program_outputs, weights=blob, internal_bytes=arena_bytes,
-                      options={"enable_fp16": b.fp16}, name=model.name)
+                      options=options.as_dict(), name=model.name)
     program.validate()
     return program
 
 
 def compile_model(model: LiteModel, input_shapes: Mapping[str, Sequence[int]] | None = None,
-                  *, enable_fp16: bool = False) -> Program:
+                  options: CompileOptions = DEFAULT_COMPILE) -> Program:
     """Compile a Lite (sub)graph whose every node the NPU supports into a static Program.
 
     `input_shapes` gives concrete shapes for graph inputs by tensor name (required for
-    inputs with dynamic dims). Raises UnsupportedError listing the nodes the NPU cannot run
-    (see capability.py) and InvalidModelError for malformed graphs or shapes.
+    inputs with dynamic dims); `options` is what the Program records (and cache keys hash).
+    Raises UnsupportedError listing the nodes the NPU cannot run (see capability.py) and
+    InvalidModelError for malformed graphs or shapes.
     """
     check_indices(model)
     rejected = {model.nodes[i].name: why for i, why in capability.supported_nodes(model).items() if why}
@@ -304,7 +307,7 @@ def compile_model(model: LiteModel, input_shapes: Mapping[str, Sequence[int]] | 
         detail = "; ".join(f"{n}: {why}" for n, why in rejected.items())
         raise UnsupportedError(f"model {model.name!r}: {len(rejected)} node(s) not supported on the NPU: {detail}")
     graph = fuse_activations(fold_batchnorm(model))
-    b = Builder(enable_fp16)
+    b = Builder(options.enable_fp16)
     env: dict[int, int] = {}
     inputs = []
     for t in graph.inputs:
@@ -326,4 +329,4 @@ def compile_model(model: LiteModel, input_shapes: Mapping[str, Sequence[int]] | 
     part_at: dict[int, int] = {}
     steps = _elide_concats(b, steps, parent, arena, part_at)
     offsets, arena_bytes = _plan_arena(b, steps, parent, arena, part_at)
-    return _build_program(b, graph, steps, inputs, outputs, offsets, arena_bytes)
+    return _build_program(b, graph, options, steps, inputs, outputs, offsets, arena_bytes)

@@ -122,7 +122,7 @@ def _device_reasons(contents: OrtGraphContents, candidates: list[int], options: 
     """Import the graph once and ask the device about every Lite node; a reason per
     candidate ONNX node it refuses, and the import (kept for Compile)."""
     lite, report = import_onnx(contents.view())
-    verdicts = assess(lite, enable_fp16=options.compile.enable_fp16)
+    verdicts = assess(lite, options.compile)
     custom = iter(report.custom)
     reasons: dict[int, str] = {}
     for i, origin in enumerate(report.origins):

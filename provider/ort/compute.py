@@ -71,7 +71,7 @@ class FusedKernel:
                  static_shapes: dict[str, tuple[int, ...]] | None, *,
                  keys: PartitionKeys | None = None):
         self.ort: abi.Ort = ep.ort
-        self.enable_fp16 = ep.options.compile.enable_fp16
+        self.compile_options = ep.options.compile
         self.name = name
         self.memory = ep.memory  # placement per the memory options
         # KernelContext inputs/outputs follow the fused node's order; the Program uses names.
@@ -186,7 +186,7 @@ class FusedKernel:
         def compile_fn() -> Program:
             self.counters.compiles += 1
             return compile_model(with_input_shapes(lite, shapes), shapes,
-                                 enable_fp16=self.enable_fp16)
+                                 self.compile_options)
 
         if self.cache is None:
             start = time.perf_counter()
