@@ -37,16 +37,15 @@ Use from an execution provider's Compile callback::
 from provider.cache.entry import BadEntry
 from provider.cache.fingerprint import source_fingerprint
 from provider.cache.keys import CacheKey, PartitionKeys, partition_signature, session_key
-from provider.cache.store import (
+from provider.cache.records import (
     CONTEXT,
     OFF,
     CacheOutcome,
     CacheStatus,
-    CompileCache,
     EntryInfo,
     PartitionCacheStats,
-    default_cache_dir,
 )
+from provider.cache.store import CompileCache, default_cache_dir
 
 __all__ = [
     "BadEntry",

@@ -8,7 +8,6 @@ An entry's directory mtime is its "last used" stamp: set on install and on every
 
 from __future__ import annotations
 
-import enum
 import errno
 import logging
 import os
@@ -26,13 +25,13 @@ from typing import Any
 from provider.cache import entry
 from provider.cache.fingerprint import MEMO_DIR
 from provider.cache.keys import CacheKey
+from provider.cache.records import CacheOutcome, CacheStatus, EntryInfo
 from provider.cache.residency import pages_present, pages_spanned
 from provider.errors import CacheError
 from provider.npu.program import Program
 from provider.options import CacheOptions
 
-__all__ = ["CacheStatus", "CacheOutcome", "PartitionCacheStats", "EntryInfo", "CompileCache",
-           "STALE_SECONDS", "CONTEXT", "OFF", "default_cache_dir"]
+__all__ = ["CompileCache", "STALE_SECONDS", "default_cache_dir"]
 
 log = logging.getLogger("litenpu.cache")
 
@@ -50,89 +49,6 @@ def default_cache_dir() -> Path:
     """$XDG_CACHE_HOME/litenpu, else ~/.cache/litenpu (the CLI's default)."""
     base = os.environ.get("XDG_CACHE_HOME")
     return (Path(base) if base else Path.home() / ".cache") / "litenpu"
-
-
-class CacheStatus(str, enum.Enum):
-    """Where get_or_compile's Program came from."""
-
-    HIT = "hit"  # mapped from a valid entry; compile_fn not called
-    MISS = "miss"  # no entry: compiled, stored, mapped from the new entry
-    REBUILT = "rebuilt"  # a bad entry (reason given): compiled and replaced
-    IN_MEMORY = "in-memory"  # compiled; the cache could not store it (reason given)
-
-
-@dataclass(frozen=True)
-class CacheOutcome:
-    """What get_or_compile did and what it cost.
-
-    `load_seconds` covers the entry lookup and Program mapping (on a miss: mapping the new
-    entry). `pages_touched` counts weight pages mapped into this process when the Program is
-    returned (residency.pages_present: pagemap present bits, fault-around included); None
-    for an in-memory Program or without /proc/self/pagemap. `weight_pages` is the total.
-    """
-
-    status: CacheStatus
-    reason: str
-    compile_seconds: float
-    load_seconds: float
-    pages_touched: int | None
-    weight_pages: int
-    entry: Path | None
-
-    def describe(self) -> str:
-        """One line for logs and reports, e.g. 'hit: loaded in 0.4 ms, 15/170 weight pages'."""
-        facts = []
-        if self.compile_seconds:
-            facts.append(f"compiled in {self.compile_seconds * 1e3:.1f} ms")
-        if self.entry is not None:
-            facts.append(f"loaded in {self.load_seconds * 1e3:.1f} ms")
-        if self.pages_touched is not None:
-            facts.append(f"{self.pages_touched}/{self.weight_pages} weight pages mapped")
-        text = f"{self.status.value}: {', '.join(facts)}"
-        return f"{text} ({self.reason})" if self.reason else text
-
-
-# statuses besides CacheStatus values: "context" (built from an EPContext node), "off" (no cache)
-CONTEXT, OFF = "context", "off"
-
-
-@dataclass(frozen=True)
-class PartitionCacheStats:
-    """Where one NPU partition's Program came from and what that cost
-    (what `InferenceSession.cache_stats()` lists)."""
-
-    partition: str  # the fused node's name
-    input_shapes: dict[str, tuple[int, ...]]
-    status: str  # hit | miss | rebuilt | in-memory | context | off
-    reason: str  # why a miss was rebuilt / kept in memory ('' when nothing went wrong)
-    load_seconds: float  # entry lookup + mapping (hit, context) or mapping the new entry
-    compile_seconds: float  # import + compile (0 on a hit or from a context)
-    pages_touched: int | None  # weight pages mapped into this process when handed over
-    weight_pages: int
-    entry: str | None  # the cache entry directory (None: in memory)
-
-    @classmethod
-    def of(cls, partition: str, shapes: dict[str, tuple[int, ...]],
-           outcome: CacheOutcome) -> PartitionCacheStats:
-        """The record of one get_or_compile outcome."""
-        return cls(partition, dict(shapes), outcome.status.value, outcome.reason,
-                   outcome.load_seconds, outcome.compile_seconds, outcome.pages_touched,
-                   outcome.weight_pages, str(outcome.entry) if outcome.entry else None)
-
-
-@dataclass(frozen=True)
-class EntryInfo:
-    """One entry as `litenpu cache ls` shows it; `problem` is set when its manifest is bad."""
-
-    name: str
-    path: Path
-    model_name: str
-    program_name: str
-    cache_version: str
-    size: int
-    created: float | None
-    last_used: float
-    problem: str | None
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,9 @@ executors share an arena); use one executor per thread for parallelism.
 Steps run on the native kernels (native_steps: one C call per run of consecutive native
 steps, split over the NPU's cores, at most `cores` of them when given) or on their numpy
 kernel; `profile=True` accumulates each step's seconds in `step_seconds`.
+
+Over 400 lines on purpose: binding (zero-copy checks, staging, overlap checks) and running
+share the Executor's slot views and address table; apart they would pass both back and forth.
 """
 
 from __future__ import annotations

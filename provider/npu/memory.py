@@ -21,6 +21,9 @@ imitates, numpy views taken from a buffer must not be used after its last releas
 buffer never released stays allocated (the pool keeps it: `find(address)` still returns it).
 All methods are thread-safe. After `fork()` the child gets a fresh default pool, because
 the parent's MAP_SHARED mapping would otherwise be shared by both processes.
+
+Over 400 lines on purpose: the pool, its allocator and the buffers it hands out (pool
+blocks, imported fds, wrapped arrays) share one lock and one set of books.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ append-only, so an index holds for every later version; `since` records the API 
 added an entry so a feature can say which onnxruntime it needs instead of calling past the end of
 an older table (slots past the end are not NULL: never probe for NULL).
 `tests/test_ort_abi.py` checks a handful of entries against the running onnxruntime.
+
+Over 400 lines on purpose: it is one table of the ABI (slots, signatures, struct layouts);
+split, the slot numbering would be spread over files that must agree with each other.
 """
 
 from __future__ import annotations
