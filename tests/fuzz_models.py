@@ -131,29 +131,12 @@ def _message(outcome: dict) -> str:
 
 
 KNOWN_ISSUES: list[KnownIssue] = [
-    KnownIssue("clip-infinite-bound-ignored",
-               "the NPU drops a Clip bound that is not finite, so max=-inf (or min=+inf, NaN) "
-               "leaves values unclipped where ONNX clips all to max (provider/npu/shapes.py "
-               "_optional_bound; reported by the fuzz helper)",
-               lambda o, mutations: o["why"].startswith("wrong output")
-               and any(re.search(r"(min|max)_val = (-inf|inf|nan)$", m) for m in mutations)),
-    KnownIssue("elu-nan-alpha-spreads",
-               "the NPU's Elu with alpha=NaN turns every element NaN; ONNX (and onnxruntime) "
-               "keep x where x > 0 (provider/npu kernels; reported by the fuzz helper)",
-               lambda o, mutations: o["why"].startswith("wrong output")
-               and any(re.search(r"\(Activation ELU\) alpha = nan$", m) for m in mutations)),
     KnownIssue("negative-same-pad",
                "not a bug, a gap in ONNX: a SAME_UPPER pool whose stride exceeds the image "
                "gets a negative pad from the spec's formula; onnxruntime refuses it at run "
                "time, onnx's reference crops, the NPU pads 0 (as onnx's reference Conv does)",
                lambda o, mutations: o["why"].startswith("the NPU session ran where")
                and "padding values must be non-negative" in o["oracle"]["message"]),
-    KnownIssue("scratch-memoryerror-as-epfail",
-               "a conv whose stride is huge (2**31) makes the native kernel's host scratch "
-               "allocation fail: a bare MemoryError inside the EP, EPFail to Python "
-               "(provider/npu; reported by the fuzz helper)",
-               lambda o, mutations: _error_type(o) == "EPFail"
-               and "MemoryError: native NPU kernel: no host memory" in _message(o)),
 ]
 
 

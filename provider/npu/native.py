@@ -21,7 +21,7 @@ import os
 import threading
 from collections.abc import Sequence
 
-from provider.errors import LitenpuError
+from provider.errors import DeviceMemoryError, LitenpuError
 from provider.extensions import built_library
 
 __all__ = ["Step", "OPS", "MAX_SLOTS", "MAX_PARAMS", "library", "set_threads", "threads",
@@ -221,7 +221,8 @@ class StepArray:
             raise LitenpuError("native NPU steps were lowered without the native library")
         status = lib.lnpu_run(self._array, len(self._array), addresses._table, seconds, cores)
         if status == -1:
-            raise MemoryError("native NPU kernel: no host memory for its scratch buffer")
+            raise DeviceMemoryError("native NPU kernel: no memory for its scratch buffer (a "
+                                    "step's working set is larger than the machine can give)")
         if status:
             raise LitenpuError(f"native NPU run failed with status {status} "
                                f"(-2: no sgemm, else 1 + the step with an unknown op)")

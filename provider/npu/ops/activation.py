@@ -98,11 +98,14 @@ def _gelu(x: np.ndarray, y: np.ndarray, approximate: bool) -> None:
 
 
 def _elu(x: np.ndarray, y: np.ndarray, alpha: float) -> None:
+    """x where x >= 0, else alpha * (exp(x) - 1): a NaN alpha reaches only those elements."""
     neg = np.minimum(x, 0.0)
     np.expm1(neg, out=neg)
     neg *= alpha
-    np.maximum(x, 0.0, out=y)
-    y += neg
+    negative = x < 0
+    if y is not x:
+        np.copyto(y, x)
+    np.copyto(y, neg, where=negative)
 
 
 def _leaky_relu(x: np.ndarray, y: np.ndarray, alpha: float) -> None:
@@ -273,11 +276,13 @@ def activation_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Low
 
 
 def _optional_bound(node: LiteNode, ins: Sequence[TensorInfo], i: int, name: str) -> float | None:
+    """A Clip bound: None when absent or NaN (onnxruntime ignores a NaN bound); an infinite
+    one clips like any other (max=-inf makes everything -inf)."""
     if len(ins) > i:
         v = const(node, ins, i, name).reshape(-1)[0]
     else:
         v = node.attrs.get(name)
-    return None if v is None or not np.isfinite(v) else float(v)
+    return None if v is None or np.isnan(v) else float(v)
 
 
 @define("Clip", dtypes=FLOAT, const_inputs=(1, 2), kernels=("clip",), note="bounds constant")

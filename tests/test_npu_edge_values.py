@@ -1,0 +1,55 @@
+"""Edge values the fuzzer found: infinite or NaN Clip bounds, a NaN Elu alpha, a stride whose
+working set the machine cannot hold. Each as onnxruntime CPU gives it, or a typed error."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from ort_models import NPU, make_model, reference
+
+import provider
+from provider.errors import DeviceMemoryError
+from provider.session import InferenceSession
+
+X = np.array([[-2.0, 0.5, 3.0, 7.0, -0.0, np.nan]], np.float32)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    provider.register()
+
+
+def _unary(node, inits=()) -> bytes:
+    return make_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6])], inits)
+
+
+def _on_npu_like_cpu(model: bytes) -> None:
+    sess = InferenceSession(model, providers=NPU)
+    assert {n.device for n in sess.partition()} == {"NPU"}
+    np.testing.assert_array_equal(sess.run(None, {"x": X})[0], reference(model, {"x": X})[0])
+
+
+@pytest.mark.parametrize("lo, hi", [(-0.25, -np.inf), (np.inf, 1.0), (np.nan, 1.0),
+                                    (0.0, np.nan), (-np.inf, np.inf)])
+def test_clip_bounds_infinite_or_nan(lo, hi):
+    inits = [numpy_helper.from_array(np.array(lo, np.float32), "lo"),
+             numpy_helper.from_array(np.array(hi, np.float32), "hi")]
+    _on_npu_like_cpu(_unary(helper.make_node("Clip", ["x", "lo", "hi"], ["y"]), inits))
+
+
+@pytest.mark.parametrize("alpha", [np.nan, 0.5])
+def test_elu_alpha_reaches_only_the_negative_elements(alpha):
+    _on_npu_like_cpu(_unary(helper.make_node("Elu", ["x"], ["y"], alpha=float(alpha))))
+
+
+def test_a_working_set_beyond_the_machine_is_a_device_memory_error():
+    w = numpy_helper.from_array(np.ones((4, 8, 3, 3), np.float32), "w")
+    model = make_model(
+        [helper.make_node("Conv", ["x", "w"], ["y"], strides=[1, 2**31], pads=[1, 1, 1, 1])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4, "h", "w"])], [w])
+    sess = InferenceSession(model, providers=NPU)
+    with pytest.raises(DeviceMemoryError, match="scratch"):
+        sess.run(None, {"x": np.ones((1, 8, 16, 16), np.float32)})
