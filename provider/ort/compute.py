@@ -180,20 +180,24 @@ class FusedKernel:
                          self.input_names, self.output_names)
 
     def _program(self, shapes: dict[str, tuple[int, ...]]) -> Program:
-        """The Program for `shapes`: from the cache, else imported (if need be) and compiled."""
+        """The Program for `shapes`: from the cache, else compiled (and stored)."""
         lite = self.lite
 
         def compile_fn() -> Program:
+            start = time.perf_counter()
             self.counters.compiles += 1
-            return compile_model(with_input_shapes(lite, shapes), shapes,
-                                 self.compile_options)
+            program = compile_model(with_input_shapes(lite, shapes), shapes, self.compile_options)
+            self.counters.spent("compile", time.perf_counter() - start)
+            return program
 
         if self.cache is None:
             start = time.perf_counter()
             program = compile_fn()
             self._record(OFF, "", shapes, program, 0.0, time.perf_counter() - start, None)
             return program
+        start = time.perf_counter()
         program, outcome = self.cache.get_or_compile(self._keys.key(shapes), compile_fn)
+        self.counters.spent("cache", time.perf_counter() - start - outcome.compile_seconds)
         self.cache_entry = outcome.entry
         self._stats.append(PartitionCacheStats.of(self.name, shapes, outcome))
         return program
