@@ -183,10 +183,15 @@ class FusedKernel:
         """The Program for `shapes`: from the cache, else compiled (and stored)."""
         lite = self.lite
 
+        # without a cache, the weights are packed straight into device memory (a cached
+        # Program is mapped back from its entry instead)
+        allocate = self.memory.weight_allocator(self.per_shape) if self.cache is None else None
+
         def compile_fn() -> Program:
             start = time.perf_counter()
             self.counters.compiles += 1
-            program = compile_model(with_input_shapes(lite, shapes), shapes, self.compile_options)
+            program = compile_model(with_input_shapes(lite, shapes), shapes, self.compile_options,
+                                    allocate=allocate)
             self.counters.spent("compile", time.perf_counter() - start)
             return program
 
