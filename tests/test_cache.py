@@ -7,6 +7,7 @@ the freshly compiled one's.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import json
@@ -97,7 +98,7 @@ def test_key_identity_and_stamps():
               make_key(model_name="other").digest}
     assert key.digest not in others and len(others) == 3
     # validity stamps are not part of the name: a new litenpu finds (and replaces) the entry
-    stale = CacheKey(**{**key.__dict__, "format_version": 0, "litenpu_version": "0.0.1"})
+    stale = dataclasses.replace(key, format_version=0, litenpu_version="0.0.1")
     assert stale.digest == key.digest and stale != key
 
 

@@ -15,8 +15,10 @@ Which path ran, and why, is `SessionCacheStats.path`/`reason`.
 
 A cache entry holds a Program: the session entry's is an empty one (no slots, steps or
 weights) named after the model; the real Programs stay in the partition entries, stored once.
-A dynamic-shape partition's EPContext node holds its Lite IR in a side file, stored in the
-session entry too; its Programs come per shape from the cache at run time. A model with no NPU
+A dynamic-shape partition's EPContext node references a side file, stored in the session
+entry too, holding its descriptor and Lite IR (`provider.ort.partition_payload`): a warm
+session reads the descriptor only, and each shape's Program comes from its own cache entry on
+the first run of that shape; the Lite IR is read only for a shape no entry holds. A model with no NPU
 partition, or with a static partition whose Program is in no cache entry (an unwritable
 cache), gets no session entry.
 """
@@ -155,7 +157,7 @@ class CacheSession:
     def _store(self, kernels: Sequence[FusedKernel]) -> str:
         if not kernels:
             return "not stored: no NPU partition"
-        uncached = [k.name for k in kernels if k.cache_entry is None and k.lite is None]
+        uncached = [k.name for k in kernels if k.cache_entry is None and not k.per_shape]
         if uncached:
             return f"not stored: partition(s) {uncached} not in cache entries"
         if self._tmp is None:

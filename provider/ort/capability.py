@@ -8,8 +8,10 @@ when every Lite node it became does. Supported nodes are then grouped into parti
 onnxruntime accepts (`group`): each partition is convex, i.e. no path leaves it through a CPU
 node and comes back (values a control-flow node's body reads count as its inputs), so fusing
 it cannot create a cycle. The import is kept (`ImportedGraph`) for Compile, which cuts each
-fused partition out of it instead of importing again. Nothing here raises for a node: a node
-that cannot go to the NPU gets a reason instead.
+fused partition out of it instead of importing again. A compiled model (one holding our
+EPContext nodes) is not imported: its EPContext nodes are claimed, each alone, and its other
+nodes stay on CPU. Nothing here raises for a node: a node that cannot go to the NPU gets a
+reason instead.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ from provider.ort.abi import ELEMENT_TO_NUMPY
 from provider.ort.graph import OrtGraphContents, OrtNode, read_graph
 
 log = logging.getLogger("litenpu.ort")
+
+# A graph holding our EPContext nodes was compiled: its other nodes stayed off the NPU then, so
+# they are not imported and assessed again (a warm start does no Lite IR work).
+COMPILED = "a compiled model (it holds NPU EPContext nodes): only those run on the NPU"
 
 
 @dataclass
@@ -209,7 +215,8 @@ def claim(ort: abi.Ort, graph: int, options: NpuOptions) -> Claim:
              if epcontext.is_ours(n.view.op_type, n.view.domain, n.view.attrs)]
     reasons: dict[int, str] = {}
     for i, node in enumerate(nodes):
-        why = None if i in saved else _static_reason(contents, node, options)
+        why = None if i in saved else (COMPILED if saved else
+                                       _static_reason(contents, node, options))
         if why is not None:
             reasons[i] = why
     candidates = [i for i in range(len(nodes)) if i not in reasons and i not in saved]
