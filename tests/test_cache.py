@@ -303,8 +303,8 @@ def _edit_manifest_value(d: Path) -> None:
 
 
 def _reformat_manifest(d: Path) -> None:
-    raw = (d / "manifest.json").read_bytes()
-    (d / "manifest.json").write_bytes(raw.replace(b"\n", b"\r\n"))  # same JSON, other bytes
+    manifest = json.loads((d / "manifest.json").read_bytes())
+    (d / "manifest.json").write_text(json.dumps(manifest, indent=1))  # same JSON, other bytes
 
 
 def _delete_program(d: Path) -> None:
@@ -357,6 +357,24 @@ def test_corrupt_entry_is_logged_and_rebuilt(tmp_path, reference, caplog, name):
     cache.verify_entry(make_key())  # replaced by a good entry ...
     assert cache.get_or_compile(make_key(), compiler)[1].status is CacheStatus.HIT  # ... used
     assert sorted(os.listdir(tmp_path)) == [make_key().digest]
+
+
+def test_entry_of_the_first_manifest_version_is_stale_not_rewritten(tmp_path, reference, caplog):
+    """Manifest version 1 was indented JSON: such an entry is reported stale and rebuilt."""
+    cache = CompileCache(tmp_path)
+    cache.put(make_key(), compile_model(LITE, SHAPES))
+    path = cache.path(make_key()) / entry_mod.MANIFEST
+    manifest = json.loads(path.read_bytes())
+    del manifest["checksum"]
+    manifest["manifest_version"] = 1
+    manifest["checksum"] = entry_mod._checksum(manifest)
+    path.unlink()
+    path.write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    with pytest.raises(BadEntry, match="stale entry: manifest_version 1"):
+        cache.verify_entry(make_key())
+    program, outcome = cache.get_or_compile(make_key(), Compiler())
+    assert outcome.status is CacheStatus.REBUILT and "manifest_version 1" in outcome.reason
+    assert np.array_equal(run(program), reference)
 
 
 @pytest.mark.parametrize("field", ["format_version", "litenpu_version"])

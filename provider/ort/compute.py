@@ -110,14 +110,14 @@ class FusedKernel:
         name = o.string("Node_GetName", fused_node)
         inputs = _names(o, fused_node, "Node_GetNumInputs", "Node_GetInputs")
         outputs = _names(o, fused_node, "Node_GetNumOutputs", "Node_GetOutputs")
-        # views: valid in Compile; the nodes by name only (GetCapability read them in full)
-        contents = read_graph(o, graph, copy_initializers=False, nodes_in_full=False)
+        # views: valid in Compile; the nodes by name only (GetCapability read them in full),
+        # but an EPContext node with its attributes
+        only = o.array("Graph_GetNumNodes", "Graph_GetNodes", graph)
+        context = len(only) == 1 and o.string("Node_GetOperatorType", only[0]) == epcontext.OP_TYPE
+        contents = read_graph(o, graph, copy_initializers=False, nodes_in_full=context)
         nodes = contents.nodes
-        if len(nodes) == 1 and nodes[0].view.op_type == epcontext.OP_TYPE:
-            contents = read_graph(o, graph, copy_initializers=False)  # its attributes too
-            nodes = contents.nodes
-        if len(nodes) == 1 and epcontext.is_ours(nodes[0].view.op_type, nodes[0].view.domain,
-                                                 nodes[0].view.attrs):
+        if context and epcontext.is_ours(nodes[0].view.op_type, nodes[0].view.domain,
+                                         nodes[0].view.attrs):
             return cls._from_context(ep, name, inputs, outputs, nodes[0].view,
                                      epcontext.model_path(o, graph))
         lite = ep.partition(contents, inputs, outputs, name)  # cut from GetCapability's import
