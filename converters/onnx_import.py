@@ -67,6 +67,7 @@ class ImportContext:
         self.read_by_subgraphs = {n for node in view.nodes for n in node.implicit_inputs}
         self._used_names = {n for node in view.nodes for n in (*node.inputs, *node.outputs)}
         self._used_names.update(view.initializers)
+        self._producers = {o: node for node in view.nodes for o in node.outputs if o}
 
     # ---- tensors ------------------------------------------------------------------------
     def tensor(self, name: str) -> int:
@@ -135,6 +136,10 @@ class ImportContext:
             return value.dtype
         info = self._info.get(name)
         return info.dtype if info else None
+
+    def producer(self, name: str):
+        """The node (NodeView) that computes value `name`; None for inputs and constants."""
+        return self._producers.get(name)
 
     def is_read(self, name: str) -> bool:
         """Whether any node or the graph's outputs read value `name`."""

@@ -21,6 +21,7 @@ from provider.npu.ops.common import (
     TensorInfo,
     axis_of,
     broadcast,
+    check_indices,
     const,
     data_dtype,
     describe,
@@ -83,8 +84,29 @@ def pad(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict
 
 @register("gather")
 def gather(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
-    """outputs[0] = take(x, indices, axis) (indices non-negative, checked at compile time)."""
-    np.take(inputs[0], inputs[1], axis=attrs["axis"], out=outputs[0], mode="clip")
+    """outputs[0] = take(x, indices, axis): constant indices were made non-negative at
+    compile time; run-time ones (attrs["checked"] false: an embedding lookup) are checked
+    against [-dim, dim) here, and wrap."""
+    x, idx = inputs[0], inputs[1]
+    if attrs.get("checked", True):
+        np.take(x, idx, axis=attrs["axis"], out=outputs[0], mode="clip")
+        return
+    check_indices(idx, x.shape[attrs["axis"]], "Gather")
+    np.take(x, idx, axis=attrs["axis"], out=outputs[0], mode="wrap")
+
+
+@register("gather_nd")
+def gather_nd(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0][i...] = x[indices[i..., :]] (ONNX GatherND, batch_dims 0); each index
+    column checked against its axis, negatives wrap."""
+    x, idx = inputs[0], inputs[1]
+    k = idx.shape[-1]
+    flat = idx.reshape(-1, k)
+    for axis in range(k):
+        check_indices(flat[:, axis], x.shape[axis], "GatherND")
+    linear = np.ravel_multi_index(tuple(flat[:, a] for a in range(k)), x.shape[:k], mode="wrap")
+    np.take(x.reshape(-1, *x.shape[k:]), linear, axis=0,
+            out=outputs[0].reshape(-1, *x.shape[k:]), mode="clip")
 
 
 @register("broadcast")
@@ -257,18 +279,34 @@ def pad_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     return Lowered("pad", attrs, [0], [(out, x.dtype)])
 
 
-@define("Gather", dtypes=DATA, const_inputs=(1, 2), kernels=("gather",))
+@define("Gather", dtypes=DATA, const_inputs=(2,), kernels=("gather",),
+        note="run-time indices int32/int64, checked per run")
 def gather_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     x = ins[0]
-    idx = const(node, ins, 1, "indices").astype(np.int64)
     axis = int(const(node, ins, 2, "axis").reshape(-1)[0]) if len(ins) > 2 else int(node.attrs.get("axis", 0))
     axis = axis_of(node, axis, len(x.shape))
     dim = x.shape[axis]
+    if ins[1].value is None:
+        if ins[1].dtype.kind not in "iu":
+            raise UnsupportedError(f"{describe(node)}: indices of dtype {ins[1].dtype}")
+        out = (*x.shape[:axis], *ins[1].shape, *x.shape[axis + 1:])
+        return Lowered("gather", {"axis": axis, "checked": False}, [0, 1], [(out, x.dtype)])
+    idx = ins[1].value.astype(np.int64)
     if idx.size and (idx.min() < -dim or idx.max() >= dim):
         raise InvalidModelError(f"{describe(node)}: indices outside [-{dim}, {dim})")
     idx = np.where(idx < 0, idx + dim, idx).astype(np.int64)
     out = (*x.shape[:axis], *idx.shape, *x.shape[axis + 1:])
     return Lowered("gather", {"axis": axis}, [0, idx], [(out, x.dtype)])
+
+
+@define("GatherNd", dtypes=DATA, kernels=("gather_nd",), note="batch_dims 0")
+def gather_nd_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    x, idx = ins[0], ins[1]
+    if idx.dtype.kind not in "iu" or not idx.shape or not 1 <= idx.shape[-1] <= len(x.shape):
+        raise InvalidModelError(f"{describe(node)}: indices {idx.dtype}{list(idx.shape)} for "
+                                f"data of rank {len(x.shape)}")
+    out = (*idx.shape[:-1], *x.shape[idx.shape[-1]:])
+    return Lowered("gather_nd", {}, [0, 1], [(out, x.dtype)])
 
 
 @define("BroadcastTo", dtypes=DATA, const_inputs=(1,), kernels=("broadcast",))
