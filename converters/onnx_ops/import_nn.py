@@ -269,27 +269,40 @@ def layer_norm(ctx, node):
     return [emit(ctx, node, "LayerNormFusion", attrs, node.inputs, node.outputs[:1])]
 
 
-def _softmax_axis(ctx, node, default: int) -> int:
+def _softmax(ctx, node, op: str, axis_attr):
+    """Softmax / LogSoftmax over `axis`. Before opset 13 the input is coerced to 2-D at
+    `axis` (one softmax over all the trailing dims): over the last axis that is the per-axis
+    form; otherwise the trailing dims are flattened (Reshape to [0] * axis + [-1], a 0
+    keeping its dim), normalised, and the result reshaped back to Shape(x)."""
+    default = 1 if ctx.opset < 13 else -1
     axis = node.attrs.get("axis", default)
-    if ctx.opset < 13:
-        # Before opset 13 the input is coerced to 2-D at `axis`: equal to a per-axis
-        # softmax only when `axis` is the last dimension.
-        rank = ctx.rank(node.inputs[0])
-        if axis != -1 and (rank is None or axis != rank - 1):
-            raise Unmappable("pre-13 softmax over more than the last axis")
-    return axis
+    rank = ctx.rank(node.inputs[0])
+    if ctx.opset >= 13 or axis == -1 or (rank is not None and axis == rank - 1):
+        return [emit(ctx, node, op, {"axis": axis_attr(axis)}, node.inputs)]
+    if rank is None and axis < 0:
+        raise Unmappable(f"pre-13 softmax at axis {axis} of an input of unknown rank")
+    if rank is not None and not -rank <= axis < rank:
+        raise Unmappable(f"pre-13 softmax at axis {axis} of an input of rank {rank}")
+    if rank is not None:
+        axis %= rank
+    out, dtype = node.outputs[0], ctx.dtype(node.inputs[0])
+    shape = intermediate(ctx, f"{out}/shape", np.dtype(np.int64))
+    flat, soft = (intermediate(ctx, f"{out}/{what}", dtype) for what in ("flat", "normalised"))
+    target = ctx.const(f"{out}/coerced", np.array([0] * axis + [-1], np.int32))
+    return [emit(ctx, node, "Shape", {}, node.inputs[:1], [shape]),
+            emit(ctx, node, "Reshape", {}, [node.inputs[0], target], [flat]),
+            emit(ctx, node, op, {"axis": axis_attr(-1)}, [flat], [soft]),
+            emit(ctx, node, "Reshape", {}, [soft, shape], [out])]
 
 
 @IMPORTERS.register("Softmax")
 def softmax(ctx, node):
-    axis = _softmax_axis(ctx, node, 1 if ctx.opset < 13 else -1)
-    return [emit(ctx, node, "Softmax", {"axis": [axis]}, node.inputs)]
+    return _softmax(ctx, node, "Softmax", lambda axis: [axis])
 
 
 @IMPORTERS.register("LogSoftmax")
 def log_softmax(ctx, node):
-    axis = _softmax_axis(ctx, node, 1 if ctx.opset < 13 else -1)
-    return [emit(ctx, node, "LogSoftmax", {"axis": axis}, node.inputs)]
+    return _softmax(ctx, node, "LogSoftmax", lambda axis: axis)
 
 
 @IMPORTERS.register("LRN")

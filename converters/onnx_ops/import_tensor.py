@@ -14,6 +14,7 @@ from converters.onnx_ops.import_base import (
     const_input,
     emit,
     int32_operand,
+    intermediate,
     present,
     single_output,
 )
@@ -49,14 +50,32 @@ def slice_v1(ctx, node):
 
 @IMPORTERS.register("Slice", since=10)
 def slice_v10(ctx, node):
-    starts = const_input(ctx, node, 1, "starts")
-    ends = const_input(ctx, node, 2, "ends")
-    axes = const_input(ctx, node, 3, "axes")
-    steps = const_input(ctx, node, 4, "steps")
-    n = len(starts)
-    return _strided_slice(ctx, node, starts, ends,
-                          list(range(n)) if axes is None else axes,
-                          [1] * n if steps is None else steps)
+    """Constant operands become int32 constants; run-time ones (a shape chain the NPU folds
+    per concrete shape) are passed as they are, axes and steps then defaulting by the
+    operand's static length."""
+    values = [ctx.const_value(present(node, i)) if present(node, i) else None for i in range(1, 5)]
+    if all(v is not None for v in values[:2]):
+        starts, ends, axes, steps = values
+        n = len(starts)
+        return _strided_slice(ctx, node, starts, ends,
+                              list(range(n)) if axes is None else axes,
+                              [1] * n if steps is None else steps)
+    for i, what in ((3, "axes"), (4, "steps")):
+        if present(node, i) and values[i - 1] is None:
+            raise Unmappable(f"{what} ({node.inputs[i]!r}) is not a constant")
+    length = ctx.shape(node.inputs[1] if values[0] is None else node.inputs[2])
+    if length is None or len(length) != 1 or not isinstance(length[0], int):
+        raise Unmappable("starts/ends of unknown length")
+    n = length[0]
+    out = node.outputs[0]
+    operands = [node.inputs[0]]
+    for k, (what, default) in enumerate((("starts", None), ("ends", None),
+                                         ("axes", list(range(n))), ("steps", [1] * n))):
+        value = values[k] if values[k] is not None else default
+        operands.append(node.inputs[k + 1] if value is None else ctx.const(f"{out}/{what}", _int32(value)))
+    attrs = {"begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0, "new_axis_mask": 0,
+             "shrink_axis_mask": 0}
+    return [emit(ctx, node, "StridedSlice", attrs, operands)]
 
 
 def _strided_slice(ctx, node, starts, ends, axes, steps):
@@ -245,9 +264,19 @@ def gather(ctx, node):
 
 @IMPORTERS.register("Shape")
 def shape(ctx, node):
-    if node.attrs.get("start", 0) != 0 or "end" in node.attrs:
-        raise Unmappable("start/end")
-    return [emit(ctx, node, "Shape", {}, node.inputs)]
+    start, end = node.attrs.get("start", 0), node.attrs.get("end")
+    if start == 0 and end is None:
+        return [emit(ctx, node, "Shape", {}, node.inputs)]
+    # opset 15's start/end: the whole shape, then a slice of it (clamped as ONNX clamps)
+    out = node.outputs[0]
+    whole = intermediate(ctx, f"{out}/whole", np.dtype(np.int64))
+    bounds = [ctx.const(f"{out}/{what}", np.array([v], np.int32)) for what, v in
+              (("starts", _int32(start)[()]), ("ends", INT32_MAX if end is None else _int32(end)[()]),
+               ("axes", 0), ("steps", 1))]
+    attrs = {"begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0, "new_axis_mask": 0,
+             "shrink_axis_mask": 0}
+    return [emit(ctx, node, "Shape", {}, node.inputs, [whole]),
+            emit(ctx, node, "StridedSlice", attrs, [whole, *bounds])]
 
 
 @IMPORTERS.register("Expand", since=8)
@@ -288,8 +317,13 @@ def _aliasable(ctx, name: str) -> bool:
 def identity(ctx, node):
     # Lite has no identity primitive: alias the value, unless its name must survive.
     if not _aliasable(ctx, node.outputs[0]):
-        raise Unmappable("Identity producing a graph output (or a subgraph's outer value) "
-                         "keeps its own name")
+        # its name must survive: a Cast to its own type is Lite's copy
+        dtype = ctx.dtype(node.inputs[0])
+        if dtype is None or dtype.kind not in "biuf":
+            raise Unmappable("Identity of a non-numeric (or unknown) type producing a graph "
+                             "output (or a subgraph's outer value), whose name must survive")
+        to = ctx.const(f"{node.outputs[0]}/to", np.array([dtypes.from_numpy(dtype)], np.int32))
+        return [emit(ctx, node, "Cast", {}, [node.inputs[0], to])]
     ctx.alias(node.outputs[0], node.inputs[0])
     return []
 

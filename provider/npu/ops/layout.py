@@ -65,8 +65,11 @@ def strided_slice(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], a
 
 @register("transpose")
 def transpose(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
-    """outputs[0] = x.transpose(attrs["perm"])."""
-    np.copyto(outputs[0], inputs[0].transpose(attrs["perm"]))
+    """outputs[0] = x.transpose(attrs["perm"]); with attrs["view"], x is first seen in that
+    shape (SpaceToDepth / DepthToSpace: a 6-D transpose of a 4-D tensor)."""
+    x = inputs[0] if "view" not in attrs else inputs[0].reshape(attrs["view"])
+    y = x.transpose(attrs["perm"])
+    np.copyto(outputs[0].reshape(y.shape), y)
 
 
 @register("pad")
@@ -252,6 +255,42 @@ def transpose_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowe
     return Lowered("transpose", {"perm": perm}, [0], [(tuple(x.shape[p] for p in perm), x.dtype)])
 
 
+def _block(node: LiteNode, x: TensorInfo) -> int:
+    block = int(node.attrs.get("block_size", 0))
+    if node.attrs.get("format", "NCHW") != "NCHW" or len(x.shape) != 4 or block < 1:
+        raise UnsupportedError(f"{describe(node)}: block_size {block}, format "
+                               f"{node.attrs.get('format', 'NCHW')}, input rank {len(x.shape)} "
+                               "(the NPU runs NCHW, rank 4)")
+    return block
+
+
+@define("SpaceToDepth", dtypes=DATA, kernels=("transpose",), note="NCHW")
+def space_to_depth_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    """(N, C, H, W) -> (N, C*b*b, H/b, W/b), channel (bh*b + bw)*C + c: a 6-D transpose."""
+    x = ins[0]
+    b = _block(node, x)
+    n, c, h, w = x.shape
+    if h % b or w % b:
+        raise InvalidModelError(f"{describe(node)}: {h}x{w} is not a multiple of block {b}")
+    attrs = {"view": [n, c, h // b, b, w // b, b], "perm": [0, 3, 5, 1, 2, 4]}
+    return Lowered("transpose", attrs, [0], [((n, c * b * b, h // b, w // b), x.dtype)])
+
+
+@define("DepthToSpace", dtypes=DATA, check=enum_check("mode", ("DCR", "CRD"), "DCR"),
+        kernels=("transpose",), note="NCHW; DCR or CRD")
+def depth_to_space_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    x = ins[0]
+    b = _block(node, x)
+    n, c, h, w = x.shape
+    if c % (b * b):
+        raise InvalidModelError(f"{describe(node)}: {c} channels for block {b}")
+    if str(node.attrs.get("mode", "DCR")) == "DCR":
+        attrs = {"view": [n, b, b, c // (b * b), h, w], "perm": [0, 3, 4, 1, 5, 2]}
+    else:
+        attrs = {"view": [n, c // (b * b), b, b, h, w], "perm": [0, 1, 4, 2, 5, 3]}
+    return Lowered("transpose", attrs, [0], [((n, c // (b * b), h * b, w * b), x.dtype)])
+
+
 _PAD_MODES = {"CONSTANT": "constant", "REFLECT": "reflect", "SYMMETRIC": "symmetric", "EDGE": "edge"}
 
 
@@ -363,7 +402,7 @@ def _merged_transpose(shape: Sequence[int], perm: Sequence[int]) -> tuple[list[i
 def _transpose_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     x = ins[0]
     size = x.np_dtype.itemsize
-    shape, perm = _merged_transpose(x.shape, attrs["perm"])
+    shape, perm = _merged_transpose(attrs.get("view", x.shape), attrs["perm"])
     if not shape:
         shape, perm = [1], [0]
     if len(shape) > 6 or (perm[-1] != len(shape) - 1 and size != 4):
