@@ -1,10 +1,12 @@
 """Elementwise ops with numpy broadcasting: binary arithmetic (Add/Sub/Mul/Div/RealDiv/
 Maximum/Minimum/Pow), AddN, unary math, ExpFusion, comparisons and logical ops, Where and
-PReLU: capability, rules and numpy kernels (the C library runs none of them alone; a residual
-Add folds into the conv before it)."""
+PReLU: capability, rules, numpy kernels, and the native lowerings of float32 binary
+arithmetic (any broadcast of up to 6 merged dims) and unary math (csrc/elementwise.c); a
+residual Add folds into the conv before it."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,6 +20,7 @@ from provider.npu.ops.common import (
     NUMERIC,
     Lowered,
     Packed,
+    Shape,
     TensorInfo,
     activation_of,
     broadcast,
@@ -26,7 +29,9 @@ from provider.npu.ops.common import (
     describe,
     per_channel,
 )
-from provider.npu.ops.registry import define, register
+from provider.npu.ops.native_builder import StepBuilder, f32
+from provider.npu.ops.registry import define, native, register
+from provider.npu.program import Slot
 
 
 def trunc_divide(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -233,3 +238,80 @@ def prelu_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
         broadcast(node, x.shape, slope.shape)
     return Lowered("prelu", {}, [0, Packed(slope.shape, x.dtype, lambda: slope.astype(x.dtype))],
                    [(x.shape, x.dtype)])
+
+
+# ---- native lowerings --------------------------------------------------------------------
+
+# csrc/elementwise.c's function codes (U_*, B_*)
+UNARY_CODES = {name: code for code, name in enumerate((
+    "sigmoid", "tanh", "erf", "gelu", "gelu_tanh", "swish", "hswish", "hsigmoid", "exp",
+    "sqrt", "neg", "abs", "reciprocal", "square", "floor", "ceil"))}
+BINARY_CODES = {"add": 0, "sub": 1, "mul": 2, "div": 3, "maximum": 4, "minimum": 5, "pow": 6}
+MAX_RANK = 6
+
+
+def broadcast_strides(shape: Shape, out: Shape) -> list[int]:
+    """Element strides of a contiguous `shape` read at each index of `out` (0 where it is
+    broadcast), aligned to out's rank."""
+    padded = (1,) * (len(out) - len(shape)) + tuple(shape)
+    strides, step = [0] * len(out), 1
+    for d in range(len(out) - 1, -1, -1):
+        strides[d] = step if padded[d] != 1 else 0
+        step *= padded[d]
+    return strides
+
+
+def merged(out: Shape, *strides: list[int]) -> tuple[list[int], list[list[int]]]:
+    """out's dims (size-1 dims dropped, neighbours merged where every operand walks them as
+    one) and each operand's strides over them; at least one dim."""
+    dims: list[int] = []
+    walks: list[list[int]] = [[] for _ in strides]
+    for d, size in enumerate(out):
+        if size == 1:
+            continue
+        if dims and all(w[-1] == s[d] * size for w, s in zip(walks, strides, strict=True)):
+            dims[-1] *= size
+            for w, s in zip(walks, strides, strict=True):
+                w[-1] = s[d]
+            continue
+        dims.append(size)
+        for w, s in zip(walks, strides, strict=True):
+            w.append(s[d])
+    if not dims:
+        return [1], [[0] for _ in strides]
+    return dims, walks
+
+
+@native("binary")
+def _binary_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    y = outs[0]
+    if not f32(*ins, y) or attrs["op"] not in BINARY_CODES:
+        return False
+    dims, (sa, sb) = merged(y.shape, broadcast_strides(ins[0].shape, y.shape),
+                            broadcast_strides(ins[1].shape, y.shape))
+    code = b.activation_code(attrs.get("activation", "NO_ACTIVATION"))
+    if len(dims) > MAX_RANK or code is None:
+        return False
+    r = len(dims)
+    b.step.p[0], b.step.p[1] = BINARY_CODES[attrs["op"]], r
+    b.step.p[2:2 + r], b.step.p[8:8 + r], b.step.p[14:14 + r] = dims, sa, sb
+    b.step.p[20] = code
+    b.slots(b.inputs[0], b.inputs[1], b.outputs[0])
+    return True
+
+
+def lower_unary(x: Slot, function: str, b: StepBuilder, alpha: float = 0.0,
+                beta: float = 0.0) -> bool:
+    """Make `b` the C library's unary op `function` over x (False when it has none)."""
+    if function not in UNARY_CODES:
+        return False
+    b.set_op("unary")
+    b.params(math.prod(x.shape), UNARY_CODES[function])
+    b.step.f[2], b.step.f[3] = alpha, beta
+    b.slots(b.inputs[0], b.outputs[0])
+    return True
+
+
+@native("unary")
+def _unary_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    return f32(ins[0], outs[0]) and lower_unary(ins[0], attrs["op"], b)

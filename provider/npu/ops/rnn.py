@@ -1,5 +1,6 @@
 """Recurrent layers: LSTM and GRU (MindSpore Lite's primitives with ONNX's operands, see
-converters/onnx_ops/import_rnn.py): capability, rule, numpy kernels and native lowerings.
+converters/onnx_ops/import_rnn.py): capability, rule, numpy kernels and the native lowering
+to csrc/rnn.c (one task per direction).
 
 The rule packs the constant weights once for the kernels: W and R transposed per direction
 to (I, G*H) and (H, G*H) so each product is a plain GEMM, and the biases summed where the
@@ -28,7 +29,9 @@ from provider.npu.ops.common import (
     const,
     describe,
 )
-from provider.npu.ops.registry import define, register
+from provider.npu.ops.native_builder import StepBuilder, f32
+from provider.npu.ops.registry import define, native, register
+from provider.npu.program import Slot
 
 F32 = np.dtype(np.float32)
 GATES = {"LSTM": 4, "GRU": 3}
@@ -76,9 +79,10 @@ def _run(kind: str, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
     n = attrs["outputs"]
     outs = list(outputs[:n]) + [None] * (STATES[kind] + 1 - n)
     y = outs[0]
-    xw = outputs[n]  # scratch (T, B, G*H) fp32
+    scratch = outputs[n]  # (D, T, B, G*H) fp32
     x2 = x.reshape(steps * batch, -1).astype(F32, copy=False)
     for d in range(dirs):
+        xw = scratch[d]
         np.matmul(x2, wt[d].astype(F32, copy=False), out=xw.reshape(steps * batch, -1))
         xw += bias[d]
         h = np.zeros((batch, hidden), F32) if states[0] is None else states[0][d].astype(F32)
@@ -137,7 +141,7 @@ def _gru_cell(xw: np.ndarray, h: np.ndarray, r: np.ndarray, rb_new: np.ndarray, 
 def lstm(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
     """LSTM over x (T, B, I): inputs x, W^T (D, I, 4H), R^T (D, H, 4H), bias (D, 4H)
     [, lengths (B,)] [, h0 (D, B, H)] [, c0]; outputs Y (T, D, B, H) [, Y_h [, Y_c]], then
-    the scratch X @ W (T, B, 4H) fp32."""
+    the scratch X @ W (D, T, B, 4H) fp32."""
     _run("LSTM", inputs, outputs, attrs)
 
 
@@ -145,7 +149,7 @@ def lstm(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dic
 def gru(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
     """GRU over x (T, B, I): inputs x, W^T (D, I, 3H), R^T (D, H, 3H), input-side bias
     (D, 3H), recurrent bias of the new gate (D, H) [, lengths (B,)] [, h0 (D, B, H)];
-    outputs Y (T, D, B, H) [, Y_h], then the scratch X @ W (T, B, 3H) fp32."""
+    outputs Y (T, D, B, H) [, Y_h], then the scratch X @ W (D, T, B, 3H) fp32."""
     _run("GRU", inputs, outputs, attrs)
 
 
@@ -222,4 +226,29 @@ def rnn_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     if not 1 <= len(node.outputs) <= len(outputs):
         raise InvalidModelError(f"{describe(node)}: {len(node.outputs)} outputs")
     return Lowered(kind.lower(), attrs, operands, outputs[:len(node.outputs)],
-                   [("xw", (steps, batch, gh), F32)])
+                   [("xw", (dirs, steps, batch, gh), F32)])
+
+
+@native("lstm", "gru", op="rnn")
+def _rnn_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """float32 and no sequence lengths (those are checked per run by the numpy kernel)."""
+    n = attrs["outputs"]
+    gru = len(attrs["has_states"]) == 1
+    if not f32(*ins, *outs) or attrs["has_lengths"]:
+        return False
+    x, wt, rt = ins[0], ins[1], ins[2]
+    steps, batch, size = x.shape
+    dirs, hidden, gh = wt.shape[0], rt.shape[1], wt.shape[2]
+    b.params(steps, batch, size, hidden, dirs, int(gru))
+    k = attrs["first_optional"]
+    states = []
+    for present in attrs["has_states"]:
+        states.append(b.inputs[k] if present else None)
+        k += int(present)
+    states += [None] * (2 - len(states))
+    results = [b.outputs[i] if i < n else None for i in range(3)]
+    if gru:
+        results[2] = None
+    b.slots(b.inputs[0], b.inputs[1], b.inputs[2], b.inputs[3], b.inputs[4] if gru else None,
+            *states, *results, b.outputs[n])
+    return outs[n].nbytes == 4 * dirs * steps * batch * gh
