@@ -296,7 +296,8 @@ def _import_node(ctx: ImportContext, node, report: ConversionReport) -> None:
         # of range): carrying it is always correct, so do that and say so loudly.
         log.warning("node %r (%s): mapping failed (%s: %s); carried as Custom",
                     node.name, node.op_type, type(e).__name__, e)
-        _custom(ctx, node, report, f"mapping failed: {type(e).__name__}: {e}")
+        _custom(ctx, node, report, "its Lite mapping failed unexpectedly (a litenpu bug; the "
+                                   "log says how)")
         return
     for lite_node in produced:
         ctx.model.add_node(lite_node)

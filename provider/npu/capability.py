@@ -62,6 +62,8 @@ ConstantOfShape count.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from converters.lite import dtypes as lite_dtypes
@@ -72,6 +74,7 @@ from provider.npu.ops import OPS, OpDef
 from provider.npu.ops.common import DTYPE_ORDER
 from provider.options import DEFAULT_COMPILE, CompileOptions
 
+log = logging.getLogger("litenpu.npu")
 SHAPE_ONLY = frozenset({"Shape", "Size"})  # outputs known from input shapes alone
 
 __all__ = ["check", "supported_nodes", "compile_time_constants", "assess", "table"]
@@ -178,13 +181,16 @@ def assess(model: LiteModel, options: CompileOptions = DEFAULT_COMPILE) -> list[
 
 
 def _guarded(fn, what: str) -> str | None:
-    """fn()'s reason; an exception becomes the reason instead (nothing escapes a node)."""
+    """fn()'s reason; a refusal (LitenpuError) becomes the reason instead, and any other
+    exception, a bug of the NPU's code, refuses only that node with a reason saying so (the
+    exception itself is logged at DEBUG, not shown as the node's reason)."""
     try:
         return fn()
     except LitenpuError as e:
         return str(e)
-    except Exception as e:  # noqa: BLE001 - a crash on one node only refuses that node
-        return f"{what} failed: {type(e).__name__}: {e}"
+    except Exception:  # noqa: BLE001 - a crash on one node only refuses that node
+        log.debug("NPU %s of a node failed", what, exc_info=True)
+        return f"the NPU's {what} of this node failed unexpectedly (a litenpu bug; details at DEBUG)"
 
 
 def _lower_known(b: Builder, model: LiteModel, node: LiteNode, env: dict[int, int],

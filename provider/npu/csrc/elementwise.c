@@ -1,22 +1,8 @@
 /* Elementwise: unary math and activations, binary arithmetic with numpy broadcasting.
  *
- * exp is npu.h's fexp (vectorizable, within 2 ulp); erf is the numpy kernel's Chebyshev fit
- * of erfc (|error| <= 1.2e-7), tanh goes through exp (a series near 0, where
- * 1 - 2 / (e^2x + 1) would cancel). */
+ * exp, sigmoid and tanh are npu.h's (vectorizable); erf is the numpy kernel's Chebyshev fit
+ * of erfc (|error| <= 1.2e-7). */
 #include "npu.h"
-
-static inline float fsigmoid(float x) { return 1.0f / (1.0f + fexp(-x)); }
-
-static inline float ftanh(float x) {
-    float a = fabsf(x);
-    if (a < 0.2f) {
-        float a2 = a * a;
-        float t = a + a * a2 * (-1.0f / 3 + a2 * (2.0f / 15 + a2 * (-17.0f / 315)));
-        return x < 0 ? -t : t;
-    }
-    float t = 1.0f - 2.0f / (fexp(2.0f * a) + 1.0f);
-    return x < 0 ? -t : t;
-}
 
 static inline float ferf(float x) {
     float z = fabsf(x);
@@ -180,7 +166,7 @@ void binary(const lnpu_step *s, void **slots) {
 }
 
 /* layer_norm: rows, length, has gamma, has beta; f[0] epsilon; slots x, gamma, beta, y.
- * Mean and variance accumulated in double; y may be x. */
+ * Mean and variance accumulated in double, then rounded to float; y may be x. */
 typedef struct {
     const lnpu_step *s;
     const float *x, *g, *b;
@@ -202,7 +188,8 @@ MULTIVERSION static void norm_rows(const norm_ctx *cx, int64_t lo, int64_t hi) {
             float d = x[i] - mean;
             sq += (double)d * d;
         }
-        float inv = (float)(1.0 / sqrt(sq / (double)len + eps));
+        /* the variance as float32 holds it (an overflow is inf, as onnxruntime's is) */
+        float inv = 1.0f / sqrtf((float)(sq / (double)len) + eps);
         for (int64_t i = 0; i < len; i++) {
             float v = (x[i] - mean) * inv;
             if (cx->g) v *= cx->g[i];

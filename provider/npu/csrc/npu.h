@@ -83,6 +83,20 @@ static inline float fexp(float v) {
     return v > 88.7228f ? INFINITY : (v < -87.3f ? 0.0f : p * scale.f);
 }
 
+/* sigmoid, and tanh through exp (a series near 0, where 1 - 2 / (e^2x + 1) would cancel) */
+static inline float fsigmoid(float x) { return 1.0f / (1.0f + fexp(-x)); }
+
+static inline float ftanh(float x) {
+    float a = fabsf(x);
+    if (a < 0.2f) {
+        float a2 = a * a;
+        float t = a + a * a2 * (-1.0f / 3 + a2 * (2.0f / 15 + a2 * (-17.0f / 315)));
+        return x < 0 ? -t : t;
+    }
+    float t = 1.0f - 2.0f / (fexp(2.0f * a) + 1.0f);
+    return x < 0 ? -t : t;
+}
+
 /* ---- cores (pool.c) ------------------------------------------------------------------ */
 
 typedef void (*task_fn)(const void *ctx, int64_t task);

@@ -8,20 +8,40 @@
  * lengths (checked per run against T) stay on the numpy kernel. */
 #include "npu.h"
 
-static inline float sig(float v) { return 1.0f / (1.0f + fexp(-v)); }
-
 typedef struct {
     const lnpu_step *s;
     void **slots;
     int status;
 } rnn_ctx;
 
+/* g (B x G) = [g +] h (B x H) @ r (H x G): for the few rows of a recurrent step a plain loop
+ * (vectorized along G) beats a BLAS call's overhead. */
+MULTIVERSION static void recurrent(float *restrict g, const float *restrict h,
+                                   const float *restrict r, int64_t B, int64_t H, int64_t G,
+                                   int accumulate) {
+    if (B > 4) {
+        sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (int)B, (int)G, (int)H, 1.0f, h, (int)H, r, (int)G,
+              accumulate ? 1.0f : 0.0f, g, (int)G);
+        return;
+    }
+    for (int64_t b = 0; b < B; b++) {
+        float *out = g + b * G;
+        if (!accumulate)
+            for (int64_t j = 0; j < G; j++) out[j] = 0.0f;
+        for (int64_t k = 0; k < H; k++) {
+            float hk = h[b * H + k];
+            const float *row = r + k * G;
+            for (int64_t j = 0; j < G; j++) out[j] += hk * row[j];
+        }
+    }
+}
+
 MULTIVERSION static void lstm_gates(float *restrict h, float *restrict c,
                                     const float *restrict g, float *restrict y, int64_t H) {
     for (int64_t j = 0; j < H; j++) {
-        float i = sig(g[j]), o = sig(g[H + j]), f = sig(g[2 * H + j]), cand = tanhf(g[3 * H + j]);
+        float i = fsigmoid(g[j]), o = fsigmoid(g[H + j]), f = fsigmoid(g[2 * H + j]), cand = ftanh(g[3 * H + j]);
         c[j] = f * c[j] + i * cand;
-        h[j] = o * tanhf(c[j]);
+        h[j] = o * ftanh(c[j]);
         if (y) y[j] = h[j];
     }
 }
@@ -30,8 +50,8 @@ MULTIVERSION static void gru_gates(float *restrict h, const float *restrict xw,
                                    const float *restrict hr, const float *restrict rb,
                                    float *restrict y, int64_t H) {
     for (int64_t j = 0; j < H; j++) {
-        float z = sig(xw[j] + hr[j]), r = sig(xw[H + j] + hr[H + j]);
-        float n = tanhf(xw[2 * H + j] + r * (hr[2 * H + j] + rb[j]));
+        float z = fsigmoid(xw[j] + hr[j]), r = fsigmoid(xw[H + j] + hr[H + j]);
+        float n = ftanh(xw[2 * H + j] + r * (hr[2 * H + j] + rb[j]));
         h[j] = n + z * (h[j] - n);
         if (y) y[j] = h[j];
     }
@@ -70,14 +90,8 @@ static void rnn_direction(const void *ctx, int64_t d) {
     for (int64_t step = 0; step < T; step++) {
         int64_t t = d == 0 ? step : T - 1 - step;
         const float *xt = xw + t * B * G;
-        if (gru) {
-            sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (int)B, (int)G, (int)H, 1.0f, h, (int)H, rt,
-                  (int)G, 0.0f, g, (int)G);
-        } else {
-            memcpy(g, xt, B * G * sizeof(float));
-            sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (int)B, (int)G, (int)H, 1.0f, h, (int)H, rt,
-                  (int)G, 1.0f, g, (int)G);
-        }
+        if (!gru) memcpy(g, xt, B * G * sizeof(float));
+        recurrent(g, h, rt, B, H, G, !gru);
         for (int64_t b = 0; b < B; b++) {
             float *y = Y ? Y + ((t * D + d) * B + b) * H : NULL;
             if (gru) gru_gates(h + b * H, xt + b * G, g + b * G, rb, y, H);

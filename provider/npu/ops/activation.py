@@ -26,7 +26,14 @@ from provider.npu.ops.common import (
     enum_check,
     ints,
 )
-from provider.npu.ops.native_builder import ACT_CLAMP, ACT_LEAKY, CLAMPS, StepBuilder, f32
+from provider.npu.ops.native_builder import (
+    ACT_CLAMP,
+    ACT_LEAKY,
+    CLAMPS,
+    StepBuilder,
+    f32,
+    lower_unary,
+)
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
 
@@ -334,8 +341,6 @@ def _activation_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b
 
 def _unary_activation(x: Slot, kind: str, attrs: dict, b: StepBuilder) -> bool:
     """An activation without a clamp form as the C library's unary op, when it has it."""
-    from provider.npu.ops.elementwise import lower_unary  # elementwise imports this module
-
     if kind == "GELU":
         return lower_unary(x, "gelu_tanh" if attrs.get("approximate") else "gelu", b)
     if kind == "HSIGMOID":

@@ -6,7 +6,6 @@ residual Add folds into the conv before it."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,7 +19,6 @@ from provider.npu.ops.common import (
     NUMERIC,
     Lowered,
     Packed,
-    Shape,
     TensorInfo,
     activation_of,
     broadcast,
@@ -29,7 +27,14 @@ from provider.npu.ops.common import (
     describe,
     per_channel,
 )
-from provider.npu.ops.native_builder import StepBuilder, f32
+from provider.npu.ops.native_builder import (
+    MAX_RANK,
+    StepBuilder,
+    broadcast_strides,
+    f32,
+    lower_unary,
+    merged,
+)
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
 
@@ -242,44 +247,8 @@ def prelu_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
 
 # ---- native lowerings --------------------------------------------------------------------
 
-# csrc/elementwise.c's function codes (U_*, B_*)
-UNARY_CODES = {name: code for code, name in enumerate((
-    "sigmoid", "tanh", "erf", "gelu", "gelu_tanh", "swish", "hswish", "hsigmoid", "exp",
-    "sqrt", "neg", "abs", "reciprocal", "square", "floor", "ceil"))}
+# csrc/elementwise.c's binary op codes (B_*)
 BINARY_CODES = {"add": 0, "sub": 1, "mul": 2, "div": 3, "maximum": 4, "minimum": 5, "pow": 6}
-MAX_RANK = 6
-
-
-def broadcast_strides(shape: Shape, out: Shape) -> list[int]:
-    """Element strides of a contiguous `shape` read at each index of `out` (0 where it is
-    broadcast), aligned to out's rank."""
-    padded = (1,) * (len(out) - len(shape)) + tuple(shape)
-    strides, step = [0] * len(out), 1
-    for d in range(len(out) - 1, -1, -1):
-        strides[d] = step if padded[d] != 1 else 0
-        step *= padded[d]
-    return strides
-
-
-def merged(out: Shape, *strides: list[int]) -> tuple[list[int], list[list[int]]]:
-    """out's dims (size-1 dims dropped, neighbours merged where every operand walks them as
-    one) and each operand's strides over them; at least one dim."""
-    dims: list[int] = []
-    walks: list[list[int]] = [[] for _ in strides]
-    for d, size in enumerate(out):
-        if size == 1:
-            continue
-        if dims and all(w[-1] == s[d] * size for w, s in zip(walks, strides, strict=True)):
-            dims[-1] *= size
-            for w, s in zip(walks, strides, strict=True):
-                w[-1] = s[d]
-            continue
-        dims.append(size)
-        for w, s in zip(walks, strides, strict=True):
-            w.append(s[d])
-    if not dims:
-        return [1], [[0] for _ in strides]
-    return dims, walks
 
 
 @native("binary")
@@ -297,18 +266,6 @@ def _binary_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
     b.step.p[2:2 + r], b.step.p[8:8 + r], b.step.p[14:14 + r] = dims, sa, sb
     b.step.p[20] = code
     b.slots(b.inputs[0], b.inputs[1], b.outputs[0])
-    return True
-
-
-def lower_unary(x: Slot, function: str, b: StepBuilder, alpha: float = 0.0,
-                beta: float = 0.0) -> bool:
-    """Make `b` the C library's unary op `function` over x (False when it has none)."""
-    if function not in UNARY_CODES:
-        return False
-    b.set_op("unary")
-    b.params(math.prod(x.shape), UNARY_CODES[function])
-    b.step.f[2], b.step.f[3] = alpha, beta
-    b.slots(b.inputs[0], b.outputs[0])
     return True
 
 

@@ -25,7 +25,7 @@ from provider.npu.ops.common import (
     const,
     describe,
 )
-from provider.npu.ops.native_builder import StepBuilder, f32
+from provider.npu.ops.native_builder import StepBuilder, broadcast_strides, f32, merged
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
 
@@ -135,8 +135,6 @@ MAX_BATCH_RANK = 4
 def _bmatmul_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     """Products of two batched operands (attention's Q @ K^T, P @ V): one GEMM per batch
     index of the broadcast batch dims (at most 4 after merging)."""
-    from provider.npu.ops.elementwise import broadcast_strides, merged
-
     a, w, y = ins[0], ins[1], outs[0]
     if len(a.shape) < 2 or len(w.shape) < 2 or "a_shape" in attrs:
         return False

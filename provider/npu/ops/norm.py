@@ -32,6 +32,7 @@ from provider.npu.program import Slot
 F32 = np.float32
 
 
+@np.errstate(over="ignore", invalid="ignore", divide="ignore")  # inf/NaN data gives inf/NaN
 def _normalize(x: np.ndarray, y: np.ndarray, axes: tuple[int, ...], eps: float) -> None:
     """y = (x - mean) / sqrt(var + eps) over `axes`."""
     mean = np.mean(x, axis=axes, keepdims=True, dtype=F32)
