@@ -931,3 +931,22 @@ def test_rnn_with_sequence_lengths_stays_on_numpy():
                                     ("r", randn(r, 1, 8, 2), True), ("b", randn(r, 1, 16), True),
                                     ("lengths", lengths, False)])
     _native_matches_numpy(model, {"x": x, "lengths": lengths}, native_steps=0)
+
+
+@pytest.mark.parametrize("mode", ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin",
+                                  "ReduceSumSquare", "ReduceL2"])
+@pytest.mark.parametrize("axes,keep", [([-1], True), ([1, 2], False), ([0], True)], ids=str)
+def test_reduce_over_consecutive_axes_runs_natively(mode, axes, keep):
+    x = randn(rng(28), 3, 4, 5) * 3
+    x[1, 2, 3] = np.nan
+    model = lite_graph("ReduceFusion", {"mode": mode, "keep_dims": keep},
+                       [("x", x, False), ("axes", np.array(axes, np.int32), True)])
+    _native_matches_numpy(model, {"x": x})
+
+
+def test_reduce_over_axes_apart_and_prod_stay_on_numpy():
+    x = randn(rng(29), 3, 4, 5)
+    for mode, axes in (("ReduceMean", [0, 2]), ("ReduceProd", [1])):
+        model = lite_graph("ReduceFusion", {"mode": mode, "keep_dims": True},
+                           [("x", x, False), ("axes", np.array(axes, np.int32), True)])
+        _native_matches_numpy(model, {"x": x}, native_steps=0)

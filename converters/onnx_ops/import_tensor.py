@@ -100,12 +100,11 @@ def reshape(ctx, node):
         # Lite's Reshape copies the input dim for a 0; allowzero=1 means an empty dim. They
         # agree when the target has no 0: a constant without one, or one built from dims
         # of tensors (Shape -> Gather/Slice -> Concat with constants without a 0).
-        shape = const_input(ctx, node, 1, "shape") if ctx.const_value(node.inputs[1]) is not None \
-            else None
-        if shape is None and not _nonzero_dims(ctx, node.inputs[1]):
-            raise Unmappable("allowzero=1 with a shape that may hold a 0")
+        shape = ctx.const_value(node.inputs[1])
         if shape is not None and (np.asarray(shape) == 0).any():
             raise Unmappable("allowzero=1 with a 0 in the shape (an empty dim)")
+        if shape is None and not _nonzero_dims(ctx, node.inputs[1]):
+            raise Unmappable("allowzero=1 with a shape that may hold a 0")
     return [emit(ctx, node, "Reshape", {}, [node.inputs[0], int32_operand(ctx, node, 1, "shape")])]
 
 

@@ -29,8 +29,8 @@
 
 enum { OP_CONV = 1, OP_DWCONV, OP_MAXPOOL, OP_AVGPOOL, OP_GLOBALPOOL, OP_CONCAT, OP_TRANSPOSE,
        OP_MATMUL, OP_ACT, OP_SOFTMAX, OP_COUNT };
-/* the steps of real models beyond CNNs (elementwise.c, dense.c, rnn.c): codes 11-39 */
-enum { OP_UNARY = 11, OP_BINARY, OP_LAYERNORM, OP_BMATMUL, OP_RNN };
+/* the steps of real models beyond CNNs (elementwise.c, dense.c, rnn.c, reduce.c): codes 11-39 */
+enum { OP_UNARY = 11, OP_BINARY, OP_LAYERNORM, OP_BMATMUL, OP_RNN, OP_REDUCE };
 
 #define MAX_SLOTS 16
 #define MAX_PARAMS 32
@@ -231,5 +231,6 @@ void unary(const lnpu_step *s, void **slots);        /* elementwise.c */
 void binary(const lnpu_step *s, void **slots);
 void layer_norm(const lnpu_step *s, void **slots);
 int rnn(const lnpu_step *s, void **slots);           /* rnn.c */
+void reduce(const lnpu_step *s, void **slots);       /* reduce.c */
 
 #endif
