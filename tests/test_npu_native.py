@@ -950,3 +950,19 @@ def test_reduce_over_axes_apart_and_prod_stay_on_numpy():
         model = lite_graph("ReduceFusion", {"mode": mode, "keep_dims": True},
                            [("x", x, False), ("axes", np.array(axes, np.int32), True)])
         _native_matches_numpy(model, {"x": x}, native_steps=0)
+
+
+@pytest.mark.parametrize("starts,ends,axes,steps", [
+    ([1], [3], [1], [1]), ([0, 1], [2, 5], [0, 2], [1, 2]), ([-1], [-100], [2], [-1]),
+    ([4, 0], [0, 1], [2, 1], [-2, 1]), ([1, 0, 0], [2, 1, 1], [0, 1, 2], [1, 1, 1])], ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_slices_run_as_native_strided_copies(starts, ends, axes, steps, dtype):
+    x = (randn(rng(30), 3, 4, 6) * 10).astype(dtype)
+    inputs = [("x", x, False)] + [(n, np.array(v, np.int32), True) for n, v in
+                                  (("starts", starts), ("ends", ends), ("axes", axes),
+                                   ("steps", steps))]
+    model = lite_graph("StridedSlice", {}, inputs, [dtype])
+    # an int64 slice with a step along the last axis copies 8-byte elements: numpy
+    stepped_last = 2 in axes and steps[axes.index(2)] != 1
+    native_steps = 0 if dtype == np.int64 and stepped_last else 1
+    _native_matches_numpy(model, {"x": x}, native_steps)

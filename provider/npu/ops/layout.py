@@ -1,6 +1,7 @@
 """Data movement: Concat, Split, slices (SliceFusion / StridedSlice), Transpose, PadFusion,
-Gather, TileFusion, BroadcastTo: capability, rules, numpy kernels, and the native lowerings
-of Concat and Transpose. Index arithmetic is resolved by the rules; the kernels only copy.
+Gather, GatherNd, TileFusion, BroadcastTo, SpaceToDepth / DepthToSpace: capability, rules,
+numpy kernels, and the native lowerings of Concat, Transpose and slices. Index arithmetic
+is resolved by the rules; the kernels only copy.
 
 Index arrays are validated at compile time, so np.take runs with mode="clip": with the
 default mode="raise" numpy buffers the whole output on every call."""
@@ -413,5 +414,34 @@ def _transpose_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b:
     b.params(len(shape), block)
     b.step.p[2:2 + len(shape)] = out_shape
     b.step.p[8:8 + len(shape)] = [strides[a] for a in perm]
+    b.slots(b.inputs[0], b.outputs[0])
+    return True
+
+
+@native("slice", op="transpose")
+def _slice_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """A slice (steps of any sign) as the C library's strided copy: output dims of size 1
+    dropped, the walk of the rest over x, and the byte offset of its first element."""
+    x = ins[0]
+    size = x.np_dtype.itemsize
+    contiguous = [math.prod(x.shape[a + 1:]) * size for a in range(len(x.shape))]
+    offset, shape, strides = 0, [], []
+    for a, (start, stop, step) in enumerate(attrs["slices"]):
+        length = len(range(start, -1 if stop is None else stop, step))  # _slice_spec's
+        offset += start * contiguous[a] if length else 0
+        if length != 1:
+            shape.append(length)
+            strides.append(step * contiguous[a])
+    if not shape:
+        shape, strides = [1], [size]
+    if len(shape) > 6 or 0 in shape:
+        return False
+    block = shape[-1] * size if strides[-1] == size else 0
+    if not block and size != 4:
+        return False
+    b.params(len(shape), block)
+    b.step.p[2:2 + len(shape)] = shape
+    b.step.p[8:8 + len(shape)] = strides
+    b.step.p[14] = offset
     b.slots(b.inputs[0], b.outputs[0])
     return True
