@@ -56,8 +56,9 @@ pooling and Resize take rank-4 (NCHW) data; MatMulFusion rank >= 2
 (a rank known from the tensor's declared shape; an empty shape counts as unknown).
 Every activation_type attribute (fused into Conv/MatMul/Add/...) must be in ACTIVATIONS.
 "Compile-time constant" means a constant tensor or the output of a chain of supported nodes
-fed only by constants and Shape (the compiler folds such chains), so weights made by
-ConstantOfShape count.
+fed only by constants, Shape and Size (the compiler folds such chains per concrete input
+shape: Gather/Slice/Concat/arithmetic of shapes, Range, ConstantOfShape, the targets of
+Reshape and Expand), so weights made by ConstantOfShape count.
 """
 
 from __future__ import annotations

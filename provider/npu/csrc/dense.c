@@ -95,7 +95,7 @@ static void softmax_task(const void *ctx, int64_t t) {
 void softmax(const lnpu_step *s, void **slots) {
     softmax_ctx cx = {s, slots[s->slot[0]], slots[s->slot[1]], 0};
     int64_t outer = s->p[0], inner = s->p[3] > 1 ? s->p[3] : 1;
-    int64_t tasks = task_count((double)outer * s->p[1] * inner * 3.0, outer);
+    int64_t tasks = task_count((double)outer * s->p[1] * inner * 1.0, outer);
     cx.per = per_task(outer, tasks);
     parallel(softmax_task, &cx, (outer + cx.per - 1) / cx.per);
 }
