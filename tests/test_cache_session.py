@@ -26,7 +26,7 @@ from test_ort_cache import (
 
 import provider
 from provider.cache import CompileCache, fingerprint
-from provider.ort import cache_session
+from provider.ort import cache_session, capability
 from provider.ort.partition_payload import StoredPartition
 from provider.session import InferenceSession
 
@@ -368,7 +368,45 @@ def test_session_entry_holds_context_model_and_source_stat(tmp_path, source):
     assert {e.program_name for e in cache.entries()} >= {"CacheSession resnet.onnx"}
     recorded = json.loads((entry_dir / cache_session.SOURCE_STAT).read_text())
     assert recorded == {"path": str(source.resolve()),
-                        "fingerprint": fingerprint.file_fingerprint(source)}
+                        "fingerprint": fingerprint.file_fingerprint(source), "npu_only": True}
+
+
+@pytest.mark.parametrize("options, npu_only", [({}, True), ({"disable_ops": "Add"}, False)],
+                         ids=["one kernel", "split"])
+def test_npu_only_context_model_is_loaded_without_graph_optimisation(
+        tmp_path, source, expected, monkeypatch, options, npu_only):
+    """A stored EPContext model of our EPContext nodes only is created with onnxruntime's graph
+    optimisations off (nothing to optimise) and claimed without reading its graph in full; the
+    caller's options keep their level. A model with CPU nodes keeps the caller's level."""
+    session(source, tmp_path, **options)
+    seen = []
+    create = InferenceSession._create
+
+    def spy(self, model, sess_options, kwargs):
+        seen.append(sess_options.graph_optimization_level)
+        return create(self, model, sess_options, kwargs)
+
+    monkeypatch.setattr(InferenceSession, "_create", spy)
+    reads = []
+    read_graph = capability.read_graph
+    monkeypatch.setattr(capability, "read_graph", lambda *a, **k: reads.append(1) or
+                        read_graph(*a, **k))
+    mine = ort.SessionOptions()
+    mine.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    warm = InferenceSession(str(source), mine, providers=[
+        ("NPUExecutionProvider", {"cache_dir": str(tmp_path), "model_name": "resnet", **options}),
+        "CPUExecutionProvider"])
+    assert warm.cache_stats().path == "context-model"
+    assert seen == [ort.GraphOptimizationLevel.ORT_DISABLE_ALL if npu_only
+                    else ort.GraphOptimizationLevel.ORT_ENABLE_ALL]
+    assert mine.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    assert len(reads) == (0 if npu_only else 1)  # GetCapability read the graph in full
+    (ep,) = warm._npu_eps
+    assert "assess" not in ep.counters.seconds and ep.counters.imports == 0
+    (placement,) = ep.placements
+    assert bool(placement.cpu) != npu_only and placement.partitions
+    assert set(placement.op_types.values()) >= {"EPContext"}
+    np.testing.assert_allclose(run(warm), expected, atol=1e-4, rtol=1e-3)
 
 
 def test_callers_own_context_request_or_other_optimization_level(tmp_path, source):

@@ -219,9 +219,12 @@ def _load(directory: Path, verify: bool) -> Program:
         raise BadEntry(str(exc)) from exc
 
 
-def open_entry(directory: Path, key: CacheKey, cache_version: str) -> tuple[Program, bool]:
-    """The hit path: (Program mapped without populate, whether the stamps need refreshing)."""
-    manifest = read_manifest(directory)
+def open_entry(directory: Path, key: CacheKey, cache_version: str,
+               manifest: dict[str, Any] | None = None) -> tuple[Program, bool]:
+    """The hit path: (Program mapped without populate, whether the stamps need refreshing).
+    `manifest`: the entry's, already read by `read_manifest` (else read here)."""
+    if manifest is None:
+        manifest = read_manifest(directory)
     _check_versions(manifest)
     _check_key(manifest, key, cache_version)
     moved = [_check_file(directory, name, record, deep=False)

@@ -157,7 +157,8 @@ def open_cache_entry(directory: Path, where: str) -> Program:
         key = CacheKey.from_dict(manifest.get("key", {}))
         if key.digest != directory.name:
             raise CacheError(f"the entry holds key {key.digest}, not {directory.name}")
-        program, _ = entry.open_entry(directory, key, str(manifest.get("cache_version", "")))
+        program, _ = entry.open_entry(directory, key, str(manifest.get("cache_version", "")),
+                                      manifest)
     except CacheError as e:
         raise InvalidModelError(f"EPContext node {where}: cache entry {directory} cannot be "
                                 f"used: {e}") from e
