@@ -72,7 +72,7 @@ class ImportedGraph:
         found = [self.index.get(_node_key(n)) for n in contents.nodes]
         if None in found or any(n not in report.values for n in (*inputs, *outputs)):
             return None
-        nodes = sorted(j for i in found for j in report.origins[i])
+        nodes = sorted({j for i in found for j in report.origins[i]})
         part = self.lite.cut(nodes, [report.values[n] for n in inputs],
                              [report.values[n] for n in outputs], name)
         tensors = list(part.tensors)
