@@ -67,14 +67,14 @@ def check(name: str, scale, zero_point, dtype: np.dtype, *, axis: int | None = N
                                 f"{z.size} zero points")
     bad = ~(np.isfinite(s) & (s > 0))
     if bad.any():
-        raise InvalidModelError(f"tensor {name!r}: quantization scale {s[bad][0]!r} "
+        raise InvalidModelError(f"tensor {name!r}: quantization scale {float(s[bad][0])} "
                                 "(scales must be finite and > 0)")
     if dtype.kind not in "iu":
         raise InvalidModelError(f"tensor {name!r}: quantized tensors are integer, not {dtype}")
     info = np.iinfo(dtype)
     if not (np.all(np.isfinite(z)) and np.all(z == np.round(z))
             and z.min() >= info.min and z.max() <= info.max):
-        raise InvalidModelError(f"tensor {name!r}: zero point {z.tolist()[:4]} outside {dtype} "
+        raise InvalidModelError(f"tensor {name!r}: zero point {[f'{v:g}' for v in z.tolist()[:4]]} outside {dtype} "
                                 f"[{info.min}, {info.max}]")
     if axis is None and s.size != 1:
         raise InvalidModelError(f"tensor {name!r}: {s.size} quantization parameters for a "

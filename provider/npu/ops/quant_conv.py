@@ -232,8 +232,6 @@ def qmatmul(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: 
         kernels=("qdense", "qmatmul"), note="constant B per tensor or per column")
 def qmatmul_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     a, b, y = ins[0], ins[1], out_types[0]
-    if len(ins) > 2:
-        raise UnsupportedError(f"{describe(node)}: a bias on an integer MatMul")
     ta, tb = bool(node.attrs.get("transpose_a", False)), bool(node.attrs.get("transpose_b", False))
     a_shape = (*a.shape[:-2], a.shape[-1], a.shape[-2]) if ta else a.shape
     b_shape = (*b.shape[:-2], b.shape[-1], b.shape[-2]) if tb else b.shape
@@ -244,7 +242,11 @@ def qmatmul_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowere
         qb = _weights(node, b, 0 if tb else 1)
         w = b.value if tb else np.ascontiguousarray(b.value.T)
         out = (*a.shape[:-1], w.shape[0])
-        return _dense(node, a, w, qb, np.zeros(w.shape[0], I64), y, out, math.prod(a.shape[:-1]))
+        return _dense(node, a, w, qb, _bias(node, ins, 2, w.shape[0]), y, out,
+                      math.prod(a.shape[:-1]))
+    if len(ins) > 2:
+        raise UnsupportedError(f"{describe(node)}: a bias on an integer MatMul of two "
+                               "run-time inputs")
     qa, qb = quant_of(node, a, "input A"), quant_of(node, b, "input B")
     qy = quant_of(node, y, "output")
     out = (*broadcast(node, a_shape[:-2], b_shape[:-2]), a_shape[-2], b_shape[-1])

@@ -1,0 +1,115 @@
+"""The NPU's integer kernels against onnxruntime's CPU provider on the same quantized node:
+every QDQ unit and QOperator node of `quant_cases`, int8 and uint8 activations, per-tensor
+and per-channel weights, random scales and zero points (seeded). Outputs are equal code for
+code, to onnxruntime's fused (QLinear*) path and to its unfused float path, except Softmax:
+onnxruntime's fused QLinearSoftmax and its own unfused DequantizeLinear -> Softmax ->
+QuantizeLinear differ by 1 LSB on ~8% of the codes; the NPU computes the unfused path
+(equal to it) and is within 1 LSB of the fused one on at most 15%. Malformed quantization
+is an InvalidModelError naming the tensor."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+from quant_cases import (
+    CASES,
+    QOPERATOR,
+    build,
+    build_qoperator,
+    lsb,
+    run_npu,
+    run_ort,
+)
+
+from converters.errors import InvalidModelError
+from converters.onnx_import import import_onnx
+from provider.npu.compiler import compile_model
+
+DTYPES = (np.int8, np.uint8)
+SEEDS = (0, 1, 2)
+# (fraction of codes allowed to differ by 1 LSB from onnxruntime's fused path)
+FUSED_DIFFERS = {"softmax": 0.15}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_qdq_unit_matches_onnxruntime(case, dtype):
+    for seed in SEEDS:
+        model, feeds = build(case, dtype, seed)
+        got = run_npu(model, feeds, native=False)
+        unfused = run_ort(model, feeds, optimized=False)
+        fused = run_ort(model, feeds)
+        assert got.dtype == np.dtype(dtype) and got.shape == fused.shape
+        assert lsb(got, unfused) == (0.0, 0), (case, seed)
+        fraction, worst = lsb(got, fused)
+        allowed = FUSED_DIFFERS.get(case, 0.0)
+        assert worst <= (1 if allowed else 0) and fraction <= allowed, (case, seed, fraction)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("case", sorted(QOPERATOR))
+def test_qoperator_node_matches_onnxruntime(case, dtype):
+    for seed in SEEDS:
+        model, feeds = build_qoperator(case, dtype, seed)
+        assert lsb(run_npu(model, feeds, native=False), run_ort(model, feeds)) == (0.0, 0)
+
+
+def test_every_unit_is_one_quantized_lite_node():
+    """DQ -> Conv -> Relu -> Q (five ONNX nodes with the weight and bias DQs) is one
+    Conv2DFusion[QUANT_ALL] with RELU fused; its tensors carry their quantParams."""
+    model, _ = build("conv_relu", np.uint8, 0)
+    lite, report = import_onnx(model)
+    assert [(n.op, n.quant_type) for n in lite.nodes] == [("Conv2DFusion", "QUANT_ALL")]
+    node = lite.nodes[0]
+    assert node.attrs["activation_type"] == "RELU"
+    x, w, b = (lite.tensors[t] for t in node.inputs)
+    assert (x.dtype, w.dtype, b.dtype) == (np.uint8, np.int8, np.int32)
+    assert len(x.quant_params) == 1 and len(w.quant_params) == len(b.quant_params) == 16
+    assert all(origin == [0] for origin in report.origins)  # every ONNX node is the unit
+
+
+def _malformed(edit) -> onnx.ModelProto:
+    model, _ = build("conv", np.int8, 0)
+    edit(model)
+    return model
+
+
+def _set(model: onnx.ModelProto, name: str, value: np.ndarray) -> None:
+    for i, init in enumerate(model.graph.initializer):
+        if init.name == name:
+            model.graph.initializer[i].CopyFrom(numpy_helper.from_array(value, name))
+
+
+def _weight_dq(model: onnx.ModelProto):
+    return next(n for n in model.graph.node
+                if n.op_type == "DequantizeLinear" and n.input[0].startswith("w"))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: _set(m, _weight_dq(m).input[1], np.zeros(16, np.float32)), "scale 0.0"),
+    (lambda m: _set(m, _weight_dq(m).input[1], -np.ones(16, np.float32)), "scale -1.0"),
+    (lambda m: _set(m, _weight_dq(m).input[1], np.full(16, np.nan, np.float32)), "scale nan"),
+    (lambda m: _set(m, _weight_dq(m).input[1], np.ones(3, np.float32)), "3 quantization scales"),
+    (lambda m: _weight_dq(m).attribute[0].CopyFrom(onnx.helper.make_attribute("axis", 5)),
+     "axis 5 out of range"),
+])
+def test_malformed_quantization_names_the_tensor(edit, message):
+    model = _malformed(edit)
+    weight = _weight_dq(model).input[0]
+    with pytest.raises(InvalidModelError, match=f"tensor '{weight}'.*{message}"):
+        import_onnx(model)
+
+
+def test_malformed_quant_params_of_a_lite_model_name_the_tensor():
+    """.ms files carry quantParams as numbers: a zero point outside the type or a bad
+    scale is refused when the graph is compiled, naming the tensor."""
+    model, _ = build("conv", np.int8, 0)
+    for field, value, message in (("zero_point", 300, "zero point"), ("scale", 0.0, "scale 0.0"),
+                                  ("scale", float("inf"), "scale inf")):
+        lite, _ = import_onnx(model)
+        x = lite.tensors[lite.nodes[0].inputs[0]]
+        setattr(x.quant_params[0], field, value)
+        with pytest.raises(InvalidModelError, match=f"tensor '{x.name}'.*{message}"):
+            compile_model(lite)
