@@ -29,6 +29,8 @@
 
 enum { OP_CONV = 1, OP_DWCONV, OP_MAXPOOL, OP_AVGPOOL, OP_GLOBALPOOL, OP_CONCAT, OP_TRANSPOSE,
        OP_MATMUL, OP_ACT, OP_SOFTMAX, OP_COUNT };
+/* Integer kernels (qconv.c): codes 40-69. */
+enum { OP_QCONV = 40, OP_QDENSE = 41 };
 
 #define MAX_SLOTS 16
 #define MAX_PARAMS 32
@@ -190,5 +192,18 @@ void transpose(const lnpu_step *s, void **slots);
 void matmul(const lnpu_step *s, void **slots);       /* dense.c */
 void activation(const lnpu_step *s, void **slots);
 void softmax(const lnpu_step *s, void **slots);
+
+/* Integer conv parameters (qconv.c): geometry as C_*, then the packed GEMM's K / 4 per
+ * group, the unsigned input zero point (the padding code), 0x80 to flip int8 input codes to
+ * unsigned, the output zero point and its clamp [lo, hi] (codes). */
+enum { Q_N, Q_C, Q_H, Q_W, Q_O, Q_OH, Q_OW, Q_G, Q_KH, Q_KW, Q_SH, Q_SW, Q_DH, Q_DW, Q_PT, Q_PL,
+       Q_KG, Q_ZX, Q_XFLIP, Q_ZY, Q_LO, Q_HI };
+/* Integer dense parameters: rows, K, output channels, K / 4, flip, zy, lo, hi. */
+enum { D_ROWS, D_K, D_O, D_KG, D_XFLIP, D_ZY, D_LO, D_HI };
+/* Integer conv / dense slots: codes, packed weights, folded bias (int32), multipliers
+ * (float64 holding float32 values), output codes, byte scratch. */
+enum { QS_X, QS_W, QS_BIAS, QS_MULT, QS_Y, QS_COLS };
+void qconv(const lnpu_step *s, void **slots);
+void qdense(const lnpu_step *s, void **slots);
 
 #endif

@@ -2,13 +2,16 @@
 FullConnection and MatMulFusion in their QUANT_ALL form (8-bit codes in, int32
 accumulation, requantized 8-bit codes out): rules, numpy kernels.
 
-The rules store what the kernels need once, in the Program: weights as int8 / uint8 codes
-(conv: (G, O/G, C/G*KH*KW); dense: (N, K)), the bias with the input zero point folded in
-(`bias - zx * sum(w - zw)`, int32, one per output channel, so the kernels multiply raw
-input codes: padding holds the input zero point and contributes nothing), the weight zero
-points when any is non-zero, and the float32 requantization multipliers (input scale x
-weight scale / output scale, as onnxruntime's QLinearConv / QGemm / QLinearMatMul compute
-them). The numpy kernels accumulate exactly in float64 GEMMs (every int8 x uint8 product
+The rules store what the kernels need once, in the Program: weights as int8 codes in the
+native GEMM's blocks of 8 output channels x 4 K ((G, O/G/8, K/4, 8, 4), zero-padded:
+`pack_blocks`) when they are symmetric int8, else as they are ((G, O/G, K) or (N, K),
+numpy only); the bias with the input zero point folded in (`bias - zu * sum(w - zw)`,
+int32, one per output channel, where zu is the zero point of the input codes made unsigned
+(+128 for int8), so the kernels multiply unsigned input codes: padding holds zu and
+contributes nothing); the weight zero points when any is non-zero; and the float32
+requantization multipliers (input scale x weight scale / output scale, as onnxruntime's
+QLinearConv / QGemm / QLinearMatMul compute them). The native kernels (csrc/qconv.c) use
+the CPU's int8 dot products (VNNI) where it has them. The numpy kernels accumulate exactly in float64 GEMMs (every int8 x uint8 product
 sum of any realistic depth is an exact float64 integer) and requantize like onnxruntime:
 round half to even, saturate. A fused RELU / RELU6 clamps the output codes at the codes of
 0 and 6.
@@ -37,8 +40,10 @@ from provider.npu.ops.common import (
     describe,
 )
 from provider.npu.ops.conv import conv2d_rule, windows
+from provider.npu.ops.native_builder import StepBuilder
 from provider.npu.ops.quant import CODES, F64, I32, limits, multiplier, quant_of, quantize
-from provider.npu.ops.registry import define, register
+from provider.npu.ops.registry import define, native, register
+from provider.npu.program import Slot
 
 I64 = np.dtype(np.int64)
 
@@ -95,14 +100,41 @@ def _requant(acc: np.ndarray, mult: np.ndarray, zy: int, lo: int, hi: int, out: 
     np.copyto(out, f, casting="unsafe")
 
 
+def pack_blocks(w: np.ndarray) -> np.ndarray:
+    """(O, K) int8 codes as the native GEMM reads them: (ceil(O/8), ceil(K/4), 8, 4)."""
+    o, k = w.shape
+    ob, kg = -(-o // 8), -(-k // 4)
+    padded = np.zeros((ob * 8, kg * 4), np.int8)
+    padded[:o, :k] = w
+    return np.ascontiguousarray(padded.reshape(ob, 8, kg, 4).transpose(0, 2, 1, 3))
+
+
+def unpack_blocks(packed: np.ndarray, o: int, k: int) -> np.ndarray:
+    """The (O, K) codes of pack_blocks' layout (ceil(O/8), ceil(K/4), 8, 4)."""
+    ob, kg = packed.shape[:2]
+    return packed.transpose(0, 2, 1, 3).reshape(ob * 8, kg * 4)[:o, :k]
+
+
+def _blocked(w: np.ndarray, zw: np.ndarray) -> bool:
+    """Whether weights go to the native GEMM: symmetric int8 codes."""
+    return w.dtype == np.int8 and not zw.any()
+
+
+def unsigned_zero(q: Quant, dtype: np.dtype) -> int:
+    """The zero point of input codes made unsigned (int8 codes + 128)."""
+    return int(q.zero_point[0]) + (128 if dtype == np.int8 else 0)
+
+
 # ---- convolution -----------------------------------------------------------------------
 
 
 @register("qconv2d")
 def qconv2d(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
-    """NCHW integer conv: inputs x (codes), w (G, O/G, K codes), folded bias (O,) int32,
-    multipliers (O,), [weight zero points (O,)]; attrs kernel, stride, dilation, pads,
-    group, zx (padding code), zy, range [lo, hi], scratch (pad)."""
+    """NCHW integer conv: inputs x (codes), w (codes: pack_blocks' layout per group when
+    attrs blocked, else (G, O/G, K)), folded bias (O,) int32, multipliers (O,), [weight
+    zero points (O,)]; attrs kernel, stride, dilation, pads, group, zx (the input's zero
+    point, the padding code), zy, range [lo, hi], blocked, scratch (pad, cols: the native
+    kernel's)."""
     x, w, bias, mult = inputs[:4]
     y = outputs[0]
     s = scratch(outputs, attrs)
@@ -110,13 +142,18 @@ def qconv2d(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: 
     c = x.shape[1]
     g = attrs["group"]
     kh, kw = attrs["kernel"]
+    k = c // g * kh * kw
+    if attrs["blocked"]:
+        w = np.stack([unpack_blocks(wg, o // g, k) for wg in w])
     wf = w.astype(F64)
     if len(inputs) > 4:
         wf -= inputs[4].reshape(g, o // g, 1)
     xp = pad_into(x, s["pad"], attrs["pads"], attrs["zx"]) if "pad" in s else x
     xp5 = xp.reshape(n, g, c // g, *xp.shape[2:])
     cols = windows(xp5, [kh, kw], attrs["stride"], attrs["dilation"], (oh, ow))
-    cols = cols.reshape(n, g, c // g * kh * kw, oh * ow).astype(F64)
+    cols = cols.reshape(n, g, k, oh * ow).astype(F64)
+    if x.dtype == np.int8:
+        cols += 128.0  # the bias was folded with the unsigned codes' zero point
     acc = np.matmul(wf, cols).reshape(n, o, oh * ow)
     acc += bias.reshape(o, 1)
     lo, hi = attrs["range"]
@@ -144,20 +181,29 @@ def qconv2d_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowere
     zw = _per_channel(qw.zero_point, o)
     k = math.prod(w.shape[1:])
     centered = w.reshape(o, k).astype(I64) - zw.reshape(o, 1)
-    zx = int(qx.zero_point[0])
-    bias = _folded_bias(_bias(node, ins, 2, o), centered.sum(axis=1), zx)
+    bias = _folded_bias(_bias(node, ins, 2, o), centered.sum(axis=1), unsigned_zero(qx, x.dtype))
     mult = _per_channel(multiplier(qx, qw, qy), o)
-    operands: list = [0, Packed((g, o // g, k), w.dtype, lambda: np.ascontiguousarray(
-        w.reshape(g, o // g, k))), bias, mult]
+    og, kg = o // g, -(-k // 4)
+    blocked = _blocked(w, zw)
+    if blocked:
+        weights = Packed((g, -(-og // 8), kg, 8, 4), np.dtype(np.int8), lambda: np.stack(
+            [pack_blocks(wg) for wg in w.reshape(g, og, k)]))
+    else:
+        weights = Packed((g, og, k), w.dtype, lambda: np.ascontiguousarray(w.reshape(g, og, k)))
+    operands: list = [0, weights, bias, mult]
     if zw.any():
         operands.append(zw.astype(F64))
     top, bottom, left, right = a["pads"]
+    oh, ow = geometry.outputs[0][0][2:]
     planned = []
     if any(a["pads"]):
         planned.append(("pad", (n, c, h + top + bottom, wd + left + right), x.dtype))
+    if blocked:
+        planned.append(("cols", (g * kg * 4 * oh * ow,), np.dtype(np.uint8)))
     attrs = {"kernel": a["kernel"], "stride": a["stride"], "dilation": a["dilation"],
-             "pads": a["pads"], "group": g, "zx": zx, "zy": int(qy.zero_point[0]),
-             "range": out_range(node, qy, y.dtype), "scratch": [p[0] for p in planned]}
+             "pads": a["pads"], "group": g, "zx": int(qx.zero_point[0]),
+             "zy": int(qy.zero_point[0]), "range": out_range(node, qy, y.dtype),
+             "blocked": blocked, "scratch": [p[0] for p in planned]}
     return Lowered("qconv2d", attrs, operands, [(geometry.outputs[0][0], y.dtype)], planned)
 
 
@@ -167,13 +213,19 @@ def qconv2d_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowere
 @register("qdense")
 def qdense(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
     """y (rows, N) = requantize(x (rows, K) @ (w (N, K) - zw).T + folded bias): inputs x,
-    w, bias (N,) int32, multipliers (N,), [weight zero points (N,)]; attrs rows, zy, range."""
+    w (pack_blocks' layout when attrs blocked), bias (N,) int32, multipliers (N,), [weight
+    zero points (N,)]; attrs rows, k, zy, range, blocked, scratch (the native kernel's)."""
     x, w, bias, mult = inputs[:4]
     rows = attrs["rows"]
+    if attrs["blocked"]:
+        w = unpack_blocks(w, mult.shape[0], attrs["k"])
     wf = w.astype(F64)
     if len(inputs) > 4:
         wf -= inputs[4].reshape(-1, 1)
-    acc = x.reshape(rows, -1).astype(F64) @ wf.T
+    xf = x.reshape(rows, -1).astype(F64)
+    if x.dtype == np.int8:
+        xf += 128.0
+    acc = xf @ wf.T
     acc += bias
     lo, hi = attrs["range"]
     _requant(acc, mult, attrs["zy"], lo, hi, outputs[0].reshape(rows, -1))
@@ -186,15 +238,22 @@ def _dense(node: LiteNode, x: TensorInfo, w: np.ndarray, qw: Quant, bias: np.nda
     qy = quant_of(node, y, "output")
     if w.dtype.name not in CODES:
         raise UnsupportedError(f"{describe(node)}: weight codes are {w.dtype}")
-    nout = w.shape[0]
+    nout, k = w.shape
     zw = _per_channel(qw.zero_point, nout)
     centered = w.astype(I64) - zw.reshape(-1, 1)
-    folded = _folded_bias(bias, centered.sum(axis=1), int(qx.zero_point[0]))
-    operands: list = [0, w, folded, _per_channel(multiplier(qx, qw, qy), nout)]
+    folded = _folded_bias(bias, centered.sum(axis=1), unsigned_zero(qx, x.dtype))
+    blocked = _blocked(w, zw)
+    kg = -(-k // 4)
+    weights = Packed((-(-nout // 8), kg, 8, 4), np.dtype(np.int8), lambda: pack_blocks(w)) \
+        if blocked else w
+    operands: list = [0, weights, folded, _per_channel(multiplier(qx, qw, qy), nout)]
     if zw.any():
         operands.append(zw.astype(F64))
-    attrs = {"rows": rows, "zy": int(qy.zero_point[0]), "range": out_range(node, qy, y.dtype)}
-    return Lowered("qdense", attrs, operands, [(out_shape, y.dtype)])
+    planned = [("cols", (kg * 4 * rows + nout * rows,), np.dtype(np.uint8))] if blocked else []
+    attrs = {"rows": rows, "k": k, "zy": int(qy.zero_point[0]),
+             "range": out_range(node, qy, y.dtype), "blocked": blocked,
+             "scratch": [p[0] for p in planned]}
+    return Lowered("qdense", attrs, operands, [(out_shape, y.dtype)], planned)
 
 
 @define("FullConnection", dtypes=CODES, quant=QUANT_ALL, const_inputs=(1, 2),
@@ -255,3 +314,61 @@ def qmatmul_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowere
              "mult": mult, "range": out_range(node, qy, y.dtype), "transpose_a": ta,
              "transpose_b": tb}
     return Lowered("qmatmul", attrs, [0, 1], [(out, y.dtype)])
+
+
+# ---- native lowerings ------------------------------------------------------------------
+
+CODE_DTYPES = ("int8", "uint8")
+
+
+def _common(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, cols_bytes: int) -> bool:
+    """The checks both integer GEMM lowerings share (dtypes, bias, multipliers, scratch)."""
+    x, w, bias, mult, y = ins[0], ins[1], ins[2], ins[3], outs[0]
+    names = list(attrs.get("scratch", []))
+    return (attrs.get("blocked", False) and len(ins) == 4 and x.dtype in CODE_DTYPES
+            and y.dtype in CODE_DTYPES and w.dtype == "int8" and bias.dtype == "int32"
+            and mult.dtype == "float64" and "cols" in names
+            and outs[1 + names.index("cols")].nbytes >= cols_bytes)
+
+
+@native("qconv2d", op="qconv")
+def _qconv_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """An integer conv on the C library's packed GEMM (csrc/qconv.c)."""
+    x, w, y = ins[0], ins[1], outs[0]
+    n, c, h, wd = x.shape
+    _, o, oh, ow = y.shape
+    g = attrs["group"]
+    kh, kw = attrs["kernel"]
+    kg = -(-(c // g * kh * kw) // 4)
+    if w.shape != (g, -(-(o // g) // 8), kg, 8, 4) or ins[2].shape != (o,) or ins[3].shape != (o,):
+        return False
+    if not _common(ins, outs, attrs, g * kg * 4 * oh * ow):
+        return False
+    lo, hi = attrs["range"]
+    flip = 128 if x.dtype == "int8" else 0
+    b.params(n, c, h, wd, o, oh, ow, g, kh, kw, *attrs["stride"], *attrs["dilation"],
+             attrs["pads"][0], attrs["pads"][2], kg, attrs["zx"] + flip, flip, attrs["zy"], lo, hi)
+    names = list(attrs["scratch"])
+    b.slots(b.inputs[0], b.inputs[1], b.inputs[2], b.inputs[3], b.outputs[0],
+            b.outputs[1 + names.index("cols")])
+    return True
+
+
+@native("qdense", op="qdense")
+def _qdense_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """An integer dense layer on the C library's packed GEMM (csrc/qconv.c)."""
+    rows, k = attrs["rows"], attrs["k"]
+    o = ins[3].shape[0]
+    kg = -(-k // 4)
+    if (ins[1].shape != (-(-o // 8), kg, 8, 4) or ins[2].shape != (o,)
+            or math.prod(ins[0].shape) != rows * k or math.prod(outs[0].shape) != rows * o):
+        return False
+    if not _common(ins, outs, attrs, kg * 4 * rows + o * rows):
+        return False
+    lo, hi = attrs["range"]
+    flip = 128 if ins[0].dtype == "int8" else 0
+    b.params(rows, k, o, kg, flip, attrs["zy"], lo, hi)
+    names = list(attrs["scratch"])
+    b.slots(b.inputs[0], b.inputs[1], b.inputs[2], b.inputs[3], b.outputs[0],
+            b.outputs[1 + names.index("cols")])
+    return True

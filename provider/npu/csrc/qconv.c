@@ -1,0 +1,315 @@
+/* Integer convolution and dense layers (provider/npu/ops/quant_conv.py lowers to them):
+ * 8-bit codes in, int32 accumulation, requantized 8-bit codes out, as onnxruntime's
+ * QLinearConv / QGemm compute them (float32(acc) * multiplier, round half to even, clamp).
+ *
+ * The GEMM multiplies unsigned activation codes by signed int8 weights. Activations are
+ * packed (im2col for a conv) as [K/4][N][4] bytes: 4 consecutive K of one output column in
+ * 32 bits, the operand order of the x86 VNNI dot product (vpdpbusd: u8 x s8, four products
+ * summed into each int32 lane, no saturation). Weights come from the Program in blocks of 8
+ * output channels, [O/8][K/4][8][4] (the rule packs them; K and O zero-padded). Int8
+ * activations are made unsigned by flipping their sign bit (x + 128); the rule folded
+ * -(zero point + 128) * sum(w) into the bias, so the kernel adds the bias and never
+ * subtracts a zero point. A tile of 8 output channels x 32 columns keeps its sums in 16
+ * registers; the requantization is its epilogue.
+ *
+ * Paths, picked at run time (qgemm_path): AVX-512 VNNI, AVX-VNNI (256-bit), and a portable
+ * one in plain C (compiled per instruction set by MULTIVERSION) on every other CPU; a test
+ * forces each available one (lnpu_set_int8_path) and compares them with the numpy kernels.
+ */
+#include "npu.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define X86 1
+#else
+#define X86 0
+#endif
+
+enum { PATH_AUTO = 0, PATH_PORTABLE = 1, PATH_AVX512_VNNI = 2, PATH_AVX_VNNI = 3 };
+static int forced_path;  /* lnpu_set_int8_path: 0 = the best the CPU has */
+
+static int best_path(void) {
+#if X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw"))
+        return PATH_AVX512_VNNI;
+#if __GNUC__ >= 11
+    if (__builtin_cpu_supports("avxvnni")) return PATH_AVX_VNNI;
+#endif
+#endif
+    return PATH_PORTABLE;
+}
+
+/* The path int8 GEMMs take: the forced one if the CPU has it, else the best. */
+static int qgemm_path(void) {
+    static int best = -1;
+    if (best < 0) best = best_path();
+    if (forced_path == PATH_PORTABLE) return PATH_PORTABLE;
+    if (forced_path == PATH_AVX_VNNI && (best == PATH_AVX512_VNNI || best == PATH_AVX_VNNI)) {
+#if X86 && __GNUC__ >= 11
+        if (__builtin_cpu_supports("avxvnni")) return PATH_AVX_VNNI;
+#endif
+    }
+    return best;
+}
+
+/* Force a path (0: automatic); returns the path int8 GEMMs now take. */
+API int64_t lnpu_set_int8_path(int64_t path) {
+    forced_path = (int)path;
+    return qgemm_path();
+}
+
+/* The requantization of one int32 sum: rint(float(acc) * m) + zy, clamped to [lo, hi].
+ * Rounding by adding and subtracting 1.5 * 2^23 rounds half to even in float32, exactly
+ * (the value is first clamped to the output's range, well inside 2^22). */
+static inline uint8_t requant(int32_t acc, float m, float lo, float hi, int32_t zy) {
+    float f = (float)acc * m;
+    f = f < lo ? lo : f;
+    f = f > hi ? hi : f;
+    f = (f + 12582912.0f) - 12582912.0f;
+    return (uint8_t)((int32_t)f + zy);  /* an int8 code's two's complement byte */
+}
+
+typedef struct {
+    const uint8_t *b;     /* packed activations [Kg][ldb][4] */
+    const int8_t *w;      /* packed weights [Ob][Kg][8][4] */
+    const int32_t *bias;  /* per output channel (zero points folded in) */
+    const double *mult;   /* float32 multipliers, per output channel */
+    uint8_t *y;           /* output codes, row o at y + o * ldy */
+    int64_t kg, n, ldb, ldy, o;  /* K / 4, columns, output channels */
+    int64_t cols;         /* columns per task */
+    int32_t zy;
+    float lo, hi;         /* output range minus zy */
+} qgemm_args;
+
+/* The tile's epilogue: acc[r][c] for r < rows, c < ncols. */
+static inline __attribute__((always_inline)) void store_tile(
+        const qgemm_args *a, int64_t o0, int64_t c0, int64_t rows, int64_t ncols,
+        const int32_t *acc, int64_t lda) {
+    for (int64_t r = 0; r < rows; r++) {
+        float m = (float)a->mult[o0 + r];
+        int32_t bias = a->bias[o0 + r];
+        uint8_t *y = a->y + (o0 + r) * a->ldy + c0;
+        for (int64_t c = 0; c < ncols; c++)
+            y[c] = requant(acc[r * lda + c] + bias, m, a->lo, a->hi, a->zy);
+    }
+}
+
+/* Portable tile: 8 output channels x up to 32 columns from column c0. */
+MULTIVERSION
+static void tile_portable(const qgemm_args *a, int64_t ob, int64_t c0, int64_t ncols) {
+    int32_t acc[8 * 32];
+    memset(acc, 0, sizeof(acc));
+    const int8_t *w = a->w + ob * a->kg * 32;
+    for (int64_t k = 0; k < a->kg; k++) {
+        const uint8_t *b = a->b + (k * a->ldb + c0) * 4;
+        const int8_t *wk = w + k * 32;
+        for (int64_t r = 0; r < 8; r++) {
+            int32_t w0 = wk[r * 4], w1 = wk[r * 4 + 1], w2 = wk[r * 4 + 2], w3 = wk[r * 4 + 3];
+            int32_t *row = acc + r * 32;
+            for (int64_t c = 0; c < ncols; c++)
+                row[c] += b[c * 4] * w0 + b[c * 4 + 1] * w1 + b[c * 4 + 2] * w2 + b[c * 4 + 3] * w3;
+        }
+    }
+    int64_t rows = a->o - ob * 8 < 8 ? a->o - ob * 8 : 8;
+    store_tile(a, ob * 8, c0, rows, ncols, acc, 32);
+}
+
+#if X86
+/* AVX-512 VNNI tile: 8 output channels x 32 columns (two vectors of 16 int32 each). */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void tile_avx512_vnni(const qgemm_args *a, int64_t ob, int64_t c0) {
+    __m512i acc[16];
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_si512();
+    const int32_t *w = (const int32_t *)(a->w + ob * a->kg * 32);
+    const uint8_t *b = a->b + c0 * 4;
+    int64_t step = a->ldb * 4;
+    for (int64_t k = 0; k < a->kg; k++, b += step, w += 8) {
+        __m512i b0 = _mm512_loadu_si512((const void *)b);
+        __m512i b1 = _mm512_loadu_si512((const void *)(b + 64));
+        _mm_prefetch((const char *)(b + 4 * step), _MM_HINT_T0);
+        for (int r = 0; r < 8; r++) {
+            __m512i wr = _mm512_set1_epi32(w[r]);
+            acc[2 * r] = _mm512_dpbusd_epi32(acc[2 * r], b0, wr);
+            acc[2 * r + 1] = _mm512_dpbusd_epi32(acc[2 * r + 1], b1, wr);
+        }
+    }
+    int32_t out[8 * 32];
+    for (int r = 0; r < 8; r++) {
+        _mm512_storeu_si512((void *)(out + r * 32), acc[2 * r]);
+        _mm512_storeu_si512((void *)(out + r * 32 + 16), acc[2 * r + 1]);
+    }
+    int64_t rows = a->o - ob * 8 < 8 ? a->o - ob * 8 : 8;
+    store_tile(a, ob * 8, c0, rows, 32, out, 32);
+}
+#endif
+
+#if X86 && __GNUC__ >= 11
+/* AVX-VNNI tile: 8 output channels x 16 columns (two vectors of 8 int32 each). */
+__attribute__((target("avx2,avxvnni")))
+static void tile_avx_vnni(const qgemm_args *a, int64_t ob, int64_t c0) {
+    __m256i acc[16];
+    for (int i = 0; i < 16; i++) acc[i] = _mm256_setzero_si256();
+    const int32_t *w = (const int32_t *)(a->w + ob * a->kg * 32);
+    const uint8_t *b = a->b + c0 * 4;
+    int64_t step = a->ldb * 4;
+    for (int64_t k = 0; k < a->kg; k++, b += step, w += 8) {
+        __m256i b0 = _mm256_loadu_si256((const void *)b);
+        __m256i b1 = _mm256_loadu_si256((const void *)(b + 32));
+        for (int r = 0; r < 8; r++) {
+            __m256i wr = _mm256_set1_epi32(w[r]);
+            acc[2 * r] = _mm256_dpbusd_avx_epi32(acc[2 * r], b0, wr);
+            acc[2 * r + 1] = _mm256_dpbusd_avx_epi32(acc[2 * r + 1], b1, wr);
+        }
+    }
+    int32_t out[8 * 16];
+    for (int r = 0; r < 8; r++) {
+        _mm256_storeu_si256((void *)(out + r * 16), acc[2 * r]);
+        _mm256_storeu_si256((void *)(out + r * 16 + 8), acc[2 * r + 1]);
+    }
+    int64_t rows = a->o - ob * 8 < 8 ? a->o - ob * 8 : 8;
+    store_tile(a, ob * 8, c0, rows, 16, out, 16);
+}
+#endif
+
+/* One task: every block of 8 output channels over one block of columns. */
+static void qgemm_task(const void *ctx, int64_t t) {
+    const qgemm_args *a = ctx;
+    int64_t c_begin = t * a->cols, c_end = c_begin + a->cols < a->n ? c_begin + a->cols : a->n;
+    int path = qgemm_path();
+    int64_t blocks = (a->o + 7) / 8;
+    for (int64_t ob = 0; ob < blocks; ob++) {
+        int64_t c = c_begin;
+#if X86
+        if (path == PATH_AVX512_VNNI)
+            for (; c + 32 <= c_end; c += 32) tile_avx512_vnni(a, ob, c);
+#endif
+#if X86 && __GNUC__ >= 11
+        if (path == PATH_AVX_VNNI)
+            for (; c + 16 <= c_end; c += 16) tile_avx_vnni(a, ob, c);
+#endif
+        for (; c < c_end; c += 32) tile_portable(a, ob, c, c_end - c < 32 ? c_end - c : 32);
+    }
+}
+
+/* y[o][c] = requant(sum_k w[o][k] * b[k][c] + bias[o]) for o < O, c < N, on every core. */
+static void qgemm(qgemm_args *a) {
+    double macs = (double)a->o * a->kg * 4 * a->n;
+    int64_t tasks = task_count(macs / (GEMM_MACS_PER_NS * 4), (a->n + 31) / 32);
+    int64_t cols = (per_task(a->n, tasks) + 31) / 32 * 32;
+    a->cols = cols;
+    parallel(qgemm_task, a, (a->n + cols - 1) / cols);
+}
+
+static void fill_range(qgemm_args *a, const lnpu_step *s, int zy_at) {
+    a->zy = (int32_t)s->p[zy_at];
+    a->lo = (float)(s->p[zy_at + 1] - s->p[zy_at]);
+    a->hi = (float)(s->p[zy_at + 2] - s->p[zy_at]);
+}
+
+/* ---- convolution -------------------------------------------------------------------- */
+
+typedef struct {
+    const uint8_t *x;  /* one image, (C, H, W) codes */
+    uint8_t *cols;     /* [G][Kg][OH*OW][4] */
+    const lnpu_step *s;
+} im2col_args;
+
+/* Pack the rows 4 * kg .. 4 * kg + 3 of one group's im2col matrix (k = c * KH*KW + i*KW + j)
+ * as [N][4] bytes; padding and the rows past K hold the (unsigned) zero point / 0. */
+static void im2col_task(const void *ctx, int64_t t) {
+    const im2col_args *a = ctx;
+    const int64_t *p = a->s->p;
+    int64_t c = p[Q_C], h = p[Q_H], w = p[Q_W], g = p[Q_G], kh = p[Q_KH], kw = p[Q_KW];
+    int64_t oh = p[Q_OH], ow = p[Q_OW], sh = p[Q_SH], sw = p[Q_SW], dh = p[Q_DH], dw = p[Q_DW];
+    int64_t pt = p[Q_PT], pl = p[Q_PL], kg = p[Q_KG], cg = c / g, k_total = cg * kh * kw;
+    uint8_t zx = (uint8_t)p[Q_ZX], flip = (uint8_t)p[Q_XFLIP];
+    int64_t grp = t / kg, q = t % kg, n = oh * ow;
+    uint8_t *out = a->cols + (grp * kg + q) * n * 4;
+    for (int64_t lane = 0; lane < 4; lane++) {
+        int64_t k = q * 4 + lane;
+        if (k >= k_total) {
+            for (int64_t i = 0; i < n; i++) out[i * 4 + lane] = 0;
+            continue;
+        }
+        int64_t ch = grp * cg + k / (kh * kw), i = k / kw % kh, j = k % kw;
+        const uint8_t *plane = a->x + ch * h * w;
+        for (int64_t r = 0; r < oh; r++) {
+            int64_t ir = r * sh + i * dh - pt;
+            uint8_t *dst = out + r * ow * 4 + lane;
+            if (ir < 0 || ir >= h) {
+                for (int64_t col = 0; col < ow; col++) dst[col * 4] = zx;
+                continue;
+            }
+            const uint8_t *row = plane + ir * w;
+            for (int64_t col = 0; col < ow; col++) {
+                int64_t ic = col * sw + j * dw - pl;
+                dst[col * 4] = ic < 0 || ic >= w ? zx : (uint8_t)(row[ic] ^ flip);
+            }
+        }
+    }
+}
+
+void qconv(const lnpu_step *s, void **slots) {
+    const int64_t *p = s->p;
+    int64_t n = p[Q_N], c = p[Q_C], h = p[Q_H], w = p[Q_W], o = p[Q_O], g = p[Q_G];
+    int64_t oh = p[Q_OH], ow = p[Q_OW], kg = p[Q_KG], og = o / g;
+    const uint8_t *x = slots[s->slot[QS_X]];
+    const int8_t *wt = slots[s->slot[QS_W]];
+    const int32_t *bias = slots[s->slot[QS_BIAS]];
+    const double *mult = slots[s->slot[QS_MULT]];
+    uint8_t *y = slots[s->slot[QS_Y]];
+    uint8_t *cols = slots[s->slot[QS_COLS]];
+    int64_t blocks = (og + 7) / 8;
+    for (int64_t img = 0; img < n; img++) {
+        im2col_args ia = {x + img * c * h * w, cols, s};
+        parallel(im2col_task, &ia, g * kg);
+        for (int64_t grp = 0; grp < g; grp++) {
+            qgemm_args a = {cols + grp * kg * oh * ow * 4, wt + grp * blocks * kg * 32,
+                            bias + grp * og, mult + grp * og,
+                            y + (img * o + grp * og) * oh * ow, kg, oh * ow, oh * ow, oh * ow,
+                            og, 0, 0, 0, 0};
+            fill_range(&a, s, Q_ZY);
+            qgemm(&a);
+        }
+    }
+}
+
+/* ---- dense ----------------------------------------------------------------------------- */
+
+typedef struct {
+    const uint8_t *x;  /* (rows, K) codes */
+    uint8_t *packed;   /* [Kg][rows][4] */
+    int64_t rows, k, kg;
+    uint8_t flip;
+} pack_args;
+
+static void pack_task(const void *ctx, int64_t t) {
+    const pack_args *a = ctx;
+    uint8_t *out = a->packed + t * a->rows * 4;
+    for (int64_t r = 0; r < a->rows; r++) {
+        const uint8_t *row = a->x + r * a->k;
+        for (int64_t lane = 0; lane < 4; lane++) {
+            int64_t k = t * 4 + lane;
+            out[r * 4 + lane] = k < a->k ? (uint8_t)(row[k] ^ a->flip) : 0;
+        }
+    }
+}
+
+/* y (rows, O) = requant(x (rows, K) @ w^T + bias): the GEMM computes y^T (O, rows) into
+ * the scratch and the rows are transposed out. */
+void qdense(const lnpu_step *s, void **slots) {
+    const int64_t *p = s->p;
+    int64_t rows = p[D_ROWS], k = p[D_K], o = p[D_O], kg = p[D_KG];
+    uint8_t *scratch = slots[s->slot[QS_COLS]];
+    uint8_t *packed = scratch, *yt = scratch + kg * rows * 4;
+    pack_args pa = {slots[s->slot[QS_X]], packed, rows, k, kg, (uint8_t)p[D_XFLIP]};
+    parallel(pack_task, &pa, kg);
+    qgemm_args a = {packed, slots[s->slot[QS_W]], slots[s->slot[QS_BIAS]],
+                    slots[s->slot[QS_MULT]], yt, kg, rows, rows, rows, o, 0, 0, 0, 0};
+    fill_range(&a, s, D_ZY);
+    qgemm(&a);
+    uint8_t *y = slots[s->slot[QS_Y]];
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < o; j++) y[r * o + j] = yt[j * rows + r];
+}
