@@ -25,6 +25,14 @@ from converters.naming import unique_name
 from converters.onnx_import import HEADER_TENSOR, PROGRESS_EVERY
 from converters.onnx_ops.export_base import LAYOUT_OPS, TO_NCHW, TO_NHWC, ExportContext
 from converters.onnx_ops.export_math import activation
+from converters.onnx_ops.export_nn import TO_OIHW
+from converters.onnx_ops.export_quant import (
+    QUANT_ALL,
+    channel_axis,
+    dequantize_linear,
+    is_quantized,
+    quantize_linear,
+)
 from converters.onnx_ops.exporters import EXPORTERS
 
 DEFAULT_OPSET = 17
@@ -125,6 +133,12 @@ def _export_node(ctx: ExportContext, node: LiteNode) -> None:
                                f"(exportable: {', '.join(EXPORTERS.ops())})")
     ins = [ctx.name(i) for i in node.inputs]
     outs = [ctx.name(i) for i in node.outputs]
+    quantized = node.quant_type == QUANT_ALL
+    if quantized:  # QDQ: dequantize the integer inputs, quantize the float results
+        ctx.as_float = {i for i in (*node.inputs, *node.outputs)
+                        if is_quantized(ctx.model.tensors[i])}
+        ins = _dequantized_inputs(ctx, node, ins)
+        codes, outs = outs, [ctx.fresh(f"{o}/float") for o in outs]
     final = list(outs)
     nhwc = node.op in LAYOUT_OPS and _is_nhwc(ctx, node)
     if nhwc:
@@ -139,6 +153,34 @@ def _export_node(ctx: ExportContext, node: LiteNode) -> None:
     if nhwc:
         for tmp, out in zip(outs, final, strict=True):
             ctx.add("Transpose", [tmp], [out], perm=TO_NHWC, name=f"{node.name}/to_nhwc")
+    if quantized:
+        ctx.as_float = set()
+        for index, value, out in zip(node.outputs, final, codes, strict=True):
+            if is_quantized(ctx.model.tensors[index]):
+                quantize_linear(ctx, index, value, out, f"{node.name}/quantize")
+            else:
+                ctx.add("Identity", [value], [out], name=f"{node.name}/identity")
+
+
+def _dequantized_inputs(ctx: ExportContext, node: LiteNode, ins: list[str]) -> list[str]:
+    """The float ONNX values a QUANT_ALL node's op reads: its quantized inputs dequantized
+    (a conv weight MindSpore lays out OHWI is transposed to OIHW first, as int8 codes, so
+    the DequantizeLinear reads a constant, the form the importer folds)."""
+    out = []
+    for position, (index, name) in enumerate(zip(node.inputs, ins, strict=True)):
+        t = ctx.model.tensors[index]
+        if not is_quantized(t):
+            out.append(name)
+            continue
+        data = ctx.value(index)
+        rank = data.ndim if data is not None else len(t.shape)
+        axis = channel_axis(node, position, rank)
+        perm = TO_OIHW.get(t.format) if position == 1 and node.op == "Conv2DFusion" else None
+        if perm is not None and data is not None:
+            name = ctx.const(np.ascontiguousarray(np.asarray(data).transpose(perm)), f"{name}/oihw")
+            ctx.oihw.add(index)
+        out.append(dequantize_linear(ctx, index, name, axis, f"{node.name}/dequantize{position}"))
+    return out
 
 
 def _is_nhwc(ctx: ExportContext, node: LiteNode) -> bool:

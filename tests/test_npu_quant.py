@@ -113,3 +113,26 @@ def test_malformed_quant_params_of_a_lite_model_name_the_tensor():
         setattr(x.quant_params[0], field, value)
         with pytest.raises(InvalidModelError, match=f"tensor '{x.name}'.*{message}"):
             compile_model(lite)
+
+
+# ---- export: a quantized Lite graph back to QDQ ONNX --------------------------------------
+
+@pytest.mark.parametrize("case", sorted(CASES) + sorted(QOPERATOR))
+def test_export_restores_an_equivalent_qdq_graph(case):
+    """Lite -> ONNX writes every QUANT_ALL node as DequantizeLinear -> op -> QuantizeLinear:
+    onnxruntime computes the same codes from it as from the source model, and importing it
+    again gives the same quantized nodes (Resize's output size comes back computed from its
+    input's Shape, a float Resize between explicit quantize / dequantize steps)."""
+    from converters.onnx_export import export_onnx
+
+    for dtype in DTYPES:
+        model, feeds = (build if case in CASES else build_qoperator)(case, dtype, 0)
+        lite, _ = import_onnx(model)
+        back = export_onnx(lite)
+        assert {n.op_type for n in back.graph.node} >= {"QuantizeLinear"}
+        assert lsb(run_ort(back, feeds), run_ort(model, feeds)) == (0.0, 0)
+        if case.startswith("resize"):
+            continue
+        again, _ = import_onnx(back)
+        quantized = [(n.op, n.quant_type) for n in again.nodes if n.quant_type == "QUANT_ALL"]
+        assert quantized == [(n.op, n.quant_type) for n in lite.nodes if n.quant_type == "QUANT_ALL"]

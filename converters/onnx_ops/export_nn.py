@@ -38,7 +38,7 @@ def _weight(ctx, node, name: str) -> str:
     """The conv weight in OIHW: other layouts MindSpore writes (OHWI, ...) are transposed."""
     index = node.inputs[1]
     perm = TO_OIHW.get(ctx.model.tensors[index].format)
-    if perm is None:
+    if perm is None or index in ctx.oihw:
         return name
     data = ctx.value(index)
     if data is None:

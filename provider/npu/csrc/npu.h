@@ -203,7 +203,7 @@ enum { D_ROWS, D_K, D_O, D_KG, D_XFLIP, D_ZY, D_LO, D_HI };
 /* Integer conv / dense slots: codes, packed weights, folded bias (int32), multipliers
  * (float64 holding float32 values), output codes, byte scratch. */
 enum { QS_X, QS_W, QS_BIAS, QS_MULT, QS_Y, QS_COLS };
-void qconv(const lnpu_step *s, void **slots);
+int qconv(const lnpu_step *s, void **slots);  /* -1: no host scratch */
 void qdense(const lnpu_step *s, void **slots);
 
 #endif

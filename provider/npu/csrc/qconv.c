@@ -31,7 +31,8 @@ static int forced_path;  /* lnpu_set_int8_path: 0 = the best the CPU has */
 static int best_path(void) {
 #if X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw"))
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
         return PATH_AVX512_VNNI;
 #if __GNUC__ >= 11
     if (__builtin_cpu_supports("avxvnni")) return PATH_AVX_VNNI;
@@ -116,17 +117,20 @@ static void tile_portable(const qgemm_args *a, int64_t ob, int64_t c0, int64_t n
 }
 
 #if X86
-/* AVX-512 VNNI tile: 8 output channels x 32 columns (two vectors of 16 int32 each). */
-__attribute__((target("avx512f,avx512bw,avx512vnni")))
-static void tile_avx512_vnni(const qgemm_args *a, int64_t ob, int64_t c0) {
+/* AVX-512 VNNI tile: 8 output channels x up to 32 columns (two vectors of 16 int32 each;
+ * a narrower tile loads and stores under a column mask). */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+static void tile_avx512_vnni(const qgemm_args *a, int64_t ob, int64_t c0, int64_t ncols) {
     __m512i acc[16];
     for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_si512();
     const int32_t *w = (const int32_t *)(a->w + ob * a->kg * 32);
-    const uint8_t *b = a->b + c0 * 4;
-    int64_t step = a->ldb * 4;
+    const int32_t *b = (const int32_t *)(a->b + c0 * 4);
+    int64_t step = a->ldb;
+    __mmask16 m0 = ncols >= 16 ? 0xFFFF : (__mmask16)((1u << ncols) - 1);
+    __mmask16 m1 = ncols >= 32 ? 0xFFFF : ncols <= 16 ? 0 : (__mmask16)((1u << (ncols - 16)) - 1);
     for (int64_t k = 0; k < a->kg; k++, b += step, w += 8) {
-        __m512i b0 = _mm512_loadu_si512((const void *)b);
-        __m512i b1 = _mm512_loadu_si512((const void *)(b + 64));
+        __m512i b0 = _mm512_maskz_loadu_epi32(m0, b);
+        __m512i b1 = _mm512_maskz_loadu_epi32(m1, b + 16);
         _mm_prefetch((const char *)(b + 4 * step), _MM_HINT_T0);
         for (int r = 0; r < 8; r++) {
             __m512i wr = _mm512_set1_epi32(w[r]);
@@ -134,13 +138,24 @@ static void tile_avx512_vnni(const qgemm_args *a, int64_t ob, int64_t c0) {
             acc[2 * r + 1] = _mm512_dpbusd_epi32(acc[2 * r + 1], b1, wr);
         }
     }
-    int32_t out[8 * 32];
-    for (int r = 0; r < 8; r++) {
-        _mm512_storeu_si512((void *)(out + r * 32), acc[2 * r]);
-        _mm512_storeu_si512((void *)(out + r * 32 + 16), acc[2 * r + 1]);
-    }
+    /* requantize: float(acc + bias) * m, clamped, rounded half to even, + zy */
     int64_t rows = a->o - ob * 8 < 8 ? a->o - ob * 8 : 8;
-    store_tile(a, ob * 8, c0, rows, 32, out, 32);
+    __m512 lo = _mm512_set1_ps(a->lo), hi = _mm512_set1_ps(a->hi);
+    __m512i zy = _mm512_set1_epi32(a->zy);
+    for (int r = 0; r < rows; r++) {
+        int64_t o = ob * 8 + r;
+        __m512 m = _mm512_set1_ps((float)a->mult[o]);
+        __m512i bias = _mm512_set1_epi32(a->bias[o]);
+        uint8_t *y = a->y + o * a->ldy + c0;
+        for (int h = 0; h < 2; h++) {
+            __mmask16 mk = h ? m1 : m0;
+            if (!mk) continue;
+            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc[2 * r + h], bias)), m);
+            f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
+            __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(f), zy);  /* MXCSR: nearest even */
+            _mm_mask_storeu_epi8(y + 16 * h, mk, _mm512_cvtepi32_epi8(q));
+        }
+    }
 }
 #endif
 
@@ -181,8 +196,10 @@ static void qgemm_task(const void *ctx, int64_t t) {
     for (int64_t ob = 0; ob < blocks; ob++) {
         int64_t c = c_begin;
 #if X86
-        if (path == PATH_AVX512_VNNI)
-            for (; c + 32 <= c_end; c += 32) tile_avx512_vnni(a, ob, c);
+        if (path == PATH_AVX512_VNNI) {
+            for (; c < c_end; c += 32) tile_avx512_vnni(a, ob, c, c_end - c < 32 ? c_end - c : 32);
+            continue;
+        }
 #endif
 #if X86 && __GNUC__ >= 11
         if (path == PATH_AVX_VNNI)
@@ -215,42 +232,66 @@ typedef struct {
     const lnpu_step *s;
 } im2col_args;
 
-/* Pack the rows 4 * kg .. 4 * kg + 3 of one group's im2col matrix (k = c * KH*KW + i*KW + j)
- * as [N][4] bytes; padding and the rows past K hold the (unsigned) zero point / 0. */
-static void im2col_task(const void *ctx, int64_t t) {
-    const im2col_args *a = ctx;
+/* Row k of one group's im2col matrix (k = c * KH*KW + i*KW + j), unsigned codes: the
+ * padding holds the unsigned zero point. */
+MULTIVERSION
+static void im2col_row(const im2col_args *a, int64_t grp, int64_t k, uint8_t *restrict out) {
     const int64_t *p = a->s->p;
     int64_t c = p[Q_C], h = p[Q_H], w = p[Q_W], g = p[Q_G], kh = p[Q_KH], kw = p[Q_KW];
     int64_t oh = p[Q_OH], ow = p[Q_OW], sh = p[Q_SH], sw = p[Q_SW], dh = p[Q_DH], dw = p[Q_DW];
-    int64_t pt = p[Q_PT], pl = p[Q_PL], kg = p[Q_KG], cg = c / g, k_total = cg * kh * kw;
+    int64_t pt = p[Q_PT], pl = p[Q_PL], cg = c / g;
     uint8_t zx = (uint8_t)p[Q_ZX], flip = (uint8_t)p[Q_XFLIP];
-    int64_t grp = t / kg, q = t % kg, n = oh * ow;
-    uint8_t *out = a->cols + (grp * kg + q) * n * 4;
-    for (int64_t lane = 0; lane < 4; lane++) {
-        int64_t k = q * 4 + lane;
-        if (k >= k_total) {
-            for (int64_t i = 0; i < n; i++) out[i * 4 + lane] = 0;
+    int64_t ch = grp * cg + k / (kh * kw), i = k / kw % kh, j = k % kw;
+    const uint8_t *plane = a->x + ch * h * w;
+    int64_t lo, hi, off = j * dw - pl;
+    valid_columns(off, sw, w, ow, &lo, &hi);
+    for (int64_t r = 0; r < oh; r++) {
+        int64_t ir = r * sh + i * dh - pt;
+        uint8_t *dst = out + r * ow;
+        if (ir < 0 || ir >= h) {
+            memset(dst, zx, ow);
             continue;
         }
-        int64_t ch = grp * cg + k / (kh * kw), i = k / kw % kh, j = k % kw;
-        const uint8_t *plane = a->x + ch * h * w;
-        for (int64_t r = 0; r < oh; r++) {
-            int64_t ir = r * sh + i * dh - pt;
-            uint8_t *dst = out + r * ow * 4 + lane;
-            if (ir < 0 || ir >= h) {
-                for (int64_t col = 0; col < ow; col++) dst[col * 4] = zx;
-                continue;
-            }
-            const uint8_t *row = plane + ir * w;
-            for (int64_t col = 0; col < ow; col++) {
-                int64_t ic = col * sw + j * dw - pl;
-                dst[col * 4] = ic < 0 || ic >= w ? zx : (uint8_t)(row[ic] ^ flip);
-            }
+        const uint8_t *row = plane + ir * w + off;
+        memset(dst, zx, lo);
+        if (sw == 1) {
+            for (int64_t col = lo; col < hi; col++) dst[col] = row[col] ^ flip;
+        } else {
+            for (int64_t col = lo; col < hi; col++) dst[col] = row[col * sw] ^ flip;
         }
+        memset(dst + hi, zx, ow - hi);
     }
 }
 
-void qconv(const lnpu_step *s, void **slots) {
+/* Interleave four rows of n bytes into [n][4]. */
+MULTIVERSION
+static void interleave4(const uint8_t *restrict r0, const uint8_t *restrict r1,
+                        const uint8_t *restrict r2, const uint8_t *restrict r3, int64_t n,
+                        uint32_t *restrict out) {
+    for (int64_t i = 0; i < n; i++)
+        out[i] = (uint32_t)r0[i] | (uint32_t)r1[i] << 8 | (uint32_t)r2[i] << 16 |
+                 (uint32_t)r3[i] << 24;
+}
+
+/* Pack rows 4q .. 4q + 3 of one group's im2col matrix as [N][4] bytes (rows past K: 0). */
+static void im2col_task(const void *ctx, int64_t t) {
+    const im2col_args *a = ctx;
+    const int64_t *p = a->s->p;
+    int64_t kg = p[Q_KG], n = p[Q_OH] * p[Q_OW];
+    int64_t k_total = p[Q_C] / p[Q_G] * p[Q_KH] * p[Q_KW];
+    int64_t grp = t / kg, q = t % kg;
+    uint8_t *rows = (uint8_t *)thread_scratch((4 * n + 3) / 4);
+    if (!rows) return;  /* no host memory: the caller checks its own scratch first */
+    for (int64_t lane = 0; lane < 4; lane++) {
+        int64_t k = q * 4 + lane;
+        if (k < k_total) im2col_row(a, grp, k, rows + lane * n);
+        else memset(rows + lane * n, 0, n);
+    }
+    interleave4(rows, rows + n, rows + 2 * n, rows + 3 * n, n,
+                (uint32_t *)(a->cols + (grp * kg + q) * n * 4));
+}
+
+int qconv(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p;
     int64_t n = p[Q_N], c = p[Q_C], h = p[Q_H], w = p[Q_W], o = p[Q_O], g = p[Q_G];
     int64_t oh = p[Q_OH], ow = p[Q_OW], kg = p[Q_KG], og = o / g;
@@ -261,6 +302,7 @@ void qconv(const lnpu_step *s, void **slots) {
     uint8_t *y = slots[s->slot[QS_Y]];
     uint8_t *cols = slots[s->slot[QS_COLS]];
     int64_t blocks = (og + 7) / 8;
+    if (n && !thread_scratch(oh * ow)) return -1;
     for (int64_t img = 0; img < n; img++) {
         im2col_args ia = {x + img * c * h * w, cols, s};
         parallel(im2col_task, &ia, g * kg);
@@ -273,6 +315,7 @@ void qconv(const lnpu_step *s, void **slots) {
             qgemm(&a);
         }
     }
+    return 0;
 }
 
 /* ---- dense ----------------------------------------------------------------------------- */

@@ -38,7 +38,7 @@ API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, double
         case OP_MATMUL: matmul(s, slots); break;
         case OP_ACT: activation(s, slots); break;
         case OP_SOFTMAX: softmax(s, slots); break;
-        case OP_QCONV: qconv(s, slots); break;
+        case OP_QCONV: status = qconv(s, slots); break;
         case OP_QDENSE: qdense(s, slots); break;
         default: status = i + 1; continue;
         }
