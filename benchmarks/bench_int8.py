@@ -39,6 +39,7 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
 from bench_npu_vs_ort import LIGHT, as_constants, flat, spread  # noqa: E402
 from npu_oracle import randomized  # noqa: E402
+from quant_cases import cosine, output_scales  # noqa: E402
 
 import provider  # noqa: E402
 from converters.onnx_import import import_onnx  # noqa: E402
@@ -74,26 +75,6 @@ def without_final_softmax(model: onnx.ModelProto) -> onnx.ModelProto:
         inferred = onnx.shape_inference.infer_shapes(model)
         graph.output.extend(vi for vi in inferred.graph.value_info if vi.name == last.input[0])
     return model
-
-
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = a.reshape(-1).astype(np.float64), b.reshape(-1).astype(np.float64)
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
-
-
-def output_scales(model: onnx.ModelProto) -> dict[str, float]:
-    """Each graph output's last quantization step (the DequantizeLinear that produces it, or
-    the one feeding the float op that does), for the 1-LSB comparison."""
-    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
-    producer = {o: n for n in model.graph.node for o in n.output}
-    scales = {}
-    for out in model.graph.output:
-        node, seen = producer.get(out.name), 0
-        while node is not None and node.op_type != "DequantizeLinear" and seen < 8:
-            node, seen = producer.get(node.input[0]), seen + 1
-        if node is not None and node.op_type == "DequantizeLinear":
-            scales[out.name] = float(np.max(inits[node.input[1]]))
-    return scales
 
 
 def placement(path: str) -> str:

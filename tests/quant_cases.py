@@ -322,3 +322,26 @@ def build_qoperator(case: str, dtype, seed: int) -> tuple[onnx.ModelProto, dict]
     """The QOperator model of `case` with activations of `dtype`, and its feeds."""
     g = Graph(np.random.default_rng(seed), dtype)
     return g.model(QOPERATOR[case](g)), g.feeds
+
+
+# ---- whole models ---------------------------------------------------------------------------
+
+
+def output_scales(model: onnx.ModelProto) -> dict[str, float]:
+    """Each graph output's last quantization step: the scale of the DequantizeLinear that
+    produces it (or feeds, through float ops, the one that does); for 1-LSB comparisons."""
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    scales = {}
+    for out in model.graph.output:
+        node, seen = producer.get(out.name), 0
+        while node is not None and node.op_type != "DequantizeLinear" and seen < 8:
+            node, seen = producer.get(node.input[0]), seen + 1
+        if node is not None and node.input[1] in inits:
+            scales[out.name] = float(np.max(inits[node.input[1]]))
+    return scales
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.reshape(-1).astype(np.float64), b.reshape(-1).astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))

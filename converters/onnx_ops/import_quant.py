@@ -3,7 +3,7 @@
 Before the nodes are walked, `QuantPlan` reads every QuantizeLinear / DequantizeLinear and
 QOperator node (QLinearConv, QLinearMatMul, and com.microsoft's QLinearAdd / QLinearMul /
 QLinearConcat / QLinearGlobalAveragePool / QLinearAveragePool / QLinearSigmoid /
-QLinearLeakyRelu) and gives each 8-bit (or int32 bias) value its quantization, checked
+QLinearLeakyRelu / QLinearSoftmax / QGemm) and gives each 8-bit (or int32 bias) value its quantization, checked
 (`converters.lite.quant.check`: a zero, negative or NaN scale, a zero point outside the
 type, a bad per-channel axis or count is an InvalidModelError naming the tensor). A value
 two nodes quantize differently keeps no quantization and its nodes stay as they are.
@@ -222,11 +222,15 @@ def _qoperator_params(node) -> list[tuple[str, str, str, object]]:
         return [(a(0), a(1), a(2), None), (a(3), a(4), a(5), 0), (node.outputs[0], a(6), a(7), None)]
     if dom == "" and op == "QLinearMatMul":
         return [(a(0), a(1), a(2), None), (a(3), a(4), a(5), -1), (node.outputs[0], a(6), a(7), None)]
+    if dom == MS_DOMAIN and op == "QGemm":
+        out = [(a(0), a(1), a(2), None), (node.outputs[0], a(7), a(8), None)]
+        axis = 0 if node.attrs.get("transB", 0) else 1
+        return [*out, (a(3), a(4), a(5), axis)]
     if dom == MS_DOMAIN and op in ("QLinearAdd", "QLinearMul"):
         return [(a(0), a(1), a(2), None), (a(3), a(4), a(5), None),
                 (node.outputs[0], a(6), a(7), None)]
     if dom == MS_DOMAIN and op in ("QLinearGlobalAveragePool", "QLinearAveragePool",
-                                   "QLinearSigmoid", "QLinearLeakyRelu"):
+                                   "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax"):
         return [(a(0), a(1), a(2), None), (node.outputs[0], a(3), a(4), None)]
     if dom == MS_DOMAIN and op == "QLinearConcat":
         out = [(node.outputs[0], a(0), a(1), None)]
@@ -447,6 +451,8 @@ def import_node(ctx, p: QuantPlan, i: int, node) -> list | None:
 def origins(p: QuantPlan, lite_nodes: list, origin: list[list[int]]) -> None:
     """Point the ONNX nodes of every folded unit at the unit's Lite node (in place)."""
     index = {id(n): k for k, n in enumerate(lite_nodes)}
+    for d, steps in p.emitted.items():  # Dequantize steps a unit that did not map needed
+        origin[d] = sorted({*origin[d], *steps})
     for u, produced in p.done.items():
         unit = p.units[u]
         mine = [index[id(n)] for n in produced]
@@ -489,15 +495,41 @@ def _qlinear_conv(ctx, p: QuantPlan, node):
     produced = _qop("Conv", (0, 3))(ctx, p, node)
     bias = _arg(node, 8)
     if bias:
-        x, w = p.known(node.inputs[0]), p.known(node.inputs[3])
-        value = ctx.const_value(bias)
-        if value is None or value.dtype != I32:
-            raise_unmappable("the bias is not constant int32")
-        scale = (x.scale * w.scale).astype(np.float32)
-        p.quant[bias] = Quant(scale, np.zeros(scale.shape, np.int64), 0 if w.per_channel else None)
-        p.dtype[bias] = I32
+        _bias_quant(ctx, p, bias, node.inputs[0], node.inputs[3], axis=0)
         produced[0].inputs.append(ctx.tensor(bias))
     return produced
+
+
+def _qgemm(ctx, p: QuantPlan, node):
+    """QGemm with an 8-bit output (y_scale given); its int32 bias C at scale a x b."""
+    if not _arg(node, 7):
+        raise Unmappable("QGemm with a float output")
+    produced = _qop("Gemm", (0, 3))(ctx, p, dataclasses.replace(node, inputs=node.inputs))
+    bias = _arg(node, 6)
+    if bias:
+        _bias_quant(ctx, p, bias, node.inputs[0], node.inputs[3], axis=0)
+        produced[0].inputs.append(ctx.tensor(bias))
+    return produced
+
+
+def _bias_quant(ctx, p: QuantPlan, bias: str, x: str, w: str, axis: int) -> None:
+    """Record the quantization of an int32 bias: scale x scale * w scale, zero point 0."""
+    qx, qw = p.known(x), p.known(w)
+    value = ctx.const_value(bias)
+    if value is None or value.dtype != I32:
+        raise_unmappable("the bias is not constant int32")
+    scale = (qx.scale * qw.scale).astype(np.float32)
+    p.quant[bias] = Quant(scale, np.zeros(scale.shape, np.int64), axis if qw.per_channel else None)
+    p.dtype[bias] = I32
+
+
+def _qlinear_softmax(ctx, p: QuantPlan, node):
+    """QLinearSoftmax's `opset` attribute picks the Softmax semantics (pre-13: over the
+    flattened trailing axes); mapped when it agrees with the model's."""
+    if (int(node.attrs.get("opset", 13)) >= 13) != (ctx.opset >= 13):
+        raise Unmappable("QLinearSoftmax of another opset's semantics than the model's")
+    node = dataclasses.replace(node, attrs={k: v for k, v in node.attrs.items() if k != "opset"})
+    return _qop("Softmax", (0,))(ctx, p, node)
 
 
 def _qlinear_concat(ctx, p: QuantPlan, node):
@@ -515,4 +547,6 @@ QOPERATORS = {
     (MS_DOMAIN, "QLinearAveragePool"): _qop("AveragePool", (0,)),
     (MS_DOMAIN, "QLinearSigmoid"): _qop("Sigmoid", (0,)),
     (MS_DOMAIN, "QLinearLeakyRelu"): _qop("LeakyRelu", (0,)),
+    (MS_DOMAIN, "QLinearSoftmax"): _qlinear_softmax,
+    (MS_DOMAIN, "QGemm"): _qgemm,
 }

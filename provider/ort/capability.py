@@ -23,6 +23,7 @@ import numpy as np
 
 from converters.lite.ir import LiteModel
 from converters.onnx_import import import_onnx
+from converters.onnx_ops.import_quant import QOPERATORS
 from converters.report import ConversionReport
 from provider.errors import UnsupportedError
 from provider.npu.capability import assess, supported_nodes
@@ -108,7 +109,7 @@ def _static_reason(contents: OrtGraphContents, node: OrtNode, options: NpuOption
         return "disabled by provider option disable_ops"
     if node.unreadable:
         return node.unreadable
-    if view.domain:
+    if view.domain and (view.domain, view.op_type) not in QOPERATORS:
         return f"domain {view.domain!r} is not ONNX's default"
     for name in (*view.inputs, *view.outputs):
         info = contents.value_info.get(name)

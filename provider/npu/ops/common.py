@@ -33,7 +33,7 @@ BOOL = np.dtype(np.bool_)
 DTYPE_ORDER = ("float32", "float16", "int8", "uint8", "int32", "int64", "bool")
 FLOAT = frozenset({"float32", "float16"})
 NUMERIC = FLOAT | {"int32"}
-DATA = NUMERIC | {"int64", "bool"}
+DATA = NUMERIC | {"int64", "bool", "int8", "uint8"}  # moved, not computed: 8-bit codes too
 ANY: frozenset[str] = frozenset()  # no dtype restriction
 
 

@@ -1,0 +1,104 @@
+"""Whole quantized models through onnxruntime with the NPU EP: models quantized the NPU way
+(QDQ, `provider.quantize`) and with onnxruntime's QOperator format run on the NPU as integer
+programs: every node in at most two partitions, the outputs within 1 LSB (the output's last
+quantization step) of onnxruntime CPU on the same quantized model, and as close to the fp32
+model's outputs as onnxruntime's (cosine similarity, within 1e-4: the rare 1-LSB
+differences of onnxruntime's float path for int8 activations move it either way)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from npu_oracle import randomized
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+from quant_cases import cosine, output_scales
+
+import provider
+from provider.quantize import QuantConfig, load_calibration, quantize_model
+from provider.session import InferenceSession
+from provider.zoo import build
+
+LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+NPU = ["NPUExecutionProvider", "CPUExecutionProvider"]
+# (model, format, activations); the light models get seeded random weights
+MODELS = [
+    ("resnet_block", "qdq", "int8"),
+    ("resnet_block", "qdq", "uint8"),
+    ("mobilenet_v2", "qdq", "int8"),
+    ("light_squeezenet", "qdq", "int8"),
+    ("light_squeezenet", "qoperator", "uint8"),
+    ("light_shufflenet", "qdq", "uint8"),
+    ("resnet_block", "qoperator", "int8"),
+    pytest.param("light_resnet50", "qdq", "int8", marks=pytest.mark.slow),
+    pytest.param("light_resnet50", "qoperator", "uint8", marks=pytest.mark.slow),
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    provider.register()
+
+
+def float_model(name: str) -> onnx.ModelProto:
+    if name.startswith("light_"):
+        path = os.path.join(LIGHT, f"{name}.onnx")
+        if not os.path.exists(path):
+            pytest.skip(f"{path} not shipped with this onnx")
+        return randomized(onnx.load(path))
+    return build(name, batch=1)
+
+
+class _Reader(CalibrationDataReader):
+    def __init__(self, samples):
+        self._it = iter(list(samples))
+
+    def get_next(self):
+        return next(self._it, None)
+
+
+def quantized(name: str, fmt: str, activations: str, folder) -> tuple[str, str]:
+    source = os.path.join(folder, f"{name}.onnx")
+    onnx.save(float_model(name), source)
+    target = os.path.join(folder, f"{name}.{fmt}.{activations}.onnx")
+    data = load_calibration(source, random=4, seed=0)
+    if fmt == "qdq":
+        quantize_model(source, target, data, QuantConfig(activations=activations))
+    else:
+        quantize_static(source, target, _Reader(data), quant_format=QuantFormat.QOperator,
+                        per_channel=True, weight_type=QuantType.QInt8,
+                        activation_type=QuantType.QInt8 if activations == "int8" else QuantType.QUInt8)
+    return source, target
+
+
+@pytest.mark.parametrize("name, fmt, activations", MODELS)
+def test_quantized_model_runs_as_one_integer_program(name, fmt, activations, tmp_path, capsys):
+    source, target = quantized(name, fmt, activations, tmp_path)
+    model = onnx.load(target)
+    sess = InferenceSession(target, providers=NPU)
+    placement = sess.placement_summary()
+    cpu = [p for p in sess.partition() if p.device != "NPU"]
+    assert not cpu, [(p.name, p.reason) for p in cpu]
+    assert 1 <= placement.partitions <= 2, sess.partition_summary()
+    summary = sess.partition_summary()
+    rng = np.random.default_rng(7)
+    feeds = {vi.name: rng.standard_normal([d.dim_value or 1 for d in vi.type.tensor_type.shape.dim])
+             .astype(np.float32) for vi in model.graph.input}
+    got = sess.run(None, feeds)
+    want = ort.InferenceSession(target, providers=["CPUExecutionProvider"]).run(None, feeds)
+    fp32 = ort.InferenceSession(source, providers=["CPUExecutionProvider"]).run(None, feeds)
+    scales = output_scales(model)
+    for out, g, w, f in zip(model.graph.output, got, want, fp32, strict=True):
+        lsb = scales[out.name]
+        within = float(np.mean(np.abs(g - w) <= lsb * 1.0001))
+        assert within >= 0.99, (out.name, within)
+        assert np.abs(g - w).max() <= 8 * lsb  # rare flips propagate a few steps at most
+        c_npu, c_ort = cosine(g, f), cosine(w, f)
+        assert c_npu >= c_ort - 1e-4, (c_npu, c_ort)
+        with capsys.disabled():
+            print(f"\n{name} {fmt} {activations}: {summary.splitlines()[0]}; within 1 LSB of "
+                  f"onnxruntime: {within:.4%}; cosine to fp32: NPU {c_npu:.6f}, "
+                  f"onnxruntime {c_ort:.6f}")
