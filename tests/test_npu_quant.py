@@ -136,3 +136,42 @@ def test_export_restores_an_equivalent_qdq_graph(case):
         again, _ = import_onnx(back)
         quantized = [(n.op, n.quant_type) for n in again.nodes if n.quant_type == "QUANT_ALL"]
         assert quantized == [(n.op, n.quant_type) for n in lite.nodes if n.quant_type == "QUANT_ALL"]
+
+
+# ---- native kernels (csrc/qconv.c, qeltwise.c) against the numpy ones -----------------------
+
+@pytest.fixture(params=["auto", "portable"])
+def int8_path(request):
+    """The integer GEMM's code path: the CPU's best (VNNI where it has it), and the portable
+    C one forced (what CPUs without int8 dot products run)."""
+    from provider.npu import native
+
+    if native.library() is None:
+        pytest.skip("the native library is not built")
+    taken = native.set_int8_path(request.param)
+    yield taken
+    native.set_int8_path("auto")
+
+
+@pytest.mark.parametrize("case", sorted(CASES) + sorted(QOPERATOR))
+def test_native_integer_kernels_equal_the_numpy_ones(case, int8_path):
+    for dtype in DTYPES:
+        model, feeds = (build if case in CASES else build_qoperator)(case, dtype, 1)
+        native_out = run_npu(model, feeds, native=True)
+        assert lsb(native_out, run_npu(model, feeds, native=False)) == (0.0, 0), (case, int8_path)
+
+
+def test_native_steps_cover_the_integer_gemms(int8_path):
+    """Convs (depthwise and grouped too), dense layers, casts, tables, adds and concats
+    of a QDQ model run on the C library."""
+    from provider.npu import native_steps
+
+    for case, kernel in (("conv_grouped", "qconv2d"), ("conv_depthwise", "qconv2d"),
+                         ("gemm", "qdense"), ("sigmoid", "qlut"), ("add", None),
+                         ("concat", "qconcat")):
+        model, _ = build(case, np.int8, 0)
+        program = compile_model(import_onnx(model)[0])
+        for i, step in enumerate(program.steps):
+            if kernel is None or step.kernel == kernel:
+                broadcast = step.kernel == "qadd"  # the case broadcasts: numpy's kernel
+                assert (native_steps.lower(program, i) is None) == broadcast, (case, step.kernel)

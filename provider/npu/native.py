@@ -37,8 +37,9 @@ MAX_PARAMS = 32
 OPS = {name: code for code, name in enumerate(
     ("conv", "dwconv", "max_pool", "avg_pool", "global_pool", "concat", "transpose",
      "matmul", "activation", "softmax"), start=1)}
-# The integer kernels' codes (csrc/qconv.c; 40-69 are theirs).
-OPS.update({"qconv": 40, "qdense": 41})
+# The integer kernels' codes (csrc/qconv.c, qeltwise.c; 40-69 are theirs).
+OPS.update({"qconv": 40, "qdense": 41, "quantize": 42, "dequantize": 43, "qlut": 44, "qadd": 45,
+            "qconcat": 46})
 
 
 class Step(C.Structure):

@@ -18,6 +18,7 @@ malformed ones are an InvalidModelError naming the tensor.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -28,7 +29,9 @@ from converters.lite.quant import QUANT_ALL, Quant
 from provider.errors import InvalidModelError, UnsupportedError
 from provider.npu.ops import activation
 from provider.npu.ops.common import ANY, F32, Lowered, Packed, TensorInfo, describe
-from provider.npu.ops.registry import KERNELS, OPS, define, register
+from provider.npu.ops.native_builder import StepBuilder
+from provider.npu.ops.registry import KERNELS, OPS, define, native, register
+from provider.npu.program import Slot
 
 F64 = np.dtype(np.float64)
 I32 = np.dtype(np.int32)
@@ -170,7 +173,8 @@ def quant_cast_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Low
                  _cast_axis(node, rank, params))
     scale, zp = _cast_operands(node, x, q, rank)
     kernel = "dequantize" if dst == F32 else "quantize"
-    return Lowered(kernel, {}, [0, scale, zp], [(x.shape, dst)])
+    attrs = {} if q.per_channel else {"scale": float(q.scale[0]), "zero_point": int(q.zero_point[0])}
+    return Lowered(kernel, attrs, [0, scale, zp], [(x.shape, dst)])
 
 
 @register("quantize")
@@ -183,6 +187,33 @@ def quantize_kernel(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
 def dequantize_kernel(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
     """outputs[0] (float32) = DequantizeLinear(inputs[0], scale, zero point)."""
     dequantize(inputs[0], inputs[1], inputs[2], outputs[0])
+
+
+@native("quantize", "dequantize")
+def _cast_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """A per-tensor quantize / dequantize between float32 and 8-bit codes (csrc/qeltwise.c)."""
+    x, y = ins[0], outs[0]
+    codes, floats = (y, x) if b.op == "quantize" else (x, y)
+    if "scale" not in attrs or codes.dtype not in CODES or floats.dtype != "float32" \
+            or x.shape != y.shape:
+        return False
+    lo, hi = limits(np.dtype(codes.dtype))
+    b.params(math.prod(x.shape), attrs["zero_point"], lo, hi, codes.dtype == "int8")
+    b.step.f[0] = attrs["scale"]
+    b.slots(b.inputs[0], b.outputs[0])
+    return True
+
+
+@native("qlut")
+def _qlut_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """A 256-entry table over 8-bit codes (csrc/qeltwise.c)."""
+    x, table, y = ins[0], ins[1], outs[0]
+    if x.dtype not in CODES or y.dtype not in CODES or table.shape != (256,) \
+            or table.dtype != y.dtype or x.shape != y.shape:
+        return False
+    b.params(math.prod(x.shape), x.dtype == "int8")
+    b.slots(b.inputs[0], b.inputs[1], b.outputs[0])
+    return True
 
 
 # ---- table activations ----------------------------------------------------------------------

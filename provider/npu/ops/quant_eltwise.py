@@ -15,6 +15,7 @@ QLinearGlobalAveragePool; MaxPool on codes).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,13 +23,16 @@ import numpy as np
 from converters.lite.ir import LiteNode
 from converters.lite.quant import QUANT_ALL, Quant
 from provider.errors import UnsupportedError
+from provider.npu.native import MAX_PARAMS, MAX_SLOTS
 from provider.npu.ops.buffers import pad_into, scratch
 from provider.npu.ops.common import Lowered, TensorInfo, broadcast, describe
 from provider.npu.ops.layout import concat_rule
+from provider.npu.ops.native_builder import StepBuilder
 from provider.npu.ops.pool import _reduce_windows, pool_rule
 from provider.npu.ops.quant import CODES, QDATA, limits, lut, quant_of, wrapped
 from provider.npu.ops.quant_conv import _requant, out_range
-from provider.npu.ops.registry import define, register
+from provider.npu.ops.registry import define, native, register
+from provider.npu.program import Slot
 
 
 def _identity(x, y) -> None:
@@ -204,3 +208,40 @@ def qpool_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
 def qresize_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     return wrapped(node, ins, out_types)
 
+
+
+# ---- native lowerings ------------------------------------------------------------------
+
+
+@native("qadd")
+def _qadd_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """A quantized Add of two tensors of the output's shape (csrc/qeltwise.c)."""
+    a, c, y = ins[0], ins[1], outs[0]
+    if not (a.shape == c.shape == y.shape) or {a.dtype, c.dtype, y.dtype} - CODES:
+        return False
+    lo, hi = attrs["range"]
+    b.params(math.prod(y.shape), attrs["za"], attrs["zb"], attrs["zy"], lo, hi,
+             a.dtype == "int8", c.dtype == "int8")
+    b.step.f[0], b.step.f[1] = attrs["ra"], attrs["rb"]
+    b.slots(b.inputs[0], b.inputs[1], b.outputs[0])
+    return True
+
+
+@native("qconcat")
+def _qconcat_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """Codes joined along an axis, inputs of other quantizations through their tables."""
+    tables, axis, y = attrs["tables"], attrs["axis"], outs[0]
+    count = len(tables)
+    if count > (MAX_SLOTS - 1) // 2 or 3 + 2 * count > MAX_PARAMS or y.dtype not in CODES:
+        return False
+    outer = math.prod(y.shape[:axis])
+    params, slots = [outer, math.prod(y.shape[axis:]), count], [b.outputs[0]]
+    for i, t in enumerate(tables):
+        x = ins[i]
+        if x.dtype not in CODES or math.prod(x.shape[:axis]) != outer:
+            return False
+        params += [math.prod(x.shape[axis:]), x.dtype == "int8"]
+        slots += [b.inputs[i], None if t is None else b.inputs[count + t]]
+    b.params(*params)
+    b.slots(*slots)
+    return True
