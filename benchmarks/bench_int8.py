@@ -100,7 +100,7 @@ def bench(name: str, runs: int, threads: int, folder: str) -> None:
     programs = {}
     for label, model in (("int8", qdq), ("fp32", fp32)):
         lite, _ = import_onnx(model)
-        programs[label] = compile_model(lite)
+        programs[label] = compile_model(lite, {vi.name: shape})
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.log_severity_level = 3

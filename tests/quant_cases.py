@@ -212,6 +212,8 @@ CASES = {
     "conv_relu": lambda g: conv(g, relu=True),
     "conv_strided_1x1": lambda g: conv(g, k=1, stride=2, pads=0, bias=False),
     "conv_depthwise": lambda g: conv(g, c=16, o=16, group=16),
+    "conv_depthwise_strided": lambda g: conv(g, c=24, o=24, group=24, stride=2, hw=12, k=5,
+                                             pads=2),
     "conv_grouped": lambda g: conv(g, c=8, o=12, group=4, stride=2),
     "conv_deep": lambda g: conv(g, c=96, o=8, k=3, hw=6),
     "gemm": gemm,

@@ -31,7 +31,7 @@ enum { OP_CONV = 1, OP_DWCONV, OP_MAXPOOL, OP_AVGPOOL, OP_GLOBALPOOL, OP_CONCAT,
        OP_MATMUL, OP_ACT, OP_SOFTMAX, OP_COUNT };
 /* Integer kernels (qconv.c, qeltwise.c): codes 40-69. */
 enum { OP_QCONV = 40, OP_QDENSE = 41, OP_QUANTIZE = 42, OP_DEQUANTIZE = 43, OP_QLUT = 44,
-       OP_QADD = 45, OP_QCONCAT = 46 };
+       OP_QADD = 45, OP_QCONCAT = 46, OP_QDWCONV = 47 };
 
 #define MAX_SLOTS 16
 #define MAX_PARAMS 32
@@ -206,6 +206,7 @@ enum { D_ROWS, D_K, D_O, D_KG, D_XFLIP, D_ZY, D_LO, D_HI };
 enum { QS_X, QS_W, QS_BIAS, QS_MULT, QS_Y, QS_COLS };
 int qconv(const lnpu_step *s, void **slots);  /* -1: no host scratch */
 void qdense(const lnpu_step *s, void **slots);
+int qdwconv(const lnpu_step *s, void **slots);  /* depthwise; -1: no host scratch */
 void quantize(const lnpu_step *s, void **slots);     /* qeltwise.c */
 void dequantize(const lnpu_step *s, void **slots);
 void qlut(const lnpu_step *s, void **slots);

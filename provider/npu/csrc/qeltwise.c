@@ -90,8 +90,10 @@ void qlut(const lnpu_step *s, void **slots) {
 }
 
 /* add: p = count, za, zb, zy, lo, hi, signed inputs (a then b); f[0] = ra, f[1] = rb;
- * slots a, b, y: y = clamp(rint(float(a - za) * ra + float(b - zb) * rb) + zy). */
-MULTIVERSION
+ * slots a, b, y: y = clamp(rint(float(a - za) * ra + float(b - zb) * rb) + zy), the two
+ * products rounded before the sum (no fused multiply-add: the library is built with
+ * -ffp-contract=fast, which would round once and differ from onnxruntime in the last bit). */
+MULTIVERSION __attribute__((optimize("fp-contract=off")))
 static void add_task(const void *ctx, int64_t t) {
     const ew_args *a = ctx;
     const lnpu_step *s = a->s;

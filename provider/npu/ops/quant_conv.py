@@ -184,7 +184,8 @@ def qconv2d_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowere
     bias = _folded_bias(_bias(node, ins, 2, o), centered.sum(axis=1), unsigned_zero(qx, x.dtype))
     mult = _per_channel(multiplier(qx, qw, qy), o)
     og, kg = o // g, -(-k // 4)
-    blocked = _blocked(w, zw)
+    depthwise = g == c == o and _blocked(w, zw)  # the C library's depthwise kernel
+    blocked = _blocked(w, zw) and not depthwise
     if blocked:
         weights = Packed((g, -(-og // 8), kg, 8, 4), np.dtype(np.int8), lambda: np.stack(
             [pack_blocks(wg) for wg in w.reshape(g, og, k)]))
@@ -203,7 +204,7 @@ def qconv2d_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowere
     attrs = {"kernel": a["kernel"], "stride": a["stride"], "dilation": a["dilation"],
              "pads": a["pads"], "group": g, "zx": int(qx.zero_point[0]),
              "zy": int(qy.zero_point[0]), "range": out_range(node, qy, y.dtype),
-             "blocked": blocked, "scratch": [p[0] for p in planned]}
+             "blocked": blocked, "depthwise": depthwise, "scratch": [p[0] for p in planned]}
     return Lowered("qconv2d", attrs, operands, [(geometry.outputs[0][0], y.dtype)], planned)
 
 
@@ -340,14 +341,23 @@ def _qconv_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: Ste
     g = attrs["group"]
     kh, kw = attrs["kernel"]
     kg = -(-(c // g * kh * kw) // 4)
-    if w.shape != (g, -(-(o // g) // 8), kg, 8, 4) or ins[2].shape != (o,) or ins[3].shape != (o,):
-        return False
-    if not _common(ins, outs, attrs, g * kg * 4 * oh * ow):
+    if ins[2].shape != (o,) or ins[3].shape != (o,):
         return False
     lo, hi = attrs["range"]
     flip = 128 if x.dtype == "int8" else 0
-    b.params(n, c, h, wd, o, oh, ow, g, kh, kw, *attrs["stride"], *attrs["dilation"],
-             attrs["pads"][0], attrs["pads"][2], kg, attrs["zx"] + flip, flip, attrs["zy"], lo, hi)
+    params = (n, c, h, wd, o, oh, ow, g, kh, kw, *attrs["stride"], *attrs["dilation"],
+              attrs["pads"][0], attrs["pads"][2], kg, attrs["zx"] + flip, flip, attrs["zy"], lo, hi)
+    if attrs.get("depthwise", False):
+        if (w.shape != (c, 1, kh * kw) or w.dtype != "int8" or len(ins) != 4 or not c == g == o
+                or x.dtype not in CODE_DTYPES or y.dtype not in CODE_DTYPES):
+            return False
+        b.set_op("qdwconv")
+        b.params(*params)
+        b.slots(b.inputs[0], b.inputs[1], b.inputs[2], b.inputs[3], b.outputs[0])
+        return True
+    if w.shape != (g, -(-(o // g) // 8), kg, 8, 4) or not _common(ins, outs, attrs, g * kg * 4 * oh * ow):
+        return False
+    b.params(*params)
     names = list(attrs["scratch"])
     b.slots(b.inputs[0], b.inputs[1], b.inputs[2], b.inputs[3], b.outputs[0],
             b.outputs[1 + names.index("cols")])
