@@ -175,3 +175,20 @@ def test_native_steps_cover_the_integer_gemms(int8_path):
             if kernel is None or step.kernel == kernel:
                 broadcast = step.kernel == "qadd"  # the case broadcasts: numpy's kernel
                 assert (native_steps.lower(program, i) is None) == broadcast, (case, step.kernel)
+
+
+def test_the_quantizer_quantizes_exactly_the_ops_with_integer_kernels():
+    """provider.quantize's op list is the importer's foldable set, and a QDQ unit of every
+    op in it becomes a quantized node the NPU runs (the cases cover them all)."""
+    from provider.npu.capability import supported_nodes
+    from provider.quantize import NPU_INT8_OPS
+
+    covered = {}
+    for case in CASES:
+        model, _ = build(case, np.int8, 0)
+        lite, _ = import_onnx(model)
+        ops = {n.op_type for n in model.graph.node} - {"QuantizeLinear", "DequantizeLinear"}
+        assert all(n.quant_type == "QUANT_ALL" for n in lite.nodes), case
+        assert not any(supported_nodes(lite).values()), case
+        covered.update(dict.fromkeys(ops, case))
+    assert NPU_INT8_OPS <= set(covered), sorted(NPU_INT8_OPS - set(covered))

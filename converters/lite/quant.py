@@ -42,9 +42,10 @@ class Quant:
     def per_channel(self) -> bool:
         return self.axis is not None
 
-    def params(self) -> list[QuantParam]:
-        """The schema's QuantParam list (scales as float32 values)."""
-        return [QuantParam(scale=float(s), zero_point=int(z), num_bits=8, narrow_range=False)
+    def params(self, num_bits: int = 8) -> list[QuantParam]:
+        """The schema's QuantParam list (scales as float32 values; 32 bits for biases)."""
+        return [QuantParam(scale=float(s), zero_point=int(z), num_bits=num_bits,
+                           narrow_range=False)
                 for s, z in zip(self.scale.reshape(-1), self.zero_point.reshape(-1), strict=True)]
 
     def same(self, other: Quant) -> bool:

@@ -42,6 +42,7 @@ CODES = (np.dtype(np.int8), np.dtype(np.uint8))
 # per-channel axis must be the output channels, that axis for a rank-r weight, bias position)
 FOLDABLE: dict[str, tuple] = {
     "Conv": ((0, 1), 1, lambda node, r: 0, 2),
+    "ConvTranspose": ((0, 1), 1, lambda node, r: 1, 2),
     "MatMul": ((0, 1), 1, lambda node, r: r - 1, None),
     "Gemm": ((0, 1), 1, lambda node, r: 0 if node.attrs.get("transB", 0) else 1, 2),
     "Add": ((0, 1), None, None, None),
@@ -401,7 +402,7 @@ def apply(ctx, p: QuantPlan) -> None:
             continue
         t = ctx.model.tensors[ctx.tensor(name)]
         t.type_id = dtypes.from_numpy(p.dtype[name])
-        t.quant_params = q.params()
+        t.quant_params = q.params(p.dtype[name].itemsize * 8)
 
 
 # ---- the walk ---------------------------------------------------------------------------
