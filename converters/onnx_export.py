@@ -21,11 +21,12 @@ from converters.errors import InvalidModelError, UnsupportedError
 from converters.graph_view import weightless
 from converters.lite import dtypes
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
+from converters.lite.quant import QUANT_DYNAMIC
 from converters.naming import unique_name
 from converters.onnx_import import HEADER_TENSOR, PROGRESS_EVERY
 from converters.onnx_ops.export_base import LAYOUT_OPS, TO_NCHW, TO_NHWC, ExportContext
 from converters.onnx_ops.export_math import activation
-from converters.onnx_ops.export_nn import TO_OIHW
+from converters.onnx_ops.export_nn import TO_OIHW, integer_product
 from converters.onnx_ops.export_quant import (
     QUANT_ALL,
     channel_axis,
@@ -127,7 +128,7 @@ def _export_node(ctx: ExportContext, node: LiteNode) -> None:
     if node.op == "Custom":
         _export_custom(ctx, node)
         return
-    fn = EXPORTERS.lookup(node.op)
+    fn = integer_product if node.quant_type == QUANT_DYNAMIC else EXPORTERS.lookup(node.op)
     if fn is None:
         raise UnsupportedError(f"node {node.name!r}: Lite op {node.op} has no ONNX export "
                                f"(exportable: {', '.join(EXPORTERS.ops())})")

@@ -347,3 +347,62 @@ def output_scales(model: onnx.ModelProto) -> dict[str, float]:
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
     a, b = a.reshape(-1).astype(np.float64), b.reshape(-1).astype(np.float64)
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
+
+
+# ---- dynamic quantization: DynamicQuantizeLinear, MatMulInteger, ConvInteger -------------
+
+
+def _float_input(g: Graph, shape, scale: float = 3.0) -> str:
+    name = g.name("f")
+    g.inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape)))
+    g.feeds[name] = (g.rng.standard_normal(shape) * scale + g.rng.uniform(-1, 1)).astype(np.float32)
+    return name
+
+
+def dynamic_quantize(g: Graph):
+    return g.op("DynamicQuantizeLinear", [_float_input(g, (3, 40))], outputs=3)
+
+
+def matmul_integer(g: Graph, per_column: bool = False):
+    a, _, za = g.input((2, 5, 24), np.uint8)
+    w = g.rng.integers(-128, 128, (24, 10)).astype(np.int8)
+    zw = g.rng.integers(-5, 6, 10 if per_column else ()).astype(np.int8)
+    return g.op("MatMulInteger", [a, g.const(w, "w"), g.const(np.uint8(za)), g.const(zw)])
+
+
+def conv_integer(g: Graph):
+    x, _, zx = g.input((1, 4, 7, 7), np.uint8)
+    w = g.rng.integers(0, 256, (6, 4, 3, 3)).astype(np.uint8)
+    return g.op("ConvInteger", [x, g.const(w, "w"), g.const(np.uint8(zx)), g.const(np.uint8(128))],
+                pads=[1, 1, 1, 1])
+
+
+DYNAMIC = {
+    "dynamic_quantize": dynamic_quantize,
+    "matmul_integer": matmul_integer,
+    "matmul_integer_per_column": lambda g: matmul_integer(g, per_column=True),
+    "conv_integer": conv_integer,
+}
+
+
+def build_dynamic(case: str, seed: int) -> tuple[onnx.ModelProto, dict]:
+    """The dynamic-quantization model of `case` (every output of its node), its feeds."""
+    g = Graph(np.random.default_rng(seed), np.uint8)
+    DYNAMIC[case](g)
+    outputs = list(g.nodes[-1].output)
+    opsets = [helper.make_opsetid("", OPSET)]
+    graph = helper.make_graph(g.nodes, "dynamic_case", g.inputs, [], g.inits)
+    inferred = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=opsets))
+    infos = {vi.name: vi for vi in inferred.graph.value_info}
+    graph = helper.make_graph(g.nodes, "dynamic_case", g.inputs, [infos[o] for o in outputs],
+                              g.inits)
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 9
+    return model, g.feeds
+
+
+def run_npu_all(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+    """Every output of `model` run on the NPU (numpy kernels)."""
+    lite, _ = import_onnx(model)
+    with Executor(compile_model(lite), kernels=KERNELS) as executor:
+        return [np.array(v) for v in executor.run([feeds[lite.tensors[t].name] for t in lite.inputs])]

@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 from quant_cases import (
     CASES,
+    DYNAMIC,
     QOPERATOR,
     build,
+    build_dynamic,
     build_qoperator,
     lsb,
     run_npu,
+    run_npu_all,
     run_ort,
 )
 
@@ -192,3 +196,17 @@ def test_the_quantizer_quantizes_exactly_the_ops_with_integer_kernels():
         assert not any(supported_nodes(lite).values()), case
         covered.update(dict.fromkeys(ops, case))
     assert NPU_INT8_OPS <= set(covered), sorted(NPU_INT8_OPS - set(covered))
+
+
+# ---- dynamic quantization -------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", sorted(DYNAMIC))
+def test_dynamic_quantization_matches_onnxruntime(case):
+    """DynamicQuantizeLinear (codes, scale and zero point from the data), MatMulInteger and
+    ConvInteger (int32 sums, zero points per tensor or per column) equal onnxruntime's."""
+    for seed in SEEDS:
+        model, feeds = build_dynamic(case, seed)
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        for got, want in zip(run_npu_all(model, feeds), session.run(None, feeds), strict=True):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got, want)

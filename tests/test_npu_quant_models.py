@@ -102,3 +102,30 @@ def test_quantized_model_runs_as_one_integer_program(name, fmt, activations, tmp
             print(f"\n{name} {fmt} {activations}: {summary.splitlines()[0]}; within 1 LSB of "
                   f"onnxruntime: {within:.4%}; cosine to fp32: NPU {c_npu:.6f}, "
                   f"onnxruntime {c_ort:.6f}")
+
+
+def test_dynamic_quantized_transformer_runs_on_the_npu(tmp_path, capsys):
+    """onnxruntime's quantize_dynamic on the zoo's transformer encoder (DynamicQuantizeLinear
+    -> MatMulInteger -> Cast -> Mul by the scales): one partition, the integer products
+    exact, so the output is onnxruntime's up to the float ops' rounding."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    source, target = tmp_path / "encoder.onnx", tmp_path / "encoder.dynamic.onnx"
+    onnx.save(build("transformer_encoder", batch=1), source)
+    quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8)
+    ops = {n.op_type for n in onnx.load(target).graph.node}
+    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops
+    sess = InferenceSession(str(target), providers=NPU)
+    placement = sess.placement_summary()
+    assert placement.partitions == 1 and not [p for p in sess.partition() if p.device != "NPU"]
+    feeds = {"tokens": np.random.default_rng(3).standard_normal((1, 16, 64)).astype(np.float32)}
+    got = sess.run(None, feeds)[0]
+    want = ort.InferenceSession(str(target), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    fp32 = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+    c_npu, c_ort = cosine(got, fp32), cosine(want, fp32)
+    assert c_npu >= c_ort - 1e-6
+    with capsys.disabled():
+        print(f"\ndynamic transformer_encoder: {sess.partition_summary().splitlines()[0]}; max "
+              f"difference {float(np.abs(got - want).max()):.2e}; cosine to fp32: NPU {c_npu:.6f}, "
+              f"onnxruntime {c_ort:.6f}")

@@ -24,6 +24,7 @@ from converters.lite.ir import LiteTensor, QuantParam
 QUANT_NONE = "QUANT_NONE"
 QUANT_ALL = "QUANT_ALL"  # integer inputs and outputs (MindSpore Lite's full quantization)
 QUANT_WEIGHT = "QUANT_WEIGHT"
+QUANT_DYNAMIC = "QUANT_DYNAMIC"  # codes and run-time zero points in, exact int32 sums out
 
 CODE_DTYPES = (np.dtype(np.int8), np.dtype(np.uint8))  # what activations and weights hold
 BIAS_DTYPE = np.dtype(np.int32)

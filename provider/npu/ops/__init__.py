@@ -17,6 +17,7 @@ from provider.npu.ops import (  # noqa: F401  (imported for their registrations)
     pool,
     quant,
     quant_conv,
+    quant_dynamic,
     quant_eltwise,
     reduce,
     resize,
