@@ -32,6 +32,7 @@ from converters.onnx_ops.export_quant import (
     channel_axis,
     dequantize_linear,
     is_quantized,
+    moves_codes,
     quantize_linear,
 )
 from converters.onnx_ops.exporters import EXPORTERS
@@ -134,33 +135,34 @@ def _export_node(ctx: ExportContext, node: LiteNode) -> None:
                                f"(exportable: {', '.join(EXPORTERS.ops())})")
     ins = [ctx.name(i) for i in node.inputs]
     outs = [ctx.name(i) for i in node.outputs]
-    quantized = node.quant_type == QUANT_ALL
+    final = list(outs)
+    nhwc = node.op in LAYOUT_OPS and _is_nhwc(ctx, node)
+    if nhwc:  # (a quantized node's transposes move its codes: the QDQ unit stays whole)
+        ins[0] = ctx.add("Transpose", [ins[0]], perm=TO_NCHW, name=f"{node.name}/to_nchw")
+        outs = [ctx.fresh(f"{o}/nchw") for o in outs]
+    quantized = node.quant_type == QUANT_ALL and not moves_codes(ctx.model, node)
     if quantized:  # QDQ: dequantize the integer inputs, quantize the float results
         ctx.as_float = {i for i in (*node.inputs, *node.outputs)
                         if is_quantized(ctx.model.tensors[i])}
         ins = _dequantized_inputs(ctx, node, ins)
         codes, outs = outs, [ctx.fresh(f"{o}/float") for o in outs]
-    final = list(outs)
-    nhwc = node.op in LAYOUT_OPS and _is_nhwc(ctx, node)
-    if nhwc:
-        ins[0] = ctx.add("Transpose", [ins[0]], perm=TO_NCHW, name=f"{node.name}/to_nchw")
-        outs = [ctx.fresh(f"{o}/nchw") for o in outs]
     act = node.attrs.get("activation_type", NO_ACT) if node.op != "Activation" else NO_ACT
     pre_act = [ctx.fresh(f"{outs[0]}/pre_act")] + outs[1:] if act != NO_ACT else outs
     fn(ctx, node, ins, pre_act)
     if act != NO_ACT:
         activation(ctx, act, {}, pre_act[0], outs[0], ctx.np_dtype(node.outputs[0]),
                    f"{node.name}/act")
-    if nhwc:
-        for tmp, out in zip(outs, final, strict=True):
-            ctx.add("Transpose", [tmp], [out], perm=TO_NHWC, name=f"{node.name}/to_nhwc")
     if quantized:
         ctx.as_float = set()
-        for index, value, out in zip(node.outputs, final, codes, strict=True):
+        for index, value, out in zip(node.outputs, outs, codes, strict=True):
             if is_quantized(ctx.model.tensors[index]):
                 quantize_linear(ctx, index, value, out, f"{node.name}/quantize")
             else:
                 ctx.add("Identity", [value], [out], name=f"{node.name}/identity")
+        outs = codes
+    if nhwc:
+        for tmp, out in zip(outs, final, strict=True):
+            ctx.add("Transpose", [tmp], [out], perm=TO_NHWC, name=f"{node.name}/to_nhwc")
 
 
 def _dequantized_inputs(ctx: ExportContext, node: LiteNode, ins: list[str]) -> list[str]:

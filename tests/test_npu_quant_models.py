@@ -129,3 +129,24 @@ def test_dynamic_quantized_transformer_runs_on_the_npu(tmp_path, capsys):
         print(f"\ndynamic transformer_encoder: {sess.partition_summary().splitlines()[0]}; max "
               f"difference {float(np.abs(got - want).max()):.2e}; cosine to fp32: NPU {c_npu:.6f}, "
               f"onnxruntime {c_ort:.6f}")
+
+
+def test_mindspore_full_quant_file_runs_as_integer_ops_on_the_npu():
+    """A .ms MindSpore Lite 2.0's converter quantized (FULL_QUANT, models/mslite/
+    resnet_block_fq.ms): its int8 convs and dense layer come back as QDQ units through the
+    ONNX export, fold into integer ops again, and the whole graph is one NPU partition."""
+    from pathlib import Path
+
+    from converters.lite import reader
+    from converters.onnx_export import export_onnx
+    from converters.onnx_import import import_onnx
+
+    path = Path(__file__).resolve().parents[1] / "models" / "mslite" / "resnet_block_fq.ms"
+    lite = reader.load(path)
+    assert sum(n.quant_type == "QUANT_ALL" for n in lite.nodes) >= 11
+    again, _ = import_onnx(export_onnx(lite))
+    quantized = [n.op for n in again.nodes if n.quant_type == "QUANT_ALL"]
+    assert quantized.count("Conv2DFusion") == 10 and "FullConnection" in quantized
+    sess = InferenceSession(str(path), providers=NPU)
+    assert sess.placement_summary().partitions == 1
+    assert not [p for p in sess.partition() if p.device != "NPU"]

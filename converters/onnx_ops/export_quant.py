@@ -24,7 +24,7 @@ from converters.lite.quant import QUANT_ALL, check, is_quantized
 
 QUANT_WEIGHT = "QUANT_WEIGHT"
 __all__ = ["QUANT_ALL", "QUANT_WEIGHT", "weight_quantized", "dequantize", "channel_axis",
-           "is_quantized", "dequantize_linear", "quantize_linear"]
+           "is_quantized", "moves_codes", "dequantize_linear", "quantize_linear"]
 
 
 def weight_quantized(model: LiteModel) -> dict[int, np.ndarray]:
@@ -97,6 +97,21 @@ def channel_axis(node: LiteNode, position: int, rank: int) -> int | None:
     if node.op == "MatMulFusion" and position == 2:
         return 0
     return None
+
+
+# Ops that only move elements: a quantized one whose input and output share a quantization
+# is written as the plain op on the codes (MindSpore's full quantization marks its Transposes
+# QUANT_ALL).
+MOVES_CODES = {"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "ExpandDims"}
+
+
+def moves_codes(model: LiteModel, node: LiteNode) -> bool:
+    """Whether a QUANT_ALL node only moves codes of one quantization (no QDQ needed)."""
+    if node.op not in MOVES_CODES or not node.inputs or len(node.outputs) != 1:
+        return False
+    x, y = model.tensors[node.inputs[0]], model.tensors[node.outputs[0]]
+    return x.type_id == y.type_id and [(p.scale, p.zero_point) for p in x.quant_params] == \
+        [(p.scale, p.zero_point) for p in y.quant_params]
 
 
 def dequantize_linear(ctx, index: int, name: str, axis: int | None, hint: str,
