@@ -139,13 +139,13 @@ def lsb(a: np.ndarray, b: np.ndarray) -> tuple[float, int]:
 
 
 def conv(g: Graph, *, c=8, o=16, hw=9, k=3, group=1, stride=1, pads=1, per_channel=True,
-         relu=False, bias=True):
+         relu=False, bias=True, dilation=1):
     x, sx, zx = g.input((1, c, hw, hw))
     xf = g.dq(x, sx, zx)
     w, sw = g.weight((o, c // group, k, k), per_channel)
     inputs = [xf, w] + ([g.bias(o, sx, sw)] if bias else [])
     y = g.op("Conv", inputs, pads=[pads] * 4, strides=[stride, stride], group=group,
-             kernel_shape=[k, k])
+             kernel_shape=[k, k], dilations=[dilation, dilation])
     return g.op("Relu", [y]) if relu else y
 
 
@@ -211,6 +211,8 @@ CASES = {
     "conv_per_tensor": lambda g: conv(g, per_channel=False),
     "conv_relu": lambda g: conv(g, relu=True),
     "conv_strided_1x1": lambda g: conv(g, k=1, stride=2, pads=0, bias=False),
+    "conv_pointwise": lambda g: conv(g, c=6, o=10, k=1, pads=0),
+    "conv_dilated": lambda g: conv(g, c=5, o=9, k=3, pads=2, dilation=2, hw=11),
     "conv_depthwise": lambda g: conv(g, c=16, o=16, group=16),
     "conv_depthwise_strided": lambda g: conv(g, c=24, o=24, group=24, stride=2, hw=12, k=5,
                                              pads=2),
@@ -224,6 +226,8 @@ CASES = {
     "matmul_runtime": matmul_runtime,
     "add": binary("Add"),
     "mul": binary("Mul"),
+    "sum_relu": lambda g: g.op("Relu", [g.op("Sum", [g.activation((2, 8, 6, 6)),
+                                                      g.activation((2, 8, 6, 6))])]),
     "concat": concat,
     "maxpool": pool("MaxPool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
     "averagepool": pool("AveragePool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),

@@ -47,6 +47,7 @@ FOLDABLE: dict[str, tuple] = {
     "MatMul": ((0, 1), 1, lambda node, r: r - 1, None),
     "Gemm": ((0, 1), 1, lambda node, r: 0 if node.attrs.get("transB", 0) else 1, 2),
     "Add": ((0, 1), None, None, None),
+    "Sum": ((0, 1), None, None, None),  # of two inputs: an Add
     "Mul": ((0, 1), None, None, None),
     "Concat": (None, None, None, None),
     "MaxPool": ((0,), None, None, None),
@@ -64,7 +65,7 @@ FOLDABLE: dict[str, tuple] = {
     "Softmax": ((0,), None, None, None),
 }
 # Ops whose fused activation a following Relu / Clip(0, 6) becomes.
-FUSES_ACTIVATION = {"Conv", "MatMul", "Gemm", "Add", "Mul"}
+FUSES_ACTIVATION = {"Conv", "MatMul", "Gemm", "Add", "Sum", "Mul"}
 
 
 @dataclass
@@ -249,6 +250,8 @@ def _unit(view, p: QuantPlan, consts: _Consts, i: int, node, producer, readers,
     if spec is None or node.domain or not node.outputs:
         return None
     data, weight, axis_of, bias = spec
+    if node.op_type == "Sum" and len(node.inputs) != 2:
+        return None
     positions = range(len(node.inputs)) if data is None else [k for k in data if k < len(node.inputs)]
     inputs: dict[int, str] = {}
     dequantize: list[int] = []

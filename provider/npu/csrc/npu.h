@@ -196,9 +196,10 @@ void softmax(const lnpu_step *s, void **slots);
 
 /* Integer conv parameters (qconv.c): geometry as C_*, then the packed GEMM's K / 4 per
  * group, the unsigned input zero point (the padding code), 0x80 to flip int8 input codes to
- * unsigned, the output zero point and its clamp [lo, hi] (codes). */
+ * unsigned, the output zero point and its clamp [lo, hi] (codes), and 1 for the shifted
+ * stride-1 form (padded planes, each tap a contiguous slice; see qconv.c). */
 enum { Q_N, Q_C, Q_H, Q_W, Q_O, Q_OH, Q_OW, Q_G, Q_KH, Q_KW, Q_SH, Q_SW, Q_DH, Q_DW, Q_PT, Q_PL,
-       Q_KG, Q_ZX, Q_XFLIP, Q_ZY, Q_LO, Q_HI };
+       Q_KG, Q_ZX, Q_XFLIP, Q_ZY, Q_LO, Q_HI, Q_SHIFTED };
 /* Integer dense parameters: rows, K, output channels, K / 4, flip, zy, lo, hi. */
 enum { D_ROWS, D_K, D_O, D_KG, D_XFLIP, D_ZY, D_LO, D_HI };
 /* Integer conv / dense slots: codes, packed weights, folded bias (int32), multipliers

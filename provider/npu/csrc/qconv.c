@@ -121,8 +121,11 @@ static void tile_portable(const qgemm_args *a, int64_t ob, int64_t c0, int64_t n
  * a narrower tile loads and stores under a column mask). */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 static void tile_avx512_vnni(const qgemm_args *a, int64_t ob, int64_t c0, int64_t ncols) {
-    __m512i acc[16];
-    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_si512();
+    /* sixteen named accumulators: with an array GCC funnels every update through one
+     * register, a chain of moves that ran the tile at a quarter of its speed */
+    __m512i a00 = _mm512_setzero_si512(), a01 = a00, a10 = a00, a11 = a00, a20 = a00,
+            a21 = a00, a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00,
+            a60 = a00, a61 = a00, a70 = a00, a71 = a00;
     const int32_t *w = (const int32_t *)(a->w + ob * a->kg * 32);
     const int32_t *b = (const int32_t *)(a->b + c0 * 4);
     int64_t step = a->ldb;
@@ -132,12 +135,14 @@ static void tile_avx512_vnni(const qgemm_args *a, int64_t ob, int64_t c0, int64_
         __m512i b0 = _mm512_maskz_loadu_epi32(m0, b);
         __m512i b1 = _mm512_maskz_loadu_epi32(m1, b + 16);
         _mm_prefetch((const char *)(b + 4 * step), _MM_HINT_T0);
-        for (int r = 0; r < 8; r++) {
-            __m512i wr = _mm512_set1_epi32(w[r]);
-            acc[2 * r] = _mm512_dpbusd_epi32(acc[2 * r], b0, wr);
-            acc[2 * r + 1] = _mm512_dpbusd_epi32(acc[2 * r + 1], b1, wr);
-        }
+#define ROW(r, x0, x1) do { __m512i wr = _mm512_set1_epi32(w[r]); \
+            x0 = _mm512_dpbusd_epi32(x0, b0, wr); x1 = _mm512_dpbusd_epi32(x1, b1, wr); } while (0)
+        ROW(0, a00, a01); ROW(1, a10, a11); ROW(2, a20, a21); ROW(3, a30, a31);
+        ROW(4, a40, a41); ROW(5, a50, a51); ROW(6, a60, a61); ROW(7, a70, a71);
+#undef ROW
     }
+    __m512i acc[16] = {a00, a01, a10, a11, a20, a21, a30, a31, a40, a41, a50, a51, a60, a61,
+                       a70, a71};
     /* requantize: float(acc + bias) * m, clamped, rounded half to even, + zy */
     int64_t rows = a->o - ob * 8 < 8 ? a->o - ob * 8 : 8;
     __m512 lo = _mm512_set1_ps(a->lo), hi = _mm512_set1_ps(a->hi);
@@ -187,25 +192,33 @@ static void tile_avx_vnni(const qgemm_args *a, int64_t ob, int64_t c0) {
 }
 #endif
 
-/* One task: every block of 8 output channels over one block of columns. */
+/* One task: every block of 8 output channels over one block of columns, a tile of columns
+ * at a time (its packed activations, K/4 x 128 bytes, stay in cache while every block of
+ * weights passes over them). */
 static void qgemm_task(const void *ctx, int64_t t) {
     const qgemm_args *a = ctx;
     int64_t c_begin = t * a->cols, c_end = c_begin + a->cols < a->n ? c_begin + a->cols : a->n;
     int path = qgemm_path();
     int64_t blocks = (a->o + 7) / 8;
-    for (int64_t ob = 0; ob < blocks; ob++) {
-        int64_t c = c_begin;
+    for (int64_t c = c_begin; c < c_end; c += 32) {
+        int64_t width = c_end - c < 32 ? c_end - c : 32;
+        for (int64_t ob = 0; ob < blocks; ob++) {
 #if X86
-        if (path == PATH_AVX512_VNNI) {
-            for (; c < c_end; c += 32) tile_avx512_vnni(a, ob, c, c_end - c < 32 ? c_end - c : 32);
-            continue;
-        }
+            if (path == PATH_AVX512_VNNI) {
+                tile_avx512_vnni(a, ob, c, width);
+                continue;
+            }
 #endif
 #if X86 && __GNUC__ >= 11
-        if (path == PATH_AVX_VNNI)
-            for (; c + 16 <= c_end; c += 16) tile_avx_vnni(a, ob, c);
+            if (path == PATH_AVX_VNNI) {  /* 16 columns a tile */
+                int64_t done = 0;
+                for (; done + 16 <= width; done += 16) tile_avx_vnni(a, ob, c + done);
+                if (done < width) tile_portable(a, ob, c + done, width - done);
+                continue;
+            }
 #endif
-        for (; c < c_end; c += 32) tile_portable(a, ob, c, c_end - c < 32 ? c_end - c : 32);
+            tile_portable(a, ob, c, width);
+        }
     }
 }
 
@@ -263,14 +276,15 @@ static void im2col_row(const im2col_args *a, int64_t grp, int64_t k, uint8_t *re
     }
 }
 
-/* Interleave four rows of n bytes into [n][4]. */
+/* Interleave four rows of n bytes into [n][4], xor `flip` (0x80808080: int8 codes made
+ * unsigned; 0: as they are). */
 MULTIVERSION
 static void interleave4(const uint8_t *restrict r0, const uint8_t *restrict r1,
                         const uint8_t *restrict r2, const uint8_t *restrict r3, int64_t n,
-                        uint32_t *restrict out) {
+                        uint32_t *restrict out, uint32_t flip) {
     for (int64_t i = 0; i < n; i++)
-        out[i] = (uint32_t)r0[i] | (uint32_t)r1[i] << 8 | (uint32_t)r2[i] << 16 |
-                 (uint32_t)r3[i] << 24;
+        out[i] = ((uint32_t)r0[i] | (uint32_t)r1[i] << 8 | (uint32_t)r2[i] << 16 |
+                  (uint32_t)r3[i] << 24) ^ flip;
 }
 
 /* Pack rows 4q .. 4q + 3 of one group's im2col matrix as [N][4] bytes (rows past K: 0). */
@@ -288,7 +302,68 @@ static void im2col_task(const void *ctx, int64_t t) {
         else memset(rows + lane * n, 0, n);
     }
     interleave4(rows, rows + n, rows + 2 * n, rows + 3 * n, n,
-                (uint32_t *)(a->cols + (grp * kg + q) * n * 4));
+                (uint32_t *)(a->cols + (grp * kg + q) * n * 4), 0);
+}
+
+/* ---- the shifted stride-1 form ------------------------------------------------------------
+ * Each channel is copied once into a padded plane (Hp + 1 rows of Wp = OW + (KW-1)*DW
+ * unsigned codes, the zero point around it); then the im2col row of tap (i, j) is the
+ * contiguous slice of OH*Wp codes starting at i*DH*Wp + j*DW, and packing four rows is one
+ * long interleave. The GEMM computes OH*Wp columns, of which each row's last Wp - OW wrap
+ * around; they are cropped when the result is copied out. */
+
+typedef struct {
+    const lnpu_step *s;
+    const uint8_t *x;
+    uint8_t *planes, *cols;  /* planes: the input itself for an unpadded 1x1 conv */
+    int64_t hp, wp, plane;   /* plane: bytes from one channel's plane to the next */
+    uint32_t flip;           /* applied when packing (the input's own planes) */
+} shift_args;
+
+MULTIVERSION
+static void plane_task(const void *ctx, int64_t ch) {
+    const shift_args *a = ctx;
+    const int64_t *p = a->s->p;
+    int64_t h = p[Q_H], w = p[Q_W], pt = p[Q_PT], pl = p[Q_PL], wp = a->wp;
+    uint8_t zx = (uint8_t)p[Q_ZX], flip = (uint8_t)p[Q_XFLIP];
+    uint8_t *q = a->planes + ch * a->plane;
+    const uint8_t *src = a->x + ch * h * w;
+    memset(q, zx, (a->hp + 1) * wp);
+    for (int64_t r = 0; r < h; r++) {
+        uint8_t *row = q + (r + pt) * wp + pl;
+        const uint8_t *in = src + r * w;
+        for (int64_t c = 0; c < w; c++) row[c] = in[c] ^ flip;
+    }
+}
+
+static void shift_pack_task(const void *ctx, int64_t t) {
+    const shift_args *a = ctx;
+    const int64_t *p = a->s->p;
+    int64_t kh = p[Q_KH], kw = p[Q_KW], dh = p[Q_DH], dw = p[Q_DW], kg = p[Q_KG];
+    int64_t cg = p[Q_C] / p[Q_G], k_total = cg * kh * kw, n = p[Q_OH] * a->wp;
+    int64_t grp = t / kg, q = t % kg;
+    const uint8_t *rows[4];
+    uint8_t *zeros = NULL;
+    for (int64_t lane = 0; lane < 4; lane++) {
+        int64_t k = q * 4 + lane;
+        if (k >= k_total) {
+            if (!zeros) {
+                zeros = (uint8_t *)thread_scratch((n + 3) / 4);
+                if (!zeros) return;  /* the caller checked its scratch: never here */
+                memset(zeros, 0, n);
+            }
+            rows[lane] = zeros;
+            continue;
+        }
+        int64_t ch = grp * cg + k / (kh * kw), i = k / kw % kh, j = k % kw;
+        rows[lane] = a->planes + ch * a->plane + i * dh * a->wp + j * dw;
+    }
+    uint32_t flip = a->flip;
+    if (zeros && flip) {  /* rows past K must pack as zeros: flip them ahead */
+        for (int64_t i = 0; i < n; i++) zeros[i] = 0x80;
+    }
+    interleave4(rows[0], rows[1], rows[2], rows[3], n,
+                (uint32_t *)(a->cols + (grp * kg + q) * n * 4), flip);
 }
 
 int qconv(const lnpu_step *s, void **slots) {
@@ -302,17 +377,35 @@ int qconv(const lnpu_step *s, void **slots) {
     uint8_t *y = slots[s->slot[QS_Y]];
     uint8_t *cols = slots[s->slot[QS_COLS]];
     int64_t blocks = (og + 7) / 8;
-    if (n && !thread_scratch(oh * ow)) return -1;
+    int shifted = (int)p[Q_SHIFTED];
+    int64_t wp = shifted ? ow + (p[Q_KW] - 1) * p[Q_DW] : ow;
+    int64_t hp = shifted ? oh + (p[Q_KH] - 1) * p[Q_DH] : oh;
+    int64_t cols_n = oh * wp;  /* GEMM columns */
+    uint8_t *planes = cols + g * kg * 4 * cols_n, *wide = planes + c * (hp + 1) * wp;
+    if (n && !thread_scratch(cols_n)) return -1;
     for (int64_t img = 0; img < n; img++) {
-        im2col_args ia = {x + img * c * h * w, cols, s};
-        parallel(im2col_task, &ia, g * kg);
+        if (shifted) {
+            /* an unpadded 1x1 conv reads the input's planes as they are */
+            int own = p[Q_KH] == 1 && p[Q_KW] == 1 && hp == h && wp == w;
+            const uint8_t *image = x + img * c * h * w;
+            shift_args sa = {s, image, own ? (uint8_t *)image : planes, cols, hp, wp,
+                             own ? h * w : (hp + 1) * wp,
+                             own && p[Q_XFLIP] ? 0x80808080u : 0};
+            if (!own) parallel(plane_task, &sa, c);
+            parallel(shift_pack_task, &sa, g * kg);
+        } else {
+            im2col_args ia = {x + img * c * h * w, cols, s};
+            parallel(im2col_task, &ia, g * kg);
+        }
         for (int64_t grp = 0; grp < g; grp++) {
-            qgemm_args a = {cols + grp * kg * oh * ow * 4, wt + grp * blocks * kg * 32,
-                            bias + grp * og, mult + grp * og,
-                            y + (img * o + grp * og) * oh * ow, kg, oh * ow, oh * ow, oh * ow,
-                            og, 0, 0, 0, 0};
+            uint8_t *out = y + (img * o + grp * og) * oh * ow;
+            qgemm_args a = {cols + grp * kg * cols_n * 4, wt + grp * blocks * kg * 32,
+                            bias + grp * og, mult + grp * og, shifted ? wide : out, kg, cols_n,
+                            cols_n, cols_n, og, 0, 0, 0, 0};
             fill_range(&a, s, Q_ZY);
             qgemm(&a);
+            if (shifted)  /* crop each row's wrap-around columns */
+                for (int64_t r = 0; r < og * oh; r++) memcpy(out + r * ow, wide + r * wp, ow);
         }
     }
     return 0;

@@ -199,12 +199,17 @@ def qconv2d_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowere
     planned = []
     if any(a["pads"]):
         planned.append(("pad", (n, c, h + top + bottom, wd + left + right), x.dtype))
-    if blocked:
-        planned.append(("cols", (g * kg * 4 * oh * ow,), np.dtype(np.uint8)))
+    shifted = a["stride"] == [1, 1]
+    if blocked:  # the native kernel's bytes (qconv.c): packed columns [, planes, wide output]
+        wp = ow + (a["kernel"][1] - 1) * a["dilation"][1] if shifted else ow
+        hp = oh + (a["kernel"][0] - 1) * a["dilation"][0]
+        extra = c * (hp + 1) * wp + og * oh * wp if shifted else 0
+        planned.append(("cols", (g * kg * 4 * oh * wp + extra,), np.dtype(np.uint8)))
     attrs = {"kernel": a["kernel"], "stride": a["stride"], "dilation": a["dilation"],
              "pads": a["pads"], "group": g, "zx": int(qx.zero_point[0]),
              "zy": int(qy.zero_point[0]), "range": out_range(node, qy, y.dtype),
-             "blocked": blocked, "depthwise": depthwise, "scratch": [p[0] for p in planned]}
+             "blocked": blocked, "depthwise": depthwise, "shifted": blocked and shifted,
+             "scratch": [p[0] for p in planned]}
     return Lowered("qconv2d", attrs, operands, [(geometry.outputs[0][0], y.dtype)], planned)
 
 
@@ -345,8 +350,10 @@ def _qconv_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: Ste
         return False
     lo, hi = attrs["range"]
     flip = 128 if x.dtype == "int8" else 0
+    shifted = attrs.get("shifted", False)
     params = (n, c, h, wd, o, oh, ow, g, kh, kw, *attrs["stride"], *attrs["dilation"],
-              attrs["pads"][0], attrs["pads"][2], kg, attrs["zx"] + flip, flip, attrs["zy"], lo, hi)
+              attrs["pads"][0], attrs["pads"][2], kg, attrs["zx"] + flip, flip, attrs["zy"], lo, hi,
+              shifted)
     if attrs.get("depthwise", False):
         if (w.shape != (c, 1, kh * kw) or w.dtype != "int8" or len(ins) != 4 or not c == g == o
                 or x.dtype not in CODE_DTYPES or y.dtype not in CODE_DTYPES):
@@ -355,7 +362,13 @@ def _qconv_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: Ste
         b.params(*params)
         b.slots(b.inputs[0], b.inputs[1], b.inputs[2], b.inputs[3], b.outputs[0])
         return True
-    if w.shape != (g, -(-(o // g) // 8), kg, 8, 4) or not _common(ins, outs, attrs, g * kg * 4 * oh * ow):
+    wp = ow + (kw - 1) * attrs["dilation"][1] if shifted else ow
+    hp = oh + (kh - 1) * attrs["dilation"][0]
+    need = g * kg * 4 * oh * wp + (c * (hp + 1) * wp + o // g * oh * wp if shifted else 0)
+    if shifted and (attrs["stride"] != [1, 1] or hp != h + attrs["pads"][0] + attrs["pads"][1]
+                    or wp != wd + attrs["pads"][2] + attrs["pads"][3]):
+        return False
+    if w.shape != (g, -(-(o // g) // 8), kg, 8, 4) or not _common(ins, outs, attrs, need):
         return False
     b.params(*params)
     names = list(attrs["scratch"])
