@@ -166,13 +166,14 @@ def test_native_integer_kernels_equal_the_numpy_ones(case, int8_path):
 
 
 def test_native_steps_cover_the_integer_gemms(int8_path):
-    """Convs (depthwise and grouped too), dense layers, casts, tables, adds and concats
-    of a QDQ model run on the C library."""
+    """Convs (depthwise, grouped, pointwise and dilated too), dense layers, casts, tables,
+    adds, concats and max pooling of a QDQ model run on the C library."""
     from provider.npu import native_steps
 
     for case, kernel in (("conv_grouped", "qconv2d"), ("conv_depthwise", "qconv2d"),
                          ("gemm", "qdense"), ("sigmoid", "qlut"), ("add", None),
-                         ("concat", "qconcat")):
+                         ("concat", "qconcat"), ("maxpool", "qmax_pool"),
+                         ("conv_pointwise", "qconv2d"), ("conv_dilated", "qconv2d")):
         model, _ = build(case, np.int8, 0)
         program = compile_model(import_onnx(model)[0])
         for i, step in enumerate(program.steps):

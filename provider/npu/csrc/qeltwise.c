@@ -143,3 +143,62 @@ void qconcat(const lnpu_step *s, void **slots) {
     ew_args a = {s, slots, s->p[0], 1};
     parallel(concat_task, &a, s->p[0]);
 }
+
+/* ---- max pooling of codes ---------------------------------------------------------------- */
+
+/* p = N, C, H, W, OH, OW, KH, KW, SH, SW, PT, PL, signed; slots x, table (-1: none), y.
+ * Padding never wins (the window's max is over the input positions it covers), as
+ * onnxruntime's MaxPool; a table maps the max code to the output's quantization. */
+enum { MP_N, MP_C, MP_H, MP_W, MP_OH, MP_OW, MP_KH, MP_KW, MP_SH, MP_SW, MP_PT, MP_PL, MP_SIGNED };
+
+MULTIVERSION
+static void maxpool_plane(const lnpu_step *s, const uint8_t *x, const uint8_t *table, uint8_t *y) {
+    const int64_t *p = s->p;
+    int64_t h = p[MP_H], w = p[MP_W], oh = p[MP_OH], ow = p[MP_OW], kh = p[MP_KH], kw = p[MP_KW];
+    int64_t sh = p[MP_SH], sw = p[MP_SW], pt = p[MP_PT], pl = p[MP_PL];
+    uint8_t flip = p[MP_SIGNED] ? 0x80 : 0;  /* compare int8 codes as unsigned */
+    for (int64_t r = 0; r < oh; r++) {
+        int64_t r0 = r * sh - pt, r1 = r0 + kh;
+        r0 = r0 < 0 ? 0 : r0;
+        r1 = r1 > h ? h : r1;
+        for (int64_t c = 0; c < ow; c++) {
+            int64_t c0 = c * sw - pl, c1 = c0 + kw;
+            c0 = c0 < 0 ? 0 : c0;
+            c1 = c1 > w ? w : c1;
+            uint8_t best = 0;
+            for (int64_t i = r0; i < r1; i++)
+                for (int64_t j = c0; j < c1; j++) {
+                    uint8_t v = x[i * w + j] ^ flip;
+                    best = v > best ? v : best;
+                }
+            best ^= flip;
+            y[r * ow + c] = table ? table[(uint8_t)(best ^ flip)] : best;
+        }
+    }
+}
+
+typedef struct {
+    const lnpu_step *s;
+    void **slots;
+    int64_t per_task;
+} mp_args;
+
+static void maxpool_task(const void *ctx, int64_t t) {
+    const mp_args *a = ctx;
+    const int64_t *p = a->s->p;
+    int64_t planes = p[MP_N] * p[MP_C], in = p[MP_H] * p[MP_W], out = p[MP_OH] * p[MP_OW];
+    const uint8_t *x = a->slots[a->s->slot[0]];
+    const uint8_t *table = a->s->slot[1] >= 0 ? a->slots[a->s->slot[1]] : NULL;
+    uint8_t *y = a->slots[a->s->slot[2]];
+    int64_t end = (t + 1) * a->per_task < planes ? (t + 1) * a->per_task : planes;
+    for (int64_t k = t * a->per_task; k < end; k++) maxpool_plane(a->s, x + k * in, table, y + k * out);
+}
+
+void qmaxpool(const lnpu_step *s, void **slots) {
+    const int64_t *p = s->p;
+    int64_t planes = p[MP_N] * p[MP_C];
+    if (!planes) return;
+    double work = (double)planes * p[MP_OH] * p[MP_OW] * p[MP_KH] * p[MP_KW];
+    mp_args a = {s, slots, per_task(planes, task_count(work / ELEMENTS_PER_NS, planes))};
+    parallel(maxpool_task, &a, (planes + a.per_task - 1) / a.per_task);
+}

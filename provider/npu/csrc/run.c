@@ -46,6 +46,7 @@ API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, double
         case OP_QADD: qadd(s, slots); break;
         case OP_QCONCAT: qconcat(s, slots); break;
         case OP_QDWCONV: status = qdwconv(s, slots); break;
+        case OP_QMAXPOOL: qmaxpool(s, slots); break;
         default: status = i + 1; continue;
         }
         if (seconds) seconds[i] = (now_ns() - t0) * 1e-9;

@@ -245,3 +245,20 @@ def _qconcat_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: S
     b.params(*params)
     b.slots(*slots)
     return True
+
+
+@native("qmax_pool", op="qmaxpool")
+def _qmax_pool_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """Window max of 8-bit codes [through a table] (csrc/qeltwise.c)."""
+    x, y = ins[0], outs[0]
+    if x.dtype not in CODES or y.dtype != x.dtype or len(x.shape) != 4 or len(y.shape) != 4:
+        return False
+    n, c, h, w = x.shape
+    _, _, oh, ow = y.shape
+    (kh, kw), (sh, sw) = attrs["kernel"], attrs["stride"]
+    top, _, left, _ = attrs["pads"]
+    if len(ins) > 1 and ins[1].shape != (256,):
+        return False
+    b.params(n, c, h, w, oh, ow, kh, kw, sh, sw, top, left, x.dtype == "int8")
+    b.slots(b.inputs[0], b.inputs[1] if len(ins) > 1 else None, b.outputs[0])
+    return True
