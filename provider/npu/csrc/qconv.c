@@ -452,9 +452,11 @@ void qdense(const lnpu_step *s, void **slots) {
 
 /* ---- depthwise -------------------------------------------------------------------------- */
 
-/* One channel per group: each channel's padded plane (int16, the unsigned zero point
- * around it) is split into column phases (stride 2: even and odd input columns), so every
- * tap of an output row is one contiguous multiply-add over int32 sums. */
+/* One channel per group. Each channel's padded input is split into row and column phases
+ * of the stride (int16, the unsigned zero point around the input), hq x wq each, so that
+ * every tap reads one contiguous slice of oh*wq values of one phase: a tap is one long
+ * multiply-add over int32 sums (the wq - ow wrap-around columns of each row are computed
+ * and dropped), not ow-long pieces. */
 typedef struct {
     const lnpu_step *s;
     const uint8_t *x;
@@ -462,7 +464,7 @@ typedef struct {
     const int32_t *bias;
     const double *mult;
     uint8_t *y;
-    int64_t per_task;
+    int64_t per_task, hq, wq;
 } dw_args;
 
 MULTIVERSION
@@ -470,61 +472,70 @@ static void dw_channel(const dw_args *a, int64_t ch, int16_t *plane, int32_t *ac
     const int64_t *p = a->s->p;
     int64_t h = p[Q_H], w = p[Q_W], kh = p[Q_KH], kw = p[Q_KW], oh = p[Q_OH], ow = p[Q_OW];
     int64_t sh = p[Q_SH], sw = p[Q_SW], dh = p[Q_DH], dw = p[Q_DW], pt = p[Q_PT], pl = p[Q_PL];
+    int64_t hq = a->hq, wq = a->wq, size = hq * wq;
     int16_t zx = (int16_t)p[Q_ZX];
     uint8_t flip = (uint8_t)p[Q_XFLIP];
-    /* padded plane rows [0, hp), split by column phase: phase f holds columns f, f + sw, ... */
-    int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1;
-    int64_t wq = (ow - 1) + ((kw - 1) * dw) / sw + 1;  /* columns of one phase */
     const uint8_t *src = a->x + ch * h * w;
-    for (int64_t ph = 0; ph < sw; ph++) {
-        int16_t *q = plane + ph * hp * wq;
-        for (int64_t r = 0; r < hp; r++) {
-            int64_t ir = r - pt;
-            int16_t *row = q + r * wq;
-            for (int64_t c = 0; c < wq; c++) {
-                int64_t ic = c * sw + ph - pl;
-                row[c] = ir < 0 || ir >= h || ic < 0 || ic >= w ? zx
-                         : (int16_t)(uint8_t)(src[ir * w + ic] ^ flip);
+    for (int64_t pr = 0; pr < sh; pr++) {
+        for (int64_t pc = 0; pc < sw; pc++) {
+            int16_t *q = plane + (pr * sw + pc) * size;
+            int64_t lo, hi, off = pc - pl;
+            valid_columns(off, sw, w, wq, &lo, &hi);
+            for (int64_t r = 0; r < hq; r++) {
+                int64_t ir = r * sh + pr - pt;
+                int16_t *row = q + r * wq;
+                if (ir < 0 || ir >= h) {
+                    for (int64_t c = 0; c < wq; c++) row[c] = zx;
+                    continue;
+                }
+                const uint8_t *in = src + ir * w + off;
+                for (int64_t c = 0; c < lo; c++) row[c] = zx;
+                for (int64_t c = lo; c < hi; c++) row[c] = (int16_t)(uint8_t)(in[c * sw] ^ flip);
+                for (int64_t c = hi; c < wq; c++) row[c] = zx;
             }
         }
     }
     const int8_t *wt = a->w + ch * kh * kw;
+    int64_t n = (oh - 1) * wq + ow;  /* the last row's wrap-around columns are not needed */
     int32_t bias = a->bias[ch];
-    for (int64_t r = 0; r < oh; r++) {
-        int32_t *out = acc + r * ow;
-        for (int64_t c = 0; c < ow; c++) out[c] = bias;
-        for (int64_t i = 0; i < kh; i++) {
-            for (int64_t j = 0; j < kw; j++) {
-                int64_t col = j * dw;  /* input column offset of the tap */
-                const int16_t *in = plane + (col % sw) * hp * wq + (r * sh + i * dh) * wq + col / sw;
-                int32_t wv = wt[i * kw + j];
-                for (int64_t c = 0; c < ow; c++) out[c] += (int32_t)in[c] * wv;
-            }
+    for (int64_t k = 0; k < n; k++) acc[k] = bias;
+    for (int64_t i = 0; i < kh; i++) {
+        for (int64_t j = 0; j < kw; j++) {
+            int64_t ri = i * dh, cj = j * dw;
+            const int16_t *in = plane + ((ri % sh) * sw + cj % sw) * size + (ri / sh) * wq + cj / sw;
+            int32_t wv = wt[i * kw + j];
+            for (int64_t k = 0; k < n; k++) acc[k] += (int32_t)in[k] * wv;
         }
     }
     float m = (float)a->mult[ch];
     int32_t zy = (int32_t)p[Q_ZY];
     float lo = (float)(p[Q_LO] - zy), hi = (float)(p[Q_HI] - zy);
     uint8_t *y = a->y + ch * oh * ow;
-    for (int64_t k = 0; k < oh * ow; k++) {
-        float f = (float)acc[k] * m;
-        f = f < lo ? lo : f;
-        f = f > hi ? hi : f;
-        y[k] = (uint8_t)((int32_t)((f + 12582912.0f) - 12582912.0f) + zy);
+    for (int64_t r = 0; r < oh; r++) {
+        const int32_t *sums = acc + r * wq;
+        uint8_t *out = y + r * ow;
+        for (int64_t c = 0; c < ow; c++) {
+            float f = (float)sums[c] * m;
+            f = f < lo ? lo : f;
+            f = f > hi ? hi : f;
+            out[c] = (uint8_t)((int32_t)((f + 12582912.0f) - 12582912.0f) + zy);
+        }
     }
+}
+
+static int64_t dw_scratch_floats(int64_t sh, int64_t sw, int64_t hq, int64_t wq) {
+    return (sh * sw * hq * wq * 2 + 63) / 64 * 16 + hq * wq + 16;
 }
 
 static void dw_task(const void *ctx, int64_t t) {
     const dw_args *a = ctx;
     const int64_t *p = a->s->p;
-    int64_t c = p[Q_C], n = p[Q_N], kh = p[Q_KH], kw = p[Q_KW], oh = p[Q_OH], ow = p[Q_OW];
-    int64_t sh = p[Q_SH], sw = p[Q_SW], dh = p[Q_DH], dw = p[Q_DW];
-    int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1, wq = (ow - 1) + ((kw - 1) * dw) / sw + 1;
-    int64_t plane_bytes = (sw * hp * wq * 2 + 63) / 64 * 64;
-    float *scratch = thread_scratch((plane_bytes + oh * ow * 4) / 4 + 16);
-    if (!scratch) return;
+    int64_t c = p[Q_C], n = p[Q_N], oh = p[Q_OH], ow = p[Q_OW];
+    int64_t plane_floats = (p[Q_SH] * p[Q_SW] * a->hq * a->wq * 2 + 63) / 64 * 16;
+    float *scratch = thread_scratch(dw_scratch_floats(p[Q_SH], p[Q_SW], a->hq, a->wq));
+    if (!scratch) return;  /* the caller checked: never here */
     int16_t *plane = (int16_t *)scratch;
-    int32_t *acc = (int32_t *)((uint8_t *)scratch + plane_bytes);
+    int32_t *acc = (int32_t *)(scratch + plane_floats);
     int64_t end = (t + 1) * a->per_task < n * c ? (t + 1) * a->per_task : n * c;
     for (int64_t k = t * a->per_task; k < end; k++) {
         dw_args one = *a;
@@ -539,11 +550,11 @@ int qdwconv(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p;
     int64_t n = p[Q_N], c = p[Q_C], kh = p[Q_KH], kw = p[Q_KW], oh = p[Q_OH], ow = p[Q_OW];
     int64_t sh = p[Q_SH], sw = p[Q_SW], dh = p[Q_DH], dw = p[Q_DW];
-    int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1, wq = (ow - 1) + ((kw - 1) * dw) / sw + 1;
+    int64_t hq = oh + ((kh - 1) * dh) / sh + 1, wq = ow + ((kw - 1) * dw) / sw;
     if (n * c == 0) return 0;
-    if (!thread_scratch((sw * hp * wq * 2 + 63) / 64 * 16 + oh * ow + 16)) return -1;
+    if (!thread_scratch(dw_scratch_floats(sh, sw, hq, wq))) return -1;
     dw_args a = {s, slots[s->slot[QS_X]], slots[s->slot[QS_W]], slots[s->slot[QS_BIAS]],
-                 slots[s->slot[QS_MULT]], slots[s->slot[QS_Y]], 0};
+                 slots[s->slot[QS_MULT]], slots[s->slot[QS_Y]], 0, hq, wq};
     double work = (double)n * c * oh * ow * (kh * kw + 4);
     int64_t tasks = task_count(work / 4.0, n * c);
     a.per_task = per_task(n * c, tasks);
