@@ -150,3 +150,16 @@ def test_mindspore_full_quant_file_runs_as_integer_ops_on_the_npu():
     sess = InferenceSession(str(path), providers=NPU)
     assert sess.placement_summary().partitions == 1
     assert not [p for p in sess.partition() if p.device != "NPU"]
+
+
+def test_int8_weights_take_a_quarter_of_the_device_memory(tmp_path):
+    """The Program stores int8 weights (int32 biases): memory_info() of the int8 session
+    shows about a quarter of the fp32 session's weight bytes."""
+    source, target = quantized("resnet_block", "qdq", "int8", tmp_path)
+    feeds = {"image": np.random.default_rng(0).standard_normal((1, 3, 56, 56)).astype(np.float32)}
+    weights = {}
+    for label, path in (("int8", target), ("fp32", source)):
+        sess = InferenceSession(path, providers=NPU)
+        sess.run(None, feeds)
+        weights[label] = sess.memory_info().weights
+    assert 0 < weights["int8"] * 3.5 < weights["fp32"], weights

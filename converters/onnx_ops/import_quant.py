@@ -47,7 +47,6 @@ FOLDABLE: dict[str, tuple] = {
     "MatMul": ((0, 1), 1, lambda node, r: r - 1, None),
     "Gemm": ((0, 1), 1, lambda node, r: 0 if node.attrs.get("transB", 0) else 1, 2),
     "Add": ((0, 1), None, None, None),
-    "Sum": ((0, 1), None, None, None),  # of two inputs: an Add
     "Mul": ((0, 1), None, None, None),
     "Concat": (None, None, None, None),
     "MaxPool": ((0,), None, None, None),
@@ -65,7 +64,9 @@ FOLDABLE: dict[str, tuple] = {
     "Softmax": ((0,), None, None, None),
 }
 # Ops whose fused activation a following Relu / Clip(0, 6) becomes.
-FUSES_ACTIVATION = {"Conv", "MatMul", "Gemm", "Add", "Sum", "Mul"}
+FUSES_ACTIVATION = {"Conv", "MatMul", "Gemm", "Add", "Mul"}
+# Not folded: Sum (onnxruntime has no integer Sum: it adds in float between the Dequantize
+# and Quantize nodes, and so does the NPU, to the bit).
 
 
 @dataclass
@@ -139,11 +140,16 @@ def plan(view) -> QuantPlan:
         vi = info.get(name)
         return None if vi is None else vi.shape
 
-    def record(name: str, scale_name: str, zp_name: str, dtype, axis: int | None) -> None:
+    def record(name: str, scale_name: str, zp_name: str, dtype, axis) -> None:
+        """Record value `name`'s quantization; a node whose parameters are not numbers of the
+        expected kinds (a float zero point, a string scale, blocked quantization) leaves the
+        value unquantized: it is carried as it is (onnxruntime judges it)."""
         scale, zp = consts.get(scale_name), consts.get(zp_name)
         if not name or scale is None or (zp_name and zp is None) or np.dtype(dtype) not in (*CODES, I32):
             return
-        if np.asarray(scale).ndim > 1:  # blocked quantization (opset 21): not folded
+        numeric = (scale.dtype.kind == "f" and (zp is None or zp.dtype.kind in "iu")
+                   and (axis is None or isinstance(axis, (int, np.integer))))
+        if not numeric or np.asarray(scale).ndim > 1:  # (ndim > 1: opset 21's blocks)
             p.conflicted.add(name)
             return
         per_channel = np.asarray(scale).size > 1
@@ -250,8 +256,6 @@ def _unit(view, p: QuantPlan, consts: _Consts, i: int, node, producer, readers,
     if spec is None or node.domain or not node.outputs:
         return None
     data, weight, axis_of, bias = spec
-    if node.op_type == "Sum" and len(node.inputs) != 2:
-        return None
     positions = range(len(node.inputs)) if data is None else [k for k in data if k < len(node.inputs)]
     inputs: dict[int, str] = {}
     dequantize: list[int] = []
@@ -288,7 +292,9 @@ def _unit(view, p: QuantPlan, consts: _Consts, i: int, node, producer, readers,
             return None
         w = p.quant[inputs[weight]]
         expect = act_scale.scale.astype(np.float64) * w.scale.astype(np.float64)
-        if not np.allclose(q.scale, expect, rtol=1e-4, atol=0):
+        sizes = {q.scale.size, expect.size}
+        if (len(sizes) > 1 and 1 not in sizes) or not np.allclose(q.scale, expect, rtol=1e-4,
+                                                                   atol=0):
             return None
         inputs[bias] = dq.inputs[0]
         dequantize.append(d)
