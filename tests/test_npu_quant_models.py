@@ -24,6 +24,10 @@ from provider.zoo import build
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 NPU = ["NPUExecutionProvider", "CPUExecutionProvider"]
+# Fraction of outputs within one step of onnxruntime's: 99%, or as measured where a model's
+# many table activations (SiLU: onnxruntime's approximate float Sigmoid) differ by a step more
+# often (the detector: 99.05%).
+WITHIN = {"yolo_detector_int8": 0.98}
 # (model, format, activations); the light models get seeded random weights
 MODELS = [
     ("resnet_block", "qdq", "int8"),
@@ -33,6 +37,7 @@ MODELS = [
     ("light_squeezenet", "qoperator", "uint8"),
     ("light_shufflenet", "qdq", "uint8"),
     ("resnet_block", "qoperator", "int8"),
+    ("yolo_detector_int8", "zoo", "int8"),
     pytest.param("light_resnet50", "qdq", "int8", marks=pytest.mark.slow),
     pytest.param("light_resnet50", "qoperator", "uint8", marks=pytest.mark.slow),
 ]
@@ -60,7 +65,20 @@ class _Reader(CalibrationDataReader):
         return next(self._it, None)
 
 
+def _static(model: onnx.ModelProto, shape) -> onnx.ModelProto:
+    """`model` with its input's symbolic dims fixed (its shape arithmetic then folds)."""
+    for dim, value in zip(model.graph.input[0].type.tensor_type.shape.dim, shape, strict=True):
+        dim.ClearField("dim_param")
+        dim.dim_value = value
+    return model
+
+
 def quantized(name: str, fmt: str, activations: str, folder) -> tuple[str, str]:
+    if fmt == "zoo":  # the zoo's int8 QDQ detector and its float original, at 1x3x64x64
+        source, target = os.path.join(folder, "float.onnx"), os.path.join(folder, f"{name}.onnx")
+        onnx.save(_static(build(name.removesuffix("_int8")), (1, 3, 64, 64)), source)
+        onnx.save(_static(build(name), (1, 3, 64, 64)), target)
+        return source, target
     source = os.path.join(folder, f"{name}.onnx")
     onnx.save(float_model(name), source)
     target = os.path.join(folder, f"{name}.{fmt}.{activations}.onnx")
@@ -94,7 +112,7 @@ def test_quantized_model_runs_as_one_integer_program(name, fmt, activations, tmp
     for out, g, w, f in zip(model.graph.output, got, want, fp32, strict=True):
         lsb = scales[out.name]
         within = float(np.mean(np.abs(g - w) <= lsb * 1.0001))
-        assert within >= 0.99, (out.name, within)
+        assert within >= WITHIN.get(name, 0.99), (out.name, within)
         assert np.abs(g - w).max() <= 8 * lsb  # rare flips propagate a few steps at most
         c_npu, c_ort = cosine(g, f), cosine(w, f)
         assert c_npu >= c_ort - 1e-4, (c_npu, c_ort)
