@@ -5,15 +5,16 @@ and zoo models): the fp32 model is quantized the NPU way (`provider.quantize`, Q
 weights per channel, int8 activations, calibrated on seeded random inputs), then four
 contenders run the same seeded input, interleaved in blocks (`provider.bench.timing`):
 
-    NPU int8   the QDQ model imported (QDQ units folded), compiled, run by an Executor
+    NPU int8   the QDQ model in an InferenceSession with the NPU EP (QDQ units folded into
+               integer ops)
     NPU fp32   the fp32 model, likewise
     ORT QDQ    onnxruntime CPU on the QDQ model (its QLinear kernels)
     ORT fp32   onnxruntime CPU on the fp32 model
 
 Printed per model: median and 10th-90th percentile of each, the same-run ratios (median
 over turns of each turn's ratio of block medians: NPU int8 vs NPU fp32, NPU int8 vs ORT
-QDQ; > 1 means NPU int8 is faster), the Program weight bytes int8 vs fp32, the placement
-through the EP (partitions, NPU nodes / total), and the accuracy: fraction of NPU int8
+QDQ; > 1 means NPU int8 is faster), the device weight bytes int8 vs fp32 (memory_info), the
+placement through the EP (partitions, NPU nodes / total), and the accuracy: fraction of NPU int8
 outputs within 1 LSB (of the output's last quantization scale) of ORT QDQ's, and the cosine
 similarity of NPU int8 and of ORT QDQ to the fp32 model's outputs.
 
@@ -42,11 +43,8 @@ from npu_oracle import randomized  # noqa: E402
 from quant_cases import cosine, output_scales  # noqa: E402
 
 import provider  # noqa: E402
-from converters.onnx_import import import_onnx  # noqa: E402
 from provider.bench.timing import interleaved_ms, paired_ratio  # noqa: E402
 from provider.npu import native  # noqa: E402
-from provider.npu.compiler import compile_model  # noqa: E402
-from provider.npu.executor import Executor  # noqa: E402
 from provider.quantize import QuantConfig, load_calibration, quantize_model  # noqa: E402
 from provider.session import InferenceSession  # noqa: E402
 from provider.zoo import build  # noqa: E402
@@ -57,13 +55,18 @@ DEFAULT = ["resnet50", "squeezenet", "mobilenet", "resnet_block", "yolo_detector
 def float_model(name: str) -> onnx.ModelProto:
     """The fp32 model: a light model with random weights (its final Softmax dropped: the
     logits are compared, and an opset-8 Softmax has no Lite primitive), models/<name>_v2.onnx
-    or a zoo one."""
+    or a zoo one at batch 1 (a symbolic image size fixed to 256x256)."""
     light = os.path.join(LIGHT, f"light_{name}.onnx")
     if os.path.exists(light):
         return without_final_softmax(as_constants(randomized(onnx.load(light))))
     if name == "mobilenet":
         return onnx.load(os.path.join(ROOT, "models", "mobilenet_v2.onnx"))
-    return build(name, batch=1)
+    model = build(name, batch=1)
+    for dim, size in zip(model.graph.input[0].type.tensor_type.shape.dim[2:], (256, 256), strict=False):
+        if not dim.dim_value:  # a detector's symbolic image size: fixed (its shape ops fold)
+            dim.ClearField("dim_param")
+            dim.dim_value = size
+    return model
 
 
 def without_final_softmax(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -77,15 +80,6 @@ def without_final_softmax(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def placement(path: str) -> str:
-    sess = InferenceSession(path, providers=["NPUExecutionProvider", "CPUExecutionProvider"])
-    return sess.partition_summary().splitlines()[0]
-
-
-def weight_bytes(program) -> int:
-    return sum(s.nbytes for s in program.slots if s.kind == "weight")
-
-
 def bench(name: str, runs: int, threads: int, folder: str) -> None:
     fp32 = float_model(name)
     fp32_path = os.path.join(folder, f"{name}.onnx")
@@ -97,22 +91,17 @@ def bench(name: str, runs: int, threads: int, folder: str) -> None:
     shape = [d.dim_value or 1 for d in vi.type.tensor_type.shape.dim]
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
 
-    programs = {}
-    for label, model in (("int8", qdq), ("fp32", fp32)):
-        lite, _ = import_onnx(model)
-        programs[label] = compile_model(lite, {vi.name: shape})
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.log_severity_level = 3
+    npu_q = InferenceSession(qdq_path, providers=["NPUExecutionProvider", "CPUExecutionProvider"])
+    npu_f = InferenceSession(fp32_path, providers=["NPUExecutionProvider", "CPUExecutionProvider"])
     ort_q = ort.InferenceSession(qdq.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     ort_f = ort.InferenceSession(fp32.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    with Executor(programs["int8"]) as q_ex, Executor(programs["fp32"]) as f_ex:
-        got_q = [np.array(v) for v in q_ex.run([x])]
-        got_f = [np.array(v) for v in f_ex.run([x])]
-        blocks = interleaved_ms([lambda: q_ex.run([x]), lambda: f_ex.run([x]),
-                                 lambda: ort_q.run(None, {vi.name: x}),
-                                 lambda: ort_f.run(None, {vi.name: x})], runs)
-        native_steps = q_ex.native_steps
+    feeds = {vi.name: x}
+    got_q, got_f = npu_q.run(None, feeds), npu_f.run(None, feeds)
+    blocks = interleaved_ms([lambda: npu_q.run(None, feeds), lambda: npu_f.run(None, feeds),
+                             lambda: ort_q.run(None, feeds), lambda: ort_f.run(None, feeds)], runs)
     want_q = ort_q.run(None, {vi.name: x})
     want_f = ort_f.run(None, {vi.name: x})
     scales = output_scales(qdq)
@@ -123,14 +112,15 @@ def bench(name: str, runs: int, threads: int, folder: str) -> None:
     cos_ort = min(cosine(w, f) for w, f in zip(want_q, want_f, strict=True))
     cos_npu_fp32 = min(cosine(g, f) for g, f in zip(got_f, want_f, strict=True))
     labels = ["NPU int8", "NPU fp32", "ORT QDQ ", "ORT fp32"]
-    print(f"\n== {name}: {len(qdq.graph.node)} QDQ nodes; {placement(qdq_path)}")
-    print(f"   native steps (int8 Program): {native_steps} of {len(programs['int8'].steps)}")
+    print(f"\n== {name}: {len(qdq.graph.node)} QDQ nodes; NPU int8: "
+          f"{npu_q.partition_summary().splitlines()[0]}")
+    print(f"   NPU fp32: {npu_f.partition_summary().splitlines()[0]}")
     for label, b in zip(labels, blocks, strict=True):
         print(f"   {label} {spread(flat(b))}")
     print(f"   NPU int8 vs NPU fp32: {paired_ratio(blocks[1], blocks[0]):.2f}x   "
           f"NPU int8 vs ORT QDQ: {paired_ratio(blocks[2], blocks[0]):.2f}x   "
           f"NPU fp32 vs ORT fp32: {paired_ratio(blocks[3], blocks[1]):.2f}x")
-    wq, wf = weight_bytes(programs["int8"]), weight_bytes(programs["fp32"])
+    wq, wf = npu_q.memory_info().weights, npu_f.memory_info().weights
     print(f"   weight bytes: int8 {wq:,} vs fp32 {wf:,} ({wf / max(wq, 1):.2f}x smaller)")
     print(f"   accuracy: NPU int8 within 1 LSB of ORT QDQ on {min(within):.4%} of outputs; cosine to "
           f"fp32: NPU int8 {cos_npu:.6f}, ORT QDQ {cos_ort:.6f} (NPU fp32 {cos_npu_fp32:.6f})")

@@ -226,6 +226,8 @@ CASES = {
     "matmul_runtime": matmul_runtime,
     "add": binary("Add"),
     "mul": binary("Mul"),
+    "add_same_shape": lambda g: g.op("Add", [g.activation((2, 8, 6, 6)), g.activation((2, 8, 6, 6))]),
+    "mul_same_shape": lambda g: g.op("Mul", [g.activation((2, 8, 6, 6)), g.activation((2, 8, 6, 6))]),
     "concat": concat,
     "maxpool": pool("MaxPool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
     "averagepool": pool("AveragePool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),

@@ -173,12 +173,13 @@ def test_native_steps_cover_the_integer_gemms(int8_path):
     for case, kernel in (("conv_grouped", "qconv2d"), ("conv_depthwise", "qconv2d"),
                          ("gemm", "qdense"), ("sigmoid", "qlut"), ("add", None),
                          ("concat", "qconcat"), ("maxpool", "qmax_pool"),
+                         ("add_same_shape", "qadd"), ("mul_same_shape", "qmul"),
                          ("conv_pointwise", "qconv2d"), ("conv_dilated", "qconv2d")):
         model, _ = build(case, np.int8, 0)
         program = compile_model(import_onnx(model)[0])
         for i, step in enumerate(program.steps):
             if kernel is None or step.kernel == kernel:
-                broadcast = step.kernel == "qadd"  # the case broadcasts: numpy's kernel
+                broadcast = case == "add"  # the case broadcasts: numpy's kernel
                 assert (native_steps.lower(program, i) is None) == broadcast, (case, step.kernel)
 
 

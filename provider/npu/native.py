@@ -39,7 +39,7 @@ OPS = {name: code for code, name in enumerate(
      "matmul", "activation", "softmax"), start=1)}
 # The integer kernels' codes (csrc/qconv.c, qeltwise.c; 40-69 are theirs).
 OPS.update({"qconv": 40, "qdense": 41, "quantize": 42, "dequantize": 43, "qlut": 44, "qadd": 45,
-            "qconcat": 46, "qdwconv": 47, "qmaxpool": 48})
+            "qconcat": 46, "qdwconv": 47, "qmaxpool": 48, "qmul": 49})
 
 
 class Step(C.Structure):

@@ -31,7 +31,7 @@ enum { OP_CONV = 1, OP_DWCONV, OP_MAXPOOL, OP_AVGPOOL, OP_GLOBALPOOL, OP_CONCAT,
        OP_MATMUL, OP_ACT, OP_SOFTMAX, OP_COUNT };
 /* Integer kernels (qconv.c, qeltwise.c): codes 40-69. */
 enum { OP_QCONV = 40, OP_QDENSE = 41, OP_QUANTIZE = 42, OP_DEQUANTIZE = 43, OP_QLUT = 44,
-       OP_QADD = 45, OP_QCONCAT = 46, OP_QDWCONV = 47, OP_QMAXPOOL = 48 };
+       OP_QADD = 45, OP_QCONCAT = 46, OP_QDWCONV = 47, OP_QMAXPOOL = 48, OP_QMUL = 49 };
 
 #define MAX_SLOTS 16
 #define MAX_PARAMS 32
@@ -212,6 +212,7 @@ void quantize(const lnpu_step *s, void **slots);     /* qeltwise.c */
 void dequantize(const lnpu_step *s, void **slots);
 void qlut(const lnpu_step *s, void **slots);
 void qadd(const lnpu_step *s, void **slots);
+void qmul(const lnpu_step *s, void **slots);
 void qconcat(const lnpu_step *s, void **slots);
 void qmaxpool(const lnpu_step *s, void **slots);
 

@@ -111,6 +111,31 @@ static void add_task(const void *ctx, int64_t t) {
     }
 }
 
+/* mul: p as add; f[0] = m: y = clamp(rint(float((a - za) * (b - zb)) * m) + zy) (the
+ * product is an exact int32, its float conversion exact below 2^24). */
+MULTIVERSION
+static void mul_task(const void *ctx, int64_t t) {
+    const ew_args *a = ctx;
+    const lnpu_step *s = a->s;
+    const uint8_t *x0 = a->slots[s->slot[0]], *x1 = a->slots[s->slot[1]];
+    uint8_t *y = a->slots[s->slot[2]];
+    int32_t za = (int32_t)s->p[1], zb = (int32_t)s->p[2], zy = (int32_t)s->p[3];
+    float lo = (float)(s->p[4] - zy), hi = (float)(s->p[5] - zy), m = s->f[0];
+    int sa = (int)s->p[6], sb = (int)s->p[7];
+    int64_t begin = t * a->chunk, end = begin + a->chunk < a->count ? begin + a->chunk : a->count;
+    for (int64_t i = begin; i < end; i++) {
+        int32_t va = sa ? (int32_t)(int8_t)x0[i] : (int32_t)x0[i];
+        int32_t vb = sb ? (int32_t)(int8_t)x1[i] : (int32_t)x1[i];
+        float f = (float)((va - za) * (vb - zb)) * m;
+        y[i] = (uint8_t)((int32_t)rne(clamp_nan(f, lo, hi)) + zy);
+    }
+}
+
+void qmul(const lnpu_step *s, void **slots) {
+    ew_args a = {s, slots, 0, 0};
+    parallel(mul_task, &a, split(&a, s->p[0]));
+}
+
 void qadd(const lnpu_step *s, void **slots) {
     ew_args a = {s, slots, 0, 0};
     parallel(add_task, &a, split(&a, s->p[0]));

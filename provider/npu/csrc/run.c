@@ -47,6 +47,7 @@ API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, double
         case OP_QCONCAT: qconcat(s, slots); break;
         case OP_QDWCONV: status = qdwconv(s, slots); break;
         case OP_QMAXPOOL: qmaxpool(s, slots); break;
+        case OP_QMUL: qmul(s, slots); break;
         default: status = i + 1; continue;
         }
         if (seconds) seconds[i] = (now_ns() - t0) * 1e-9;

@@ -213,16 +213,19 @@ def qresize_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowere
 # ---- native lowerings ------------------------------------------------------------------
 
 
-@native("qadd")
-def _qadd_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
-    """A quantized Add of two tensors of the output's shape (csrc/qeltwise.c)."""
+@native("qadd", "qmul")
+def _qbinary_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """A quantized Add / Mul of two tensors of the output's shape (csrc/qeltwise.c)."""
     a, c, y = ins[0], ins[1], outs[0]
     if not (a.shape == c.shape == y.shape) or {a.dtype, c.dtype, y.dtype} - CODES:
         return False
     lo, hi = attrs["range"]
     b.params(math.prod(y.shape), attrs["za"], attrs["zb"], attrs["zy"], lo, hi,
              a.dtype == "int8", c.dtype == "int8")
-    b.step.f[0], b.step.f[1] = attrs["ra"], attrs["rb"]
+    if b.op == "qadd":
+        b.step.f[0], b.step.f[1] = attrs["ra"], attrs["rb"]
+    else:
+        b.step.f[0] = attrs["m"]
     b.slots(b.inputs[0], b.inputs[1], b.outputs[0])
     return True
 
