@@ -41,6 +41,7 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 from bench_npu_vs_ort import LIGHT, as_constants, flat, spread  # noqa: E402
 from npu_oracle import randomized  # noqa: E402
 from quant_cases import cosine, output_scales  # noqa: E402
+from test_npu_quant_models import without_final_softmax  # noqa: E402
 
 import provider  # noqa: E402
 from provider.bench.timing import interleaved_ms, paired_ratio  # noqa: E402
@@ -66,17 +67,6 @@ def float_model(name: str) -> onnx.ModelProto:
         if not dim.dim_value:  # a detector's symbolic image size: fixed (its shape ops fold)
             dim.ClearField("dim_param")
             dim.dim_value = size
-    return model
-
-
-def without_final_softmax(model: onnx.ModelProto) -> onnx.ModelProto:
-    graph = model.graph
-    last = graph.node[-1]
-    if last.op_type == "Softmax" and list(last.output) == [o.name for o in graph.output]:
-        del graph.node[-1]
-        del graph.output[:]
-        inferred = onnx.shape_inference.infer_shapes(model)
-        graph.output.extend(vi for vi in inferred.graph.value_info if vi.name == last.input[0])
     return model
 
 

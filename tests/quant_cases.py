@@ -321,6 +321,7 @@ QOPERATOR = {
                                           strides=[2, 2]),
     "qlinear_sigmoid": qlinear_unary("QLinearSigmoid"),
     "qlinear_leaky_relu": qlinear_unary("QLinearLeakyRelu", alpha=0.2),
+    "qlinear_softmax": qlinear_unary("QLinearSoftmax", opset=13, axis=-1),
 }
 
 

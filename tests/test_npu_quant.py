@@ -3,8 +3,9 @@ every QDQ unit and QOperator node of `quant_cases`, int8 and uint8 activations, 
 and per-channel weights, random scales and zero points (seeded). Outputs are equal code for
 code, to onnxruntime's fused (QLinear*) path and to its unfused float path, except Softmax:
 onnxruntime's fused QLinearSoftmax and its own unfused DequantizeLinear -> Softmax ->
-QuantizeLinear differ by 1 LSB on ~8% of the codes; the NPU computes the unfused path
-(equal to it) and is within 1 LSB of the fused one on at most 15%. Malformed quantization
+QuantizeLinear differ by 1 LSB on ~8% of the codes (QLinearSoftmax, its table of
+exponentials: ~15%); the NPU computes the unfused path (equal to it) and is within 1 LSB of
+the fused one on at most 15% (20%). Malformed quantization
 is an InvalidModelError naming the tensor."""
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from provider.npu.compiler import compile_model
 DTYPES = (np.int8, np.uint8)
 SEEDS = (0, 1, 2)
 # (fraction of codes allowed to differ by 1 LSB from onnxruntime's fused path)
-FUSED_DIFFERS = {"softmax": 0.15}
+FUSED_DIFFERS = {"softmax": 0.15, "qlinear_softmax": 0.2}
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -57,7 +58,9 @@ def test_qdq_unit_matches_onnxruntime(case, dtype):
 def test_qoperator_node_matches_onnxruntime(case, dtype):
     for seed in SEEDS:
         model, feeds = build_qoperator(case, dtype, seed)
-        assert lsb(run_npu(model, feeds, native=False), run_ort(model, feeds)) == (0.0, 0)
+        fraction, worst = lsb(run_npu(model, feeds, native=False), run_ort(model, feeds))
+        allowed = FUSED_DIFFERS.get(case, 0.0)
+        assert worst <= (1 if allowed else 0) and fraction <= allowed, (case, seed, fraction)
 
 
 def test_every_unit_is_one_quantized_lite_node():

@@ -24,10 +24,11 @@ from provider.zoo import build
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 NPU = ["NPUExecutionProvider", "CPUExecutionProvider"]
-# Fraction of outputs within one step of onnxruntime's: 99%, or as measured where a model's
-# many table activations (SiLU: onnxruntime's approximate float Sigmoid) differ by a step more
-# often (the detector: 99.05%).
-WITHIN = {"yolo_detector_int8": 0.98}
+# Fraction of outputs within one step of onnxruntime's: 99%, or as measured where a step's
+# difference upstream is more frequent: the detector's many table activations (SiLU:
+# onnxruntime's approximate float Sigmoid; 99.05% with onnxruntime 1.32) and ShuffleNet with
+# onnxruntime 1.23 (98.4%; 100% with 1.32).
+WITHIN = {"yolo_detector_int8": 0.98, "light_shufflenet": 0.98}
 # (model, format, activations); the light models get seeded random weights
 MODELS = [
     ("resnet_block", "qdq", "int8"),
@@ -49,12 +50,27 @@ def registered():
 
 
 def float_model(name: str) -> onnx.ModelProto:
+    """A zoo model at batch 1, or a light model with seeded random weights and without its
+    final Softmax (the logits are compared: a softmax of random logits is near one-hot, and
+    onnxruntime 1.23 and 1.32 disagree on the opset-11 QLinearSoftmax the QOperator form
+    ends with)."""
     if name.startswith("light_"):
         path = os.path.join(LIGHT, f"{name}.onnx")
         if not os.path.exists(path):
             pytest.skip(f"{path} not shipped with this onnx")
-        return randomized(onnx.load(path))
+        return without_final_softmax(randomized(onnx.load(path)))
     return build(name, batch=1)
+
+
+def without_final_softmax(model: onnx.ModelProto) -> onnx.ModelProto:
+    graph = model.graph
+    last = graph.node[-1]
+    if last.op_type == "Softmax" and list(last.output) == [o.name for o in graph.output]:
+        del graph.node[-1]
+        del graph.output[:]
+        inferred = onnx.shape_inference.infer_shapes(model)
+        graph.output.extend(vi for vi in inferred.graph.value_info if vi.name == last.input[0])
+    return model
 
 
 class _Reader(CalibrationDataReader):

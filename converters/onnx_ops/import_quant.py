@@ -535,12 +535,26 @@ def _bias_quant(ctx, p: QuantPlan, bias: str, x: str, w: str, axis: int) -> None
 
 
 def _qlinear_softmax(ctx, p: QuantPlan, node):
-    """QLinearSoftmax's `opset` attribute picks the Softmax semantics (pre-13: over the
-    flattened trailing axes); mapped when it agrees with the model's."""
-    if (int(node.attrs.get("opset", 13)) >= 13) != (ctx.opset >= 13):
-        raise Unmappable("QLinearSoftmax of another opset's semantics than the model's")
-    node = dataclasses.replace(node, attrs={k: v for k, v in node.attrs.items() if k != "opset"})
-    return _qop("Softmax", (0,))(ctx, p, node)
+    """QLinearSoftmax: its own `opset` attribute picks the semantics (before 13: softmax
+    over the input flattened from `axis`, default 1, on); mapped to a per-axis Softmax when
+    that is one axis (the others from `axis` on have size 1)."""
+    x, y = node.inputs[0], node.outputs[0]
+    if p.known(x) is None or p.known(y) is None:
+        raise Unmappable("input or output without a single known quantization")
+    shape = ctx.shape(x)
+    if shape is None:
+        raise Unmappable("QLinearSoftmax of unknown rank")
+    rank = len(shape)
+    legacy = int(node.attrs.get("opset", 13)) < 13
+    axis = int(node.attrs.get("axis", 1 if legacy else -1)) % max(rank, 1)
+    if legacy:
+        wide = [a for a in range(axis, rank) if shape[a] != 1]
+        if len(wide) > 1 or any(not isinstance(shape[a], int) for a in range(axis, rank)):
+            raise Unmappable("pre-13 QLinearSoftmax over more than one axis")
+        axis = wide[0] if wide else rank - 1
+    lite = emit(ctx, node, "Softmax", {"axis": [axis]}, [x], [y])
+    lite.quant_type = QUANT_ALL
+    return [lite]
 
 
 def _qlinear_concat(ctx, p: QuantPlan, node):
