@@ -18,7 +18,10 @@ quantization). A Dequantize whose every reader is a unit disappears into them; a
 Quantize / Dequantize with a known quantization becomes an explicit `QuantDTypeCast` step,
 so nothing is lost. The ONNX nodes of a unit all report the unit's Lite node as their
 origin (GetCapability places them together). Dynamic quantization (DynamicQuantizeLinear,
-MatMulInteger, ConvInteger) maps node for node (see the section at the end).
+MatMulInteger, ConvInteger) maps node for node, in `import_quant_dynamic`.
+
+Long by design: the plan (which values are quantized how, which nodes form a unit) is one
+pass over the graph whose parts only make sense together.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import numpy as np
 
 from converters.errors import InvalidModelError
 from converters.lite import dtypes
-from converters.lite.quant import QUANT_ALL, QUANT_DYNAMIC, Quant, check
+from converters.lite.quant import QUANT_ALL, Quant, check
 from converters.onnx_ops.import_base import IMPORTERS, emit
 from converters.onnx_ops.registry import Unmappable
 
@@ -575,52 +578,3 @@ QOPERATORS = {
     (MS_DOMAIN, "QLinearSoftmax"): _qlinear_softmax,
     (MS_DOMAIN, "QGemm"): _qgemm,
 }
-
-
-# ---- dynamic quantization -------------------------------------------------------------------
-# DynamicQuantizeLinear becomes DynamicQuant with ONNX's three outputs (codes, scale, zero
-# point, computed from the data at run time); MatMulInteger / ConvInteger become MatMulFusion
-# / Conv2DFusion with quant_type QUANT_DYNAMIC: integer codes and their zero points (inputs 2
-# and 3, zeros when absent) in, exact int32 sums out.
-
-@IMPORTERS.register("DynamicQuantizeLinear", since=11)
-def dynamic_quantize_linear(ctx, node):
-    if ctx.dtype(node.inputs[0]) not in (None, F32):
-        raise Unmappable("DynamicQuantizeLinear of a non-float32 input")
-    attrs = {"symmetric": False, "dst_type": dtypes.UINT8}
-    return [emit(ctx, node, "DynamicQuant", attrs, node.inputs[:1], node.outputs)]
-
-
-def _zero_points(ctx, node, codes: tuple[str, str]) -> list:
-    """Inputs 2 and 3 (the zero points), a zero of the codes' type where absent."""
-    out = []
-    for i, code in zip((2, 3), codes, strict=True):
-        name = _arg(node, i)
-        if name:
-            out.append(name)
-            continue
-        dtype = ctx.dtype(code)
-        if dtype is None:
-            raise Unmappable(f"the element type of {code!r} is unknown")
-        out.append(ctx.const(f"{node.outputs[0]}/zero_point{i}", np.zeros((), dtype)))
-    return out
-
-
-@IMPORTERS.register("MatMulInteger", since=10)
-def matmul_integer(ctx, node):
-    zps = _zero_points(ctx, node, (node.inputs[0], node.inputs[1]))
-    attrs = {"transpose_a": False, "transpose_b": False, "activation_type": "NO_ACTIVATION"}
-    lite = emit(ctx, node, "MatMulFusion", attrs, [*node.inputs[:2], *zps])
-    lite.quant_type = QUANT_DYNAMIC
-    return [lite]
-
-
-@IMPORTERS.register("ConvInteger", since=10)
-def conv_integer(ctx, node):
-    zps = _zero_points(ctx, node, (node.inputs[0], node.inputs[1]))
-    view = dataclasses.replace(node, inputs=tuple(node.inputs[:2]))
-    produced = IMPORTERS.lookup("Conv", ctx.opset)(ctx, view)
-    lite = produced[0]
-    lite.inputs += [ctx.tensor(z) if isinstance(z, str) else z for z in zps]
-    lite.quant_type = QUANT_DYNAMIC
-    return produced
