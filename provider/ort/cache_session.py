@@ -20,7 +20,8 @@ entry too, holding its descriptor and Lite IR (`provider.ort.partition_payload`)
 session reads the descriptor only, and each shape's Program comes from its own cache entry on
 the first run of that shape; the Lite IR is read only for a shape no entry holds. A model with no NPU
 partition, or with a static partition whose Program is in no cache entry (an unwritable
-cache), gets no session entry.
+cache), gets no session entry. A stored model of our EPContext nodes only (the source record
+says so) is created with onnxruntime's graph optimisations off: there is nothing to optimise.
 """
 
 from __future__ import annotations
