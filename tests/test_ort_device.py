@@ -87,11 +87,11 @@ def test_missing_library_is_a_clear_error(monkeypatch):
     import importlib.machinery
 
     from provider.errors import LitenpuError
-    from provider.ort import registration
+    from provider.ort import discovery
 
     monkeypatch.setattr(importlib.machinery, "EXTENSION_SUFFIXES", [".nowhere.so"])
     with pytest.raises(LitenpuError, match="pip install -e"):
-        registration.library_path()
+        discovery.get_library_path()
 
 
 def test_unregister_then_register_again():

@@ -39,6 +39,7 @@ ORT_EP_FAIL = 11
 
 # OrtHardwareDeviceType / OrtMemoryInfoDeviceType / OrtDeviceMemoryType / OrtAllocatorType
 HW_DEVICE_CPU = 0
+HW_DEVICE_NPU = 2
 MEM_DEVICE_CPU = 0
 MEM_DEVICE_NPU = 3
 DEVICE_MEMORY_DEFAULT = 0
@@ -174,6 +175,9 @@ EP_API: dict[str, Entry] = {
     "MemoryDevice_GetMemoryType": _e(10, C.c_int, vp),
     "MemoryDevice_GetVendorId": _e(11, C.c_uint32, vp),
     "MemoryDevice_GetDeviceId": _e(12, C.c_uint32, vp),
+    # CreateHardwareDevice(type, vendor_id, device_id, vendor_name, metadata, out)
+    "CreateHardwareDevice": _e(16, STATUS, C.c_int, C.c_uint32, C.c_uint32, C.c_char_p, vp, PVP,
+                               since=24),
 }
 
 
