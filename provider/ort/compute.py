@@ -37,7 +37,7 @@ from provider.errors import BindingError
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor
 from provider.npu.program import Program
-from provider.ort import abi, epcontext
+from provider.ort import abi, compatibility, epcontext
 from provider.ort.callbacks import address, status_callback, value_callback
 from provider.ort.capability import own_weights
 from provider.ort.graph import read_graph
@@ -131,6 +131,7 @@ class FusedKernel:
             if isinstance(source, LiteModel):  # dynamic shapes: Programs per shape, cached
                 return cls(ep, name, inputs, outputs, source, None,
                            keys=_lite_keys(ep, source, lambda: loaded.blob))
+            compatibility.check_program(source, ep.options.compile, nodes[0].view.name)
             kernel = cls(ep, name, inputs, outputs, source, None)
             kernel.cache_entry = loaded.entry
             shapes = {source.slots[i].name: source.slots[i].shape for i in source.inputs}

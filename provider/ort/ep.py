@@ -18,8 +18,8 @@ from provider.cache import CompileCache
 from provider.npu.memory import ensure_default_pool
 from provider.npu.session_memory import SessionMemory
 from provider.options import NpuOptions
-from provider.ort import abi, epcontext, session_link
-from provider.ort.callbacks import address, status_callback, value_callback
+from provider.ort import abi, compatibility, epcontext, session_link
+from provider.ort.callbacks import CString, address, status_callback, value_callback
 from provider.ort.capability import Claim, ImportedGraph, Placement, claim, import_partition
 from provider.ort.compute import FusedKernel
 from provider.ort.graph import OrtGraphContents
@@ -67,6 +67,8 @@ class NpuEp:
         s.GetCapability = address(_get_capability)
         s.Compile = address(_compile)
         s.ReleaseNodeComputeInfos = address(_release_node_compute_infos)
+        self.compatibility = CString(compatibility.info(self.options.compile))
+        s.GetCompiledModelCompatibilityInfo = address(_get_compatibility_info)
         self.address: int = C.addressof(s)
         _EPS[self.address] = self
         if link is not None:
@@ -165,3 +167,8 @@ def _release_node_compute_infos(this, infos, count):
     ep = _EPS.get(this)
     if ep is not None:
         ep.release_kernels([infos[i] for i in range(count)])
+
+
+@value_callback(abi.P_COMPATIBILITY_INFO, "Ep.GetCompiledModelCompatibilityInfo")
+def _get_compatibility_info(this, graph):
+    return _ep(this).compatibility.address

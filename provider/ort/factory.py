@@ -14,7 +14,7 @@ import logging
 import threading
 
 import provider
-from provider.ort import CONFIG_PREFIX, DEVICE_NAME, EP_NAME, VENDOR, VENDOR_ID, abi
+from provider.ort import CONFIG_PREFIX, DEVICE_NAME, EP_NAME, VENDOR, VENDOR_ID, abi, compatibility
 from provider.ort.allocator import PoolAllocator
 from provider.ort.callbacks import CString, address, keep, set_ort, status_callback, value_callback
 from provider.ort.ep import NpuEp
@@ -48,6 +48,7 @@ class EpFactory:
         s.ReleaseEp = address(_release_ep)
         s.GetVendorId = address(_get_vendor_id)
         s.GetVersion = address(_get_version)
+        s.ValidateCompiledModelCompatibilityInfo = address(_validate_compatibility)
         s.CreateAllocator = address(_create_allocator)
         s.ReleaseAllocator = address(_release_allocator)
         s.CreateDataTransfer = address(_create_data_transfer)
@@ -205,6 +206,15 @@ def _create_ep(this, devices, metadata, num_devices, session_options, logger, ep
 @value_callback(abi.P_RELEASE_EP, "Factory.ReleaseEp")
 def _release_ep(this, ep):
     _f(this).release_ep(ep)
+
+
+@status_callback(abi.P_VALIDATE_COMPATIBILITY, "Factory.ValidateCompiledModelCompatibilityInfo")
+def _validate_compatibility(this, devices, num_devices, info, out):
+    _f(this)
+    verdict = compatibility.validate((info or b"").decode(errors="replace"))
+    log.log(logging.INFO if verdict.status == compatibility.OPTIMAL else logging.WARNING,
+            "compiled model compatibility: %s", verdict)
+    out[0] = verdict.status
 
 
 @status_callback(abi.P_FACTORY_CREATE_ALLOCATOR, "Factory.CreateAllocator")
