@@ -7,6 +7,8 @@ ones), registers the library, and selects the NPU device with `add_provider_for_
 `.ms` and `.mindir` models are converted to ONNX in memory first (through Lite IR). Extras over onnxruntime:
 
 - EP errors surface: onnxruntime's silent retry on CPU after an EP failure is disabled;
+- strict mode (`session.disable_cpu_ep_fallback=1`): a model the NPU does not take whole is
+  an UnsupportedError listing the nodes left on CPU and why;
 - feeds and bound buffers are checked up front (`BindingError` names the input);
 - `partition()` says which nodes run on the NPU and why the others don't, and is logged at
   INFO once the session exists; `copy_stats()` gives the CPU<->NPU bytes copied;
@@ -33,15 +35,16 @@ from converters.convert import format_of
 from converters.convert import read as read_model
 from converters.onnx_export import export_onnx
 from provider.cache.fingerprint import MEMO_DIR, source_fingerprint
-from provider.errors import BindingError, UnsupportedError
+from provider.errors import BindingError, InvalidModelError, UnsupportedError
 from provider.npu.memory import default_pool
 from provider.npu.session_memory import Family, SessionMemoryInfo, merge_infos
 from provider.options import InvalidOptionError, NpuOptions
 from provider.ort import EP_NAME, session_link
 from provider.ort.cache_session import CacheSession, SessionCacheStats
 from provider.ort.capability import Placement
-from provider.ort.ep import NpuEp
+from provider.ort.ep import STRICT_KEY, NpuEp
 from provider.ort.registration import ep_devices, register
+from provider.ort.run_modes import RUN_KEY
 from provider.ort.session_link import SessionLink
 from provider.ort.status import model_load_errors, typed_errors
 from provider.ort.tensors import ORT_TYPE_TO_NUMPY, bind_output, copy_stats, view
@@ -50,6 +53,8 @@ from provider.placement import NodePlacement, PlacementSummary
 log = logging.getLogger("litenpu.ort")
 
 CPU_EP = "CPUExecutionProvider"
+# onnxruntime's refusal under session.disable_cpu_ep_fallback=1 (it names no node)
+STRICT_REFUSAL = "fallback to CPU EP has been explicitly disabled"
 
 
 def normalize_providers(providers: Sequence | None, provider_options: Sequence[dict] | None
@@ -162,8 +167,14 @@ class InferenceSession(ort.InferenceSession):
             "the model"
         self._link.eps.clear()  # a failed attempt's EPs (the warm path's) are not ours
         # onnxruntime adds its CPU provider itself; naming providers here would drop the NPU.
-        with model_load_errors(what):
-            super().__init__(model, options, None, None, **{**kwargs, "enable_fallback": 0})
+        try:
+            with model_load_errors(what):
+                super().__init__(model, options, None, None, **{**kwargs, "enable_fallback": 0})
+        except InvalidModelError as exc:
+            if STRICT_REFUSAL not in str(exc):
+                raise
+            raise UnsupportedError(f"{what}: {STRICT_KEY}=1, and the NPU does not take every "
+                                   f"node:\n{self.partition_summary()}") from exc
 
     @property
     def _npu_eps(self) -> list[NpuEp]:
@@ -235,6 +246,18 @@ class InferenceSession(ort.InferenceSession):
         return clone
 
     # ---- checked feeds and bindings ----------------------------------------------------
+    def set_ep_dynamic_options(self, options: dict[str, str]) -> None:
+        """onnxruntime's set_ep_dynamic_options (e.g. {"npu_perf_mode": "low_power"}), our
+        errors typed; UnsupportedError where onnxruntime's Python lacks it (1.23)."""
+        setter = getattr(super(), "set_ep_dynamic_options", None)
+        if setter is None:
+            raise UnsupportedError(
+                f"onnxruntime {ort.__version__} has no set_ep_dynamic_options; give the "
+                "performance mode per run instead: RunOptions.add_run_config_entry("
+                f"{RUN_KEY!r}, mode), or per session with the npu_perf_mode option")
+        with typed_errors():
+            setter(options)
+
     def run(self, output_names, input_feed, run_options=None):
         """onnxruntime's run(), with feeds checked first (BindingError names the input)."""
         check_feeds(self.get_inputs(), input_feed)

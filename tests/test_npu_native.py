@@ -629,8 +629,9 @@ def test_thread_count_does_not_change_the_result(kw, restore_threads):
 
 
 def test_work_is_split_over_the_cores_and_a_run_can_be_limited(restore_threads):
-    """A big conv hands tasks to the worker cores; an executor limited to one core
-    (`cores=1`, the npu_threads option) keeps every task on the calling thread."""
+    """A big conv hands tasks to the worker cores; an executor or a run limited to one core
+    (`cores=1`, the npu_threads option or a low_power run) keeps every task on the calling
+    thread."""
     program, feeds = mid_conv(c=64, o=128, hw=(56, 56))
     native.set_threads(2)
     x = [feeds[program.slots[i].name] for i in program.inputs]
@@ -643,7 +644,10 @@ def test_work_is_split_over_the_cores_and_a_run_can_be_limited(restore_threads):
         assert native.worker_tasks() > before
         before = native.worker_tasks()
         np.testing.assert_array_equal(one.run(x)[0], one.run(x)[0])
+        np.testing.assert_array_equal(ex.run(x, cores=1)[0], one.run(x)[0])  # one run's limit
         assert native.worker_tasks() == before
+        with pytest.raises(ValueError, match="cores"):
+            ex.run(x, cores=-1)
     with pytest.raises(ValueError, match="cores"):
         Executor(program, cores=-1)
 

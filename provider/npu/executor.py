@@ -20,8 +20,9 @@ close. Runs of one executor are serialized by its lock (pass a shared `lock` whe
 executors share an arena); use one executor per thread for parallelism.
 
 Steps run on the native kernels (native_steps: one C call per run of consecutive native
-steps, split over the NPU's cores, at most `cores` of them when given) or on their numpy
-kernel; `profile=True` accumulates each step's seconds in `step_seconds`.
+steps, split over the NPU's cores, at most `cores` of them when given, per executor or per
+run) or on their numpy kernel; `profile=True` accumulates each step's seconds in
+`step_seconds`.
 
 Over 400 lines on purpose: binding (zero-copy checks, staging, overlap checks) and running
 share the Executor's slot views and address table; apart they would pass both back and forth.
@@ -98,6 +99,13 @@ def upload_weights(program: Program, pool: DevicePool | None = None) -> DeviceBu
     return buffer
 
 
+def _checked_cores(cores: object) -> int:
+    """`cores` when it is a core count (an int >= 0, 0 meaning all the NPU's cores)."""
+    if not isinstance(cores, int) or isinstance(cores, bool) or cores < 0:
+        raise ValueError(f"cores must be an int >= 0 (0: all the NPU's cores), got {cores!r}")
+    return cores
+
+
 def _release_all(buffers: list[DeviceBuffer]) -> None:
     """Release every buffer an executor holds (also run by the GC if close() was forgotten)."""
     while buffers:
@@ -133,9 +141,7 @@ class Executor:
         cores: int = 0,
     ):
         program.validate()
-        if not isinstance(cores, int) or isinstance(cores, bool) or cores < 0:
-            raise ValueError(f"cores must be an int >= 0 (0: all the NPU's cores), got {cores!r}")
-        self.cores = cores
+        self.cores = _checked_cores(cores)
         # The native library runs the steps it can (native_steps) unless the caller brings
         # its own kernel table, which then runs every step.
         self._segments: list[int | NativeRun] = (
@@ -295,8 +301,11 @@ class Executor:
     # running ---------------------------------------------------------------------------------
 
     def run(self, inputs: Sequence[IOValue],
-            outputs: Sequence[IOValue | None] | None = None) -> list[np.ndarray]:
-        """Run every step once; returns the outputs (caller's arrays/views, or new arrays)."""
+            outputs: Sequence[IOValue | None] | None = None, *,
+            cores: int | None = None) -> list[np.ndarray]:
+        """Run every step once, on at most `cores` of the NPU's cores (default: the executor's
+        `cores`); returns the outputs (caller's arrays/views, or new arrays)."""
+        cores = self.cores if cores is None else _checked_cores(cores)
         program = self.program
         if len(inputs) != len(program.inputs):
             raise BindingError(f"program {program.name!r} takes {len(program.inputs)} inputs "
@@ -312,7 +321,7 @@ class Executor:
             try:
                 copied_in = self._bind_inputs(inputs)
                 targets = self._bind_outputs(outputs)
-                self._execute()
+                self._execute(cores)
                 results, copied_out = self._collect(targets)
             finally:
                 for index in (*program.inputs, *program.outputs):
@@ -321,13 +330,13 @@ class Executor:
             self.total_copy_stats += self.copy_stats
         return results
 
-    def _execute(self) -> None:
+    def _execute(self, cores: int) -> None:
         views, addresses, seconds = self._views, self._addresses, self.step_seconds
         for index in (*self.program.inputs, *self.program.outputs):
             addresses[index] = views[index].ctypes.data
         for segment in self._segments:
             if isinstance(segment, NativeRun):
-                self._run_native(segment)
+                self._run_native(segment, cores)
                 continue
             run, ins, outs, attrs = self._plan[segment]
             start = time.perf_counter() if seconds is not None else 0.0
@@ -342,12 +351,12 @@ class Executor:
             if seconds is not None:
                 seconds[segment] += time.perf_counter() - start
 
-    def _run_native(self, segment: NativeRun) -> None:
+    def _run_native(self, segment: NativeRun, cores: int) -> None:
         """One native call for the segment's steps (timed per step when profiling)."""
         if self.step_seconds is None:
-            segment.steps.run(self._addresses, self.cores)
+            segment.steps.run(self._addresses, cores)
             return
-        timed = segment.steps.run_timed(self._addresses, self.cores)
+        timed = segment.steps.run_timed(self._addresses, cores)
         self.step_seconds[segment.first:segment.first + segment.count] += timed
 
     @property

@@ -160,6 +160,7 @@ ORT_API: dict[str, Entry] = {
     "OpAttr_GetTensorAttributeAsOrtValue": _e(362, STATUS, vp, PVP),
     "OpAttr_GetType": _e(363, STATUS, vp, C.POINTER(C.c_int)),
     "OpAttr_GetName": _e(364, STATUS, vp, PSTR),
+    "GetRunConfigEntry": _e(373, C.c_char_p, vp, C.c_char_p),  # NULL when absent
     "GetSessionOptionsConfigEntries": _e(379, STATUS, vp, PVP),
     "TensorTypeAndShape_HasShape": _e(390, C.c_bool, vp, since=24),
 }
@@ -421,6 +422,9 @@ P_COMPUTE = C.CFUNCTYPE(vp, vp, vp, vp)
 P_RELEASE_STATE = C.CFUNCTYPE(None, vp, vp)
 P_VALIDATE_COMPATIBILITY = C.CFUNCTYPE(vp, vp, PVP, sz, C.c_char_p, C.POINTER(C.c_int))
 P_COMPATIBILITY_INFO = C.CFUNCTYPE(vp, vp, vp)  # const char* f(OrtEp*, const OrtGraph*)
+P_SET_DYNAMIC_OPTIONS = C.CFUNCTYPE(vp, vp, PSTR, PSTR, sz)
+P_ON_RUN_START = C.CFUNCTYPE(vp, vp, vp)
+P_ON_RUN_END = C.CFUNCTYPE(vp, vp, vp, C.c_bool)
 P_TRANSFER_RELEASE = C.CFUNCTYPE(None, vp)
 P_CAN_COPY = C.CFUNCTYPE(C.c_bool, vp, vp, vp)
 P_COPY_TENSORS = C.CFUNCTYPE(vp, vp, PVP, PVP, PVP, sz)

@@ -23,7 +23,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -86,6 +86,8 @@ class FusedKernel:
         self._stats: list[PartitionCacheStats] = ep.cache_stats
         self.cache_entry: Path | None = None  # the cache entry of the (single) Program
         self.counters = ep.counters
+        self.perf_modes = ep.perf_modes
+        self.runs_by_mode: Counter[str] = Counter()  # runs per performance mode (the profile's)
         self.lite: LiteModel | None = None  # while more input shapes may come
         if isinstance(source, Program):
             shapes = {source.slots[i].name: tuple(source.slots[i].shape) for i in source.inputs}
@@ -253,9 +255,12 @@ class FusedKernel:
                     "onnxruntime allocate it (bind_npu_output)") from exc
             outputs[position] = abi.array_at(o.value_address(value.value), dtype, shape)
         executor = compiled.executor
-        executor.run([arrays[i] for i in compiled.input_order], outputs)
+        mode = self.perf_modes.current()
+        executor.run([arrays[i] for i in compiled.input_order], outputs,
+                     cores=self.perf_modes.runtime.cores(mode))
         stats = executor.copy_stats
         self.calls += 1
+        self.runs_by_mode[mode] += 1
         if stats.bytes_copied_in or stats.bytes_copied_out:
             COUNTERS.add(to_device=stats.bytes_copied_in, to_host=stats.bytes_copied_out)
 

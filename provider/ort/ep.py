@@ -23,8 +23,11 @@ from provider.ort.callbacks import CString, address, status_callback, value_call
 from provider.ort.capability import Claim, ImportedGraph, Placement, claim, import_partition
 from provider.ort.compute import FusedKernel
 from provider.ort.graph import OrtGraphContents
+from provider.ort.run_modes import RUN_KEY, PerfModes
 
 log = logging.getLogger("litenpu.ort")
+
+STRICT_KEY = "session.disable_cpu_ep_fallback"
 
 
 @dataclass
@@ -53,6 +56,7 @@ class NpuEp:
             ensure_default_pool(self.options.memory.device_memory_bytes)
         self.memory = SessionMemory(self.options, link.family if link is not None else None)
         self.context = epcontext.ContextOptions.from_config(config)
+        self.strict = config.get(STRICT_KEY) == "1"  # onnxruntime refuses nodes left on CPU
         self.cache = CompileCache.from_options(self.options.cache)  # None: compile in memory
         # PartitionCacheStats of the Programs the kernels got (the latest, when shapes churn)
         self.cache_stats: deque = deque(maxlen=1024)
@@ -69,6 +73,10 @@ class NpuEp:
         s.ReleaseNodeComputeInfos = address(_release_node_compute_infos)
         self.compatibility = CString(compatibility.info(self.options.compile))
         s.GetCompiledModelCompatibilityInfo = address(_get_compatibility_info)
+        self.perf_modes = PerfModes(self.options.runtime)
+        s.SetDynamicOptions = address(_set_dynamic_options)
+        s.OnRunStart = address(_on_run_start)
+        s.OnRunEnd = address(_on_run_end)
         self.address: int = C.addressof(s)
         _EPS[self.address] = self
         if link is not None:
@@ -84,6 +92,10 @@ class NpuEp:
             log.warning("NPUExecutionProvider GetCapability: claiming nothing: %s: %s",
                         type(e).__name__, e, exc_info=e)
             answer = Claim(Placement(failure=f"{type(e).__name__}: {e}"), [])
+        if self.strict and answer.placement.cpu:
+            log.warning("%s=1: onnxruntime will refuse this session: the NPU does not take "
+                        "%s", STRICT_KEY, "; ".join(f"{n}: {r}" for n, r in
+                                                     answer.placement.cpu.items()))
         with self._lock:
             self.placements.append(answer.placement)
             for stage, seconds in answer.seconds.items():
@@ -172,3 +184,21 @@ def _release_node_compute_infos(this, infos, count):
 @value_callback(abi.P_COMPATIBILITY_INFO, "Ep.GetCompiledModelCompatibilityInfo")
 def _get_compatibility_info(this, graph):
     return _ep(this).compatibility.address
+
+
+@status_callback(abi.P_SET_DYNAMIC_OPTIONS, "Ep.SetDynamicOptions")
+def _set_dynamic_options(this, keys, values, count):
+    _ep(this).perf_modes.set_dynamic({keys[i].decode(): values[i].decode()
+                                      for i in range(count)})
+
+
+@status_callback(abi.P_ON_RUN_START, "Ep.OnRunStart")
+def _on_run_start(this, run_options):
+    ep = _ep(this)
+    value = ep.ort.api.GetRunConfigEntry(run_options, RUN_KEY.encode())
+    ep.perf_modes.run_started(None if value is None else value.decode())
+
+
+@status_callback(abi.P_ON_RUN_END, "Ep.OnRunEnd")
+def _on_run_end(this, run_options, sync_stream):
+    _ep(this).perf_modes.run_ended()

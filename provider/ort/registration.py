@@ -26,7 +26,7 @@ def register() -> str:
     global _REGISTERED
     with _LOCK:
         path = install_entry_points()
-        if not _REGISTERED and not ep_devices():  # plain code may have registered it first
+        if not _REGISTERED:
             ort.register_execution_provider_library(EP_NAME, path)
             _REGISTERED = True
             if not ep_devices():
@@ -38,8 +38,7 @@ def register() -> str:
 
 
 def unregister() -> None:
-    """Undo `register()` (sessions using the EP must be gone); a registration made by plain
-    onnxruntime code is its own to undo."""
+    """Undo `register()` (sessions using the EP must be gone)."""
     global _REGISTERED
     with _LOCK:
         if _REGISTERED:
