@@ -74,6 +74,7 @@ class RuntimeOptions:
     npu_threads: int = 0  # NPU cores this session's kernels use (0: all the NPU's cores)
     max_shapes: int = 16  # per partition: Programs kept for distinct input shapes (LRU)
     npu_perf_mode: str = "default"  # one of PERF_MODES; runs may ask for another
+    profile_file_prefix: str | None = None  # the EP's own trace file of NPU steps (profiling)
 
     def cores(self, mode: str | None = None) -> int:
         """NPU cores a run in performance `mode` (default: `npu_perf_mode`) may use, 0 for
@@ -224,6 +225,11 @@ OPTIONS: tuple[Option, ...] = (
            "`high_performance` (all the NPU's cores); a run can ask for another through its "
            "run options, a session through its dynamic options (see "
            "[performance modes](#performance-modes))"),
+    Option("profile_file_prefix", "runtime", "profile_file_prefix", _name("a file path prefix"),
+           "(none)", "record every NPU step of every run and write them to the EP's own trace "
+           "file `<prefix>_<date>_<time>.json` when the session ends (see "
+           "[profiling](#profiling)); for onnxruntime without the EP profiler hook (1.23), "
+           "where `provider.InferenceSession` sets it from `enable_profiling`"),
     Option("mem_alloc_outside", "memory", "mem_alloc_outside", _bool, "false",
            "the caller supplies weight and internal memory (see "
            "[memory controls](#memory-controls))"),

@@ -10,6 +10,9 @@ ones), registers the library, and selects the NPU device with `add_provider_for_
 - strict mode (`session.disable_cpu_ep_fallback=1`): a model the NPU does not take whole is
   an UnsupportedError listing the nodes left on CPU and why;
 - feeds and bound buffers are checked up front (`BindingError` names the input);
+- profiling (`enable_profiling`): every NPU step of every run is an event, in onnxruntime's
+  profile JSON or, on onnxruntime without the EP profiler hook, the EP's own trace file
+  (`npu_profile_file` after `end_profiling()`; see provider.ort.profiling);
 - `partition()` says which nodes run on the NPU and why the others don't, and is logged at
   INFO once the session exists; `copy_stats()` gives the CPU<->NPU bytes copied;
 - compile cache (provider options `cache_dir`, `model_name`, ...): `cache_stats()` lists
@@ -39,7 +42,7 @@ from provider.errors import BindingError, InvalidModelError, UnsupportedError
 from provider.npu.memory import default_pool
 from provider.npu.session_memory import Family, SessionMemoryInfo, merge_infos
 from provider.options import InvalidOptionError, NpuOptions
-from provider.ort import EP_NAME, session_link
+from provider.ort import EP_NAME, abi, profiling, session_link
 from provider.ort.cache_session import CacheSession, SessionCacheStats
 from provider.ort.capability import Placement
 from provider.ort.ep import STRICT_KEY, NpuEp
@@ -110,6 +113,16 @@ def _with_fingerprint(path_or_bytes: Any, npu: NpuOptions) -> NpuOptions:
     return replace(npu, cache=replace(cache, model_fingerprint=fingerprint))
 
 
+def _with_step_trace(npu: NpuOptions, options: ort.SessionOptions) -> NpuOptions:
+    """With `enable_profiling` on an onnxruntime that has no EP profiler hook (1.23), the
+    options writing the NPU steps to the EP's own trace file beside onnxruntime's profile."""
+    if (not options.enable_profiling or npu.runtime.profile_file_prefix is not None
+            or abi.runtime_api_version(ort.__version__) >= profiling.HOOK_SINCE):
+        return npu
+    prefix = options.profile_file_prefix.rstrip("_") + "_npu"
+    return replace(npu, runtime=replace(npu.runtime, profile_file_prefix=prefix))
+
+
 class InferenceSession(ort.InferenceSession):
     """onnxruntime.InferenceSession that can run partitions on the NPU (see module docstring)."""
 
@@ -118,6 +131,7 @@ class InferenceSession(ort.InferenceSession):
                  **kwargs: Any):
         npu, _ = normalize_providers(providers, provider_options)
         if npu is None:
+            self.npu_profile_file = None
             self._link: SessionLink | None = None
             self._cache_session: CacheSession | None = None
             self._clone_source = (path_or_bytes, npu, kwargs)
@@ -137,6 +151,8 @@ class InferenceSession(ort.InferenceSession):
                 "these SessionOptions already select execution providers (e.g. they configured "
                 f"another session with {EP_NAME}); pass a fresh onnxruntime.SessionOptions")
         npu = _with_fingerprint(path_or_bytes, npu)
+        npu = _with_step_trace(npu, options)
+        self.npu_profile_file: str | None = None
         self._link = SessionLink(npu, family)
         session_link.attach(self._link, options)
         cache_session = self._cache_session = CacheSession.plan(path_or_bytes, npu, options)
@@ -244,6 +260,17 @@ class InferenceSession(ort.InferenceSession):
         family = self._npu_eps[0].memory.family if self._npu_eps else None
         clone._build(source, sess_options, npu, kwargs, family)
         return clone
+
+    def end_profiling(self) -> str:
+        """onnxruntime's end_profiling (the path of its profile JSON); `npu_profile_file` is
+        then the file holding the NPU step events: that one where onnxruntime has the EP
+        profiler hook, else the EP's own trace file (None when no NPU step ran)."""
+        path = super().end_profiling()
+        if self._link is not None:
+            traces = [str(p) for ep in self._npu_eps if (p := ep.end_trace()) is not None]
+            hooked = abi.runtime_api_version(ort.__version__) >= profiling.HOOK_SINCE
+            self.npu_profile_file = traces[-1] if traces else (path or None) if hooked else None
+        return path
 
     # ---- checked feeds and bindings ----------------------------------------------------
     def set_ep_dynamic_options(self, options: dict[str, str]) -> None:

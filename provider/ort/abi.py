@@ -179,6 +179,11 @@ EP_API: dict[str, Entry] = {
     # CreateHardwareDevice(type, vendor_id, device_id, vendor_name, metadata, out)
     "CreateHardwareDevice": _e(16, STATUS, C.c_int, C.c_uint32, C.c_uint32, C.c_char_p, vp, PVP,
                                since=24),
+    # CreateProfilingEvent(category, pid, tid, name, ts_us, dur_us, keys, values, n_args, out)
+    "CreateProfilingEvent": _e(65, STATUS, C.c_int, C.c_int32, C.c_int32, C.c_char_p, C.c_int64,
+                               C.c_int64, PSTR, PSTR, sz, PVP, since=25),
+    "ReleaseProfilingEvent": _e(66, None, vp, since=25),
+    "ProfilingEventsContainer_AddEvents": _e(72, STATUS, vp, PVP, sz, since=25),
 }
 
 
@@ -396,6 +401,10 @@ OrtDataTransferImpl = _implemented(
 OrtAllocator = _implemented(
     "OrtAllocator", "version", "Alloc Free Info Reserve GetStats AllocOnStream Shrink"
 )
+OrtEpProfilerImpl = _implemented(  # since API 25
+    "OrtEpProfilerImpl", "ort_version_supported",
+    "Release StartProfiling StartEvent StopEvent EndProfiling"
+)
 
 
 class OrtNodeFusionOptions(C.Structure):
@@ -425,6 +434,10 @@ P_COMPATIBILITY_INFO = C.CFUNCTYPE(vp, vp, vp)  # const char* f(OrtEp*, const Or
 P_SET_DYNAMIC_OPTIONS = C.CFUNCTYPE(vp, vp, PSTR, PSTR, sz)
 P_ON_RUN_START = C.CFUNCTYPE(vp, vp, vp)
 P_ON_RUN_END = C.CFUNCTYPE(vp, vp, vp, C.c_bool)
+P_CREATE_PROFILER = C.CFUNCTYPE(vp, vp, PVP)
+P_PROFILER_RELEASE = C.CFUNCTYPE(None, vp)
+P_START_PROFILING = C.CFUNCTYPE(vp, vp, C.c_int64)  # offset (ns) since onnxruntime's start
+P_END_PROFILING = C.CFUNCTYPE(vp, vp, vp)
 P_TRANSFER_RELEASE = C.CFUNCTYPE(None, vp)
 P_CAN_COPY = C.CFUNCTYPE(C.c_bool, vp, vp, vp)
 P_COPY_TENSORS = C.CFUNCTYPE(vp, vp, PVP, PVP, PVP, sz)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes as C
 import dataclasses
+import functools
 import hashlib
 import logging
 import threading
@@ -35,12 +36,13 @@ from provider.cache.keys import lite_digest, within
 from provider.cache.residency import pages_present, pages_spanned
 from provider.errors import BindingError
 from provider.npu.compiler import compile_model
-from provider.npu.executor import Executor
+from provider.npu.executor import Executor, step_stamps
 from provider.npu.program import Program
 from provider.ort import abi, compatibility, epcontext
 from provider.ort.callbacks import address, status_callback, value_callback
 from provider.ort.capability import own_weights
 from provider.ort.graph import read_graph
+from provider.ort.profiling import StepInfo, step_info
 from provider.ort.transfer import COUNTERS
 
 log = logging.getLogger("litenpu.ort")
@@ -60,6 +62,11 @@ class _Compiled:
             shape = tuple(slot.shape)
             self.outputs.append((positions[name], (C.c_int64 * len(shape))(*shape),
                                  np.dtype(slot.dtype), shape))
+
+    @functools.cached_property
+    def steps(self) -> StepInfo:
+        """The Program's steps as the profile names them (computed when first profiled)."""
+        return step_info(self.executor.program)
 
 
 class FusedKernel:
@@ -87,6 +94,7 @@ class FusedKernel:
         self.cache_entry: Path | None = None  # the cache entry of the (single) Program
         self.counters = ep.counters
         self.perf_modes = ep.perf_modes
+        self.profiler = ep.profiler
         self.runs_by_mode: Counter[str] = Counter()  # runs per performance mode (the profile's)
         self.lite: LiteModel | None = None  # while more input shapes may come
         if isinstance(source, Program):
@@ -256,8 +264,11 @@ class FusedKernel:
             outputs[position] = abi.array_at(o.value_address(value.value), dtype, shape)
         executor = compiled.executor
         mode = self.perf_modes.current()
+        stamps = step_stamps(executor.program) if self.profiler.active else None
         executor.run([arrays[i] for i in compiled.input_order], outputs,
-                     cores=self.perf_modes.runtime.cores(mode))
+                     cores=self.perf_modes.runtime.cores(mode), stamps=stamps)
+        if stamps is not None:
+            self.profiler.record(self.name, compiled.steps, stamps, mode)
         stats = executor.copy_stats
         self.calls += 1
         self.runs_by_mode[mode] += 1

@@ -10,15 +10,17 @@ from __future__ import annotations
 import ctypes as C
 import logging
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from converters.lite.ir import LiteModel
 from provider.cache import CompileCache
 from provider.npu.memory import ensure_default_pool
 from provider.npu.session_memory import SessionMemory
 from provider.options import NpuOptions
-from provider.ort import abi, compatibility, epcontext, session_link
+from provider.ort import abi, compatibility, epcontext, profiling, session_link
 from provider.ort.callbacks import CString, address, status_callback, value_callback
 from provider.ort.capability import Claim, ImportedGraph, Placement, claim, import_partition
 from provider.ort.compute import FusedKernel
@@ -77,6 +79,12 @@ class NpuEp:
         s.SetDynamicOptions = address(_set_dynamic_options)
         s.OnRunStart = address(_on_run_start)
         s.OnRunEnd = address(_on_run_end)
+        self.profiler = profiling.StepProfiler()
+        self.trace_prefix = self.options.runtime.profile_file_prefix
+        if self.trace_prefix is not None:  # the EP's own trace file, from now to the end
+            self.profiler.start(time.monotonic_ns())
+        elif self.ort.api_version >= profiling.HOOK_SINCE:  # onnxruntime's profiler drives ours
+            s.CreateProfiler = address(_create_profiler)
         self.address: int = C.addressof(s)
         _EPS[self.address] = self
         if link is not None:
@@ -84,6 +92,19 @@ class NpuEp:
 
     def close(self) -> None:
         _EPS.pop(self.address, None)
+        self.end_trace()
+
+    def end_trace(self) -> Path | None:
+        """With `profile_file_prefix`: write the NPU steps recorded so far to the EP's own
+        trace file and stop recording; its path (None when no NPU step ran)."""
+        if self.trace_prefix is None or not self.profiler.active:
+            return None
+        events = self.profiler.stop()
+        if not events:  # e.g. the EP of a warm attempt that fell back: it ran nothing
+            return None
+        path = profiling.write_trace(self.trace_prefix, events)
+        log.info("NPUExecutionProvider: NPU step trace written to %s", path)
+        return path
 
     def get_capability(self, graph: int, support_info: int) -> None:
         try:
@@ -202,3 +223,9 @@ def _on_run_start(this, run_options):
 @status_callback(abi.P_ON_RUN_END, "Ep.OnRunEnd")
 def _on_run_end(this, run_options, sync_stream):
     _ep(this).perf_modes.run_ended()
+
+
+@status_callback(abi.P_CREATE_PROFILER, "Ep.CreateProfiler")
+def _create_profiler(this, out):
+    ep = _ep(this)
+    out[0] = profiling.create_hook(ep.ort, ep.profiler)
