@@ -57,7 +57,7 @@ from converters.onnx_import import import_onnx  # noqa: E402
 from provider.bench.timing import interleaved_ms, paired_ratio  # noqa: E402
 from provider.npu import native  # noqa: E402
 from provider.npu.compiler import compile_model  # noqa: E402
-from provider.npu.executor import Executor, step_stamps  # noqa: E402
+from provider.npu.executor import Executor, step_seconds, step_stamps  # noqa: E402
 from provider.npu.memory import DevicePool  # noqa: E402
 from provider.npu.ops import KERNELS, parallel  # noqa: E402
 
@@ -134,7 +134,7 @@ def profile(program, pool: DevicePool, inputs: list[np.ndarray], runs: int) -> l
         ex.run(inputs)
         for _ in range(runs):
             ex.run(inputs, stamps=stamps)
-            seconds += (stamps[:, 1] - stamps[:, 0]) * 1e-9
+            seconds += step_seconds(stamps)
         return list(seconds)
 
 

@@ -50,7 +50,7 @@ from provider.npu.native_steps import NativeRun
 from provider.npu.ops import KERNELS
 from provider.npu.program import Program, Slot, view_slot
 
-__all__ = ["CopyStats", "MemoryInfo", "Executor", "step_stamps", "upload_weights",
+__all__ = ["CopyStats", "MemoryInfo", "Executor", "step_stamps", "step_seconds", "upload_weights",
            "weights_are_mapped"]
 
 log = logging.getLogger("litenpu.npu")
@@ -105,6 +105,11 @@ def step_stamps(program: Program) -> np.ndarray:
     """A run's profile record: one (start, end) row per step, CLOCK_MONOTONIC nanoseconds
     (`time.monotonic_ns`'s clock), filled by `Executor.run(..., stamps=...)`."""
     return np.zeros((len(program.steps), 2), np.int64)
+
+
+def step_seconds(stamps: np.ndarray) -> np.ndarray:
+    """Each step's wall time in seconds, from a run's `step_stamps` record."""
+    return (stamps[:, 1] - stamps[:, 0]) * 1e-9
 
 
 def _checked_stamps(stamps: np.ndarray | None, program: Program) -> np.ndarray | None:

@@ -247,14 +247,7 @@ class DevicePool:
                 raise DeviceMemoryError(
                     f"device memory of {capacity} bytes requested; this pool can grow to "
                     f"{self.reserve} bytes", requested=int(capacity), available=self.reserve)
-            start, size = self.capacity, wanted - self.capacity
-            i = bisect.bisect_left(self._free_offsets, start)
-            if i > 0:
-                prev = self._free_offsets[i - 1]
-                if prev + self._free_size[prev] == start:
-                    start, size = prev, size + self._free_size[prev]
-                    self._remove_free(prev)
-            self._add_free(start, size)
+            self._free_range(self.capacity, wanted - self.capacity)
             self.capacity = wanted
         log.info("device pool grown to %d bytes", wanted)
 
@@ -268,11 +261,15 @@ class DevicePool:
         del self._by_size[bisect.bisect_left(self._by_size, (self._free_size.pop(start), start))]
 
     def _free_block(self, buffer: DeviceBuffer) -> None:
-        """Return a pool buffer's block, merging it with free neighbours (lock held)."""
+        """Return a pool buffer's block (lock held)."""
         start = buffer.address - self.base_address
         size, _ = self._used.pop(start)
         del self._used_offsets[bisect.bisect_left(self._used_offsets, start)]
         self._in_use -= size
+        self._free_range(start, size)
+
+    def _free_range(self, start: int, size: int) -> None:
+        """Add [start, start + size) to the free blocks, merged with its free neighbours."""
         following = start + size
         if following in self._free_size:
             size += self._free_size[following]

@@ -24,8 +24,9 @@ import numpy as np
 
 from converters.lite.ir import LiteModel
 from converters.onnx_import import import_onnx
+from converters.onnx_ops.import_quant import QOPERATORS
 from converters.report import ConversionReport
-from provider.errors import UnsupportedError
+from provider.errors import LitenpuError, UnsupportedError
 from provider.npu.capability import assess, supported_nodes
 from provider.options import NpuOptions
 from provider.ort import abi, epcontext
@@ -73,7 +74,7 @@ class ImportedGraph:
         found = [self.index.get(_node_key(n)) for n in contents.nodes]
         if None in found or any(n not in report.values for n in (*inputs, *outputs)):
             return None
-        nodes = sorted(j for i in found for j in report.origins[i])
+        nodes = sorted({j for i in found for j in report.origins[i]})
         part = self.lite.cut(nodes, [report.values[n] for n in inputs],
                              [report.values[n] for n in outputs], name)
         tensors = list(part.tensors)
@@ -110,7 +111,7 @@ def _static_reason(contents: OrtGraphContents, node: OrtNode, options: NpuOption
         return "disabled by provider option disable_ops"
     if node.unreadable:
         return node.unreadable
-    if view.domain:
+    if view.domain and (view.domain, view.op_type) not in QOPERATORS:
         return f"domain {view.domain!r} is not ONNX's default"
     for name in (*view.inputs, *view.outputs):
         info = contents.value_info.get(name)
@@ -217,8 +218,12 @@ def claim(ort: abi.Ort, graph: int, options: NpuOptions) -> Claim:
     if candidates:
         try:
             device, imported = _device_reasons(contents, candidates, options, seconds)
-        except Exception as e:  # noqa: BLE001 - a graph the importer refuses stays on CPU
-            device = dict.fromkeys(candidates, f"import failed: {type(e).__name__}: {e}")
+        except LitenpuError as e:  # a graph the importer refuses stays on CPU
+            device = dict.fromkeys(candidates, f"the graph cannot be imported: {e}")
+        except Exception:  # noqa: BLE001 - a bug of the importer: logged, the graph stays on CPU
+            log.debug("importing graph %s failed", contents.name, exc_info=True)
+            device = dict.fromkeys(candidates, "importing the graph failed unexpectedly (a "
+                                               "litenpu bug; details at DEBUG)")
         reasons.update(device)
     node_inputs = [(*n.view.inputs, *n.view.implicit_inputs) for n in nodes]
     node_outputs = [n.view.outputs for n in nodes]

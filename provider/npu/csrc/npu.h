@@ -29,6 +29,11 @@
 
 enum { OP_CONV = 1, OP_DWCONV, OP_MAXPOOL, OP_AVGPOOL, OP_GLOBALPOOL, OP_CONCAT, OP_TRANSPOSE,
        OP_MATMUL, OP_ACT, OP_SOFTMAX, OP_COUNT };
+/* the steps of real models beyond CNNs (elementwise.c, dense.c, rnn.c, reduce.c): codes 11-39 */
+enum { OP_UNARY = 11, OP_BINARY, OP_LAYERNORM, OP_BMATMUL, OP_RNN, OP_REDUCE };
+/* Integer kernels (qconv.c, qeltwise.c): codes 40-69. */
+enum { OP_QCONV = 40, OP_QDENSE = 41, OP_QUANTIZE = 42, OP_DEQUANTIZE = 43, OP_QLUT = 44,
+       OP_QADD = 45, OP_QCONCAT = 46, OP_QDWCONV = 47, OP_QMAXPOOL = 48, OP_QMUL = 49 };
 
 #define MAX_SLOTS 16
 #define MAX_PARAMS 32
@@ -60,6 +65,40 @@ extern sgemm_fn sgemm;  /* OpenBLAS's, set by lnpu_set_sgemm */
  * GCC vectorizes, and compiles branch-free in the scalar tail of a loop, where a || form
  * took branches that mispredict on real data (pool_plane 2x slower). */
 static inline float max_nan(float a, float b) { return a != a ? a : (a > b ? a : b); }
+
+/* e^v in float: range reduction to [-ln2/2, ln2/2] and a degree-6 polynomial, within 2 ulp;
+ * inf past 88.72, 0 below float's normal range (< 1.2e-38), NaN for NaN. Inlined (no libm
+ * call) so that loops over it vectorize. */
+static inline float fexp(float v) {
+    float x = v < -87.3f ? -87.3f : (v > 88.7f ? 88.7f : v);
+    float n = rintf(x * 1.44269504088896341f);
+    float r = x - n * 0.693359375f;
+    r -= n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { float f; int32_t i; } scale = {.i = ((int32_t)n + 127) << 23};
+    /* past the clamps: exp overflows to inf, or is below float's normal range (< 1.2e-38) */
+    return v > 88.7228f ? INFINITY : (v < -87.3f ? 0.0f : p * scale.f);
+}
+
+/* sigmoid, and tanh through exp (a series near 0, where 1 - 2 / (e^2x + 1) would cancel) */
+static inline float fsigmoid(float x) { return 1.0f / (1.0f + fexp(-x)); }
+
+static inline float ftanh(float x) {
+    float a = fabsf(x);
+    if (a < 0.2f) {
+        float a2 = a * a;
+        float t = a + a * a2 * (-1.0f / 3 + a2 * (2.0f / 15 + a2 * (-17.0f / 315)));
+        return x < 0 ? -t : t;
+    }
+    float t = 1.0f - 2.0f / (fexp(2.0f * a) + 1.0f);
+    return x < 0 ? -t : t;
+}
 
 /* ---- cores (pool.c) ------------------------------------------------------------------ */
 
@@ -190,5 +229,33 @@ void transpose(const lnpu_step *s, void **slots);
 void matmul(const lnpu_step *s, void **slots);       /* dense.c */
 void activation(const lnpu_step *s, void **slots);
 void softmax(const lnpu_step *s, void **slots);
+void bmatmul(const lnpu_step *s, void **slots);
+void unary(const lnpu_step *s, void **slots);        /* elementwise.c */
+void binary(const lnpu_step *s, void **slots);
+void layer_norm(const lnpu_step *s, void **slots);
+int rnn(const lnpu_step *s, void **slots);           /* rnn.c */
+void reduce(const lnpu_step *s, void **slots);       /* reduce.c */
+
+/* Integer conv parameters (qconv.c): geometry as C_*, then the packed GEMM's K / 4 per
+ * group, the unsigned input zero point (the padding code), 0x80 to flip int8 input codes to
+ * unsigned, the output zero point and its clamp [lo, hi] (codes), and 1 for the shifted
+ * stride-1 form (padded planes, each tap a contiguous slice; see qconv.c). */
+enum { Q_N, Q_C, Q_H, Q_W, Q_O, Q_OH, Q_OW, Q_G, Q_KH, Q_KW, Q_SH, Q_SW, Q_DH, Q_DW, Q_PT, Q_PL,
+       Q_KG, Q_ZX, Q_XFLIP, Q_ZY, Q_LO, Q_HI, Q_SHIFTED };
+/* Integer dense parameters: rows, K, output channels, K / 4, flip, zy, lo, hi. */
+enum { D_ROWS, D_K, D_O, D_KG, D_XFLIP, D_ZY, D_LO, D_HI };
+/* Integer conv / dense slots: codes, packed weights, folded bias (int32), multipliers
+ * (float64 holding float32 values), output codes, byte scratch. */
+enum { QS_X, QS_W, QS_BIAS, QS_MULT, QS_Y, QS_COLS };
+int qconv(const lnpu_step *s, void **slots);  /* -1: no host scratch */
+void qdense(const lnpu_step *s, void **slots);
+int qdwconv(const lnpu_step *s, void **slots);  /* depthwise; -1: no host scratch */
+void quantize(const lnpu_step *s, void **slots);     /* qeltwise.c */
+void dequantize(const lnpu_step *s, void **slots);
+void qlut(const lnpu_step *s, void **slots);
+void qadd(const lnpu_step *s, void **slots);
+void qmul(const lnpu_step *s, void **slots);
+void qconcat(const lnpu_step *s, void **slots);
+void qmaxpool(const lnpu_step *s, void **slots);
 
 #endif

@@ -15,8 +15,13 @@ from provider.npu.ops import (  # noqa: F401  (imported for their registrations)
     matmul,
     norm,
     pool,
+    quant,
+    quant_conv,
+    quant_dynamic,
+    quant_eltwise,
     reduce,
     resize,
+    rnn,
     shape,
 )
 from provider.npu.ops.registry import (
