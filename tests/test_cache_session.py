@@ -228,6 +228,14 @@ def test_session_entry_holds_context_model_and_source_stat(tmp_path, source):
                         "fingerprint": fingerprint.file_fingerprint(source)}
 
 
+def test_a_moved_cache_directory_stays_warm(tmp_path, source, expected):
+    out = run(session(source, tmp_path / "cache"))
+    (tmp_path / "cache").rename(tmp_path / "moved")
+    warm = session(source, tmp_path / "moved")
+    assert warm.cache_stats().path == "context-model"
+    assert run(warm).tobytes() == out.tobytes()
+
+
 def test_callers_own_context_request_or_other_optimization_level(tmp_path, source):
     options = ort.SessionOptions()
     options.add_session_config_entry("ep.context_enable", "1")
