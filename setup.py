@@ -1,6 +1,7 @@
 """Build hook: compiles the two plain C libraries of the package, loaded with ctypes.
 
-- provider/ort/_trampoline.c: the onnxruntime plugin-EP trampoline;
+- provider/ort/_trampoline.c: the onnxruntime plugin-EP trampoline (finds the running
+  Python's C API with dlsym: never linked against libpython);
 - provider/npu/csrc/*.c: the reference NPU's compiled kernels and its thread pool, built as
   provider/npu/_native.
 
@@ -20,6 +21,7 @@ setup(
             "provider.ort._trampoline",
             sources=["provider/ort/_trampoline.c"],
             extra_compile_args=["-O2", "-fvisibility=hidden"],
+            libraries=["dl"],  # dlsym/dladdr (part of libc from glibc 2.34)
         ),
         Extension(
             "provider.npu._native",

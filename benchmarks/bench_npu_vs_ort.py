@@ -57,7 +57,7 @@ from converters.onnx_import import import_onnx  # noqa: E402
 from provider.bench.timing import interleaved_ms, paired_ratio  # noqa: E402
 from provider.npu import native  # noqa: E402
 from provider.npu.compiler import compile_model  # noqa: E402
-from provider.npu.executor import Executor  # noqa: E402
+from provider.npu.executor import Executor, step_seconds, step_stamps  # noqa: E402
 from provider.npu.memory import DevicePool  # noqa: E402
 from provider.npu.ops import KERNELS, parallel  # noqa: E402
 
@@ -129,12 +129,13 @@ def spread(ms: list[float]) -> str:
 
 def profile(program, pool: DevicePool, inputs: list[np.ndarray], runs: int) -> list[float]:
     """Seconds per step over `runs` runs, on the NPU's cores (native steps timed in C)."""
-    with Executor(program, pool, profile=True) as ex:
+    stamps, seconds = step_stamps(program), np.zeros(len(program.steps))
+    with Executor(program, pool) as ex:
         ex.run(inputs)
-        ex.step_seconds[:] = 0
         for _ in range(runs):
-            ex.run(inputs)
-        return list(ex.step_seconds)
+            ex.run(inputs, stamps=stamps)
+            seconds += step_seconds(stamps)
+        return list(seconds)
 
 
 def describe(program, number: int) -> str:

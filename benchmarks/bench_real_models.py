@@ -72,10 +72,12 @@ class Steps:
 def profile_steps(model, feeds: dict, runs: int) -> Steps | None:
     """The whole model compiled at these shapes and profiled, when the NPU takes every node
     (None otherwise): how much of it still runs on numpy, and its time without onnxruntime."""
+    import numpy as np
+
     from converters.onnx_import import import_onnx
     from provider.npu import capability
     from provider.npu.compiler import compile_model
-    from provider.npu.executor import Executor
+    from provider.npu.executor import Executor, step_seconds, step_stamps
     from provider.npu.memory import default_pool
     from provider.npu.native_steps import segments
 
@@ -92,10 +94,11 @@ def profile_steps(model, feeds: dict, runs: int) -> Steps | None:
             start = time.perf_counter()
             ex.run(inputs)
             times.append((time.perf_counter() - start) * 1e3)
-    with Executor(program, default_pool(), profile=True) as ex:
+    stamps, seconds = step_stamps(program), np.zeros(len(program.steps))
+    with Executor(program, default_pool()) as ex:
         for _ in range(runs):
-            ex.run(inputs)
-        seconds = ex.step_seconds
+            ex.run(inputs, stamps=stamps)
+            seconds += step_seconds(stamps)
     on_numpy = [s for s in segments(program) if isinstance(s, int)]
     total = float(seconds.sum()) or 1.0
     return Steps(len(program.steps), len(on_numpy), float(seconds[on_numpy].sum()) / total,

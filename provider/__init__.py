@@ -13,6 +13,9 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "InferenceSession": "provider.session",
+    "get_library_path": "provider.ort.discovery",
+    "get_ep_name": "provider.ort.discovery",
+    "get_ep_names": "provider.ort.discovery",
     "register": "provider.ort.registration",
     "unregister": "provider.ort.registration",
     "ep_devices": "provider.ort.registration",

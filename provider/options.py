@@ -30,7 +30,7 @@ from typing import Any
 from provider.errors import LitenpuError
 
 __all__ = ["InvalidOptionError", "PlacementOptions", "CompileOptions", "DEFAULT_COMPILE",
-           "RuntimeOptions",
+           "PERF_MODES", "RuntimeOptions",
            "MemoryOptions", "CacheOptions", "NpuOptions", "Option", "OPTIONS",
            "MIN_DEVICE_MEMORY"]
 
@@ -64,12 +64,23 @@ class CompileOptions:
 DEFAULT_COMPILE = CompileOptions()
 
 
+PERF_MODES = ("default", "low_power", "high_performance")
+
+
 @dataclass(frozen=True)
 class RuntimeOptions:
     """How runs use the device; nothing here changes what is compiled."""
 
     npu_threads: int = 0  # NPU cores this session's kernels use (0: all the NPU's cores)
     max_shapes: int = 16  # per partition: Programs kept for distinct input shapes (LRU)
+    npu_perf_mode: str = "default"  # one of PERF_MODES; runs may ask for another
+    profile_file_prefix: str | None = None  # the EP's own trace file of NPU steps (profiling)
+
+    def cores(self, mode: str | None = None) -> int:
+        """NPU cores a run in performance `mode` (default: `npu_perf_mode`) may use, 0 for
+        all: high_performance all of them, low_power one, default `npu_threads`."""
+        mode = self.npu_perf_mode if mode is None else mode
+        return {"high_performance": 0, "low_power": 1}.get(mode, self.npu_threads)
 
 
 @dataclass(frozen=True)
@@ -127,6 +138,15 @@ def _bool(key: str, raw: Any) -> bool:
     if text in ("0", "false", "no", "off"):
         return False
     raise InvalidOptionError(f"option {key}={raw!r}: expected true/false (or 1/0)")
+
+
+def _choice(values: tuple[str, ...]) -> Callable[[str, Any], str]:
+    def parse(key: str, raw: Any) -> str:
+        text = raw.strip().lower() if isinstance(raw, str) else raw
+        if text not in values:
+            raise InvalidOptionError(f"option {key}={raw!r}: expected one of {', '.join(values)}")
+        return text
+    return parse
 
 
 def _name(what: str) -> Callable[[str, Any], str]:
@@ -200,6 +220,16 @@ OPTIONS: tuple[Option, ...] = (
            "per NPU partition, Programs kept for distinct input shapes; a new shape beyond it "
            "evicts the least recently used one (its memory returns to the pool; it "
            "recompiles, or maps from the cache, when it comes back)"),
+    Option("npu_perf_mode", "runtime", "npu_perf_mode", _choice(PERF_MODES), "default",
+           "`default` (runs use `npu_threads` cores), `low_power` (one core) or "
+           "`high_performance` (all the NPU's cores); a run can ask for another through its "
+           "run options, a session through its dynamic options (see "
+           "[performance modes](#performance-modes))"),
+    Option("profile_file_prefix", "runtime", "profile_file_prefix", _name("a file path prefix"),
+           "(none)", "record every NPU step of every run and write them to the EP's own trace "
+           "file `<prefix>_<date>_<time>.json` when the session ends (see "
+           "[profiling](#profiling)); for onnxruntime without the EP profiler hook (1.23), "
+           "where `provider.InferenceSession` sets it from `enable_profiling`"),
     Option("mem_alloc_outside", "memory", "mem_alloc_outside", _bool, "false",
            "the caller supplies weight and internal memory (see "
            "[memory controls](#memory-controls))"),

@@ -7,11 +7,16 @@ ones), registers the library, and selects the NPU device with `add_provider_for_
 `.ms` and `.mindir` models are converted to ONNX in memory first (through Lite IR). Extras over onnxruntime:
 
 - EP errors surface: onnxruntime's silent retry on CPU after an EP failure is disabled;
+- strict mode (`session.disable_cpu_ep_fallback=1`): a model the NPU does not take whole is
+  an UnsupportedError listing the nodes left on CPU and why;
 - stderr stays clean: SessionOptions whose log_severity_level is unset (-1) get ERROR (3,
   `set_default_severity`), so onnxruntime's warnings (e.g. VerifyEachNodeIsAssignedToAnEp
   when some nodes run on CPU, which `partition()` explains) are not printed while its errors
   are; a level the caller set is kept;
 - feeds and bound buffers are checked up front (`BindingError` names the input);
+- profiling (`enable_profiling`): every NPU step of every run is an event, in onnxruntime's
+  profile JSON or, on onnxruntime without the EP profiler hook, the EP's own trace file
+  (`npu_profile_file` after `end_profiling()`; see provider.ort.profiling);
 - `partition()` says which nodes run on the NPU and why the others don't, and is logged at
   INFO once the session exists; `copy_stats()` gives the CPU<->NPU bytes copied;
 - compile cache (provider options `cache_dir`, `model_name`, ...): `cache_stats()` lists
@@ -38,15 +43,16 @@ from converters.convert import format_of
 from converters.convert import read as read_model
 from converters.onnx_export import export_onnx
 from provider.cache.fingerprint import MEMO_DIR, source_fingerprint
-from provider.errors import BindingError, UnsupportedError
+from provider.errors import BindingError, InvalidModelError, UnsupportedError
 from provider.npu.memory import default_pool
 from provider.npu.session_memory import Family, SessionMemoryInfo, merge_infos
 from provider.options import InvalidOptionError, NpuOptions
-from provider.ort import EP_NAME, session_link
+from provider.ort import EP_NAME, abi, profiling, session_link
 from provider.ort.cache_session import CacheSession, SessionCacheStats
 from provider.ort.capability import Placement
-from provider.ort.ep import NpuEp
+from provider.ort.ep import STRICT_KEY, NpuEp
 from provider.ort.registration import ep_devices, register
+from provider.ort.run_modes import RUN_KEY
 from provider.ort.session_link import SessionLink
 from provider.ort.status import model_load_errors, typed_errors
 from provider.ort.tensors import ORT_TYPE_TO_NUMPY, bind_output, copy_stats, view
@@ -55,6 +61,8 @@ from provider.placement import NodePlacement, PlacementSummary
 log = logging.getLogger("litenpu.ort")
 
 CPU_EP = "CPUExecutionProvider"
+# onnxruntime's refusal under session.disable_cpu_ep_fallback=1 (it names no node)
+STRICT_REFUSAL = "fallback to CPU EP has been explicitly disabled"
 _severity = {"default": 3}  # onnxruntime's ERROR: its errors are printed, its warnings are not
 
 
@@ -117,6 +125,16 @@ def _with_fingerprint(path_or_bytes: Any, npu: NpuOptions) -> NpuOptions:
     return replace(npu, cache=replace(cache, model_fingerprint=fingerprint))
 
 
+def _with_step_trace(npu: NpuOptions, options: ort.SessionOptions) -> NpuOptions:
+    """With `enable_profiling` on an onnxruntime that has no EP profiler hook (1.23), the
+    options writing the NPU steps to the EP's own trace file beside onnxruntime's profile."""
+    if (not options.enable_profiling or npu.runtime.profile_file_prefix is not None
+            or abi.runtime_api_version(ort.__version__) >= profiling.HOOK_SINCE):
+        return npu
+    prefix = options.profile_file_prefix.rstrip("_") + "_npu"
+    return replace(npu, runtime=replace(npu.runtime, profile_file_prefix=prefix))
+
+
 class InferenceSession(ort.InferenceSession):
     """onnxruntime.InferenceSession that can run partitions on the NPU (see module docstring)."""
 
@@ -125,6 +143,7 @@ class InferenceSession(ort.InferenceSession):
                  **kwargs: Any):
         npu, _ = normalize_providers(providers, provider_options)
         if npu is None:
+            self.npu_profile_file = None
             self._link: SessionLink | None = None
             self._cache_session: CacheSession | None = None
             self._clone_source = (path_or_bytes, npu, kwargs)
@@ -146,6 +165,8 @@ class InferenceSession(ort.InferenceSession):
                 "these SessionOptions already select execution providers (e.g. they configured "
                 f"another session with {EP_NAME}); pass a fresh onnxruntime.SessionOptions")
         npu = _with_fingerprint(path_or_bytes, npu)
+        npu = _with_step_trace(npu, options)
+        self.npu_profile_file: str | None = None
         self._link = SessionLink(npu, family)
         session_link.attach(self._link, options)
         cache_session = self._cache_session = CacheSession.plan(path_or_bytes, npu, options)
@@ -177,8 +198,14 @@ class InferenceSession(ort.InferenceSession):
             "the model"
         self._link.eps.clear()  # a failed attempt's EPs (the warm path's) are not ours
         # onnxruntime adds its CPU provider itself; naming providers here would drop the NPU.
-        with model_load_errors(what):
-            super().__init__(model, options, None, None, **{**kwargs, "enable_fallback": 0})
+        try:
+            with model_load_errors(what):
+                super().__init__(model, options, None, None, **{**kwargs, "enable_fallback": 0})
+        except InvalidModelError as exc:
+            if STRICT_REFUSAL not in str(exc):
+                raise
+            raise UnsupportedError(f"{what}: {STRICT_KEY}=1, and the NPU does not take every "
+                                   f"node:\n{self.partition_summary()}") from exc
 
     @property
     def _npu_eps(self) -> list[NpuEp]:
@@ -251,7 +278,30 @@ class InferenceSession(ort.InferenceSession):
         clone._build(source, sess_options, npu, kwargs, family)
         return clone
 
+    def end_profiling(self) -> str:
+        """onnxruntime's end_profiling (the path of its profile JSON); `npu_profile_file` is
+        then the file holding the NPU step events: that one where onnxruntime has the EP
+        profiler hook, else the EP's own trace file (None when no NPU step ran)."""
+        path = super().end_profiling()
+        if self._link is not None:
+            traces = [str(p) for ep in self._npu_eps if (p := ep.end_trace()) is not None]
+            hooked = abi.runtime_api_version(ort.__version__) >= profiling.HOOK_SINCE
+            self.npu_profile_file = traces[-1] if traces else (path or None) if hooked else None
+        return path
+
     # ---- checked feeds and bindings ----------------------------------------------------
+    def set_ep_dynamic_options(self, options: dict[str, str]) -> None:
+        """onnxruntime's set_ep_dynamic_options (e.g. {"npu_perf_mode": "low_power"}), our
+        errors typed; UnsupportedError where onnxruntime's Python lacks it (1.23)."""
+        setter = getattr(super(), "set_ep_dynamic_options", None)
+        if setter is None:
+            raise UnsupportedError(
+                f"onnxruntime {ort.__version__} has no set_ep_dynamic_options; give the "
+                "performance mode per run instead: RunOptions.add_run_config_entry("
+                f"{RUN_KEY!r}, mode), or per session with the npu_perf_mode option")
+        with typed_errors():
+            setter(options)
+
     def run(self, output_names, input_feed, run_options=None):
         """onnxruntime's run(), with feeds checked first (BindingError names the input)."""
         check_feeds(self.get_inputs(), input_feed)

@@ -409,6 +409,14 @@ def test_npu_only_context_model_is_loaded_without_graph_optimisation(
     np.testing.assert_allclose(run(warm), expected, atol=1e-4, rtol=1e-3)
 
 
+def test_a_moved_cache_directory_stays_warm(tmp_path, source, expected):
+    out = run(session(source, tmp_path / "cache"))
+    (tmp_path / "cache").rename(tmp_path / "moved")
+    warm = session(source, tmp_path / "moved")
+    assert warm.cache_stats().path == "context-model"
+    assert run(warm).tobytes() == out.tobytes()
+
+
 def test_callers_own_context_request_or_other_optimization_level(tmp_path, source):
     options = ort.SessionOptions()
     options.add_session_config_entry("ep.context_enable", "1")

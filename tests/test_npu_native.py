@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +33,7 @@ from threads import run_threads
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
 from provider.npu import native, native_steps
 from provider.npu.compiler import compile_model
-from provider.npu.executor import Executor
+from provider.npu.executor import Executor, step_stamps
 from provider.npu.ops import KERNELS, conv_weights
 from provider.npu.program import Program, from_bytes, to_bytes
 from provider.options import CompileOptions
@@ -633,8 +634,9 @@ def test_thread_count_does_not_change_the_result(kw, restore_threads):
 
 
 def test_work_is_split_over_the_cores_and_a_run_can_be_limited(restore_threads):
-    """A big conv hands tasks to the worker cores; an executor limited to one core
-    (`cores=1`, the npu_threads option) keeps every task on the calling thread."""
+    """A big conv hands tasks to the worker cores; an executor or a run limited to one core
+    (`cores=1`, the npu_threads option or a low_power run) keeps every task on the calling
+    thread."""
     program, feeds = mid_conv(c=64, o=128, hw=(56, 56))
     native.set_threads(2)
     x = [feeds[program.slots[i].name] for i in program.inputs]
@@ -647,7 +649,10 @@ def test_work_is_split_over_the_cores_and_a_run_can_be_limited(restore_threads):
         assert native.worker_tasks() > before
         before = native.worker_tasks()
         np.testing.assert_array_equal(one.run(x)[0], one.run(x)[0])
+        np.testing.assert_array_equal(ex.run(x, cores=1)[0], one.run(x)[0])  # one run's limit
         assert native.worker_tasks() == before
+        with pytest.raises(ValueError, match="cores"):
+            ex.run(x, cores=-1)
     with pytest.raises(ValueError, match="cores"):
         Executor(program, cores=-1)
 
@@ -718,7 +723,7 @@ import numpy as np
 from npu_oracle import lite_graph, pool, rng
 from provider.npu import native
 from provider.npu.compiler import compile_model
-from provider.npu.executor import Executor
+from provider.npu.executor import Executor, step_stamps
 from provider.npu.ops import KERNELS
 assert native.library() is None and native.threads() == 1
 r = rng(12)
@@ -823,16 +828,22 @@ def test_profile_times_every_native_step():
         ("Softmax", {"axis": [-1]}, ["s"], "y"),
     ], {"x": (x, False), "w": (randn(r, 8, 8, 3, 3), True), "b": (randn(r, 8), True)}, ["y"])
     program = compile_for(model, {"x": x})
-    with Executor(program, pool(), profile=True) as ex:
-        assert ex.step_seconds is not None and len(ex.step_seconds) == len(program.steps)
+    stamps = step_stamps(program)
+    with Executor(program, pool()) as ex:
+        plain = ex.run([x])[0].copy()
         for _ in range(3):
-            ex.run([x])
-        seconds = ex.step_seconds.copy()
+            start = time.monotonic_ns()
+            np.testing.assert_array_equal(ex.run([x], stamps=stamps)[0], plain)
+            end = time.monotonic_ns()
+            # one clock for C and Python: every step inside the run, in order, none empty
+            assert start <= stamps[0, 0] and stamps[-1, 1] <= end
+            assert (stamps[:, 1] > stamps[:, 0]).all(), stamps
+            assert (stamps[1:, 0] >= stamps[:-1, 1]).all(), stamps
         assert ex.native_steps == len(program.steps) - 1
+        with pytest.raises(ValueError, match="stamps must be step_stamps"):
+            ex.run([x], stamps=np.zeros((len(program.steps), 2)))
     natives = [i for i in range(len(program.steps)) if native_steps.lower(program, i) is not None]
     assert len(natives) == ex.native_steps
-    assert all(seconds > 0), seconds
-    assert Executor(program, pool()).step_seconds is None
 
 
 # ---- the steps of real models: elementwise, layer norm, recurrent layers -------------------

@@ -46,6 +46,11 @@ def compile_context(source: Path, out: Path, *, embed: bool, **options: str) -> 
     return [n for n in onnx.load(str(out)).graph.node if n.op_type == epcontext.OP_TYPE]
 
 
+def entry_of(model: Path, node: onnx.NodeProto) -> Path:
+    """The cache entry an EPContext node references (relative to the model's directory)."""
+    return model.parent / {a.name: a for a in node.attribute}["ep_cache_context"].s.decode()
+
+
 def npu_session(model, **options) -> InferenceSession:
     return InferenceSession(str(model), providers=[("NPUExecutionProvider", options),
                                                    "CPUExecutionProvider"])
@@ -64,8 +69,8 @@ def test_every_partition_round_trips(tmp_path, source, monkeypatch, embed):
         payload = attrs["ep_cache_context"].s
         if embed:
             assert payload.startswith(b"LNPUPROG")
-        else:  # the absolute path of the partition's cache entry
-            assert Path(payload.decode()).parent == cache.resolve()
+        else:  # the partition's cache entry, relative to the context model
+            assert Path(payload.decode()).parent == Path("cache")
     calls = Calls(monkeypatch)
     sess = npu_session(out, **SPLIT)
     assert (calls.compile, calls.imports) == (0, 0)
@@ -78,6 +83,57 @@ def test_every_partition_round_trips(tmp_path, source, monkeypatch, embed):
     direct = npu_session(source, **SPLIT).run(None, {"image": IMAGE})[0]
     np.testing.assert_allclose(got, direct, atol=1e-5, rtol=1e-5)  # compile-time graph
     # optimizations may differ between ModelCompiler and a session: not always bit-identical
+
+
+@pytest.mark.parametrize("layout", ["cache in the model's folder", "cache beside it"])
+def test_model_moved_with_its_cache_still_loads(tmp_path, source, layout):
+    project = tmp_path / "project"
+    out = project / "ctx.onnx" if layout.endswith("folder") else project / "models" / "ctx.onnx"
+    out.parent.mkdir(parents=True)
+    nodes = compile_context(source, out, embed=False, cache_dir=str(project / "cache"), **SPLIT)
+    prefix = b"cache/" if layout.endswith("folder") else b"../cache/"
+    assert all({a.name: a for a in n.attribute}["ep_cache_context"].s.startswith(prefix)
+               for n in nodes)
+    moved = tmp_path / "elsewhere"
+    project.rename(moved)
+    got = npu_session(moved / out.relative_to(project), **SPLIT).run(None, {"image": IMAGE})[0]
+    np.testing.assert_allclose(got, reference(RESNET, {"image": IMAGE})[0], atol=1e-4, rtol=1e-3)
+
+
+def test_side_files_of_every_partition_move_with_the_model(tmp_path, source):
+    """Embed mode 0 without a cache: one side file per partition, named relative to the model."""
+    out = tmp_path / "project" / "ctx.onnx"
+    out.parent.mkdir()
+    nodes = compile_context(source, out, embed=False, **SPLIT)
+    files = sorted(f.name for f in out.parent.iterdir() if f.suffix == epcontext.FILE_SUFFIX)
+    assert len(files) == 5 == len(nodes)
+    assert sorted({a.name: a for a in n.attribute}["ep_cache_context"].s.decode()
+                  for n in nodes) == files
+    (tmp_path / "project").rename(tmp_path / "moved")
+    got = npu_session(tmp_path / "moved" / "ctx.onnx", **SPLIT).run(None, {"image": IMAGE})[0]
+    np.testing.assert_allclose(got, reference(RESNET, {"image": IMAGE})[0], atol=1e-4, rtol=1e-3)
+
+
+def test_a_cache_far_from_the_model_is_referenced_by_absolute_path(tmp_path, source):
+    out = tmp_path / "a" / "b" / "ctx.onnx"
+    out.parent.mkdir(parents=True)
+    (node,) = compile_context(source, out, embed=False, cache_dir=str(tmp_path / "cache"))
+    payload = {a.name: a for a in node.attribute}["ep_cache_context"].s.decode()
+    assert Path(payload).parent == (tmp_path / "cache").resolve()
+    assert epcontext.entry_reference(Path(payload), "") == payload  # no model path: absolute
+
+
+def test_an_absolute_reference_of_older_models_still_loads(tmp_path, source):
+    out = tmp_path / "ctx.onnx"
+    compile_context(source, out, embed=False, cache_dir=str(tmp_path / "cache"))
+    model = onnx.load(str(out))
+    for node in model.graph.node:
+        for attr in node.attribute:
+            if attr.name == "ep_cache_context":
+                attr.s = str((out.parent / attr.s.decode()).resolve()).encode()
+    onnx.save(model, str(out))
+    np.testing.assert_allclose(npu_session(out).run(None, {"image": IMAGE})[0],
+                               reference(RESNET, {"image": IMAGE})[0], atol=1e-4, rtol=1e-3)
 
 
 def test_full_model_is_one_npu_kernel_in_a_tiny_model(tmp_path, source):
@@ -95,7 +151,7 @@ def test_full_model_is_one_npu_kernel_in_a_tiny_model(tmp_path, source):
 def test_vanished_cache_entry_names_the_missing_file(tmp_path, source, remove):
     out = tmp_path / "ctx.onnx"
     nodes = compile_context(source, out, embed=False, cache_dir=str(tmp_path / "cache"), **SPLIT)
-    entry_dir = Path({a.name: a for a in nodes[2].attribute}["ep_cache_context"].s.decode())
+    entry_dir = entry_of(out, nodes[2])
     if remove == "entry":
         shutil.rmtree(entry_dir)
         missing = entry_dir / "manifest.json"
@@ -112,8 +168,7 @@ def test_open_cache_entry_rejects_a_foreign_entry(tmp_path, source):
     out = tmp_path / "ctx.onnx"
     first, second = compile_context(source, out, embed=False, cache_dir=str(tmp_path / "c"),
                                     **SPLIT)[:2]
-    a, b = (Path({x.name: x for x in n.attribute}["ep_cache_context"].s.decode())
-            for n in (first, second))
+    a, b = (entry_of(out, n) for n in (first, second))
     shutil.rmtree(b)
     shutil.copytree(a, b)
     with pytest.raises(InvalidModelError, match="holds key"):
@@ -154,7 +209,7 @@ def test_loading_a_context_model_marks_its_entries_used(tmp_path, source):
     """LRU eviction goes by an entry's mtime: a context model's entries are touched on load."""
     out = tmp_path / "ctx.onnx"
     nodes = compile_context(source, out, embed=False, cache_dir=str(tmp_path / "cache"), **SPLIT)
-    entries = [Path({a.name: a for a in n.attribute}["ep_cache_context"].s.decode()) for n in nodes]
+    entries = [entry_of(out, n) for n in nodes]
     for directory in entries:
         os.utime(directory, (1_000_000, 1_000_000))
     npu_session(out, **SPLIT)

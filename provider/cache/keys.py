@@ -28,10 +28,11 @@ from provider import __version__
 from provider.errors import CacheError
 from provider.npu.program import FORMAT_VERSION
 
-__all__ = ["CacheKey", "partition_signature", "PartitionKeys", "session_key", "within",
-           "lite_digest"]
+__all__ = ["CacheKey", "DEVICE", "partition_signature", "PartitionKeys", "program_stamp",
+           "session_key", "within", "lite_digest"]
 
 DIGEST_CHARS = 32  # 128 bits of sha256: the entry's directory name
+DEVICE = "sim"  # the reference NPU: the device every Program is compiled for
 
 Content = bytes | bytearray | memoryview
 Partition = LiteModel | Sequence[tuple[str, str]]
@@ -91,7 +92,7 @@ class CacheKey:
     partition: str  # partition_signature(...)
     input_shapes: tuple[tuple[str, tuple[int, ...]], ...]
     options: tuple[tuple[str, str], ...]  # (name, JSON value), sorted
-    device: str = "sim"
+    device: str = DEVICE
     format_version: int = FORMAT_VERSION
     litenpu_version: str = __version__
 
@@ -99,7 +100,7 @@ class CacheKey:
     def build(cls, *, partition: Partition, input_shapes: Mapping[str, Sequence[int]],
               options: Mapping[str, Any] | None = None, model_name: str = "",
               fingerprint: str = "", content: Content | Callable[[], Content] | None = None,
-              device: str = "sim") -> CacheKey:
+              device: str = DEVICE) -> CacheKey:
         """The key of one partition compiled for `input_shapes` with `options`.
 
         The source is the content: `fingerprint` (a hex digest of what the partition is made
@@ -149,6 +150,15 @@ class CacheKey:
                 "options": [[name, value] for name, value in self.options],
                 "device": self.device, "format_version": self.format_version,
                 "litenpu_version": self.litenpu_version}
+
+
+def program_stamp(options: Mapping[str, Any]) -> dict[str, Any]:
+    """What a Program this litenpu compiles with compile `options` is valid for besides its
+    content and input shapes: the Program format, the litenpu version, the device and the
+    options (the facts a CacheKey names or stamps; an EPContext model's compatibility info
+    carries them)."""
+    return {"format_version": FORMAT_VERSION, "litenpu_version": __version__, "device": DEVICE,
+            "options": json.loads(json.dumps(dict(options), sort_keys=True))}
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 The NPU partitions of MODEL are compiled once (onnxruntime's `ModelCompiler` with the NPU EP)
 and saved as `com.microsoft:EPContext` nodes: loading OUT builds each NPU kernel straight from
 its Program, with no import and no compile. By default the Programs stay in the compile cache
-and OUT references their entries (a small file; `litenpu cache clear` makes OUT unloadable);
+and OUT references their entries (a small file; `litenpu cache clear` makes OUT unloadable),
+relative to OUT when the cache is in or beside OUT's directory (move them together);
 `--embed` puts the Program bytes into OUT itself.
 """
 
@@ -74,6 +75,8 @@ def compile_model_file(model: Path, output: Path, npu: NpuOptions, *, embed: boo
         npu = replace(npu, cache=replace(npu.cache, model_fingerprint=fingerprint))
     options = ort.SessionOptions()
     options.add_provider_for_devices(ep_devices(), npu.to_strings())
+    # written in a temporary folder beside OUT first: cache entries are referenced from OUT
+    options.add_session_config_entry(epcontext.FINAL_PATH_KEY, str(output.resolve()))
     output.parent.mkdir(parents=True, exist_ok=True)
     compiler = ort.ModelCompiler(options, str(model), embed_compiled_data_into_model=embed)
     with replacing(output) as tmp:  # a new path: onnxruntime refuses to overwrite a file
@@ -90,10 +93,13 @@ def summary(output: Path) -> str:
     lines = [f"{output}: {len(nodes)} node(s), {len(ours)} NPU partition(s) as EPContext nodes"]
     for node in ours:
         attrs = {a.name: a for a in node.attribute}
+        reference = attrs["ep_cache_context"].s
         if attrs["embed_mode"].i == 1:
-            where = f"embedded, {len(attrs['ep_cache_context'].s)} bytes"
-        else:
-            where = attrs["ep_cache_context"].s.decode()
+            where = f"embedded, {len(reference)} bytes"
+        elif os.path.isabs(reference.decode()):
+            where = reference.decode()
+        else:  # relative to OUT's directory
+            where = f"{reference.decode()} ({(output.parent / reference.decode()).resolve()})"
         lines.append(f"  {node.name}: {where}")
     return "\n".join(lines)
 

@@ -7,6 +7,7 @@ the NPU does not) or on onnxruntime's CPU provider alone, so the same command co
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -22,6 +23,7 @@ EXAMPLES = """examples:
   litenpu run model.onnx --input image=cat.npy -o npu.npz
   litenpu run model.onnx --input image=cat.npy -o cpu.npz --provider cpu
   litenpu run model.onnx --random --dim batch=4 --option disable_ops=Softmax
+  litenpu run model.onnx --random --runs 20 --profile      # the NPU steps that take the time
 """
 
 
@@ -42,29 +44,47 @@ def _add_args(p: argparse.ArgumentParser) -> None:
                         "cpu: onnxruntime's CPU EP only")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="an NPU provider option (repeatable)")
+    p.add_argument("--runs", type=int, default=1, help="run this many times (default 1)")
+    p.add_argument("--profile", nargs="?", const="litenpu_profile", metavar="PREFIX",
+                   help="profile the runs (onnxruntime's profile JSON, PREFIX_<date>.json; "
+                        "default prefix litenpu_profile) and print the NPU steps that took "
+                        "the most time")
+    p.add_argument("--top", type=int, default=10, help="steps --profile prints (default 10)")
 
 
 @command("run", "run a model on given or random inputs and save its outputs", _add_args)
 def run(args: argparse.Namespace) -> int:
+    import onnxruntime as ort
+
     from provider.ort import EP_NAME
     from provider.session import CPU_EP, InferenceSession
 
     options = key_values(args.option, "--option")
+    if args.runs < 1 or args.top < 1:
+        raise UsageError(f"--runs {args.runs} / --top {args.top}: expected counts >= 1")
+    sess_options = ort.SessionOptions()
+    if args.profile is not None:
+        sess_options.enable_profiling = True
+        sess_options.profile_file_prefix = args.profile
     if args.provider == "npu":
-        session = InferenceSession(str(args.model), providers=[EP_NAME, CPU_EP],
+        session = InferenceSession(str(args.model), sess_options, providers=[EP_NAME, CPU_EP],
                                    provider_options=[options, {}])
     else:
         if options:
             raise UsageError("--option sets NPU provider options; it needs --provider npu")
-        session = InferenceSession(str(args.model), providers=[CPU_EP])
+        session = InferenceSession(str(args.model), sess_options, providers=[CPU_EP])
     feeds = gather_inputs(session.get_inputs(), args)
-    start = time.perf_counter()
-    outputs = session.run(None, feeds)
-    elapsed = time.perf_counter() - start
+    times = []
+    for _ in range(args.runs):
+        start = time.perf_counter()
+        outputs = session.run(None, feeds)
+        times.append(time.perf_counter() - start)
     names = [o.name for o in session.get_outputs()]
     if args.provider == "npu":
         print(session.partition_summary())
-    print(f"ran in {elapsed * 1e3:.1f} ms")
+    print(f"ran in {times[0] * 1e3:.1f} ms" + (
+        f" (median of {len(times)}: {float(np.median(times)) * 1e3:.1f} ms)" if len(times) > 1
+        else ""))
     for name, value in zip(names, outputs, strict=True):
         print(describe(name, np.asarray(value)))
     if args.output is not None:
@@ -72,7 +92,30 @@ def run(args: argparse.Namespace) -> int:
         with replacing(path) as tmp, open(tmp, "wb") as f:
             np.savez(f, **dict(zip(names, outputs, strict=True)))
         print(f"wrote {path}")
+    if args.profile is not None:
+        print_profile(session, args.top)
     return 0
+
+
+def print_profile(session, top: int) -> None:
+    """End profiling; print where its files are and the NPU steps that took the most time."""
+    from provider.ort.profiling import npu_step_events, top_steps
+
+    path = session.end_profiling()
+    print(f"profile: {path}")
+    steps_file = session.npu_profile_file
+    if steps_file is None:
+        print("no NPU step ran")
+        return
+    if steps_file != path:
+        print(f"NPU steps: {steps_file} (this onnxruntime has no EP profiler hook)")
+    events = npu_step_events(json.loads(Path(steps_file).read_text()))
+    total = sum(e["dur"] for e in events)
+    print(f"NPU steps: {len(events)} events, {total / 1e3:.2f} ms; top {top}:")
+    print(f"  {'total ms':>9} {'share':>6} {'mean us':>9} {'runs':>5}  op / shape / output")
+    for r in top_steps(events, top):
+        print(f"  {r['total_us'] / 1e3:9.3f} {r['share']:6.1%} {r['mean_us']:9.1f} {r['runs']:5d}"
+              f"  {r['op']} {r['shape']} {r['name']}")
 
 
 def gather_inputs(metas: list, args: argparse.Namespace) -> dict[str, np.ndarray]:

@@ -20,8 +20,10 @@ close. Runs of one executor are serialized by its lock (pass a shared `lock` whe
 executors share an arena); use one executor per thread for parallelism.
 
 Steps run on the native kernels (native_steps: one C call per run of consecutive native
-steps, split over the NPU's cores, at most `cores` of them when given) or on their numpy
-kernel; `profile=True` accumulates each step's seconds in `step_seconds`.
+steps, split over the NPU's cores, at most `cores` of them when given, per executor or per
+run) or on their numpy kernel. A run given `stamps` (`step_stamps(program)`) records each
+step's start and end there (CLOCK_MONOTONIC ns; the native steps stamp themselves in C):
+the profile, one timestamp pair per step, nothing when not asked for.
 
 Over 400 lines on purpose: binding (zero-copy checks, staging, overlap checks) and running
 share the Executor's slot views and address table; apart they would pass both back and forth.
@@ -48,7 +50,8 @@ from provider.npu.native_steps import NativeRun
 from provider.npu.ops import KERNELS
 from provider.npu.program import Program, Slot, view_slot
 
-__all__ = ["CopyStats", "MemoryInfo", "Executor", "upload_weights", "weights_are_mapped"]
+__all__ = ["CopyStats", "MemoryInfo", "Executor", "step_stamps", "step_seconds", "upload_weights",
+           "weights_are_mapped"]
 
 log = logging.getLogger("litenpu.npu")
 
@@ -98,6 +101,33 @@ def upload_weights(program: Program, pool: DevicePool | None = None) -> DeviceBu
     return buffer
 
 
+def step_stamps(program: Program) -> np.ndarray:
+    """A run's profile record: one (start, end) row per step, CLOCK_MONOTONIC nanoseconds
+    (`time.monotonic_ns`'s clock), filled by `Executor.run(..., stamps=...)`."""
+    return np.zeros((len(program.steps), 2), np.int64)
+
+
+def step_seconds(stamps: np.ndarray) -> np.ndarray:
+    """Each step's wall time in seconds, from a run's `step_stamps` record."""
+    return (stamps[:, 1] - stamps[:, 0]) * 1e-9
+
+
+def _checked_stamps(stamps: np.ndarray | None, program: Program) -> np.ndarray | None:
+    if stamps is not None and (not isinstance(stamps, np.ndarray) or stamps.dtype != np.int64
+                               or stamps.shape != (len(program.steps), 2)
+                               or not stamps.flags.c_contiguous):
+        raise ValueError(f"stamps must be step_stamps(program): int64, shape "
+                         f"({len(program.steps)}, 2), C-contiguous")
+    return stamps
+
+
+def _checked_cores(cores: object) -> int:
+    """`cores` when it is a core count (an int >= 0, 0 meaning all the NPU's cores)."""
+    if not isinstance(cores, int) or isinstance(cores, bool) or cores < 0:
+        raise ValueError(f"cores must be an int >= 0 (0: all the NPU's cores), got {cores!r}")
+    return cores
+
+
 def _release_all(buffers: list[DeviceBuffer]) -> None:
     """Release every buffer an executor holds (also run by the GC if close() was forgotten)."""
     while buffers:
@@ -129,13 +159,10 @@ class Executor:
         weights: DeviceBuffer | np.ndarray | Mapping[int, np.ndarray] | None = None,
         arena: DeviceBuffer | np.ndarray | None = None,
         lock: threading.Lock | None = None,
-        profile: bool = False,
         cores: int = 0,
     ):
         program.validate()
-        if not isinstance(cores, int) or isinstance(cores, bool) or cores < 0:
-            raise ValueError(f"cores must be an int >= 0 (0: all the NPU's cores), got {cores!r}")
-        self.cores = cores
+        self.cores = _checked_cores(cores)
         # The native library runs the steps it can (native_steps) unless the caller brings
         # its own kernel table, which then runs every step.
         self._segments: list[int | NativeRun] = (
@@ -167,7 +194,6 @@ class Executor:
             raise
         # Slot addresses for the native steps: weights and arena fixed, I/O set per run.
         self._addresses = AddressTable([0 if v is None else v.ctypes.data for v in self._views])
-        self.step_seconds: np.ndarray | None = np.zeros(len(program.steps)) if profile else None
         self._staging: dict[int, np.ndarray] = {}
         self._buffer_views: dict[int, tuple[DeviceBuffer, np.ndarray]] = {}
         self.copy_stats = CopyStats()
@@ -295,9 +321,14 @@ class Executor:
     # running ---------------------------------------------------------------------------------
 
     def run(self, inputs: Sequence[IOValue],
-            outputs: Sequence[IOValue | None] | None = None) -> list[np.ndarray]:
-        """Run every step once; returns the outputs (caller's arrays/views, or new arrays)."""
+            outputs: Sequence[IOValue | None] | None = None, *,
+            cores: int | None = None, stamps: np.ndarray | None = None) -> list[np.ndarray]:
+        """Run every step once, on at most `cores` of the NPU's cores (default: the executor's
+        `cores`); returns the outputs (caller's arrays/views, or new arrays). `stamps`
+        (`step_stamps(program)`) receives each step's start and end: the run's profile."""
+        cores = self.cores if cores is None else _checked_cores(cores)
         program = self.program
+        stamps = _checked_stamps(stamps, program)
         if len(inputs) != len(program.inputs):
             raise BindingError(f"program {program.name!r} takes {len(program.inputs)} inputs "
                                f"{self.input_names}, got {len(inputs)}")
@@ -312,7 +343,7 @@ class Executor:
             try:
                 copied_in = self._bind_inputs(inputs)
                 targets = self._bind_outputs(outputs)
-                self._execute()
+                self._execute(cores, stamps)
                 results, copied_out = self._collect(targets)
             finally:
                 for index in (*program.inputs, *program.outputs):
@@ -321,16 +352,18 @@ class Executor:
             self.total_copy_stats += self.copy_stats
         return results
 
-    def _execute(self) -> None:
-        views, addresses, seconds = self._views, self._addresses, self.step_seconds
+    def _execute(self, cores: int, stamps: np.ndarray | None) -> None:
+        views, addresses = self._views, self._addresses
         for index in (*self.program.inputs, *self.program.outputs):
             addresses[index] = views[index].ctypes.data
         for segment in self._segments:
             if isinstance(segment, NativeRun):
-                self._run_native(segment)
+                segment.steps.run(addresses, cores, None if stamps is None else
+                                  stamps[segment.first:segment.first + segment.count])
                 continue
             run, ins, outs, attrs = self._plan[segment]
-            start = time.perf_counter() if seconds is not None else 0.0
+            if stamps is not None:
+                stamps[segment, 0] = time.monotonic_ns()
             try:
                 run([views[i] for i in ins], [views[i] for i in outs], attrs)
             except LitenpuError:
@@ -339,16 +372,8 @@ class Executor:
                 kernel = self.program.steps[segment].kernel
                 raise LitenpuError(f"program {self.program.name!r} step {segment} ({kernel}) "
                                    f"failed: {type(exc).__name__}: {exc}") from exc
-            if seconds is not None:
-                seconds[segment] += time.perf_counter() - start
-
-    def _run_native(self, segment: NativeRun) -> None:
-        """One native call for the segment's steps (timed per step when profiling)."""
-        if self.step_seconds is None:
-            segment.steps.run(self._addresses, self.cores)
-            return
-        timed = segment.steps.run_timed(self._addresses, self.cores)
-        self.step_seconds[segment.first:segment.first + segment.count] += timed
+            if stamps is not None:
+                stamps[segment, 1] = time.monotonic_ns()
 
     @property
     def native_steps(self) -> int:

@@ -21,6 +21,8 @@ import os
 import threading
 from collections.abc import Sequence
 
+import numpy as np
+
 from provider.errors import DeviceMemoryError, LitenpuError
 from provider.extensions import built_library
 
@@ -227,22 +229,17 @@ class StepArray:
     def __getitem__(self, index: int) -> Step:
         return self._array[index]
 
-    def run(self, addresses: AddressTable, cores: int = 0) -> None:
+    def run(self, addresses: AddressTable, cores: int = 0,
+            stamps: np.ndarray | None = None) -> None:
         """Run the steps on the slot address table, on at most `cores` of the NPU's cores
-        (0: all)."""
-        self._run(addresses, None, cores)
-
-    def run_timed(self, addresses: AddressTable, cores: int = 0) -> list[float]:
-        """`run`, returning each step's wall time in seconds (the profile)."""
-        seconds = (C.c_double * len(self._array))()
-        self._run(addresses, seconds, cores)
-        return list(seconds)
-
-    def _run(self, addresses: AddressTable, seconds: C.Array | None, cores: int) -> None:
+        (0: all). `stamps` (int64, C-contiguous, one row per step) receives each step's start
+        and end in CLOCK_MONOTONIC nanoseconds (`time.monotonic_ns`'s clock): the profile
+        (the Executor checked it)."""
         lib = library()
         if lib is None:
             raise LitenpuError("native NPU steps were lowered without the native library")
-        status = lib.lnpu_run(self._array, len(self._array), addresses._table, seconds, cores)
+        status = lib.lnpu_run(self._array, len(self._array), addresses._table,
+                              None if stamps is None else stamps.ctypes.data, cores)
         if status == -1:
             raise DeviceMemoryError("native NPU kernel: no memory for its scratch buffer (a "
                                     "step's working set is larger than the machine can give)")

@@ -244,11 +244,14 @@ class ManagedExecutor:
         self.memory.family.weights_for(self.program, self._weights)
         self._arena.region(self.program)
 
-    def run(self, inputs: Sequence, outputs: Sequence | None = None) -> list[np.ndarray]:
-        """Run the Program, serialized with the other users of its arena."""
+    def run(self, inputs: Sequence, outputs: Sequence | None = None, *,
+            cores: int | None = None, stamps: np.ndarray | None = None) -> list[np.ndarray]:
+        """Run the Program (on at most `cores` NPU cores; default: the session's
+        `npu_threads`; each step's start and end into `stamps` when given), serialized with
+        the other users of its arena."""
         with self._arena.lock:
             inner = self._ready()
-            results = inner.run(inputs, outputs)
+            results = inner.run(inputs, outputs, cores=cores, stamps=stamps)
             self.copy_stats = inner.copy_stats
         return results
 

@@ -39,6 +39,7 @@ ORT_EP_FAIL = 11
 
 # OrtHardwareDeviceType / OrtMemoryInfoDeviceType / OrtDeviceMemoryType / OrtAllocatorType
 HW_DEVICE_CPU = 0
+HW_DEVICE_NPU = 2
 MEM_DEVICE_CPU = 0
 MEM_DEVICE_NPU = 3
 DEVICE_MEMORY_DEFAULT = 0
@@ -159,6 +160,7 @@ ORT_API: dict[str, Entry] = {
     "OpAttr_GetTensorAttributeAsOrtValue": _e(362, STATUS, vp, PVP),
     "OpAttr_GetType": _e(363, STATUS, vp, C.POINTER(C.c_int)),
     "OpAttr_GetName": _e(364, STATUS, vp, PSTR),
+    "GetRunConfigEntry": _e(373, C.c_char_p, vp, C.c_char_p),  # NULL when absent
     "GetSessionOptionsConfigEntries": _e(379, STATUS, vp, PVP),
     "TensorTypeAndShape_HasShape": _e(390, C.c_bool, vp, since=24),
 }
@@ -174,6 +176,14 @@ EP_API: dict[str, Entry] = {
     "MemoryDevice_GetMemoryType": _e(10, C.c_int, vp),
     "MemoryDevice_GetVendorId": _e(11, C.c_uint32, vp),
     "MemoryDevice_GetDeviceId": _e(12, C.c_uint32, vp),
+    # CreateHardwareDevice(type, vendor_id, device_id, vendor_name, metadata, out)
+    "CreateHardwareDevice": _e(16, STATUS, C.c_int, C.c_uint32, C.c_uint32, C.c_char_p, vp, PVP,
+                               since=24),
+    # CreateProfilingEvent(category, pid, tid, name, ts_us, dur_us, keys, values, n_args, out)
+    "CreateProfilingEvent": _e(65, STATUS, C.c_int, C.c_int32, C.c_int32, C.c_char_p, C.c_int64,
+                               C.c_int64, PSTR, PSTR, sz, PVP, since=25),
+    "ReleaseProfilingEvent": _e(66, None, vp, since=25),
+    "ProfilingEventsContainer_AddEvents": _e(72, STATUS, vp, PVP, sz, since=25),
 }
 
 
@@ -391,6 +401,10 @@ OrtDataTransferImpl = _implemented(
 OrtAllocator = _implemented(
     "OrtAllocator", "version", "Alloc Free Info Reserve GetStats AllocOnStream Shrink"
 )
+OrtEpProfilerImpl = _implemented(  # since API 25
+    "OrtEpProfilerImpl", "ort_version_supported",
+    "Release StartProfiling StartEvent StopEvent EndProfiling"
+)
 
 
 class OrtNodeFusionOptions(C.Structure):
@@ -415,6 +429,15 @@ P_RELEASE_NODE_COMPUTE_INFOS = C.CFUNCTYPE(None, vp, PVP, sz)
 P_CREATE_STATE = C.CFUNCTYPE(vp, vp, vp, PVP)
 P_COMPUTE = C.CFUNCTYPE(vp, vp, vp, vp)
 P_RELEASE_STATE = C.CFUNCTYPE(None, vp, vp)
+P_VALIDATE_COMPATIBILITY = C.CFUNCTYPE(vp, vp, PVP, sz, C.c_char_p, C.POINTER(C.c_int))
+P_COMPATIBILITY_INFO = C.CFUNCTYPE(vp, vp, vp)  # const char* f(OrtEp*, const OrtGraph*)
+P_SET_DYNAMIC_OPTIONS = C.CFUNCTYPE(vp, vp, PSTR, PSTR, sz)
+P_ON_RUN_START = C.CFUNCTYPE(vp, vp, vp)
+P_ON_RUN_END = C.CFUNCTYPE(vp, vp, vp, C.c_bool)
+P_CREATE_PROFILER = C.CFUNCTYPE(vp, vp, PVP)
+P_PROFILER_RELEASE = C.CFUNCTYPE(None, vp)
+P_START_PROFILING = C.CFUNCTYPE(vp, vp, C.c_int64)  # offset (ns) since onnxruntime's start
+P_END_PROFILING = C.CFUNCTYPE(vp, vp, vp)
 P_TRANSFER_RELEASE = C.CFUNCTYPE(None, vp)
 P_CAN_COPY = C.CFUNCTYPE(C.c_bool, vp, vp, vp)
 P_COPY_TENSORS = C.CFUNCTYPE(vp, vp, PVP, PVP, PVP, sz)

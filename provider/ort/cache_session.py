@@ -5,7 +5,8 @@ holds a compiled cache for CachePath/ModelName/CacheVersion. Here (DESIGN sectio
 session is created from a model *file* with the provider options `cache_dir` and `model_name`
 (+ `cache_version`), one cache entry (the *session entry*, keyed by the model name, the file's
 absolute path, its content fingerprint and the NPU options) stores the session's EPContext
-model (embed mode 0: its EPContext nodes reference the partitions' cache entries). The
+model (embed mode 0: its EPContext nodes reference the partitions' cache entries, by paths
+relative to the session entry, so the cache directory can move). The
 fingerprint of an unchanged file comes from its memo (`provider.cache.fingerprint`: one
 `os.stat` per file, no reading), so a warm start has onnxruntime load that small model
 instead of the source, which is not opened at all, and each NPU kernel maps its Program from
@@ -159,8 +160,10 @@ class CacheSession:
         self._tmp = tempfile.mkdtemp(prefix="litenpu-ctx-")
         # removed by store(), or with this object when the session fails to build
         weakref.finalize(self, shutil.rmtree, self._tmp, ignore_errors=True)
+        final = self.cache.path(self.key) / CONTEXT_MODEL  # its entries: "../<digest>"
         for key, value in (("ep.context_enable", "1"), ("ep.context_embed_mode", "0"),
-                           ("ep.context_file_path", os.path.join(self._tmp, CONTEXT_MODEL))):
+                           ("ep.context_file_path", os.path.join(self._tmp, CONTEXT_MODEL)),
+                           (epcontext.FINAL_PATH_KEY, str(final))):
             options.add_session_config_entry(key, value)
 
     def store(self, kernels: Sequence[FusedKernel]) -> None:

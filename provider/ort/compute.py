@@ -18,10 +18,11 @@ kernel are serialized (one arena per Program). Executors come from the session's
 from __future__ import annotations
 
 import ctypes as C
+import functools
 import logging
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -30,14 +31,15 @@ from converters.lite.ir import LiteModel
 from provider.cache import CONTEXT, PartitionCacheStats
 from provider.cache.keys import lite_digest
 from provider.errors import BindingError
-from provider.npu.executor import Executor
+from provider.npu.executor import Executor, step_stamps
 from provider.npu.program import Program
-from provider.ort import abi, epcontext
+from provider.ort import abi, compatibility, epcontext
 from provider.ort.callbacks import address, status_callback, value_callback
 from provider.ort.capability import own_weights
 from provider.ort.graph import read_graph
 from provider.ort.partition_payload import StoredPartition
 from provider.ort.partition_source import PartitionSource, record
+from provider.ort.profiling import StepInfo, step_info
 from provider.ort.transfer import COUNTERS
 
 log = logging.getLogger("litenpu.ort")
@@ -57,6 +59,11 @@ class _Compiled:
             shape = tuple(slot.shape)
             self.outputs.append((positions[name], (C.c_int64 * len(shape))(*shape),
                                  np.dtype(slot.dtype), shape))
+
+    @functools.cached_property
+    def steps(self) -> StepInfo:
+        """The Program's steps as the profile names them (computed when first profiled)."""
+        return step_info(self.executor.program)
 
 
 class FusedKernel:
@@ -79,6 +86,9 @@ class FusedKernel:
         self.cached = ep.cache is not None
         self._stats: list[PartitionCacheStats] = ep.cache_stats
         self.cache_entry: Path | None = None  # the cache entry of the (single) Program
+        self.perf_modes = ep.perf_modes
+        self.profiler = ep.profiler
+        self.runs_by_mode: Counter[str] = Counter()  # runs per performance mode (the profile's)
         self.source: PartitionSource | None = None  # while more input shapes may come
         if isinstance(source, Program):
             shapes = {source.slots[i].name: tuple(source.slots[i].shape) for i in source.inputs}
@@ -141,6 +151,7 @@ class FusedKernel:
         if isinstance(source, LiteModel):  # a bare .ms image (no descriptor): keyed by content
             return cls(ep, name, inputs, outputs,
                        PartitionSource.held(ep, name, source, lite_digest(source)), None)
+        compatibility.check_program(source, ep.options.compile, view.name)
         kernel = cls(ep, name, inputs, outputs, source, None)
         kernel.cache_entry = loaded.entry
         shapes = {source.slots[i].name: source.slots[i].shape for i in source.inputs}
@@ -225,9 +236,15 @@ class FusedKernel:
                     "onnxruntime allocate it (bind_npu_output)") from exc
             outputs[position] = abi.array_at(o.value_address(value.value), dtype, shape)
         executor = compiled.executor
-        executor.run([arrays[i] for i in compiled.input_order], outputs)
+        mode = self.perf_modes.current()
+        stamps = step_stamps(executor.program) if self.profiler.active else None
+        executor.run([arrays[i] for i in compiled.input_order], outputs,
+                     cores=self.perf_modes.runtime.cores(mode), stamps=stamps)
+        if stamps is not None:
+            self.profiler.record(self.name, compiled.steps, stamps, mode)
         stats = executor.copy_stats
         self.calls += 1
+        self.runs_by_mode[mode] += 1
         if stats.bytes_copied_in or stats.bytes_copied_out:
             COUNTERS.add(to_device=stats.bytes_copied_in, to_host=stats.bytes_copied_out)
 

@@ -10,21 +10,26 @@ from __future__ import annotations
 import ctypes as C
 import logging
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from converters.lite.ir import LiteModel
 from provider.cache import CompileCache
 from provider.npu.memory import ensure_default_pool
 from provider.npu.session_memory import SessionMemory
 from provider.options import NpuOptions
-from provider.ort import abi, epcontext, session_link
-from provider.ort.callbacks import address, status_callback, value_callback
+from provider.ort import abi, compatibility, epcontext, profiling, session_link
+from provider.ort.callbacks import CString, address, status_callback, value_callback
 from provider.ort.capability import Claim, ImportedGraph, Placement, claim, import_partition
 from provider.ort.compute import FusedKernel
 from provider.ort.graph import OrtGraphContents
+from provider.ort.run_modes import RUN_KEY, PerfModes
 
 log = logging.getLogger("litenpu.ort")
+
+STRICT_KEY = "session.disable_cpu_ep_fallback"
 
 
 @dataclass
@@ -54,6 +59,7 @@ class NpuEp:
             ensure_default_pool(self.options.memory.device_memory_bytes)
         self.memory = SessionMemory(self.options, link.family if link is not None else None)
         self.context = epcontext.ContextOptions.from_config(config)
+        self.strict = config.get(STRICT_KEY) == "1"  # onnxruntime refuses nodes left on CPU
         self.cache = CompileCache.from_options(self.options.cache)  # None: compile in memory
         # PartitionCacheStats of the Programs the kernels got (the latest, when shapes churn)
         self.cache_stats: deque = deque(maxlen=1024)
@@ -68,6 +74,18 @@ class NpuEp:
         s.GetCapability = address(_get_capability)
         s.Compile = address(_compile)
         s.ReleaseNodeComputeInfos = address(_release_node_compute_infos)
+        self.compatibility = CString(compatibility.info(self.options.compile))
+        s.GetCompiledModelCompatibilityInfo = address(_get_compatibility_info)
+        self.perf_modes = PerfModes(self.options.runtime)
+        s.SetDynamicOptions = address(_set_dynamic_options)
+        s.OnRunStart = address(_on_run_start)
+        s.OnRunEnd = address(_on_run_end)
+        self.profiler = profiling.StepProfiler()
+        self.trace_prefix = self.options.runtime.profile_file_prefix
+        if self.trace_prefix is not None:  # the EP's own trace file, from now to the end
+            self.profiler.start(time.monotonic_ns())
+        elif self.ort.api_version >= profiling.HOOK_SINCE:  # onnxruntime's profiler drives ours
+            s.CreateProfiler = address(_create_profiler)
         self.address: int = C.addressof(s)
         _EPS[self.address] = self
         if link is not None:
@@ -75,6 +93,19 @@ class NpuEp:
 
     def close(self) -> None:
         _EPS.pop(self.address, None)
+        self.end_trace()
+
+    def end_trace(self) -> Path | None:
+        """With `profile_file_prefix`: write the NPU steps recorded so far to the EP's own
+        trace file and stop recording; its path (None when no NPU step ran)."""
+        if self.trace_prefix is None or not self.profiler.active:
+            return None
+        events = self.profiler.stop()
+        if not events:  # e.g. the EP of a warm attempt that fell back: it ran nothing
+            return None
+        path = profiling.write_trace(self.trace_prefix, events)
+        log.info("NPUExecutionProvider: NPU step trace written to %s", path)
+        return path
 
     def get_capability(self, graph: int, support_info: int) -> None:
         try:
@@ -83,6 +114,10 @@ class NpuEp:
             log.warning("NPUExecutionProvider GetCapability: claiming nothing: %s: %s",
                         type(e).__name__, e, exc_info=e)
             answer = Claim(Placement(failure=f"{type(e).__name__}: {e}"), [])
+        if self.strict and answer.placement.cpu:
+            log.warning("%s=1: onnxruntime will refuse this session: the NPU does not take "
+                        "%s", STRICT_KEY, "; ".join(f"{n}: {r}" for n, r in
+                                                     answer.placement.cpu.items()))
         with self._lock:
             self.placements.append(answer.placement)
             for stage, seconds in answer.seconds.items():
@@ -166,3 +201,32 @@ def _release_node_compute_infos(this, infos, count):
     ep = _EPS.get(this)
     if ep is not None:
         ep.release_kernels([infos[i] for i in range(count)])
+
+
+@value_callback(abi.P_COMPATIBILITY_INFO, "Ep.GetCompiledModelCompatibilityInfo")
+def _get_compatibility_info(this, graph):
+    return _ep(this).compatibility.address
+
+
+@status_callback(abi.P_SET_DYNAMIC_OPTIONS, "Ep.SetDynamicOptions")
+def _set_dynamic_options(this, keys, values, count):
+    _ep(this).perf_modes.set_dynamic({keys[i].decode(): values[i].decode()
+                                      for i in range(count)})
+
+
+@status_callback(abi.P_ON_RUN_START, "Ep.OnRunStart")
+def _on_run_start(this, run_options):
+    ep = _ep(this)
+    value = ep.ort.api.GetRunConfigEntry(run_options, RUN_KEY.encode())
+    ep.perf_modes.run_started(None if value is None else value.decode())
+
+
+@status_callback(abi.P_ON_RUN_END, "Ep.OnRunEnd")
+def _on_run_end(this, run_options, sync_stream):
+    _ep(this).perf_modes.run_ended()
+
+
+@status_callback(abi.P_CREATE_PROFILER, "Ep.CreateProfiler")
+def _create_profiler(this, out):
+    ep = _ep(this)
+    out[0] = profiling.create_hook(ep.ort, ep.profiler)

@@ -11,8 +11,10 @@ node, with `source="NPUExecutionProvider"` and `ep_cache_context` holding the pa
   `.ms` image, as earlier versions wrote, is still read, in full.)
 `ep.context_embed_mode=1` embeds those bytes. With 0, a partition whose Program sits in the
 compile cache (`cache_dir` given) references that cache entry: `ep_cache_context` is the entry
-directory's absolute path and loading maps its Program (checked like a cache hit; a vanished or
-bad entry is an InvalidModelError naming the file). Without a cache entry, 0 writes the bytes to
+directory's path, relative to the context model's directory when the cache is in it or beside it
+(a model moved together with its cache still loads), else absolute; loading resolves it against
+the model's directory and maps its Program (checked like a cache hit; a vanished or bad entry is
+an InvalidModelError naming the file). Without a cache entry, 0 writes the bytes to
 a file next to the context model (`ep.context_file_path`) and stores the file name (suffix
 `.lnpu`), resolved against the model's directory when loading. GetCapability claims EPContext
 nodes whose `source` is ours.
@@ -43,19 +45,27 @@ SOURCE = EP_NAME
 FILE_SUFFIX = ".lnpu"
 
 
+# Session config key: where the context model will live when it is written elsewhere first
+# (`litenpu compile` and the CacheSession write it in a temporary place, then move it); cache
+# entry references are made relative to that place.
+FINAL_PATH_KEY = "litenpu.context_model_path"
+
+
 @dataclass(frozen=True)
 class ContextOptions:
     """The session's EPContext settings (onnxruntime's `ep.context_*` config keys)."""
 
     enable: bool = False
     embed: bool = True
-    file_path: str = ""
+    file_path: str = ""  # where onnxruntime writes the context model (side files go beside it)
+    final_path: str = ""  # where it will live: cache entry references are relative to it
 
     @classmethod
     def from_config(cls, config: dict[str, str]) -> ContextOptions:
+        file_path = config.get("ep.context_file_path", "")
         return cls(enable=config.get("ep.context_enable", "0") == "1",
                    embed=config.get("ep.context_embed_mode", "1") != "0",
-                   file_path=config.get("ep.context_file_path", ""))
+                   file_path=file_path, final_path=config.get(FINAL_PATH_KEY, file_path))
 
 
 def is_ours(op_type: str, domain: str, attrs: dict) -> bool:
@@ -87,7 +97,7 @@ def create_node(ort: abi.Ort, name: str, inputs: list[str], outputs: list[str],
     `blob`: the partition's bytes, or (embed mode 0 only) the cache entry holding its Program.
     """
     if isinstance(blob, Path):
-        payload, embed_mode = str(blob.resolve()).encode(), 0
+        payload, embed_mode = entry_reference(blob, options.final_path).encode(), 0
     elif options.embed:
         payload, embed_mode = blob, 1
     else:
@@ -114,6 +124,19 @@ def create_node(ort: abi.Ort, name: str, inputs: list[str], outputs: list[str],
             if attr:
                 ort.api.ReleaseOpAttr(attr)
     return node.value
+
+
+def entry_reference(entry: Path, model_file: str) -> str:
+    """How an EPContext node names a cache entry: relative to the context model's directory
+    when the entry is under it or beside it (its cache directory is, or is a sibling of, the
+    model's directory), so a model moved with its cache still loads; else absolute."""
+    entry = entry.resolve()
+    if model_file:
+        base = Path(os.path.abspath(model_file)).parent.resolve()
+        roots = (base,) if base.parent == base.parent.parent else (base, base.parent)
+        if any(entry.is_relative_to(root) for root in roots):
+            return os.path.relpath(entry, base)
+    return str(entry)
 
 
 @dataclass(frozen=True)

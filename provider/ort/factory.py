@@ -1,8 +1,9 @@
 """OrtEpFactory: how onnxruntime discovers the NPU, creates the EP, its allocator and copier.
 
-onnxruntime calls `CreateEpFactories` (here `_create_factories`) once when the library is registered. The factory then
-offers one OrtEpDevice (the reference NPU "sim", attached to the host CPU hardware device) whose
-memory is declared as NPU memory of type DEFAULT: onnxruntime routes NPU tensors through our
+onnxruntime calls `CreateEpFactories` (here `_create_factories`) once when the library is
+registered. The factory then offers one OrtEpDevice (the reference NPU "sim", on a virtual NPU
+hardware device where onnxruntime allows one, else on the host CPU device) whose memory is
+declared as NPU memory of type DEFAULT: onnxruntime routes NPU tensors through our
 allocator (the NPU pool) and CPU<->NPU copies through our counted data transfer.
 """
 
@@ -13,7 +14,7 @@ import logging
 import threading
 
 import provider
-from provider.ort import CONFIG_PREFIX, DEVICE_NAME, EP_NAME, VENDOR, VENDOR_ID, abi
+from provider.ort import CONFIG_PREFIX, DEVICE_NAME, EP_NAME, VENDOR, VENDOR_ID, abi, compatibility
 from provider.ort.allocator import PoolAllocator
 from provider.ort.callbacks import CString, address, keep, set_ort, status_callback, value_callback
 from provider.ort.ep import NpuEp
@@ -37,6 +38,7 @@ class EpFactory:
         self.eps: dict[int, object] = {}
         self.allocators: dict[int, object] = {}
         self._lock = threading.Lock()
+        self._virtual_npu: int | None = None  # OrtHardwareDevice* we created (API 24)
         s = self.struct = abi.OrtEpFactory()
         s.ort_version_supported = ort.api_version
         s.GetName = address(_get_name)
@@ -46,6 +48,7 @@ class EpFactory:
         s.ReleaseEp = address(_release_ep)
         s.GetVendorId = address(_get_vendor_id)
         s.GetVersion = address(_get_version)
+        s.ValidateCompiledModelCompatibilityInfo = address(_validate_compatibility)
         s.CreateAllocator = address(_create_allocator)
         s.ReleaseAllocator = address(_release_allocator)
         s.CreateDataTransfer = address(_create_data_transfer)
@@ -63,12 +66,18 @@ class EpFactory:
         return self._strings[key].address
 
     def supported_devices(self, devices: list[int], out, max_out: int) -> int:
-        """Offer the NPU once, on the first CPU hardware device; returns how many were written."""
-        api = self.ort.api
-        cpus = [d for d in devices if api.HardwareDevice_Type(d) == abi.HW_DEVICE_CPU]
-        if not cpus or max_out < 1:
+        """Offer the NPU once; returns how many OrtEpDevices were written to `out`.
+
+        Where onnxruntime lets a plugin create hardware devices (API 24), the NPU is a virtual
+        device of type NPU, so device-type filters and selection policies see an NPU; on older
+        ones it is declared on the first CPU hardware device."""
+        if max_out < 1:
+            return 0
+        hardware = self._hardware_device(devices)
+        if hardware is None:
             log.warning("no CPU hardware device to attach the NPU to; not offering it")
             return 0
+        api = self.ort.api
         metadata, options = abi.vp(), abi.vp()
         api.CreateKeyValuePairs(C.byref(metadata))
         api.CreateKeyValuePairs(C.byref(options))
@@ -76,13 +85,32 @@ class EpFactory:
             api.AddKeyValuePair(metadata, b"device", DEVICE_NAME.encode())
             api.AddKeyValuePair(metadata, b"litenpu.version", provider.__version__.encode())
             ep_device = abi.vp()
-            self.ort.ep.CreateEpDevice(self.address, cpus[0], metadata, options, C.byref(ep_device))
+            self.ort.ep.CreateEpDevice(self.address, hardware, metadata, options, C.byref(ep_device))
         finally:
             api.ReleaseKeyValuePairs(metadata)
             api.ReleaseKeyValuePairs(options)
         self.ort.ep.EpDevice_AddAllocatorInfo(ep_device, self.memory_info)
         out[0] = ep_device.value
         return 1
+
+    def _hardware_device(self, devices: list[int]) -> int | None:
+        """The hardware device the NPU is offered on: our virtual NPU (created once and kept
+        for the process: the OrtEpDevice points at it), else the first CPU."""
+        if self.ort.ep.available("CreateHardwareDevice"):
+            if self._virtual_npu is None:
+                api, metadata, device = self.ort.api, abi.vp(), abi.vp()
+                api.CreateKeyValuePairs(C.byref(metadata))
+                try:
+                    api.AddKeyValuePair(metadata, b"is_virtual", b"1")
+                    api.AddKeyValuePair(metadata, b"device", DEVICE_NAME.encode())
+                    self.ort.ep.CreateHardwareDevice(abi.HW_DEVICE_NPU, VENDOR_ID, 0,
+                                                     VENDOR.encode(), metadata, C.byref(device))
+                finally:
+                    api.ReleaseKeyValuePairs(metadata)
+                self._virtual_npu = device.value
+            return self._virtual_npu
+        api = self.ort.api
+        return next((d for d in devices if api.HardwareDevice_Type(d) == abi.HW_DEVICE_CPU), None)
 
     def session_config(self, session_options: int) -> dict[str, str]:
         """All session config entries (provider options arrive as `ep.npuexecutionprovider.*`)."""
@@ -178,6 +206,15 @@ def _create_ep(this, devices, metadata, num_devices, session_options, logger, ep
 @value_callback(abi.P_RELEASE_EP, "Factory.ReleaseEp")
 def _release_ep(this, ep):
     _f(this).release_ep(ep)
+
+
+@status_callback(abi.P_VALIDATE_COMPATIBILITY, "Factory.ValidateCompiledModelCompatibilityInfo")
+def _validate_compatibility(this, devices, num_devices, info, out):
+    _f(this)
+    verdict = compatibility.validate((info or b"").decode(errors="replace"))
+    log.log(logging.INFO if verdict.status == compatibility.OPTIMAL else logging.WARNING,
+            "compiled model compatibility: %s", verdict)
+    out[0] = verdict.status
 
 
 @status_callback(abi.P_FACTORY_CREATE_ALLOCATOR, "Factory.CreateAllocator")

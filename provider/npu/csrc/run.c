@@ -16,17 +16,19 @@ sgemm_fn sgemm;
 API void lnpu_set_sgemm(void *fn) { sgemm = (sgemm_fn)fn; }
 
 /* Run steps[0..count) on the slot address table, on at most `threads` cores (0: all).
- * `seconds`, when not NULL, receives each step's wall time (the profile). Returns 0; 1 + the
+ * `stamps`, when not NULL, receives each step's start and end (CLOCK_MONOTONIC nanoseconds,
+ * stamps[2i] and stamps[2i + 1]): the profile of this run; NULL costs one test per step.
+ * Returns 0; 1 + the
  * index of a step with an unknown op (a lowering bug); -1 when a kernel found no host memory
  * for its scratch; -2 when no sgemm was set. */
-API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, double *seconds,
+API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, int64_t *stamps,
                      int threads) {
     if (!sgemm) return -2;
     run_begin(threads);
     int64_t status = 0;
     for (int64_t i = 0; i < count && !status; i++) {
         const lnpu_step *s = &steps[i];
-        long t0 = seconds ? now_ns() : 0;
+        if (stamps) stamps[2 * i] = now_ns();
         switch (s->op) {
         case OP_CONV: status = conv(s, slots); break;
         case OP_DWCONV: status = dwconv(s, slots); break;
@@ -56,7 +58,7 @@ API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, double
         case OP_QMUL: qmul(s, slots); break;
         default: status = i + 1; continue;
         }
-        if (seconds) seconds[i] = (now_ns() - t0) * 1e-9;
+        if (stamps) stamps[2 * i + 1] = now_ns();
     }
     run_end();
     return status;
