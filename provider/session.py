@@ -174,7 +174,8 @@ class InferenceSession(ort.InferenceSession):
         options.add_provider_for_devices(ep_devices(), {})  # the options travel in the link
         if model is not None:
             try:
-                self._create(model, options, kwargs)
+                with cache_session.loading(options):
+                    self._create(model, options, kwargs)
             except Exception as exc:  # noqa: BLE001 - a bad stored model falls back to the source
                 model = None
                 cache_session.cold(options, why=f"{type(exc).__name__}: {exc}")

@@ -7,6 +7,7 @@ the freshly compiled one's.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import json
@@ -97,7 +98,7 @@ def test_key_identity_and_stamps():
               make_key(model_name="other").digest}
     assert key.digest not in others and len(others) == 3
     # validity stamps are not part of the name: a new litenpu finds (and replaces) the entry
-    stale = CacheKey(**{**key.__dict__, "format_version": 0, "litenpu_version": "0.0.1"})
+    stale = dataclasses.replace(key, format_version=0, litenpu_version="0.0.1")
     assert stale.digest == key.digest and stale != key
 
 
@@ -302,8 +303,8 @@ def _edit_manifest_value(d: Path) -> None:
 
 
 def _reformat_manifest(d: Path) -> None:
-    raw = (d / "manifest.json").read_bytes()
-    (d / "manifest.json").write_bytes(raw.replace(b"\n", b"\r\n"))  # same JSON, other bytes
+    manifest = json.loads((d / "manifest.json").read_bytes())
+    (d / "manifest.json").write_text(json.dumps(manifest, indent=1))  # same JSON, other bytes
 
 
 def _delete_program(d: Path) -> None:
@@ -356,6 +357,24 @@ def test_corrupt_entry_is_logged_and_rebuilt(tmp_path, reference, caplog, name):
     cache.verify_entry(make_key())  # replaced by a good entry ...
     assert cache.get_or_compile(make_key(), compiler)[1].status is CacheStatus.HIT  # ... used
     assert sorted(os.listdir(tmp_path)) == [make_key().digest]
+
+
+def test_entry_of_the_first_manifest_version_is_stale_not_rewritten(tmp_path, reference, caplog):
+    """Manifest version 1 was indented JSON: such an entry is reported stale and rebuilt."""
+    cache = CompileCache(tmp_path)
+    cache.put(make_key(), compile_model(LITE, SHAPES))
+    path = cache.path(make_key()) / entry_mod.MANIFEST
+    manifest = json.loads(path.read_bytes())
+    del manifest["checksum"]
+    manifest["manifest_version"] = 1
+    manifest["checksum"] = entry_mod._checksum(manifest)
+    path.unlink()
+    path.write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    with pytest.raises(BadEntry, match="stale entry: manifest_version 1"):
+        cache.verify_entry(make_key())
+    program, outcome = cache.get_or_compile(make_key(), Compiler())
+    assert outcome.status is CacheStatus.REBUILT and "manifest_version 1" in outcome.reason
+    assert np.array_equal(run(program), reference)
 
 
 @pytest.mark.parametrize("field", ["format_version", "litenpu_version"])

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from test_cache import LITE, SHAPES, _flip_weights, make_key
 
-from provider.cache import CompileCache, default_cache_dir
+from provider.cache import CacheKey, CompileCache, default_cache_dir
 from provider.cli import main
 from provider.npu.compiler import compile_model
+from provider.npu.program import Program
 
 
 def _cache(tmp_path, *names: str) -> CompileCache:
@@ -23,7 +24,22 @@ def test_ls_lists_name_version_size_and_times(tmp_path, capsys):
     for info in cache.entries():
         line = next(line for line in out.splitlines() if line.startswith(info.name))
         assert f"{info.model_name}@3" in line and "KiB" in line and line.count("-") >= 4
+        assert " image=1x3x56x56 " in line  # the input shapes the entry's Program is for
     assert "2 entries" in out
+
+
+def test_ls_shows_one_entry_per_shape_and_none_for_shapeless_entries(tmp_path, capsys):
+    cache = _cache(tmp_path, "alpha")
+    cache.put(make_key(shapes={"image": (2, 3, 48, 64)}, model_name="alpha"),
+              compile_model(LITE, SHAPES))  # ls reads the key, not the Program
+    session_key = CacheKey.build(partition=[("m.onnx", "CacheSession")], input_shapes={},
+                                 fingerprint="ab", model_name="alpha")
+    cache.put(session_key, Program([], [], [], [], name="CacheSession m.onnx"))
+    assert main(["cache", "ls", "--cache-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    shapes = sorted(line.split()[2] for line in out.splitlines()[1:-1])
+    assert shapes == ["-", "image=1x3x56x56", "image=2x3x48x64"]
+    assert "3 entries" in out
 
 
 def test_verify_names_the_bad_entry_and_exits_1(tmp_path, capsys):

@@ -15,11 +15,19 @@ import onnxruntime as ort
 import pytest
 from ort_models import MLP, reference
 from test_cache import _full, _read_only, _under_a_file
-from test_ort_cache import IMAGE, RESNET, Calls
+from test_ort_cache import (
+    DYNAMIC,
+    DYNAMIC_IMAGES,
+    IMAGE,
+    RESNET,
+    SESSION_CORRUPTIONS,
+    Calls,
+)
 
 import provider
 from provider.cache import CompileCache, fingerprint
-from provider.ort import cache_session
+from provider.ort import cache_session, capability
+from provider.ort.partition_payload import StoredPartition
 from provider.session import InferenceSession
 
 
@@ -190,8 +198,9 @@ def test_no_cache_session_for_bytes_or_without_model_name(tmp_path, source):
 
 
 def test_dynamic_shapes_warm_start_compiles_nothing_it_has_seen(tmp_path, monkeypatch):
-    """A dynamic partition's EPContext node holds Lite IR (a side file in the session entry);
-    its Programs per shape come from the cache, keyed alike in cold and warm sessions."""
+    """A dynamic partition's EPContext node references its descriptor and Lite IR (a side file
+    in the session entry); its Programs per shape come from the cache, keyed alike in cold and
+    warm sessions, and the Lite IR is read only for a shape no entry holds."""
     path = tmp_path / "mlp.onnx"
     path.write_bytes(MLP)
     feeds = {n: {"x": np.random.default_rng(n).standard_normal((n, 3)).astype(np.float32),
@@ -210,8 +219,142 @@ def test_dynamic_shapes_warm_start_compiles_nothing_it_has_seen(tmp_path, monkey
     assert [p.status for p in warm.cache_stats().partitions] == ["hit", "hit"]
     assert (calls.compile, calls.imports) == (0, 0)
     third = {"x": np.ones((7, 3), np.float32), "b": np.ones(3, np.float32)}
-    np.testing.assert_allclose(warm.run(None, third)[0], reference(MLP, third)[0], atol=1e-4)
-    assert (calls.compile, calls.imports) == (1, 0)  # a new shape: compiled from the stored Lite IR
+    out = warm.run(None, third)[0]
+    np.testing.assert_allclose(out, reference(MLP, third)[0], atol=1e-4)
+    assert (calls.compile, calls.imports) == (1, 1)  # a new shape: its Lite IR read, compiled
+    again = InferenceSession(str(path), providers=providers)
+    assert again.run(None, third)[0].tobytes() == out.tobytes()
+    assert (calls.compile, calls.imports) == (1, 1)  # ... and stored: a third session maps it
+
+
+def _dynamic(tmp_path) -> Path:
+    """The dynamic-shape CNN as a file (its cache: tmp_path / "cache")."""
+    path = tmp_path / "cnn.onnx"
+    path.write_bytes(DYNAMIC)
+    return path
+
+
+def dynamic_session(path: Path, **options) -> InferenceSession:
+    return session(path, path.parent / "cache", model_name="cnn", **options)
+
+
+def _runs(sess) -> dict[tuple, np.ndarray]:
+    return {shape: sess.run(None, {"image": image})[0] for shape, image in DYNAMIC_IMAGES.items()}
+
+
+def test_dynamic_cnn_warm_session_maps_every_shape_seen_before(tmp_path, monkeypatch):
+    """Counters of the warm session's EP: no Lite IR import (GetCapability's included) and no
+    compile for the shapes the cold session ran; outputs bit-identical."""
+    path = _dynamic(tmp_path)
+    cold = dynamic_session(path)
+    outs = _runs(cold)
+    (cold_ep,) = cold._npu_eps
+    assert (cold_ep.counters.imports, cold_ep.counters.compiles) == (1, 2)
+    for shape, image in DYNAMIC_IMAGES.items():
+        np.testing.assert_allclose(outs[shape], reference(DYNAMIC, {"image": image})[0],
+                                   atol=1e-4, rtol=1e-3)
+
+    def unread(self):
+        raise AssertionError("the stored Lite IR was read for a shape the cache holds")
+
+    monkeypatch.setattr(StoredPartition, "image", unread)
+    warm = dynamic_session(path)
+    assert warm.cache_stats().path == "context-model"
+    assert {shape: out.tobytes() for shape, out in _runs(warm).items()} == {
+        shape: out.tobytes() for shape, out in outs.items()}
+    (ep,) = warm._npu_eps
+    assert (ep.counters.imports, ep.counters.compiles) == (0, 0)
+    assert [p.status for p in warm.cache_stats().partitions] == ["hit", "hit"]
+    assert [p.input_shapes["image"] for p in warm.cache_stats().partitions] == list(DYNAMIC_IMAGES)
+
+
+def test_dynamic_cnn_new_shape_compiles_once_and_a_third_session_maps_it(tmp_path):
+    path = _dynamic(tmp_path)
+    dynamic_session(path).run(None, {"image": DYNAMIC_IMAGES[(1, 3, 56, 56)]})
+    image = np.random.default_rng(7).standard_normal((3, 3, 40, 40)).astype(np.float32)
+    warm = dynamic_session(path)
+    out = warm.run(None, {"image": image})[0]
+    np.testing.assert_allclose(out, reference(DYNAMIC, {"image": image})[0], atol=1e-4, rtol=1e-3)
+    (ep,) = warm._npu_eps
+    assert (ep.counters.imports, ep.counters.compiles) == (1, 1)  # the Lite IR read once
+    assert [p.status for p in warm.cache_stats().partitions] == ["miss"]
+    warm.run(None, {"image": image[:1]})  # another new shape: the Lite IR is kept
+    assert (ep.counters.imports, ep.counters.compiles) == (1, 2)
+    third = dynamic_session(path)
+    assert third.run(None, {"image": image})[0].tobytes() == out.tobytes()
+    (ep,) = third._npu_eps
+    assert (ep.counters.imports, ep.counters.compiles) == (0, 0)
+    shapes = {info.input_shapes for info in CompileCache(tmp_path / "cache").entries()}
+    assert shapes == {(), (("image", (1, 3, 56, 56)),), (("image", (3, 3, 40, 40)),),
+                      (("image", (1, 3, 40, 40)),)}  # the session entry and one per shape
+
+
+@pytest.mark.parametrize("name", SESSION_CORRUPTIONS)
+def test_corrupt_per_shape_entry_recompiles_that_shape_only(tmp_path, caplog, name):
+    """The corruption matrix on one per-shape entry of a warm dynamic session: that shape is
+    rebuilt (the Lite IR read for it) with the reason logged; the other shape is mapped."""
+    corrupt, reason = SESSION_CORRUPTIONS[name]
+    path = _dynamic(tmp_path)
+    cold = dynamic_session(path)
+    outs = _runs(cold)
+    entries = {p.input_shapes["image"]: Path(p.entry) for p in cold.cache_stats().partitions}
+    del cold
+    bad = (2, 3, 48, 64)
+    corrupt(entries[bad])
+    with caplog.at_level(logging.WARNING, logger="litenpu.cache"):
+        warm = dynamic_session(path)
+        got = _runs(warm)
+    assert warm.cache_stats().path == "context-model"
+    assert {s: o.tobytes() for s, o in got.items()} == {s: o.tobytes() for s, o in outs.items()}
+    status = {p.input_shapes["image"]: p for p in warm.cache_stats().partitions}
+    assert status[(1, 3, 56, 56)].status == "hit"
+    assert status[bad].status == "rebuilt" and reason in status[bad].reason
+    assert any(reason in r.getMessage() and str(entries[bad]) in r.getMessage()
+               for r in caplog.records if r.levelno == logging.WARNING)
+    (ep,) = warm._npu_eps
+    assert (ep.counters.imports, ep.counters.compiles) == (1, 1)
+    again = dynamic_session(path)
+    assert {s: o.tobytes() for s, o in _runs(again).items()} == {
+        s: o.tobytes() for s, o in outs.items()}
+    assert [p.status for p in again.cache_stats().partitions] == ["hit", "hit"]
+
+
+def test_cache_max_bytes_counts_per_shape_entries(tmp_path):
+    """Per-shape entries are entries like any other: the LRU cap evicts the least recently
+    used ones, and an evicted shape is compiled again (from the stored Lite IR) when it comes
+    back."""
+    path = _dynamic(tmp_path)
+    cold = dynamic_session(path)
+    _runs(cold)
+    cache = CompileCache(tmp_path / "cache")
+    sizes = {i.input_shapes: i.size for i in cache.entries()}
+    cap = sizes[()] + max(v for k, v in sizes.items() if k)  # the session entry + one shape
+    warm = dynamic_session(path, cache_max_bytes=str(cap))
+    image = np.random.default_rng(8).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    warm.run(None, {"image": image})  # a new shape stored: older entries evicted
+    infos = cache.entries()
+    assert sum(i.size for i in infos) <= cap
+    assert [i.input_shapes for i in infos][-1] == (("image", (1, 3, 32, 32)),)
+    (ep,) = warm._npu_eps
+    first = DYNAMIC_IMAGES[(1, 3, 56, 56)]
+    np.testing.assert_allclose(warm.run(None, {"image": first})[0],
+                               reference(DYNAMIC, {"image": first})[0], atol=1e-4, rtol=1e-3)
+    assert ep.counters.compiles == 2 and ep.counters.imports == 1
+
+
+def test_context_model_with_cpu_nodes_is_not_imported_again(tmp_path, source, expected):
+    """A warm start of a model split around CPU nodes: GetCapability claims the EPContext nodes
+    and leaves the others on CPU without importing the graph."""
+    session(source, tmp_path, disable_ops="Add")
+    warm = session(source, tmp_path, disable_ops="Add")
+    assert warm.cache_stats().path == "context-model"
+    (ep,) = warm._npu_eps
+    assert (ep.counters.imports, ep.counters.compiles) == (0, 0)
+    assert "import" not in ep.counters.seconds
+    cpu = [p for p in warm.partition() if p.device == "CPU"]
+    assert [p.op_type for p in cpu] == ["Add"] * 4
+    assert all("compiled model" in p.reason for p in cpu)
+    np.testing.assert_allclose(run(warm), expected, atol=1e-4, rtol=1e-3)
 
 
 def test_session_entry_holds_context_model_and_source_stat(tmp_path, source):
@@ -225,7 +368,45 @@ def test_session_entry_holds_context_model_and_source_stat(tmp_path, source):
     assert {e.program_name for e in cache.entries()} >= {"CacheSession resnet.onnx"}
     recorded = json.loads((entry_dir / cache_session.SOURCE_STAT).read_text())
     assert recorded == {"path": str(source.resolve()),
-                        "fingerprint": fingerprint.file_fingerprint(source)}
+                        "fingerprint": fingerprint.file_fingerprint(source), "npu_only": True}
+
+
+@pytest.mark.parametrize("options, npu_only", [({}, True), ({"disable_ops": "Add"}, False)],
+                         ids=["one kernel", "split"])
+def test_npu_only_context_model_is_loaded_without_graph_optimisation(
+        tmp_path, source, expected, monkeypatch, options, npu_only):
+    """A stored EPContext model of our EPContext nodes only is created with onnxruntime's graph
+    optimisations off (nothing to optimise) and claimed without reading its graph in full; the
+    caller's options keep their level. A model with CPU nodes keeps the caller's level."""
+    session(source, tmp_path, **options)
+    seen = []
+    create = InferenceSession._create
+
+    def spy(self, model, sess_options, kwargs):
+        seen.append(sess_options.graph_optimization_level)
+        return create(self, model, sess_options, kwargs)
+
+    monkeypatch.setattr(InferenceSession, "_create", spy)
+    reads = []
+    read_graph = capability.read_graph
+    monkeypatch.setattr(capability, "read_graph", lambda *a, **k: reads.append(1) or
+                        read_graph(*a, **k))
+    mine = ort.SessionOptions()
+    mine.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    warm = InferenceSession(str(source), mine, providers=[
+        ("NPUExecutionProvider", {"cache_dir": str(tmp_path), "model_name": "resnet", **options}),
+        "CPUExecutionProvider"])
+    assert warm.cache_stats().path == "context-model"
+    assert seen == [ort.GraphOptimizationLevel.ORT_DISABLE_ALL if npu_only
+                    else ort.GraphOptimizationLevel.ORT_ENABLE_ALL]
+    assert mine.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    assert len(reads) == (0 if npu_only else 1)  # GetCapability read the graph in full
+    (ep,) = warm._npu_eps
+    assert "assess" not in ep.counters.seconds and ep.counters.imports == 0
+    (placement,) = ep.placements
+    assert bool(placement.cpu) != npu_only and placement.partitions
+    assert set(placement.op_types.values()) >= {"EPContext"}
+    np.testing.assert_allclose(run(warm), expected, atol=1e-4, rtol=1e-3)
 
 
 def test_a_moved_cache_directory_stays_warm(tmp_path, source, expected):

@@ -20,10 +20,11 @@ from ort_models import MLP, reference
 from test_cache import CORRUPTIONS, _full, _read_only, _under_a_file
 
 import provider
+from converters.lite import reader as ms_reader
 from provider.cache import CompileCache, entry
 from provider.options import InvalidOptionError
-from provider.ort import compute
 from provider.ort import ep as ep_module
+from provider.ort import partition_source
 from provider.session import InferenceSession
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,6 +44,22 @@ def static_model(name: str = "resnet_block", batch: int = 1) -> bytes:
 RESNET = static_model()
 
 
+def dynamic_cnn() -> bytes:
+    """models/resnet_block.onnx with a dynamic batch, height and width (one NPU partition,
+    compiled per concrete shape at run time)."""
+    model = onnx.load(ROOT / "models" / "resnet_block.onnx")
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    for dim, name in zip(dims, ("batch", None, "height", "width"), strict=True):
+        if name is not None:
+            dim.dim_param = name
+    return model.SerializeToString()
+
+
+DYNAMIC = dynamic_cnn()
+DYNAMIC_IMAGES = {shape: np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+                  for shape in ((1, 3, 56, 56), (2, 3, 48, 64))}
+
+
 @pytest.fixture(scope="module", autouse=True)
 def registered():
     provider.register()
@@ -54,12 +71,14 @@ def expected() -> np.ndarray:
 
 
 class Calls:
-    """Counts compile_model calls and partition imports at Compile (GetCapability's one
-    import of the graph aside) made by the EP (monkeypatched wrappers)."""
+    """Counts compile_model calls, and Lite IR the EP made at Compile or after (GetCapability's
+    one import of the graph aside): partitions imported from their OrtGraph and partitions
+    parsed from an `.ms` image (an EPContext payload) (monkeypatched wrappers)."""
 
     def __init__(self, monkeypatch):
         self.compile = self.imports = 0
-        real_compile, real_import = compute.compile_model, ep_module.import_partition
+        real_compile, real_import = partition_source.compile_model, ep_module.import_partition
+        real_loads = ms_reader.loads
 
         def counted_compile(*args, **kwargs):
             self.compile += 1
@@ -69,8 +88,13 @@ class Calls:
             self.imports += 1
             return real_import(*args, **kwargs)
 
-        monkeypatch.setattr(compute, "compile_model", counted_compile)
+        def counted_loads(*args, **kwargs):
+            self.imports += 1
+            return real_loads(*args, **kwargs)
+
+        monkeypatch.setattr(partition_source, "compile_model", counted_compile)
         monkeypatch.setattr(ep_module, "import_partition", counted_import)
+        monkeypatch.setattr(ms_reader, "loads", counted_loads)
 
 
 def session(model, cache_dir, **options) -> InferenceSession:

@@ -44,7 +44,7 @@ __all__ = ["MANIFEST", "PROGRAM", "MANIFEST_VERSION", "BadEntry", "write_entry",
 
 MANIFEST = "manifest.json"
 PROGRAM = "program.lnp"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: compact JSON (1 was indented; read as a stale entry)
 MAX_MANIFEST_BYTES = 1 << 20
 _BACKDATE_NS = 5 * 10**9  # > the coarsest mtime granularity we expect (FAT: 2 s)
 _RESERVED = (MANIFEST, PROGRAM)
@@ -93,8 +93,9 @@ def _write_file(path: Path, data: bytes | memoryview, stamp_ns: int) -> dict[str
 
 
 def _dump(manifest: dict[str, Any]) -> bytes:
-    """The manifest's one on-disk form (so any changed byte is detectable, even whitespace)."""
-    return json.dumps(manifest, indent=1, sort_keys=True).encode()
+    """The manifest's one on-disk form (so any changed byte is detectable, even whitespace):
+    compact, so that json's C encoder writes it (every cache hit checks it)."""
+    return _canonical(manifest)
 
 
 def _write_manifest(directory: Path, manifest: dict[str, Any], name: str = MANIFEST) -> None:
@@ -160,7 +161,8 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         raise BadEntry(f"manifest is not valid JSON: {exc}") from exc
     if not isinstance(manifest, dict) or manifest.get("checksum") != _checksum(manifest):
         raise BadEntry("manifest checksum mismatch")
-    if _dump(manifest) != raw:
+    # (another manifest version's form is not this one's: _check_versions says it is stale)
+    if manifest.get("manifest_version") == MANIFEST_VERSION and _dump(manifest) != raw:
         raise BadEntry("manifest was rewritten (not byte-identical to what litenpu wrote)")
     return manifest
 
@@ -217,9 +219,12 @@ def _load(directory: Path, verify: bool) -> Program:
         raise BadEntry(str(exc)) from exc
 
 
-def open_entry(directory: Path, key: CacheKey, cache_version: str) -> tuple[Program, bool]:
-    """The hit path: (Program mapped without populate, whether the stamps need refreshing)."""
-    manifest = read_manifest(directory)
+def open_entry(directory: Path, key: CacheKey, cache_version: str,
+               manifest: dict[str, Any] | None = None) -> tuple[Program, bool]:
+    """The hit path: (Program mapped without populate, whether the stamps need refreshing).
+    `manifest`: the entry's, already read by `read_manifest` (else read here)."""
+    if manifest is None:
+        manifest = read_manifest(directory)
     _check_versions(manifest)
     _check_key(manifest, key, cache_version)
     moved = [_check_file(directory, name, record, deep=False)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -125,7 +126,7 @@ class CacheKey:
         del doc["format_version"], doc["litenpu_version"]
         return doc
 
-    @property
+    @cached_property
     def digest(self) -> str:
         """The entry's directory name: a hex sha256 prefix of the identity fields."""
         return _sha256(_canonical(self.identity()))[:DIGEST_CHARS]
@@ -143,7 +144,12 @@ class CacheKey:
 
     def to_dict(self) -> dict[str, Any]:
         """The key as plain JSON-able data (tuples become lists), as stored in the manifest."""
-        return json.loads(json.dumps(asdict(self)))
+        return {"source": self.source, "model_name": self.model_name,
+                "partition": self.partition,
+                "input_shapes": [[name, list(dims)] for name, dims in self.input_shapes],
+                "options": [[name, value] for name, value in self.options],
+                "device": self.device, "format_version": self.format_version,
+                "litenpu_version": self.litenpu_version}
 
 
 def program_stamp(options: Mapping[str, Any]) -> dict[str, Any]:

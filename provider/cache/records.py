@@ -92,3 +92,10 @@ class EntryInfo:
     created: float | None
     last_used: float
     problem: str | None
+    input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()  # the Program's (per-shape entries)
+
+    def shapes_text(self) -> str:
+        """The input shapes as `name=1x3x64x64,...` ('-' for an entry without inputs, e.g. a
+        CacheSession's)."""
+        return ",".join(f"{name}={'x'.join(map(str, dims)) or 'scalar'}"
+                        for name, dims in self.input_shapes) or "-"

@@ -301,7 +301,7 @@ class CompileCache:
                 directory.name, directory, str(m.get("model_name", "")),
                 str(m.get("program_name", "")), str(m.get("cache_version", "")),
                 _dir_bytes(directory), float(created) if isinstance(created, (int, float)) else None,
-                last_used, problem))
+                last_used, problem, _input_shapes(m)))
         return sorted(infos, key=lambda e: (e.last_used, e.name))
 
     def total_bytes(self) -> int:
@@ -351,6 +351,14 @@ class CompileCache:
             log.info("cache %s: %d bytes in use, over max_bytes %d (the entries in use are "
                      "kept)", self.dir, total, self.max_bytes)
         return evicted
+
+
+def _input_shapes(manifest: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The input shapes an entry's key names (() when the manifest has none readable)."""
+    try:
+        return CacheKey.from_dict(manifest["key"]).input_shapes
+    except (KeyError, CacheError):
+        return ()
 
 
 def _outcome(status: CacheStatus, reason: str, compile_seconds: float, load_seconds: float,

@@ -1,6 +1,7 @@
 """`litenpu cache ls|verify|clear`: look after the on-disk compile cache.
 
-ls lists entries (least recently used first), verify hashes every byte of every entry and
+ls lists entries (least recently used first) with the input shapes each Program was compiled
+for (a dynamic-shape partition has one entry per shape; a CacheSession's entry has none), verify hashes every byte of every entry and
 exits 1 naming each bad one (--deep: also re-hashes every model file whose content
 fingerprint the cache recorded), clear removes entries (all, or one model's with --model).
 """
@@ -55,11 +56,11 @@ def _label(info: EntryInfo) -> str:
 
 def _ls(cache: CompileCache) -> int:
     infos = cache.entries()
-    rows = [("ENTRY", "MODEL@VERSION", "SIZE", "CREATED", "LAST USED")]
+    rows = [("ENTRY", "MODEL@VERSION", "INPUT SHAPES", "SIZE", "CREATED", "LAST USED")]
     for info in infos:
         label = _label(info) if info.problem is None else f"<bad manifest: {info.problem}>"
-        rows.append((info.name, label, _size(info.size), _when(info.created),
-                     _when(info.last_used)))
+        rows.append((info.name, label, info.shapes_text(), _size(info.size),
+                     _when(info.created), _when(info.last_used)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())

@@ -8,8 +8,9 @@ Each option picks a policy once, when the session's `SessionMemory` is made:
 - weights (`provider.npu.weights.ProgramWeights`): per Program, held by the session's
   `Family` (the session and all its clones), refcounted, so clones never copy them. In one
   pool block (or read in place from a mapped cache file); `share_weights=1`: per tensor in
-  the process-wide store; a dynamic partition's per-shape Programs: per tensor in the
-  family's store (their compiled weights are the same tensors); `mem_alloc_outside=1`: in
+  the process-wide store; a dynamic partition's per-shape Programs compiled in memory: per
+  tensor in the family's store (their compiled weights are the same tensors; those mapped
+  from the cache are read in place, as hashing them would read every page); `mem_alloc_outside=1`: in
   the caller's weight region (`provider.npu.caller_memory`), copied there once.
 - arenas (`provider.npu.arenas.ArenaGroup`): per partition, one region shared by the
   Programs of its input shapes, sized to the largest live one; `internal_memory_group=<name>`:
@@ -34,7 +35,7 @@ import numpy as np
 from provider.errors import BindingError, LitenpuError
 from provider.npu.arenas import ArenaGroup, named_group
 from provider.npu.caller_memory import CallerLayout
-from provider.npu.executor import CopyStats, Executor
+from provider.npu.executor import CopyStats, Executor, weights_are_mapped
 from provider.npu.memory import DeviceBuffer, DevicePool, default_pool
 from provider.npu.program import Program
 from provider.npu.weights import (
@@ -115,8 +116,10 @@ class Family:
         with self.lock:
             weights = self.weights.get(id(program))
             if weights is None:
+                # a dynamic partition's Programs share their tensors, unless mapped from
+                # the cache: those are read in place (hashing them would read every page)
                 store = weight_store() if self.options.memory.share_weights else \
-                    self.store if per_shape else None
+                    self.store if per_shape and not weights_are_mapped(program) else None
                 weights = self.weights[id(program)] = ProgramWeights(program, self.pool, store)
             weights.refs += 1
             return weights

@@ -16,10 +16,13 @@ Which path ran, and why, is `SessionCacheStats.path`/`reason`.
 
 A cache entry holds a Program: the session entry's is an empty one (no slots, steps or
 weights) named after the model; the real Programs stay in the partition entries, stored once.
-A dynamic-shape partition's EPContext node holds its Lite IR in a side file, stored in the
-session entry too; its Programs come per shape from the cache at run time. A model with no NPU
+A dynamic-shape partition's EPContext node references a side file, stored in the session
+entry too, holding its descriptor and Lite IR (`provider.ort.partition_payload`): a warm
+session reads the descriptor only, and each shape's Program comes from its own cache entry on
+the first run of that shape; the Lite IR is read only for a shape no entry holds. A model with no NPU
 partition, or with a static partition whose Program is in no cache entry (an unwritable
-cache), gets no session entry.
+cache), gets no session entry. A stored model of our EPContext nodes only (the source record
+says so) is created with onnxruntime's graph optimisations off: there is nothing to optimise.
 """
 
 from __future__ import annotations
@@ -30,11 +33,13 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import onnx
 import onnxruntime as ort
 
 from provider.cache import CompileCache, PartitionCacheStats, session_key
@@ -51,6 +56,7 @@ log = logging.getLogger("litenpu.cache")
 CONTEXT_MODEL = "context.onnx"  # extra file of the session entry: the EPContext model
 SOURCE_STAT = "source.json"  # extra file: the source file's path and content fingerprint
 WARM, COLD = "context-model", "source"
+NPU_ONLY = "npu_only"  # field of the source record: the EPContext model has no CPU node
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,7 @@ class CacheSession:
                                model_name=npu.cache.model_name, options=options)
         self.path, self.reason = COLD, ""
         self._tmp: str | None = None
+        self._npu_only = False  # the stored EPContext model holds our EPContext nodes only
 
     @classmethod
     def plan(cls, path_or_bytes: Any, npu: NpuOptions, sess_options: ort.SessionOptions
@@ -121,11 +128,27 @@ class CacheSession:
         except (OSError, ValueError) as exc:
             self.reason = f"cannot read the session entry's source record: {exc}"
             return None
-        if recorded != self._record():
+        if not isinstance(recorded, dict) or \
+                {k: recorded.get(k) for k in ("path", "fingerprint")} != self._record():
             self.reason = f"session entry records another source {recorded!r}"
             return None
         self.path, self.reason = WARM, f"session entry {directory}"
+        self._npu_only = recorded.get(NPU_ONLY) is True
         return str(directory / CONTEXT_MODEL)
+
+    @contextmanager
+    def loading(self, options: ort.SessionOptions) -> Iterator[None]:
+        """Around onnxruntime's creation of the stored EPContext model: when it holds our
+        EPContext nodes only, no graph optimisation applies to it (each node is one fused
+        kernel, no CPU node is left), so the passes are skipped; the caller's level is restored
+        afterwards (the session keeps its own copy of the options)."""
+        level = options.graph_optimization_level
+        if self._npu_only:
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        try:
+            yield
+        finally:
+            options.graph_optimization_level = level
 
     def cold(self, options: ort.SessionOptions, why: str = "") -> None:
         """Set up the normal path: stat the source, ask onnxruntime for an EPContext model."""
@@ -159,7 +182,7 @@ class CacheSession:
     def _store(self, kernels: Sequence[FusedKernel]) -> str:
         if not kernels:
             return "not stored: no NPU partition"
-        uncached = [k.name for k in kernels if k.cache_entry is None and k.lite is None]
+        uncached = [k.name for k in kernels if k.cache_entry is None and not k.per_shape]
         if uncached:
             return f"not stored: partition(s) {uncached} not in cache entries"
         if self._tmp is None:
@@ -170,12 +193,13 @@ class CacheSession:
             return f"not stored: cannot read onnxruntime's EPContext model ({exc})"
         if CONTEXT_MODEL not in files:
             return "not stored: onnxruntime wrote no EPContext model"
+        record = {**self._record(), NPU_ONLY: _npu_only(files[CONTEXT_MODEL])}
         marker = Program(slots=[], steps=[], inputs=[], outputs=[], internal_bytes=0,
                          name=f"CacheSession {os.path.basename(self.source)}")
         try:
             self.cache.discard(self.key)  # a stale or bad session entry is replaced
             directory = self.cache.put(self.key, marker, extra_files={
-                **files, SOURCE_STAT: json.dumps(self._record()).encode()})
+                **files, SOURCE_STAT: json.dumps(record).encode()})
         except CacheError as exc:
             return f"not stored: {exc}"
         return f"stored session entry {directory}"
@@ -183,3 +207,15 @@ class CacheSession:
     def stats(self, partitions: list[PartitionCacheStats]) -> SessionCacheStats:
         """The session's cache record."""
         return SessionCacheStats(self.path, self.reason, partitions)
+
+
+def _npu_only(context_model: bytes) -> bool:
+    """Whether an EPContext model's nodes are all ours (nothing left for the CPU)."""
+    try:
+        graph = onnx.load_model_from_string(context_model).graph
+    except Exception:  # noqa: BLE001 - an unreadable model is checked when it is loaded
+        return False
+    return bool(graph.node) and all(
+        epcontext.is_ours(n.op_type, n.domain,
+                          {a.name: a.s.decode(errors="replace") for a in n.attribute
+                           if a.type == onnx.AttributeProto.STRING}) for n in graph.node)

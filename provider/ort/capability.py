@@ -8,12 +8,15 @@ when every Lite node it became does. Supported nodes are then grouped into parti
 onnxruntime accepts (`group`): each partition is convex, i.e. no path leaves it through a CPU
 node and comes back (values a control-flow node's body reads count as its inputs), so fusing
 it cannot create a cycle. The import is kept (`ImportedGraph`) for Compile, which cuts each
-fused partition out of it instead of importing again. Nothing here raises for a node: a node
-that cannot go to the NPU gets a reason instead.
+fused partition out of it instead of importing again. A compiled model (one holding our
+EPContext nodes) is not imported: its EPContext nodes are claimed, each alone, and its other
+nodes stay on CPU. Nothing here raises for a node: a node that cannot go to the NPU gets a
+reason instead.
 """
 
 from __future__ import annotations
 
+import ctypes as C
 import dataclasses
 import logging
 import time
@@ -31,9 +34,13 @@ from provider.npu.capability import assess, supported_nodes
 from provider.options import NpuOptions
 from provider.ort import abi, epcontext
 from provider.ort.abi import ELEMENT_TO_NUMPY
-from provider.ort.graph import OrtGraphContents, OrtNode, read_graph
+from provider.ort.graph import OrtGraphContents, OrtGraphReader, OrtNode, read_graph
 
 log = logging.getLogger("litenpu.ort")
+
+# A graph holding our EPContext nodes was compiled: its other nodes stayed off the NPU then, so
+# they are not imported and assessed again (a warm start does no Lite IR work).
+COMPILED = "a compiled model (it holds NPU EPContext nodes): only those run on the NPU"
 
 
 @dataclass
@@ -200,6 +207,9 @@ def group(inputs: Sequence[Sequence[str]], outputs: Sequence[Sequence[str]],
 
 def claim(ort: abi.Ort, graph: int, options: NpuOptions) -> Claim:
     """GetCapability on one OrtGraph: placement, partitions and the import behind them."""
+    compiled = _context_claim(ort, graph)
+    if compiled is not None:
+        return compiled
     contents = read_graph(ort, graph, copy_initializers=False)
     placement = Placement(graph=contents.name, nested=contents.nested)
     nodes = contents.nodes
@@ -210,7 +220,8 @@ def claim(ort: abi.Ort, graph: int, options: NpuOptions) -> Claim:
              if epcontext.is_ours(n.view.op_type, n.view.domain, n.view.attrs)]
     reasons: dict[int, str] = {}
     for i, node in enumerate(nodes):
-        why = None if i in saved else _static_reason(contents, node, options)
+        why = None if i in saved else (COMPILED if saved else
+                                       _static_reason(contents, node, options))
         if why is not None:
             reasons[i] = why
     candidates = [i for i in range(len(nodes)) if i not in reasons and i not in saved]
@@ -249,6 +260,33 @@ def claim(ort: abi.Ort, graph: int, options: NpuOptions) -> Claim:
     log.info("NPUExecutionProvider GetCapability(%s): %d of %d nodes in %d NPU partition(s)",
              contents.name or "graph", placement.npu_nodes, len(nodes), len(chosen))
     return Claim(placement, chosen, imported, seconds)
+
+
+def _context_claim(ort: abi.Ort, graph: int) -> Claim | None:
+    """A graph of our EPContext nodes only (a warm start's stored model): each node claimed
+    alone from its op type, domain and `source` attribute, nothing else read (the general
+    path reads every node in full and every value's type). None for any other graph."""
+    nodes = ort.array("Graph_GetNumNodes", "Graph_GetNodes", graph)
+    if not nodes or any(ort.string("Node_GetOperatorType", n) != epcontext.OP_TYPE
+                        or ort.string("Node_GetDomain", n) != epcontext.DOMAIN for n in nodes):
+        return None
+    reader = OrtGraphReader(ort, copy_initializers=False, nodes_in_full=False)
+    names = []
+    for node in nodes:
+        attrs = {ort.string("OpAttr_GetName", a): a
+                 for a in ort.array("Node_GetNumAttributes", "Node_GetAttributes", node)}
+        source = attrs.get("source")
+        if source is None or reader.attribute(source, abi.ATTR_STRING) != epcontext.SOURCE:
+            return None
+        names.append(ort.string("Node_GetName", node) or f"{epcontext.OP_TYPE}_{len(names)}")
+    parent = abi.vp()
+    ort.api.Graph_GetParentNode(graph, C.byref(parent))
+    placement = Placement(graph=ort.string("Graph_GetName", graph), nested=bool(parent.value),
+                          partitions=[[name] for name in names],
+                          op_types=dict.fromkeys(names, epcontext.OP_TYPE))
+    log.info("NPUExecutionProvider GetCapability(%s): %d of %d nodes in %d NPU partition(s)",
+             placement.graph or "graph", len(nodes), len(nodes), len(nodes))
+    return Claim(placement, [[node] for node in nodes])
 
 
 def import_partition(contents: OrtGraphContents, name: str) -> LiteModel:

@@ -1,13 +1,13 @@
 """OrtNodeComputeInfo: one fused NPU partition, compiled and run on onnxruntime's tensors.
 
-Compile reads the partition's OrtGraph, or restores it from one of our EPContext nodes (a
-Program embedded, in a cache entry, or Lite IR). With a compile cache (`cache_dir`), a static
-partition's key is built from the graph without converting it (`provider.cache.keys`): a
-hit maps the cached Program and neither imports nor compiles; a miss imports to Lite IR,
-compiles and stores. With dynamic dims the partition is imported once (weights copied:
-onnxruntime may drop its initializers after fusing) and a Program is obtained on the first run
-with each concrete input-shape combination (its own cache key, from the Lite IR) and kept in
-memory with its Executor. Where each Program came from is recorded (`PartitionCacheStats`, the
+Compile cuts the partition from GetCapability's import, or restores it from one of our
+EPContext nodes (a Program embedded or in a cache entry; for dynamic shapes, the partition's
+descriptor and Lite IR, `provider.ort.partition_payload`). Static shapes: the Program is got
+now. Dynamic dims: the partition's weights are copied (onnxruntime may drop its initializers
+after fusing) and a Program is got on the first run with each concrete input-shape
+combination and kept in memory with its Executor. Where a Program comes from (the compile
+cache by key, else a compile; the Lite IR of a stored partition read only then) is
+`provider.ort.partition_source`; each outcome is recorded (`PartitionCacheStats`, the
 session's `cache_stats()`). Compute wraps onnxruntime's input and output tensors as numpy
 views, without copying; the Executor uses NPU-resident ones in place and stages (and counts) the rest,
 e.g. inputs that reach the partition over a CPU->NPU edge and arrive in CPU memory. Runs of one
@@ -18,30 +18,27 @@ kernel are serialized (one arena per Program). Executors come from the session's
 from __future__ import annotations
 
 import ctypes as C
-import dataclasses
 import functools
-import hashlib
 import logging
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from converters.lite.ir import LiteModel
-from provider.cache import CONTEXT, OFF, PartitionCacheStats, PartitionKeys
-from provider.cache.keys import lite_digest, within
-from provider.cache.residency import pages_present, pages_spanned
+from provider.cache import CONTEXT, PartitionCacheStats
+from provider.cache.keys import lite_digest
 from provider.errors import BindingError
-from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor, step_stamps
 from provider.npu.program import Program
 from provider.ort import abi, compatibility, epcontext
 from provider.ort.callbacks import address, status_callback, value_callback
 from provider.ort.capability import own_weights
 from provider.ort.graph import read_graph
+from provider.ort.partition_payload import StoredPartition
+from provider.ort.partition_source import PartitionSource, record
 from provider.ort.profiling import StepInfo, step_info
 from provider.ort.transfer import COUNTERS
 
@@ -70,45 +67,42 @@ class _Compiled:
 
 
 class FusedKernel:
-    """A fused partition: a Program + Executor per input-shape combination (and its Lite model
-    while more shapes may come)."""
+    """A fused partition: a Program + Executor per input-shape combination, and while more
+    shapes may come, where further Programs come from (`PartitionSource`)."""
 
     def __init__(self, ep, name: str, input_names: list[str], output_names: list[str],
-                 source: Program | LiteModel,
-                 static_shapes: dict[str, tuple[int, ...]] | None, *,
-                 keys: PartitionKeys | None = None):
+                 source: Program | PartitionSource,
+                 static_shapes: dict[str, tuple[int, ...]] | None):
         self.ort: abi.Ort = ep.ort
-        self.compile_options = ep.options.compile
         self.name = name
         self.memory = ep.memory  # placement per the memory options
         # KernelContext inputs/outputs follow the fused node's order; the Program uses names.
         self.input_names, self.output_names = input_names, output_names
-        self.per_shape = static_shapes is None and not isinstance(source, Program)
+        self.per_shape = static_shapes is None and isinstance(source, PartitionSource)
         self.max_shapes = ep.options.runtime.max_shapes
         self._programs: OrderedDict[tuple, _Compiled] = OrderedDict()  # least recent first
         self._lock = threading.Lock()
         self.calls = 0
-        self.cache = ep.cache if keys is not None else None
-        self._keys = keys
+        self.cached = ep.cache is not None
         self._stats: list[PartitionCacheStats] = ep.cache_stats
         self.cache_entry: Path | None = None  # the cache entry of the (single) Program
-        self.counters = ep.counters
         self.perf_modes = ep.perf_modes
         self.profiler = ep.profiler
         self.runs_by_mode: Counter[str] = Counter()  # runs per performance mode (the profile's)
-        self.lite: LiteModel | None = None  # while more input shapes may come
+        self.source: PartitionSource | None = None  # while more input shapes may come
         if isinstance(source, Program):
             shapes = {source.slots[i].name: tuple(source.slots[i].shape) for i in source.inputs}
             self._programs[_key(shapes)] = self._compiled_for(_key(shapes), lambda: source)
         elif static_shapes is not None:
             # One shape only: get the Program now and keep no Lite model.
-            self.lite = source
+            self.source = source
             try:
                 self.executor(static_shapes)
             finally:
-                self.lite = None
+                self.source = None
+                source.close()
         else:
-            self.lite = source
+            self.source = source
         s = self.struct = abi.OrtNodeComputeInfo()
         s.ort_version_supported = self.ort.api_version
         s.CreateState = address(_create_state)
@@ -117,7 +111,7 @@ class FusedKernel:
         self.address: int = C.addressof(s)
         _KERNELS[self.address] = self
         log.info("NPU partition %s: inputs %s, outputs %s, %s", self.name, self.input_names,
-                 self.output_names, "compiled" if self.lite is None else "compiled per shape at run time")
+                 self.output_names, "compiled" if self.source is None else "compiled per shape at run time")
 
     @classmethod
     def build(cls, ep, graph: int, fused_node: int) -> FusedKernel:
@@ -126,41 +120,50 @@ class FusedKernel:
         name = o.string("Node_GetName", fused_node)
         inputs = _names(o, fused_node, "Node_GetNumInputs", "Node_GetInputs")
         outputs = _names(o, fused_node, "Node_GetNumOutputs", "Node_GetOutputs")
-        # views: valid in Compile; the nodes by name only (GetCapability read them in full)
-        contents = read_graph(o, graph, copy_initializers=False, nodes_in_full=False)
+        # views: valid in Compile; the nodes by name only (GetCapability read them in full),
+        # but an EPContext node with its attributes
+        only = o.array("Graph_GetNumNodes", "Graph_GetNodes", graph)
+        context = len(only) == 1 and o.string("Node_GetOperatorType", only[0]) == epcontext.OP_TYPE
+        contents = read_graph(o, graph, copy_initializers=False, nodes_in_full=context)
         nodes = contents.nodes
-        if len(nodes) == 1 and nodes[0].view.op_type == epcontext.OP_TYPE:
-            contents = read_graph(o, graph, copy_initializers=False)  # its attributes too
-            nodes = contents.nodes
-        if len(nodes) == 1 and epcontext.is_ours(nodes[0].view.op_type, nodes[0].view.domain,
-                                                 nodes[0].view.attrs):
-            start = time.perf_counter()
-            loaded = epcontext.load_node(nodes[0].view.attrs,  # named as in the file
-                                         epcontext.model_path(o, graph), nodes[0].view.name)
-            source = loaded.source
-            if isinstance(source, LiteModel):  # dynamic shapes: Programs per shape, cached
-                return cls(ep, name, inputs, outputs, source, None,
-                           keys=_lite_keys(ep, source, lambda: loaded.blob))
-            compatibility.check_program(source, ep.options.compile, nodes[0].view.name)
-            kernel = cls(ep, name, inputs, outputs, source, None)
-            kernel.cache_entry = loaded.entry
-            shapes = {source.slots[i].name: source.slots[i].shape for i in source.inputs}
-            kernel._record(CONTEXT, "", shapes, source, time.perf_counter() - start, 0.0,
-                           loaded.entry)
-            return kernel
+        if context and epcontext.is_ours(nodes[0].view.op_type, nodes[0].view.domain,
+                                         nodes[0].view.attrs):
+            return cls._from_context(ep, name, inputs, outputs, nodes[0].view,
+                                     epcontext.model_path(o, graph))
         lite = ep.partition(contents, inputs, outputs, name)  # cut from GetCapability's import
         if not _static(o, contents.inputs):  # Programs per concrete shape, at run time
-            lite = own_weights(lite)
-            return cls(ep, name, inputs, outputs, lite, None,
-                       keys=_lite_keys(ep, lite, lambda: epcontext.to_bytes(lite)))
-        keys = None if ep.cache is None else _partition_keys(ep, lite)
+            return cls(ep, name, inputs, outputs, PartitionSource.held(ep, name, own_weights(lite)),
+                       None)
         shapes = {vi.name: tuple(vi.shape) for vi in contents.inputs}
-        return cls(ep, name, inputs, outputs, lite, shapes, keys=keys)
+        return cls(ep, name, inputs, outputs, PartitionSource.held(ep, name, lite), shapes)
+
+    @classmethod
+    def _from_context(cls, ep, name: str, inputs: list[str], outputs: list[str], view,
+                      model_path: str) -> FusedKernel:
+        """The kernel of one of our EPContext nodes: its Program, or (dynamic shapes) its
+        partition's descriptor, whose Programs come per shape from the cache."""
+        start = time.perf_counter()
+        loaded = epcontext.load_node(view.attrs, model_path, view.name)  # named as in the file
+        source = loaded.source
+        if isinstance(source, StoredPartition):
+            source.descriptor.check_io(inputs, outputs, view.name)
+            return cls(ep, name, inputs, outputs, PartitionSource.stored(ep, name, source), None)
+        if isinstance(source, LiteModel):  # a bare .ms image (no descriptor): keyed by content
+            return cls(ep, name, inputs, outputs,
+                       PartitionSource.held(ep, name, source, lite_digest(source)), None)
+        compatibility.check_program(source, ep.options.compile, view.name)
+        kernel = cls(ep, name, inputs, outputs, source, None)
+        kernel.cache_entry = loaded.entry
+        shapes = {source.slots[i].name: source.slots[i].shape for i in source.inputs}
+        kernel._stats.append(record(name, CONTEXT, "", shapes, source,
+                                    time.perf_counter() - start, 0.0, loaded.entry))
+        return kernel
 
     def context_blob(self) -> bytes:
-        """This partition as an EPContext payload: its Program, or its Lite IR if shapes vary."""
-        if self.lite is not None:
-            return epcontext.to_bytes(self.lite)
+        """This partition as an EPContext payload: its Program, or its descriptor and Lite IR
+        if shapes vary."""
+        if self.source is not None:
+            return self.source.payload()
         with self._lock:
             (compiled,) = self._programs.values()
         return epcontext.to_bytes(compiled.executor.program)
@@ -178,7 +181,7 @@ class FusedKernel:
         if compiled is not None:
             self._programs.move_to_end(key)
             return compiled
-        if self.lite is None:
+        if self.source is None:
             known = [dict(k) for k in self._programs]
             raise BindingError(f"partition {self.name} was compiled for input shapes "
                                f"{known}; got {shapes}")
@@ -195,45 +198,15 @@ class FusedKernel:
                          self.input_names, self.output_names)
 
     def _program(self, shapes: dict[str, tuple[int, ...]]) -> Program:
-        """The Program for `shapes`: from the cache, else compiled (and stored)."""
-        lite = self.lite
-
+        """The Program for `shapes` from the partition's source (cache, else compiled)."""
         # without a cache, the weights are packed straight into device memory (a cached
         # Program is mapped back from its entry instead)
-        allocate = self.memory.weight_allocator(self.per_shape) if self.cache is None else None
-
-        def compile_fn() -> Program:
-            start = time.perf_counter()
-            self.counters.compiles += 1
-            program = compile_model(with_input_shapes(lite, shapes), shapes, self.compile_options,
-                                    allocate=allocate)
-            self.counters.spent("compile", time.perf_counter() - start)
-            return program
-
-        if self.cache is None:
-            start = time.perf_counter()
-            program = compile_fn()
-            self._record(OFF, "", shapes, program, 0.0, time.perf_counter() - start, None)
-            return program
-        start = time.perf_counter()
-        program, outcome = self.cache.get_or_compile(self._keys.key(shapes), compile_fn)
-        self.counters.spent("cache", time.perf_counter() - start - outcome.compile_seconds)
-        self.cache_entry = outcome.entry
-        self._stats.append(PartitionCacheStats.of(self.name, shapes, outcome))
+        allocate = None if self.cached else self.memory.weight_allocator(self.per_shape)
+        program, stats = self.source.program(shapes, allocate)
+        if self.cached:
+            self.cache_entry = Path(stats.entry) if stats.entry is not None else None
+        self._stats.append(stats)
         return program
-
-    def _record(self, status: str, reason: str, shapes: dict[str, tuple[int, ...]],
-                program: Program, load_seconds: float, compile_seconds: float,
-                entry: Path | None) -> None:
-        """Record a Program that did not come through get_or_compile (context, no cache)."""
-        weights = program.weights_array()
-        touched = pages_present(weights) if entry is not None else None
-        self._stats.append(PartitionCacheStats(
-            self.name, dict(shapes), status, reason, load_seconds, compile_seconds, touched,
-            pages_spanned(weights), str(entry) if entry is not None else None))
-        log.info("NPU partition %s: program %s (%.1f ms)", self.name,
-                 "loaded from its EPContext node" if status == CONTEXT else "compiled",
-                 (load_seconds + compile_seconds) * 1e3)
 
     def compute(self, context: int) -> None:
         o = self.ort
@@ -281,34 +254,8 @@ class FusedKernel:
             for compiled in self._programs.values():
                 compiled.executor.close()
             self._programs.clear()
-
-
-def _key_options(ep) -> dict:
-    """What a partition's Program depends on besides its content and input shapes."""
-    return {**ep.options.compile.as_dict(), "onnxruntime": ep.ort.version_string}
-
-
-def _partition_keys(ep, lite: LiteModel) -> PartitionKeys:
-    """Cache keys of a static partition: its content is the model's fingerprint with the
-    partition's structure, or, without one, the partition with its weights hashed."""
-    model = ep.options.cache.model_fingerprint
-    fingerprint = (within(model, lite_digest(lite, weights=False)) if model
-                   else lite_digest(lite))
-    return PartitionKeys.of([(n.name, n.op) for n in lite.nodes],
-                            model_name=ep.options.cache.model_name, fingerprint=fingerprint,
-                            options=_key_options(ep))
-
-
-def _lite_keys(ep, lite: LiteModel, image: Callable[[], bytes]) -> PartitionKeys | None:
-    """Cache keys of a partition held as Lite IR (None without a cache), keyed by its `.ms`
-    image (`image()`): the same bytes whether the partition was just imported or read back
-    from an EPContext node."""
-    if ep.cache is None:
-        return None
-    return PartitionKeys.of([(n.name, n.op) for n in lite.nodes],
-                            model_name=ep.options.cache.model_name,
-                            fingerprint=hashlib.sha256(image()).hexdigest(),
-                            options=_key_options(ep))
+            if self.source is not None:
+                self.source.close()
 
 
 def _key(shapes: dict[str, tuple[int, ...]]) -> tuple:
@@ -324,19 +271,6 @@ def _static(o: abi.Ort, inputs) -> bool:
     exact_rank = o.api.available("TensorTypeAndShape_HasShape")
     return all(vi.shape is not None and (exact_rank or len(vi.shape) > 0)
                and all(isinstance(d, int) and d >= 0 for d in vi.shape) for vi in inputs)
-
-
-def with_input_shapes(lite: LiteModel, shapes: dict[str, tuple[int, ...]]) -> LiteModel:
-    """A copy of `lite` whose graph inputs declare the concrete `shapes` onnxruntime ran with.
-
-    The partition's value infos may lack a rank (an intermediate onnxruntime could not infer);
-    the imported model then declares () and would refuse the real shape.
-    """
-    tensors = list(lite.tensors)
-    for i in lite.inputs:
-        if tensors[i].name in shapes:
-            tensors[i] = dataclasses.replace(tensors[i], shape=tuple(shapes[tensors[i].name]))
-    return dataclasses.replace(lite, tensors=tensors)
 
 
 _KERNELS: dict[int, FusedKernel] = {}

@@ -35,8 +35,9 @@ STRICT_KEY = "session.disable_cpu_ep_fallback"
 @dataclass
 class Counters:
     """What an EP did, for tests and benchmarks: graphs imported to Lite IR (GetCapability's
-    one per graph, plus any partition Compile had to import itself), Programs compiled, and
-    seconds spent per stage ("import", "assess", "compile", "cache": lookups and stores)."""
+    one per graph, plus any partition Compile had to import itself, plus a stored dynamic
+    partition's Lite IR read to compile a new shape), Programs compiled, and seconds spent
+    per stage ("import", "assess", "compile", "cache": lookups and stores)."""
 
     imports: int = 0
     compiles: int = 0

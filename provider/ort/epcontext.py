@@ -5,7 +5,10 @@ Compile returns, per fused partition, a `com.microsoft:EPContext` node named lik
 node, with `source="NPUExecutionProvider"` and `ep_cache_context` holding the partition:
 - a Program (`provider.npu.program` bytes) when its input shapes are static: loading it
   compiles nothing;
-- else its Lite IR as `.ms` bytes, compiled per concrete shape at run time.
+- else a partition payload (`provider.ort.partition_payload`: a descriptor, then the Lite IR
+  as `.ms` bytes): loading it reads the descriptor only; each concrete shape's Program comes
+  from the compile cache at run time, or is compiled from the Lite IR, read only then. (A bare
+  `.ms` image, as earlier versions wrote, is still read, in full.)
 `ep.context_embed_mode=1` embeds those bytes. With 0, a partition whose Program sits in the
 compile cache (`cache_dir` given) references that cache entry: `ep_cache_context` is the entry
 directory's path, relative to the context model's directory when the cache is in it or beside it
@@ -28,13 +31,13 @@ from typing import Any
 
 import provider
 from converters.lite import reader as ms_reader
-from converters.lite import writer as ms_writer
 from converters.lite.ir import LiteModel
 from provider.cache import CacheKey, entry
 from provider.errors import CacheError, InvalidModelError
 from provider.npu import program as npu_program
 from provider.npu.program import Program
 from provider.ort import EP_NAME, abi
+from provider.ort.partition_payload import StoredPartition, is_payload
 
 OP_TYPE = "EPContext"
 DOMAIN = "com.microsoft"
@@ -70,17 +73,20 @@ def is_ours(op_type: str, domain: str, attrs: dict) -> bool:
     return op_type == OP_TYPE and domain == DOMAIN and attrs.get("source") == SOURCE
 
 
-def to_bytes(source: Program | LiteModel) -> bytes:
-    """A partition as stored in `ep_cache_context`."""
-    if isinstance(source, Program):
-        return npu_program.to_bytes(source)
-    return bytes(ms_writer.dumps(source))
+def to_bytes(program: Program) -> bytes:
+    """A static partition's Program as stored in `ep_cache_context` (a dynamic partition's
+    payload is `provider.ort.partition_source.PartitionSource.payload`)."""
+    return npu_program.to_bytes(program)
 
 
-def from_bytes(blob: bytes, where: str) -> Program | LiteModel:
-    """The partition stored by `to_bytes` (InvalidModelError when it is neither form)."""
+def from_bytes(blob: bytes, where: str) -> Program | StoredPartition | LiteModel:
+    """The partition stored in `ep_cache_context`: a Program, a partition payload (its
+    descriptor read, its Lite IR not yet), or a bare `.ms` image (InvalidModelError when it is
+    none of these)."""
     if blob.startswith(npu_program.MAGIC):
         return npu_program.from_bytes(blob, source=where)
+    if is_payload(blob):
+        return StoredPartition.from_bytes(blob, where)
     return ms_reader.loads(blob, source=where)
 
 
@@ -137,9 +143,8 @@ def entry_reference(entry: Path, model_file: str) -> str:
 class LoadedContext:
     """What one of our EPContext nodes held."""
 
-    source: Program | LiteModel
+    source: Program | StoredPartition | LiteModel
     entry: Path | None  # the cache entry it references (embed mode 0 with a cache)
-    blob: bytes  # the bytes it was decoded from (b"" for a cache entry)
 
 
 def load_node(attrs: Mapping[str, Any], model_path: str, where: str) -> LoadedContext:
@@ -147,17 +152,20 @@ def load_node(attrs: Mapping[str, Any], model_path: str, where: str) -> LoadedCo
     payload = attrs.get("ep_cache_context", b"")
     payload = payload.encode() if isinstance(payload, str) else bytes(payload)  # str: UTF-8 text
     if attrs.get("embed_mode", 1) == 1:
-        return LoadedContext(from_bytes(payload, where), None, payload)
+        return LoadedContext(from_bytes(payload, where), None)
     base = os.path.dirname(model_path) if model_path else os.getcwd()
     path = os.path.join(base, payload.decode())
     if not path.endswith(FILE_SUFFIX):
-        return LoadedContext(open_cache_entry(Path(path), where), Path(path), b"")
+        return LoadedContext(open_cache_entry(Path(path), where), Path(path))
+    stored = StoredPartition.open(path, where)  # a partition payload: its head only
+    if stored is not None:
+        return LoadedContext(stored, None)
     try:
         with open(path, "rb") as f:
             blob = f.read()
     except OSError as e:
         raise InvalidModelError(f"EPContext file {path!r} of the NPU partition: {e}") from e
-    return LoadedContext(from_bytes(blob, where), None, blob)
+    return LoadedContext(from_bytes(blob, where), None)
 
 
 def open_cache_entry(directory: Path, where: str) -> Program:
@@ -172,7 +180,8 @@ def open_cache_entry(directory: Path, where: str) -> Program:
         key = CacheKey.from_dict(manifest.get("key", {}))
         if key.digest != directory.name:
             raise CacheError(f"the entry holds key {key.digest}, not {directory.name}")
-        program, _ = entry.open_entry(directory, key, str(manifest.get("cache_version", "")))
+        program, _ = entry.open_entry(directory, key, str(manifest.get("cache_version", "")),
+                                      manifest)
     except CacheError as e:
         raise InvalidModelError(f"EPContext node {where}: cache entry {directory} cannot be "
                                 f"used: {e}") from e
