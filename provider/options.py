@@ -70,6 +70,7 @@ class RuntimeOptions:
 
     npu_threads: int = 0  # NPU cores this session's kernels use (0: all the NPU's cores)
     max_shapes: int = 16  # per partition: Programs kept for distinct input shapes (LRU)
+    concurrent_runs: int = 0  # per partition: runs in progress at once (0: the CPUs, <= 8)
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,10 @@ OPTIONS: tuple[Option, ...] = (
            "per NPU partition, Programs kept for distinct input shapes; a new shape beyond it "
            "evicts the least recently used one (its memory returns to the pool; it "
            "recompiles, or maps from the cache, when it comes back)"),
+    Option("concurrent_runs", "runtime", "concurrent_runs", _int_at_least(0),
+           "0 (the CPUs this process may use, at most 8)",
+           "per NPU partition, runs of one session (or its threads) that can be in progress "
+           "at once, each in an arena of its own taken when needed; further runs wait for one"),
     Option("mem_alloc_outside", "memory", "mem_alloc_outside", _bool, "false",
            "the caller supplies weight and internal memory (see "
            "[memory controls](#memory-controls))"),
