@@ -3,6 +3,8 @@
 GetCapability never fails a session: a node the NPU cannot take stays on onnxruntime's CPU
 kernels and the reason is recorded (`NpuEp.placements`) and logged. Compile turns each fused
 partition into a `provider.ort.compute.FusedKernel` (Lite IR -> NPU Program -> Executor).
+Where onnxruntime asks (API version 24 on), the EP says runs of a session may overlap: they
+do, each in its own arena (shared memory groups take turns inside the EP).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from provider.cache import CompileCache
 from provider.npu.memory import ensure_default_pool
 from provider.npu.session_memory import SessionMemory
 from provider.options import NpuOptions
-from provider.ort import abi, epcontext, session_link
+from provider.ort import abi, clib, epcontext, session_link
 from provider.ort.callbacks import address, status_callback, value_callback
 from provider.ort.capability import Claim, ImportedGraph, Placement, claim, import_partition
 from provider.ort.compute import FusedKernel
@@ -62,6 +64,8 @@ class NpuEp:
         s.GetCapability = address(_get_capability)
         s.Compile = address(_compile)
         s.ReleaseNodeComputeInfos = address(_release_node_compute_infos)
+        if self.ort.api_version >= abi.IS_CONCURRENT_RUN_SUPPORTED_SINCE:
+            s.IsConcurrentRunSupported = clib.function("litenpu_concurrent_run_supported")
         self.address: int = C.addressof(s)
         _EPS[self.address] = self
         if link is not None:

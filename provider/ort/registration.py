@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import ctypes as C
 import logging
-import os
 import threading
 
 import onnxruntime as ort
 
 from provider.errors import LitenpuError
-from provider.extensions import built_library
-from provider.ort import EP_NAME, factory
+from provider.ort import EP_NAME, clib, factory
+from provider.ort.clib import library_path
+
+__all__ = ["library_path", "is_registered", "register", "unregister", "ep_devices"]
 
 log = logging.getLogger("litenpu.ort")
 
@@ -20,25 +21,11 @@ _LIBRARY: C.CDLL | None = None
 _REGISTERED = False
 
 
-def library_path() -> str:
-    """Path of the built trampoline (provider/ort/_trampoline<suffix>)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = built_library(here, "_trampoline")
-    if path is not None:
-        return path
-    raise LitenpuError(
-        f"the NPU execution provider library is not built (no _trampoline*.so in {here}); "
-        "install litenpu with `pip install .` or `pip install -e .`, or build it in place "
-        "with `python setup.py build_ext --inplace`")
-
-
 def _load_library() -> str:
     global _LIBRARY
     path = library_path()
     if _LIBRARY is None:
-        lib = C.CDLL(path)
-        lib.litenpu_set_entry_points.argtypes = [C.c_void_p, C.c_void_p]
-        lib.litenpu_set_entry_points.restype = None
+        lib = clib.library()
         lib.litenpu_set_entry_points(C.cast(factory.CREATE_EP_FACTORIES, C.c_void_p),
                                      C.cast(factory.RELEASE_EP_FACTORY, C.c_void_p))
         _LIBRARY = lib  # keeps the library (and our entry points in it) loaded
