@@ -83,30 +83,34 @@ def _us(blocks: list[list[float]]) -> tuple[float, float, float]:
 def overhead(quick: bool) -> None:
     runs = 4000 if quick else 20000
     x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1  # the tiny models gain nothing from onnxruntime's pool
     for label, model in (("Relu+Softmax (native)", relu_softmax((2, 8))),
                          ("Relu+Add (numpy Add)", relu_add((2, 8)))):
-        npu = provider.InferenceSession(model, providers=NPU)
-        cpu = ort.InferenceSession(model, options, providers=CPU)
-        np.testing.assert_allclose(npu.run(None, {"x": x})[0], cpu.run(None, {"x": x})[0],
-                                   rtol=1e-5, atol=1e-6)
-        npu_bound, cpu_bound = npu.io_binding(), cpu.io_binding()
-        npu_bound.bind_ortvalue_input("x", provider.ortvalue_from_numpy(x))
-        npu_bound.bind_ortvalue_output("y", provider.empty(x.shape, "float32"))
-        cpu_bound.bind_cpu_input("x", x)
-        cpu_bound.bind_output("y")
-        blocks = interleaved_ms([lambda: npu.run(None, {"x": x}), lambda: cpu.run(None, {"x": x}),
-                                 lambda: npu.run_with_iobinding(npu_bound),
-                                 lambda: cpu.run_with_iobinding(cpu_bound)],
-                                runs, block=500, settle=50, pause_s=0.02)
-        (n, n_lo, n_hi), (c, c_lo, c_hi), (nb, nb_lo, nb_hi), (cb, cb_lo, cb_hi) = map(_us, blocks)
-        print(f"{label:22s} run():     NPU EP {n:6.2f} us ({n_lo:.2f}..{n_hi:.2f})  CPU EP "
-              f"{c:6.2f} us ({c_lo:.2f}..{c_hi:.2f})  EP overhead {n - c:+6.2f} us/call  "
-              f"({n / c:.2f}x)")
-        print(f"{label:22s} bound I/O: NPU EP {nb:6.2f} us ({nb_lo:.2f}..{nb_hi:.2f})  CPU EP "
-              f"{cb:6.2f} us ({cb_lo:.2f}..{cb_hi:.2f})  EP overhead {nb - cb:+6.2f} us/call  "
-              f"({nb / cb:.2f}x)")
+        _overhead_of(label, model, x, runs)
+
+
+def _overhead_of(label: str, model: bytes, x: np.ndarray, runs: int) -> None:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1  # the tiny models gain nothing from onnxruntime's pool
+    npu = provider.InferenceSession(model, providers=NPU)
+    cpu = ort.InferenceSession(model, options, providers=CPU)
+    np.testing.assert_allclose(npu.run(None, {"x": x})[0], cpu.run(None, {"x": x})[0],
+                               rtol=1e-5, atol=1e-6)
+    npu_bound, cpu_bound = npu.io_binding(), cpu.io_binding()
+    npu_bound.bind_ortvalue_input("x", provider.ortvalue_from_numpy(x))
+    npu_bound.bind_ortvalue_output("y", provider.empty(x.shape, "float32"))
+    cpu_bound.bind_cpu_input("x", x)
+    cpu_bound.bind_output("y")
+    blocks = interleaved_ms([lambda: npu.run(None, {"x": x}), lambda: cpu.run(None, {"x": x}),
+                             lambda: npu.run_with_iobinding(npu_bound),
+                             lambda: cpu.run_with_iobinding(cpu_bound)],
+                            runs, block=500, settle=50, pause_s=0.02)
+    (n, n_lo, n_hi), (c, c_lo, c_hi), (nb, nb_lo, nb_hi), (cb, cb_lo, cb_hi) = map(_us, blocks)
+    print(f"{label:22s} run():     NPU EP {n:6.2f} us ({n_lo:.2f}..{n_hi:.2f})  CPU EP "
+          f"{c:6.2f} us ({c_lo:.2f}..{c_hi:.2f})  EP overhead {n - c:+6.2f} us/call  "
+          f"({n / c:.2f}x)")
+    print(f"{label:22s} bound I/O: NPU EP {nb:6.2f} us ({nb_lo:.2f}..{nb_hi:.2f})  CPU EP "
+          f"{cb:6.2f} us ({cb_lo:.2f}..{cb_hi:.2f})  EP overhead {nb - cb:+6.2f} us/call  "
+          f"({nb / cb:.2f}x)")
 
 
 def threads(quick: bool) -> None:
