@@ -531,9 +531,9 @@ def _onnx_arity(model: onnx.ModelProto, rng: random.Random) -> str:
     return f"node {n.name!r} gets an extra input"
 
 
-def _onnx_io(model: onnx.ModelProto, rng: random.Random) -> str:
-    g = model.graph
-    roll = rng.random()
+def _graph_io(g, roll: float) -> str | None:
+    """The I/O mutations ONNX and MindIR graphs share (their protobufs name the fields
+    alike); None when `roll` asks for a format's own."""
     if roll < 0.3 and g.input:
         name = g.input[0].name
         del g.input[0]
@@ -541,6 +541,15 @@ def _onnx_io(model: onnx.ModelProto, rng: random.Random) -> str:
     if roll < 0.5 and g.output:
         g.output[0].name = "fuzz_missing_output"
         return "graph output renamed to a value nothing produces"
+    return None
+
+
+def _onnx_io(model: onnx.ModelProto, rng: random.Random) -> str:
+    g = model.graph
+    roll = rng.random()
+    shared = _graph_io(g, roll)
+    if shared is not None:
+        return shared
     if roll < 0.7 and g.output:
         g.output.add().CopyFrom(g.output[0])
         return "graph output listed twice"
@@ -951,13 +960,9 @@ def _mindir_arity(model, rng: random.Random) -> str:
 def _mindir_io(model, rng: random.Random) -> str:
     g = model.graph
     roll = rng.random()
-    if roll < 0.3 and g.input:
-        name = g.input[0].name
-        del g.input[0]
-        return f"graph input {name!r} removed"
-    if roll < 0.5 and g.output:
-        g.output[0].name = "fuzz_missing_output"
-        return "graph output renamed to a value nothing produces"
+    shared = _graph_io(g, roll)
+    if shared is not None:
+        return shared
     if roll < 0.7 and g.input:
         del g.input[0].tensor[:]
         return "graph input without a tensor type"

@@ -155,7 +155,7 @@ def test_out_of_device_memory_is_typed_and_leaves_the_pool_usable(tmp_path):
     to empty once the sessions are gone."""
     from pathlib import Path
     proc = subprocess.run([sys.executable, "-c", EXHAUSTION, str(Path(__file__).parent)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.splitlines()[-1])
     for when in ("compile", "run"):
@@ -232,9 +232,10 @@ AT_EXIT = textwrap.dedent("""
 """)
 
 
-def test_interpreter_exit_prints_nothing():
+def test_interpreter_exit_prints_nothing(tmp_path):
+    """(cwd elsewhere: `python -c` would import the source tree, not the installed package)"""
     from pathlib import Path
     proc = subprocess.run([sys.executable, "-c", AT_EXIT, str(Path(__file__).parent)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr
     assert proc.stderr == ""

@@ -20,12 +20,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from converters.lite.ir import LiteModel
 from provider import __version__
 from provider.errors import CacheError
 from provider.npu.program import FORMAT_VERSION
 
-__all__ = ["CacheKey", "partition_signature", "PartitionKeys", "session_key", "within"]
+__all__ = ["CacheKey", "partition_signature", "PartitionKeys", "session_key", "within",
+           "lite_digest"]
 
 DIGEST_CHARS = 32  # 128 bits of sha256: the entry's directory name
 
@@ -181,3 +184,42 @@ def within(source: str, structure: str) -> str:
     """The content digest of a partition cut from a model whose content digest is `source`,
     given a digest of the partition's structure."""
     return hashlib.sha256(f"{source}:{structure}".encode()).hexdigest()
+
+
+def lite_digest(lite: LiteModel, *, weights: bool = True) -> str:
+    """sha256 hex of a Lite (sub)graph's content: nodes (ops, attributes, wiring), tensors
+    (names, types, shapes) and the bytes of its constants (with `weights=False`, only their
+    dtypes and shapes: when the model's own fingerprint stands for the bytes)."""
+    digest = hashlib.sha256()
+    for node in lite.nodes:
+        digest.update(repr((node.name, node.op, list(node.inputs), list(node.outputs),
+                            node.quant_type)).encode())
+        for name in sorted(node.attrs):
+            digest.update(f"attr:{name}=".encode())
+            _hash_value(digest, node.attrs[name])
+    for tensor in lite.tensors:
+        digest.update(repr((tensor.name, tensor.type_id, tuple(tensor.shape))).encode())
+        if tensor.data is not None:
+            _hash_value(digest, tensor.data) if weights else digest.update(
+                f"const:{tensor.data.dtype.str}:{tensor.data.shape};".encode())
+    digest.update(repr((list(lite.inputs), list(lite.outputs))).encode())
+    return digest.hexdigest()
+
+
+def _hash_value(digest: Any, value: Any) -> None:
+    """Feed a value into `digest` unambiguously (arrays by dtype, shape, bytes)."""
+    if isinstance(value, np.ndarray):
+        digest.update(f"array:{value.dtype.str}:{value.shape}:".encode())
+        digest.update(np.ascontiguousarray(value).tobytes() if value.dtype != object
+                      else repr(value.tolist()).encode())
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"list:{len(value)}:".encode())
+        for item in value:
+            _hash_value(digest, item)
+    elif isinstance(value, dict):
+        digest.update(f"dict:{len(value)}:".encode())
+        for key in sorted(value):
+            digest.update(f"{key}=".encode())
+            _hash_value(digest, value[key])
+    else:
+        digest.update(f"{type(value).__name__}:{value!r};".encode())

@@ -37,7 +37,8 @@ bound (2e-2 of the output range) through a small network.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -54,10 +55,13 @@ from provider.npu.lowering import (
     lower_node,
     topological,
 )
+from provider.npu.memory import DeviceBuffer
 from provider.npu.ops import KERNELS
 from provider.npu.program import Program, Slot, Step
 from provider.npu.rewrites import fold_batchnorm, fuse_activations
 from provider.options import DEFAULT_COMPILE, CompileOptions
+
+WeightAllocator = Callable[[int], DeviceBuffer]
 
 __all__ = ["compile_model"]
 
@@ -251,9 +255,11 @@ def _plan_arena(b: Builder, steps: list[LoweredStep], parent: list[int], arena: 
 
 
 def _build_program(b: Builder, model: LiteModel, options: CompileOptions,
-                   steps: list[LoweredStep], inputs: list[int],
-                   outputs: list[int], offsets: dict[int, int], arena_bytes: int) -> Program:
-    """Slots in order of first use, and the weight blob (64-byte aligned, filled once)."""
+                   steps: list[LoweredStep], inputs: list[int], outputs: list[int],
+                   offsets: dict[int, int], arena_bytes: int,
+                   allocate: WeightAllocator | None) -> Program:
+    """Slots in order of first use, and the weight blob (64-byte aligned, filled once; in
+    the device memory `allocate` gives, else in host memory)."""
     slot_of: dict[int, int] = {}
     slots: list[Slot] = []
     weights: list[tuple[int, np.ndarray]] = []
@@ -282,24 +288,35 @@ def _build_program(b: Builder, model: LiteModel, options: CompileOptions,
     program_outputs = [slot(v) for v in outputs]
     program_steps = [Step(s.kernel, dict(s.attrs), [slot(v) for v in s.inputs],
                           [slot(v) for v in (*s.outputs, *s.scratch)]) for s in steps]
-    blob = np.zeros(blob_size, np.uint8)
+    buffer = allocate(blob_size) if allocate is not None and blob_size else None
+    blob = buffer.view() if buffer is not None else np.empty(blob_size, np.uint8)
+    end = 0
     for off, value in weights:
+        blob[end:off] = 0  # alignment padding: the Program's bytes are deterministic
         blob[off:off + value.nbytes] = value.reshape(-1).view(np.uint8)
+        end = off + value.nbytes
+    blob[end:] = 0
     program = Program(slots=slots, steps=program_steps, inputs=program_inputs,
                       outputs=program_outputs, weights=blob, internal_bytes=arena_bytes,
                       options=options.as_dict(), name=model.name)
+    if buffer is not None:
+        weakref.finalize(program, buffer.release)  # the Program owns its device memory
     program.validate()
     return program
 
 
 def compile_model(model: LiteModel, input_shapes: Mapping[str, Sequence[int]] | None = None,
-                  options: CompileOptions = DEFAULT_COMPILE) -> Program:
+                  options: CompileOptions = DEFAULT_COMPILE, *,
+                  allocate: WeightAllocator | None = None) -> Program:
     """Compile a Lite (sub)graph whose every node the NPU supports into a static Program.
 
     `input_shapes` gives concrete shapes for graph inputs by tensor name (required for
     inputs with dynamic dims); `options` is what the Program records (and cache keys hash).
-    Raises UnsupportedError listing the nodes the NPU cannot run (see capability.py) and
-    InvalidModelError for malformed graphs or shapes.
+    With `allocate` (e.g. `DevicePool.allocate`), the weight blob is packed straight into the
+    device memory it returns, owned by the Program: an executor uses it in place instead of
+    uploading a host copy. Raises UnsupportedError listing the nodes the NPU cannot run (see
+    capability.py), InvalidModelError for malformed graphs or shapes, DeviceMemoryError when
+    `allocate` cannot hold the weights.
     """
     check_indices(model)
     rejected = {model.nodes[i].name: why for i, why in capability.supported_nodes(model).items() if why}
@@ -329,4 +346,5 @@ def compile_model(model: LiteModel, input_shapes: Mapping[str, Sequence[int]] | 
     part_at: dict[int, int] = {}
     steps = _elide_concats(b, steps, parent, arena, part_at)
     offsets, arena_bytes = _plan_arena(b, steps, parent, arena, part_at)
-    return _build_program(b, graph, options, steps, inputs, outputs, offsets, arena_bytes)
+    return _build_program(b, graph, options, steps, inputs, outputs, offsets, arena_bytes,
+                          allocate)

@@ -60,13 +60,23 @@ class PyHeap:
         return begin
 
     def release(self, offset: int) -> int:
-        """Free the block at `offset` (merging free neighbours); its size, or -1."""
+        """Free the block at `offset` (merged with its free neighbours); its size, or -1."""
         entry = self._used.pop(offset, None)
         if entry is None:
             return -1
-        start, size = offset, entry[0]
-        del self._used_offsets[bisect.bisect_left(self._used_offsets, start)]
-        self._in_use -= size
+        del self._used_offsets[bisect.bisect_left(self._used_offsets, offset)]
+        self._in_use -= entry[0]
+        self._free_range(offset, entry[0])
+        return entry[0]
+
+    def grow(self, capacity: int) -> None:
+        """Add [old capacity, capacity) to the free blocks."""
+        if capacity > self._capacity:
+            self._free_range(self._capacity, capacity - self._capacity)
+            self._capacity = capacity
+
+    def _free_range(self, start: int, size: int) -> None:
+        """Add [start, start + size) to the free blocks, merged with its free neighbours."""
         following = start + size
         if following in self._free_size:
             size += self._free_size[following]
@@ -78,21 +88,6 @@ class PyHeap:
                 start, size = prev, size + self._free_size[prev]
                 self._remove_free(prev)
         self._add_free(start, size)
-        return entry[0]
-
-    def grow(self, capacity: int) -> None:
-        """Add [old capacity, capacity) to the free blocks."""
-        if capacity <= self._capacity:
-            return
-        start, size = self._capacity, capacity - self._capacity
-        i = bisect.bisect_left(self._free_offsets, start)
-        if i > 0:
-            prev = self._free_offsets[i - 1]
-            if prev + self._free_size[prev] == start:
-                start, size = prev, size + self._free_size[prev]
-                self._remove_free(prev)
-        self._add_free(start, size)
-        self._capacity = capacity
 
     def _add_free(self, start: int, size: int) -> None:
         bisect.insort(self._free_offsets, start)

@@ -52,7 +52,10 @@ def fold_batchnorm(model: LiteModel) -> LiteModel:
         infos = [TensorInfo((), F32, tensors[t].data) for t in bn.inputs]
         scale, shift = batchnorm_affine(bn, infos)
         w = tensors[conv.inputs[1]]
-        new_w = (w.data.astype(np.float64) * scale.reshape(-1, 1, 1, 1)).astype(w.data.dtype)
+        # computed in float64 and rounded once, without a float64 copy of the weights
+        new_w = np.empty_like(w.data)
+        np.multiply(w.data, scale.reshape(-1, 1, 1, 1), out=new_w, dtype=np.float64,
+                    casting="same_kind")
         bias = tensors[conv.inputs[2]].data.astype(np.float64) if len(conv.inputs) > 2 else 0.0
         new_b = (bias * scale + shift).astype(w.data.dtype)
         wi = len(tensors)

@@ -39,7 +39,7 @@ from provider.npu import native
 from provider.npu.arenas import ArenaGroup, named_group
 from provider.npu.caller_memory import CallerLayout
 from provider.npu.executor import CopyStats, Executor
-from provider.npu.memory import DevicePool, default_pool
+from provider.npu.memory import DeviceBuffer, DevicePool, default_pool
 from provider.npu.program import Program
 from provider.npu.weights import (
     ProgramWeights,
@@ -341,6 +341,13 @@ class SessionMemory:
                     partition, self.pool, shared=False,
                     max_arenas=self.options.runtime.concurrent_runs or native.default_threads())
         return _GroupArena(private, program.internal_bytes)
+
+    def weight_allocator(self, per_shape: bool) -> Callable[[int], DeviceBuffer] | None:
+        """Where a Program compiled for this session packs its weights: the pool when its
+        blob becomes the Program's one weight region; else the host (caller memory must be
+        the only device memory the session takes; shared tensors are stored per slot)."""
+        one_region = not (self.caller or per_shape or self.options.memory.share_weights)
+        return self.pool.allocate if one_region else None
 
     def executor(self, partition: str, key: tuple, make: Callable[[], Program], *,
                  per_shape: bool = False) -> ManagedExecutor:

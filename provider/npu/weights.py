@@ -37,16 +37,18 @@ def block_bytes(nbytes: int) -> int:
 
 @dataclass
 class Region:
-    """A flat uint8 region and what keeps it alive (a pool buffer to release, or any owner)."""
+    """A flat uint8 region and what keeps it alive (a pool buffer to release, or any owner).
+    `in_pool`: pool memory owned by `owner` (a Program compiled into device memory)."""
 
     array: np.ndarray
     buffer: DeviceBuffer | None = None
     owner: Any = None
+    in_pool: bool = False
 
     @property
     def device(self) -> int:
-        """Pool bytes it takes (0 when it is not a pool block)."""
-        return block_bytes(self.array.nbytes) if self.buffer is not None else 0
+        """Pool bytes it takes (0 when it is not pool memory)."""
+        return block_bytes(self.array.nbytes) if self.buffer is not None or self.in_pool else 0
 
     def release(self) -> None:
         if self.buffer is not None:
@@ -63,8 +65,10 @@ def allocate(pool: DevicePool, nbytes: int) -> Region:
 
 
 def _weight_region(program: Program, data: np.ndarray, pool: DevicePool, mapped: bool) -> Region:
-    """`data` (part of `program`'s blob): read in place when the blob is mapped, else copied
-    into a pool block."""
+    """`data` (part of `program`'s blob): read in place when the blob is mapped or already
+    device memory (compiled into the pool), else copied into a pool block."""
+    if data.nbytes and pool.contains(data.ctypes.data, data.nbytes):
+        return Region(data, owner=program, in_pool=True)  # (the pool is a mapping too)
     if mapped:
         return Region(data, owner=program.weights)
     region = allocate(pool, data.nbytes)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -97,6 +98,7 @@ class Claim:
     placement: Placement
     groups: list[list[int]]  # node addresses per partition
     imported: ImportedGraph | None = None
+    seconds: dict[str, float] = field(default_factory=dict)  # "import", "assess"
 
 
 def _static_reason(contents: OrtGraphContents, node: OrtNode, options: NpuOptions) -> str | None:
@@ -117,12 +119,15 @@ def _static_reason(contents: OrtGraphContents, node: OrtNode, options: NpuOption
     return None
 
 
-def _device_reasons(contents: OrtGraphContents, candidates: list[int], options: NpuOptions
-                    ) -> tuple[dict[int, str], ImportedGraph]:
+def _device_reasons(contents: OrtGraphContents, candidates: list[int], options: NpuOptions,
+                    seconds: dict[str, float]) -> tuple[dict[int, str], ImportedGraph]:
     """Import the graph once and ask the device about every Lite node; a reason per
     candidate ONNX node it refuses, and the import (kept for Compile)."""
+    start = time.perf_counter()
     lite, report = import_onnx(contents.view())
+    imported = time.perf_counter()
     verdicts = assess(lite, options.compile)
+    seconds.update({"import": imported - start, "assess": time.perf_counter() - imported})
     custom = iter(report.custom)
     reasons: dict[int, str] = {}
     for i, origin in enumerate(report.origins):
@@ -208,10 +213,10 @@ def claim(ort: abi.Ort, graph: int, options: NpuOptions) -> Claim:
         if why is not None:
             reasons[i] = why
     candidates = [i for i in range(len(nodes)) if i not in reasons and i not in saved]
-    imported = None
+    imported, seconds = None, {}
     if candidates:
         try:
-            device, imported = _device_reasons(contents, candidates, options)
+            device, imported = _device_reasons(contents, candidates, options, seconds)
         except Exception as e:  # noqa: BLE001 - a graph the importer refuses stays on CPU
             device = dict.fromkeys(candidates, f"import failed: {type(e).__name__}: {e}")
         reasons.update(device)
@@ -238,7 +243,7 @@ def claim(ort: abi.Ort, graph: int, options: NpuOptions) -> Claim:
         log.debug("node %s (%s) stays on CPU: %s", labels[i], nodes[i].view.op_type, reason)
     log.info("NPUExecutionProvider GetCapability(%s): %d of %d nodes in %d NPU partition(s)",
              contents.name or "graph", placement.npu_nodes, len(nodes), len(chosen))
-    return Claim(placement, chosen, imported)
+    return Claim(placement, chosen, imported, seconds)
 
 
 def import_partition(contents: OrtGraphContents, name: str) -> LiteModel:

@@ -39,7 +39,7 @@ import numpy as np
 
 from converters.lite.ir import LiteModel
 from provider.cache import CONTEXT, OFF, PartitionCacheStats, PartitionKeys
-from provider.cache.keys import within
+from provider.cache.keys import lite_digest, within
 from provider.cache.residency import pages_present, pages_spanned
 from provider.errors import BindingError
 from provider.npu.compiler import compile_model
@@ -48,7 +48,7 @@ from provider.npu.program import Program
 from provider.ort import abi, clib, epcontext
 from provider.ort.callbacks import address, status_callback, value_callback
 from provider.ort.capability import own_weights
-from provider.ort.graph import OrtGraphContents, read_graph
+from provider.ort.graph import read_graph
 from provider.ort.transfer import COUNTERS
 
 log = logging.getLogger("litenpu.ort")
@@ -162,8 +162,12 @@ class FusedKernel:
         name = o.string("Node_GetName", fused_node)
         inputs = _names(o, fused_node, "Node_GetNumInputs", "Node_GetInputs")
         outputs = _names(o, fused_node, "Node_GetNumOutputs", "Node_GetOutputs")
-        contents = read_graph(o, graph, copy_initializers=False)  # views: valid in Compile
+        # views: valid in Compile; the nodes by name only (GetCapability read them in full)
+        contents = read_graph(o, graph, copy_initializers=False, nodes_in_full=False)
         nodes = contents.nodes
+        if len(nodes) == 1 and nodes[0].view.op_type == epcontext.OP_TYPE:
+            contents = read_graph(o, graph, copy_initializers=False)  # its attributes too
+            nodes = contents.nodes
         if len(nodes) == 1 and epcontext.is_ours(nodes[0].view.op_type, nodes[0].view.domain,
                                                  nodes[0].view.attrs):
             start = time.perf_counter()
@@ -184,7 +188,7 @@ class FusedKernel:
             lite = own_weights(lite)
             return cls(ep, name, inputs, outputs, lite, None,
                        keys=_lite_keys(ep, lite, lambda: epcontext.to_bytes(lite)))
-        keys = None if ep.cache is None else _partition_keys(ep, contents)
+        keys = None if ep.cache is None else _partition_keys(ep, lite)
         shapes = {vi.name: tuple(vi.shape) for vi in contents.inputs}
         return cls(ep, name, inputs, outputs, lite, shapes, keys=keys)
 
@@ -246,20 +250,29 @@ class FusedKernel:
         return compiled
 
     def _program(self, shapes: dict[str, tuple[int, ...]]) -> Program:
-        """The Program for `shapes`: from the cache, else imported (if need be) and compiled."""
+        """The Program for `shapes`: from the cache, else compiled (and stored)."""
         lite = self.lite
 
+        # without a cache, the weights are packed straight into device memory (a cached
+        # Program is mapped back from its entry instead)
+        allocate = self.memory.weight_allocator(self.per_shape) if self.cache is None else None
+
         def compile_fn() -> Program:
+            start = time.perf_counter()
             self.counters.compiles += 1
-            return compile_model(with_input_shapes(lite, shapes), shapes,
-                                 self.compile_options)
+            program = compile_model(with_input_shapes(lite, shapes), shapes, self.compile_options,
+                                    allocate=allocate)
+            self.counters.spent("compile", time.perf_counter() - start)
+            return program
 
         if self.cache is None:
             start = time.perf_counter()
             program = compile_fn()
             self._record(OFF, "", shapes, program, 0.0, time.perf_counter() - start, None)
             return program
+        start = time.perf_counter()
         program, outcome = self.cache.get_or_compile(self._keys.key(shapes), compile_fn)
+        self.counters.spent("cache", time.perf_counter() - start - outcome.compile_seconds)
         self.cache_entry = outcome.entry
         self._stats.append(PartitionCacheStats.of(self.name, shapes, outcome))
         return program
@@ -337,14 +350,13 @@ def _key_options(ep) -> dict:
     return {**ep.options.compile.as_dict(), "onnxruntime": ep.ort.version_string}
 
 
-def _partition_keys(ep, contents: OrtGraphContents) -> PartitionKeys:
-    """Cache keys of a partition read from its OrtGraph: its content is the model's
-    fingerprint with the partition's structure, or, without one, the partition with its
-    weights hashed."""
+def _partition_keys(ep, lite: LiteModel) -> PartitionKeys:
+    """Cache keys of a static partition: its content is the model's fingerprint with the
+    partition's structure, or, without one, the partition with its weights hashed."""
     model = ep.options.cache.model_fingerprint
-    fingerprint = (within(model, contents.fingerprint(weights=False)) if model
-                   else contents.fingerprint())
-    return PartitionKeys.of([(n.view.name, n.view.op_type) for n in contents.nodes],
+    fingerprint = (within(model, lite_digest(lite, weights=False)) if model
+                   else lite_digest(lite))
+    return PartitionKeys.of([(n.name, n.op) for n in lite.nodes],
                             model_name=ep.options.cache.model_name, fingerprint=fingerprint,
                             options=_key_options(ep))
 

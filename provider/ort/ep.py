@@ -13,7 +13,7 @@ import ctypes as C
 import logging
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from converters.lite.ir import LiteModel
 from provider.cache import CompileCache
@@ -32,10 +32,15 @@ log = logging.getLogger("litenpu.ort")
 @dataclass
 class Counters:
     """What an EP did, for tests and benchmarks: graphs imported to Lite IR (GetCapability's
-    one per graph, plus any partition Compile had to import itself) and Programs compiled."""
+    one per graph, plus any partition Compile had to import itself), Programs compiled, and
+    seconds spent per stage ("import", "assess", "compile", "cache": lookups and stores)."""
 
     imports: int = 0
     compiles: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def spent(self, stage: str, seconds: float) -> None:
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
 
 
 class NpuEp:
@@ -83,6 +88,8 @@ class NpuEp:
             answer = Claim(Placement(failure=f"{type(e).__name__}: {e}"), [])
         with self._lock:
             self.placements.append(answer.placement)
+            for stage, seconds in answer.seconds.items():
+                self.counters.spent(stage, seconds)
             if answer.imported is not None:
                 self.counters.imports += 1
                 self.imported.insert(0, answer.imported)  # the latest answer first

@@ -13,9 +13,7 @@ numpy lacks (strings, float8) are not read either.
 from __future__ import annotations
 
 import ctypes as C
-import hashlib
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -63,47 +61,14 @@ class OrtGraphContents:
     def _info(self, name: str) -> ValueInfo:
         return self.value_info.get(name) or ValueInfo(name)
 
-    def fingerprint(self, *, weights: bool = True) -> str:
-        """sha256 hex of the graph's content: nodes (ops, attributes, wiring) and initializers
-        (their bytes, or with `weights=False` only their names, dtypes and shapes)."""
-        digest = hashlib.sha256()
-        for node in self.nodes:
-            view = node.view
-            digest.update(repr((view.name, view.domain, view.op_type, view.inputs,
-                                view.outputs)).encode())
-            for name in sorted(view.attrs):
-                digest.update(f"attr:{name}=".encode())
-                _hash_value(digest, view.attrs[name])
-        for name in sorted(self.initializers):
-            digest.update(f"init:{name}=".encode())
-            value = self.initializers[name]
-            if weights:
-                _hash_value(digest, value)
-            else:
-                digest.update(f"{value.dtype.str}:{value.shape};".encode())
-        return digest.hexdigest()
-
-
-def _hash_value(digest: Any, value: Any) -> None:
-    """Feed an attribute value into `digest` unambiguously (arrays by dtype, shape, bytes)."""
-    if isinstance(value, np.ndarray):
-        digest.update(f"array:{value.dtype.str}:{value.shape}:".encode())
-        digest.update(np.ascontiguousarray(value).tobytes() if value.dtype != object
-                      else repr(value.tolist()).encode())
-    elif isinstance(value, (list, tuple)):
-        digest.update(f"list:{len(value)}:".encode())
-        for item in value:
-            _hash_value(digest, item)
-    else:
-        digest.update(f"{type(value).__name__}:{value!r};".encode())
-
 
 class OrtGraphReader:
     """Reads OrtGraph / OrtNode / OrtValueInfo objects through the C API."""
 
-    def __init__(self, ort: abi.Ort, copy_initializers: bool):
+    def __init__(self, ort: abi.Ort, copy_initializers: bool, nodes_in_full: bool = True):
         self.ort = ort
         self.copy_initializers = copy_initializers
+        self.nodes_in_full = nodes_in_full
         self.value_info: dict[str, ValueInfo] = {}
         self.initializers: dict[str, np.ndarray] = {}
 
@@ -180,14 +145,19 @@ class OrtGraphReader:
         return elem, shape
 
     def node(self, node: int) -> OrtNode:
+        """A node; not in full: its inputs and outputs by name only, no attributes."""
         o = self.ort
         names = []
         for getter in (("Node_GetNumInputs", "Node_GetInputs"),
                        ("Node_GetNumOutputs", "Node_GetOutputs"),
                        ("Node_GetNumImplicitInputs", "Node_GetImplicitInputs")):
-            names.append(tuple(self.value(v).name if v else "" for v in o.array(*getter, node)))
+            values = o.array(*getter, node) if self.nodes_in_full or getter[0] != \
+                "Node_GetNumImplicitInputs" else []
+            names.append(tuple(("" if not v else self.value(v).name if self.nodes_in_full
+                                else o.string("GetValueInfoName", v)) for v in values))
         attrs, unreadable = {}, None
-        for attr in o.array("Node_GetNumAttributes", "Node_GetAttributes", node):
+        for attr in o.array("Node_GetNumAttributes", "Node_GetAttributes", node) \
+                if self.nodes_in_full else []:
             try:
                 kind = C.c_int()
                 o.api.OpAttr_GetType(attr, C.byref(kind))
@@ -256,6 +226,10 @@ def _readonly(array: np.ndarray) -> np.ndarray:
     return array
 
 
-def read_graph(ort: abi.Ort, graph: int, *, copy_initializers: bool) -> OrtGraphContents:
-    """Read an OrtGraph; `copy_initializers` when the arrays must outlive the callback."""
-    return OrtGraphReader(ort, copy_initializers).read(graph)
+def read_graph(ort: abi.Ort, graph: int, *, copy_initializers: bool,
+               nodes_in_full: bool = True) -> OrtGraphContents:
+    """Read an OrtGraph; `copy_initializers` when the arrays must outlive the callback;
+    without `nodes_in_full`, nodes are read by name, op and the names of their inputs and
+    outputs only (what Compile needs to find a partition it was told about: a third of the
+    calls)."""
+    return OrtGraphReader(ort, copy_initializers, nodes_in_full).read(graph)

@@ -93,6 +93,22 @@ static void remove_free(lnpu_heap *h, int64_t i) {
     h->n_free--;
 }
 
+/* Add [start, start + size) to the free blocks, merged with its free neighbours; 0 when out
+ * of host memory (never when the caller reserved room for one more free block). */
+static int free_range(lnpu_heap *h, int64_t start, int64_t size) {
+    int64_t j = UPPER(h->free, h->n_free, start);  /* the free block after it, if any */
+    if (j < h->n_free && h->free[j].start == start + size) {
+        size += h->free[j].size;
+        remove_free(h, j);
+    }
+    if (j > 0 && h->free[j - 1].start + h->free[j - 1].size == start) {
+        start = h->free[j - 1].start;
+        size += h->free[j - 1].size;
+        remove_free(h, j - 1);
+    }
+    return add_free(h, start, size);
+}
+
 API lnpu_heap *lnpu_heap_new(void *base, int64_t capacity) {
     lnpu_heap *h = calloc(1, sizeof *h);
     if (!h) return NULL;
@@ -156,21 +172,11 @@ API int64_t lnpu_heap_release(lnpu_heap *h, int64_t offset) {
         pthread_mutex_unlock(&h->mu);
         return -1;
     }
-    int64_t start = offset, size = h->used[i].size, freed = size;
+    int64_t freed = h->used[i].size;
     memmove(&h->used[i], &h->used[i + 1], (size_t)(h->n_used - i - 1) * sizeof(live));
     h->n_used--;
-    h->in_use -= size;
-    int64_t j = UPPER(h->free, h->n_free, start);  /* the free block after it, if any */
-    if (j < h->n_free && h->free[j].start == start + size) {
-        size += h->free[j].size;
-        remove_free(h, j);
-    }
-    if (j > 0 && h->free[j - 1].start + h->free[j - 1].size == start) {
-        start = h->free[j - 1].start;
-        size += h->free[j - 1].size;
-        remove_free(h, j - 1);
-    }
-    add_free(h, start, size);
+    h->in_use -= freed;
+    free_range(h, offset, freed);
     pthread_mutex_unlock(&h->mu);
     return freed;
 }
@@ -185,13 +191,7 @@ API int lnpu_heap_grow(lnpu_heap *h, int64_t capacity) {
     pthread_mutex_lock(&h->mu);
     int ok = 1;
     if (capacity > h->capacity) {
-        int64_t start = h->capacity, size = capacity - h->capacity;
-        int64_t last = h->n_free - 1;
-        if (last >= 0 && h->free[last].start + h->free[last].size == start) {
-            h->free[last].size += size;
-        } else {
-            ok = add_free(h, start, size);
-        }
+        ok = free_range(h, h->capacity, capacity - h->capacity);
         if (ok) h->capacity = capacity;
     }
     pthread_mutex_unlock(&h->mu);
