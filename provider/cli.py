@@ -128,7 +128,10 @@ def _quiet_onnxruntime(debug: bool) -> None:
     printed on one line); --debug shows its warnings too."""
     import onnxruntime
 
+    from provider import session
+
     onnxruntime.set_default_logger_severity(2 if debug else 4)
+    session.set_default_severity(2 if debug else 4)
 
 
 def _load_commands() -> None:

@@ -7,15 +7,19 @@ reason with the names it quotes elided, so one cause on many nodes is one group)
 `text()` is
 
     NPUExecutionProvider: 230 of 234 nodes on the NPU in 2 partition(s), 4 on CPU
-      CPU  range_1 (Range): Range: shape unknown until run time ...
+      CPU  if_1 (If): inside a control-flow subgraph ...
       CPU  3 x Reshape: Reshape: input 1 (…) is computed at run time (reshape_2, reshape_5, ...)
+      NPU  NPUExecutionProvider_..._0: compiled for 2 input shape(s)
+
+the last lines once runs happened: a partition with dynamic input shapes is compiled per
+concrete shape (an LRU of `max_shapes` Programs), and says for how many so far.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from provider.ort import EP_NAME
@@ -52,9 +56,11 @@ class PlacementSummary:
     partitions: int
     cpu_groups: dict[str, list[NodePlacement]] = field(default_factory=dict)  # by reason_group
     failures: tuple[str, ...] = ()  # graphs the EP could not read at all
+    shapes: dict[str, int] = field(default_factory=dict)  # fused partition -> input shapes compiled
 
     @classmethod
-    def of(cls, nodes: Sequence[NodePlacement], failures: Sequence[str] = ()) -> PlacementSummary:
+    def of(cls, nodes: Sequence[NodePlacement], failures: Sequence[str] = (),
+           shapes: Mapping[str, int] | None = None) -> PlacementSummary:
         npu = [n for n in nodes if n.device == "NPU"]
         groups: dict[str, list[NodePlacement]] = {}
         for node in nodes:
@@ -62,7 +68,7 @@ class PlacementSummary:
                 groups.setdefault(reason_group(node.op_type, node.reason), []).append(node)
         ordered = dict(sorted(groups.items(), key=lambda kv: -len(kv[1])))
         return cls(len(nodes), len(npu), len({n.partition for n in npu}), ordered,
-                   tuple(failures))
+                   tuple(failures), dict(shapes or {}))
 
     @property
     def reasons(self) -> Counter:
@@ -92,4 +98,5 @@ class PlacementSummary:
             more = ", ..." if len(group) > _NAMES_SHOWN else ""
             lines.append(f"  CPU  {len(group)} x {reason} ({names}{more})")
         lines += [f"  graph not claimed: {failure}" for failure in self.failures]
+        lines += [f"  NPU  {name}: compiled for {n} input shape(s)" for name, n in self.shapes.items()]
         return "\n".join(lines)

@@ -7,6 +7,10 @@ ones), registers the library, and selects the NPU device with `add_provider_for_
 `.ms` and `.mindir` models are converted to ONNX in memory first (through Lite IR). Extras over onnxruntime:
 
 - EP errors surface: onnxruntime's silent retry on CPU after an EP failure is disabled;
+- stderr stays clean: SessionOptions whose log_severity_level is unset (-1) get ERROR (3,
+  `set_default_severity`), so onnxruntime's warnings (e.g. VerifyEachNodeIsAssignedToAnEp
+  when some nodes run on CPU, which `partition()` explains) are not printed while its errors
+  are; a level the caller set is kept;
 - feeds and bound buffers are checked up front (`BindingError` names the input); `run()` adds
   about a microsecond to onnxruntime's own (the feed check is one pass over the feeds against
   metadata cached per session; the full check runs only to name what is wrong);
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -52,6 +57,13 @@ from provider.placement import NodePlacement, PlacementSummary
 log = logging.getLogger("litenpu.ort")
 
 CPU_EP = "CPUExecutionProvider"
+_severity = {"default": 3}  # onnxruntime's ERROR: its errors are printed, its warnings are not
+
+
+def set_default_severity(level: int) -> None:
+    """The onnxruntime log severity of NPU sessions whose SessionOptions set none (default 3,
+    ERROR; the CLI, which reports each error itself on one line, uses 4, FATAL)."""
+    _severity["default"] = int(level)
 
 
 def normalize_providers(providers: Sequence | None, provider_options: Sequence[dict] | None
@@ -131,6 +143,8 @@ class InferenceSession(ort.InferenceSession):
         self._clone_source = (path_or_bytes, npu, kwargs)  # clone() builds the same session
         register()
         options = sess_options if sess_options is not None else ort.SessionOptions()
+        if options.log_severity_level == -1:  # unset: onnxruntime's warnings stay off stderr
+            options.log_severity_level = _severity["default"]
         if options.has_providers():
             raise InvalidOptionError(
                 "these SessionOptions already select execution providers (e.g. they configured "
@@ -201,8 +215,10 @@ class InferenceSession(ort.InferenceSession):
 
     def placement_summary(self) -> PlacementSummary:
         """Counts of the placement and the CPU nodes grouped by reason."""
+        shapes = {(s.partition, tuple(sorted(s.input_shapes.items()))) for s in self.cache_stats().partitions}
         return PlacementSummary.of(self.partition(),
-                                   [p.failure for p in self._placements() if p.failure])
+                                   [p.failure for p in self._placements() if p.failure],
+                                   Counter(name for name, _ in shapes))
 
     def partition_summary(self) -> str:
         """Human-readable placement: counts, partitions, and why nodes stayed on CPU."""

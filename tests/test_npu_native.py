@@ -544,18 +544,20 @@ def test_conv_with_sigmoid_stays_on_numpy_and_the_pool_after_it_does_not():
     assert_close(got, want)
 
 
-def test_standalone_sigmoid_stays_on_numpy():
+def test_standalone_sigmoid_runs_natively():
     x = randn(rng(6), 3, 20)
     program = compile_for(lite_graph("Activation", {"activation_type": "SIGMOID"}, [("x", x, False)]),
                           {"x": x})
     got, count = run(program, {"x": x})
-    assert count == 0
+    assert count == 1
     assert_close(got, run(program, {"x": x}, kernels=KERNELS)[0])
 
 
 @pytest.mark.parametrize("a_shape,b_shape,const_b", [((2, 4, 5), (5, 3), True),
-                                                      ((3, 4, 5), (3, 5, 2), False)], ids=str)
-def test_batched_matmul_stays_on_numpy(a_shape, b_shape, const_b):
+                                                      ((3, 4, 5), (3, 5, 2), False),
+                                                      ((2, 1, 4, 5), (3, 5, 2), False),
+                                                      ((4, 5), (2, 3, 5, 6), False)], ids=str)
+def test_batched_matmul_runs_natively(a_shape, b_shape, const_b):
     r = rng(7)
     feeds = {"a": randn(r, *a_shape)}
     b = randn(r, *b_shape)
@@ -566,7 +568,7 @@ def test_batched_matmul_stays_on_numpy(a_shape, b_shape, const_b):
     program = compile_for(model, feeds)
     assert [s.kernel for s in program.steps] == ["matmul"]
     got, count = run(program, feeds)
-    assert count == 0
+    assert count == 1
     assert_close(got, run(program, feeds, kernels=KERNELS)[0])
 
 
@@ -581,11 +583,13 @@ def test_transposed_a_matmul_stays_on_numpy():
     assert_close(got, run(program, feeds, kernels=KERNELS)[0])
 
 
-def test_softmax_not_on_the_last_axis_stays_on_numpy():
-    x = randn(rng(9), 3, 5, 4)
-    program = compile_for(lite_graph("Softmax", {"axis": [1]}, [("x", x, False)]), {"x": x})
+@pytest.mark.parametrize("op,axis", [("Softmax", [1]), ("Softmax", [0]), ("LogSoftmax", 1),
+                                     ("Softmax", [2])])
+def test_softmax_over_any_axis_runs_natively(op, axis):
+    x = randn(rng(9), 3, 5, 4) * 5
+    program = compile_for(lite_graph(op, {"axis": axis}, [("x", x, False)]), {"x": x})
     got, count = run(program, {"x": x})
-    assert count == 0
+    assert count == 1
     assert_close(got, run(program, {"x": x}, kernels=KERNELS)[0])
 
 
@@ -829,3 +833,136 @@ def test_profile_times_every_native_step():
     assert len(natives) == ex.native_steps
     assert all(seconds > 0), seconds
     assert Executor(program, pool()).step_seconds is None
+
+
+# ---- the steps of real models: elementwise, layer norm, recurrent layers -------------------
+
+
+def _native_matches_numpy(model: LiteModel, feeds: dict, native_steps: int = 1) -> None:
+    program = compile_for(model, feeds)
+    got, count = run(program, feeds)
+    assert count == native_steps
+    assert_close(got, run(program, feeds, kernels=KERNELS)[0])
+
+
+SPECIAL = np.array([0.0, -0.0, 1e-8, -3e-4, 0.19, -0.21, 1.0, -2.5, 9.0, -15.0, 40.0, -90.0,
+                    100.0, np.inf, -np.inf, np.nan], np.float32)
+
+
+@pytest.mark.parametrize("op", ["Sqrt", "Erf", "Neg", "Abs", "Reciprocal", "Floor", "Ceil",
+                                "Square", "ExpFusion"])
+def test_unary_math_runs_natively_like_numpy(op):
+    x = np.concatenate([SPECIAL, randn(rng(20), 200) * 3]).reshape(8, 27)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        _native_matches_numpy(lite_graph(op, {}, [("x", x, False)]), {"x": x})
+
+
+@pytest.mark.parametrize("kind,attrs", [("SIGMOID", {}), ("TANH", {}), ("SWISH", {}),
+                                        ("HSWISH", {}), ("GELU", {}),
+                                        ("GELU", {"approximate": True}),
+                                        ("HSIGMOID", {}), ("HSIGMOID", {"alpha": 0.3})])
+def test_activations_without_a_clamp_form_run_natively(kind, attrs):
+    x = np.concatenate([SPECIAL, randn(rng(21), 300) * 4]).reshape(4, 79)
+    _native_matches_numpy(lite_graph("Activation", {"activation_type": kind, **attrs},
+                                     [("x", x, False)]), {"x": x})
+
+
+@pytest.mark.parametrize("op", ["AddFusion", "SubFusion", "MulFusion", "DivFusion", "Maximum",
+                                "Minimum", "PowFusion"])
+@pytest.mark.parametrize("a_shape,b_shape", [((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (4,)),
+                                             ((1, 3, 1), (2, 1, 5)), ((3, 1), (1, 6)),
+                                             ((2, 1, 3, 1, 2, 1, 2), (2, 2, 3, 2, 1, 3, 2)),
+                                             ((), (5,)), ((4, 1, 6), ())], ids=str)
+def test_binary_broadcast_runs_natively_like_numpy(op, a_shape, b_shape):
+    r = rng(22)
+    a, b = randn(r, *a_shape), randn(r, *b_shape)
+    if op == "PowFusion":
+        a = np.asarray(np.abs(a))
+    if a.size:
+        a.reshape(-1)[0] = np.nan
+    native_steps = 0 if len(a_shape) == 7 else 1  # 7 dims that do not merge: numpy
+    with np.errstate(invalid="ignore", divide="ignore"):
+        _native_matches_numpy(lite_graph(op, {}, [("a", a, False), ("b", b, False)]),
+                              {"a": a, "b": b}, native_steps)
+
+
+def test_binary_with_a_constant_and_a_fused_relu_runs_natively():
+    x = randn(rng(23), 2, 3, 8)
+    model = lite_graph("MulFusion", {"activation_type": "RELU"},
+                       [("x", x, False), ("w", randn(rng(24), 3, 1), True)])
+    _native_matches_numpy(model, {"x": x})
+
+
+@pytest.mark.parametrize("affine", [0, 1, 2])
+def test_layer_norm_runs_natively(affine):
+    r = rng(25)
+    x = randn(r, 2, 5, 48) * 3 + 1
+    inputs = [("x", x, False), ("g", randn(r, 48), True), ("b", randn(r, 48), True)][:affine + 1]
+    _native_matches_numpy(lite_graph("LayerNormFusion", {"begin_norm_axis": -1, "epsilon": 1e-5},
+                                     inputs), {"x": x})
+
+
+@pytest.mark.parametrize("op,bidirectional,states,outputs", [
+    ("LSTM", False, False, 3), ("LSTM", True, True, 3), ("LSTM", True, False, 1),
+    ("GRU", False, True, 2), ("GRU", True, False, 1)])
+def test_rnn_runs_natively_like_numpy(op, bidirectional, states, outputs):
+    r = rng(26)
+    steps, batch, size, hidden = 6, 3, 5, 7
+    gates, dirs = (4 if op == "LSTM" else 3), (2 if bidirectional else 1)
+    x = randn(r, steps, batch, size)
+    inputs = [("x", x, False), ("w", randn(r, dirs, gates * hidden, size) * 0.5, True),
+              ("r", randn(r, dirs, gates * hidden, hidden) * 0.5, True),
+              ("b", randn(r, dirs, 2 * gates * hidden) * 0.3, True)]
+    feeds = {"x": x}
+    if states:
+        inputs.append(("lengths", np.zeros(0, np.int32), True))  # absent
+        for name in ("h0", "c0")[:2 if op == "LSTM" else 1]:
+            feeds[name] = randn(r, dirs, batch, hidden)
+            inputs.append((name, feeds[name], False))
+    model = lite_graph(op, {"bidirectional": bidirectional}, inputs, [np.float32] * outputs)
+    _native_matches_numpy(model, feeds)
+
+
+def test_rnn_with_sequence_lengths_stays_on_numpy():
+    r = rng(27)
+    x = randn(r, 4, 2, 3)
+    lengths = np.array([4, 2], np.int32)
+    model = lite_graph("LSTM", {}, [("x", x, False), ("w", randn(r, 1, 8, 3), True),
+                                    ("r", randn(r, 1, 8, 2), True), ("b", randn(r, 1, 16), True),
+                                    ("lengths", lengths, False)])
+    _native_matches_numpy(model, {"x": x, "lengths": lengths}, native_steps=0)
+
+
+@pytest.mark.parametrize("mode", ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin",
+                                  "ReduceSumSquare", "ReduceL2"])
+@pytest.mark.parametrize("axes,keep", [([-1], True), ([1, 2], False), ([0], True)], ids=str)
+def test_reduce_over_consecutive_axes_runs_natively(mode, axes, keep):
+    x = randn(rng(28), 3, 4, 5) * 3
+    x[1, 2, 3] = np.nan
+    model = lite_graph("ReduceFusion", {"mode": mode, "keep_dims": keep},
+                       [("x", x, False), ("axes", np.array(axes, np.int32), True)])
+    _native_matches_numpy(model, {"x": x})
+
+
+def test_reduce_over_axes_apart_and_prod_stay_on_numpy():
+    x = randn(rng(29), 3, 4, 5)
+    for mode, axes in (("ReduceMean", [0, 2]), ("ReduceProd", [1])):
+        model = lite_graph("ReduceFusion", {"mode": mode, "keep_dims": True},
+                           [("x", x, False), ("axes", np.array(axes, np.int32), True)])
+        _native_matches_numpy(model, {"x": x}, native_steps=0)
+
+
+@pytest.mark.parametrize("starts,ends,axes,steps", [
+    ([1], [3], [1], [1]), ([0, 1], [2, 5], [0, 2], [1, 2]), ([-1], [-100], [2], [-1]),
+    ([4, 0], [0, 1], [2, 1], [-2, 1]), ([1, 0, 0], [2, 1, 1], [0, 1, 2], [1, 1, 1])], ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_slices_run_as_native_strided_copies(starts, ends, axes, steps, dtype):
+    x = (randn(rng(30), 3, 4, 6) * 10).astype(dtype)
+    inputs = [("x", x, False)] + [(n, np.array(v, np.int32), True) for n, v in
+                                  (("starts", starts), ("ends", ends), ("axes", axes),
+                                   ("steps", steps))]
+    model = lite_graph("StridedSlice", {}, inputs, [dtype])
+    # an int64 slice with a step along the last axis copies 8-byte elements: numpy
+    stepped_last = 2 in axes and steps[axes.index(2)] != 1
+    native_steps = 0 if dtype == np.int64 and stepped_last else 1
+    _native_matches_numpy(model, {"x": x}, native_steps)

@@ -30,7 +30,7 @@ PARAMETER_INPUTS = {
     "ReduceMax": (1,), "ReduceMin": (1,), "Dropout": (1, 2), "PRelu": (1,), "TopK": (1,),
     "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Conv": (1, 2), "ConvTranspose": (1, 2),
     "Gemm": (1, 2), "BatchNormalization": (1, 2, 3, 4), "LayerNormalization": (1, 2),
-    "InstanceNormalization": (1, 2),
+    "InstanceNormalization": (1, 2), "LSTM": (1, 2, 3),
 }
 # Ops the importer must map exactly (no Custom) in at least one constant-operand case
 # (the shipped LayerNormalization cases all read Mean/InvStdDev, every PRelu case has a

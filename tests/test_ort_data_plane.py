@@ -39,6 +39,13 @@ SINGLE = [("NPUExecutionProvider", {"npu_threads": "1"}), "CPUExecutionProvider"
 NATIVE_ONLY = make_model(
     [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["r"], ["y"], axis=-1)],
     [f32("x", [2, 8])], [f32("y", [2, 8])])
+# y = tile(relu(x)) + 1: relu and add native, tile on its numpy kernel between them
+MIXED = make_model(
+    [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Tile", ["r", "reps"], ["t"]),
+     helper.make_node("Add", ["t", "one"], ["y"])],
+    [f32("x", [2, 8])], [f32("y", [2, 16])],
+    [numpy_helper.from_array(np.array([1, 2], np.int64), "reps"),
+     numpy_helper.from_array(np.ones(16, np.float32), "one")])
 NATIVE_ANY_BATCH = make_model(
     [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["r"], ["y"], axis=-1)],
     [f32("x", ["N", 8])], [f32("y", ["N", 8])])
@@ -105,7 +112,7 @@ def test_runs_of_a_fully_native_program_enter_no_python():
 
 @needs_native
 def test_a_mixed_program_enters_python_only_for_its_numpy_steps():
-    sess = InferenceSession(STATIC, providers=NPU)  # relu (native) + add (numpy)
+    sess = InferenceSession(MIXED, providers=NPU)
     x = RNG.standard_normal((2, 8)).astype(np.float32)
     sess.run(None, {"x": x})
     (kernel,) = kernels(sess)
@@ -113,7 +120,8 @@ def test_a_mixed_program_enters_python_only_for_its_numpy_steps():
     steps = compiled.executor._inner.numpy_steps
     calls, computes = steps.calls, kernel.python_computes
     for _ in range(10):
-        np.testing.assert_allclose(sess.run(None, {"x": x})[0], np.maximum(x, 0) + 1, rtol=1e-6)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0],
+                                   np.tile(np.maximum(x, 0), (1, 2)) + 1, rtol=1e-6)
     assert steps.calls == calls + 10  # one numpy segment per run
     assert kernel.python_computes == computes
 
@@ -282,10 +290,10 @@ def test_a_numpy_step_failing_in_a_c_run_is_typed(monkeypatch):
     def broken(inputs, outputs, attrs):
         raise FloatingPointError("simulated kernel failure")
 
-    monkeypatch.setitem(KERNELS, "binary", Kernel("binary", broken))
-    sess = InferenceSession(STATIC, providers=NPU)
+    monkeypatch.setitem(KERNELS, "tile", Kernel("tile", broken))
+    sess = InferenceSession(MIXED, providers=NPU)
     (kernel,) = kernels(sess)
-    with pytest.raises(LitenpuError, match=r"step 1 \(binary\) failed: FloatingPointError: "
+    with pytest.raises(LitenpuError, match=r"step 1 \(tile\) failed: FloatingPointError: "
                                            r"simulated kernel failure") as info:
         sess.run(None, {"x": np.ones((2, 8), np.float32)})
     assert "NodeComputeInfo.Compute: LitenpuError" in str(info.value.__cause__)

@@ -255,6 +255,19 @@ def test_model_inputs_skip_initializers_of_old_ir_models():
     assert [i.name for i in model_inputs(m)] == [INPUT]
 
 
+def test_preparing_leaves_the_working_directory_clean(tmp_path, monkeypatch):
+    # the detector's dynamic head defeats symbolic shape inference, which then saves its
+    # partial model into the current directory unless preparation runs elsewhere
+    from provider.quantize.prepare import prepare
+
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    (tmp_path / "work").mkdir()
+    prepare(build("yolo_detector"), tmp_path / "work")
+    assert list(cwd.iterdir()) == []
+
+
 # ---- command line ---------------------------------------------------------------------------
 
 def test_quantize_cli(model, tmp_path, capsys):

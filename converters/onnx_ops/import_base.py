@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from converters.lite import dtypes
 from converters.lite.ir import LiteNode
 from converters.onnx_ops.registry import OpTable, Unmappable
 
@@ -21,10 +22,21 @@ IMPORTERS: OpTable = OpTable("onnx import")
 
 def emit(ctx, node, op: str, attrs: dict[str, Any], inputs: Sequence[str | int],
          outputs: Sequence[str] | None = None) -> LiteNode:
-    """A LiteNode named after `node`; inputs are ONNX value names or tensor indices."""
+    """A LiteNode named after `node`; inputs and outputs are ONNX value names or tensor
+    indices (an empty name, an absent output, is left out)."""
     ins = [i if isinstance(i, int) else ctx.tensor(i) for i in inputs]
-    outs = [ctx.tensor(o) for o in (node.outputs if outputs is None else outputs) if o]
+    outs = [o if isinstance(o, int) else ctx.tensor(o)
+            for o in (node.outputs if outputs is None else outputs) if o != ""]
     return LiteNode(node.name, op, dict(attrs), ins, outs)
+
+
+def intermediate(ctx, hint: str, dtype: np.dtype | None) -> int:
+    """A new activation tensor (an op imported as several Lite nodes) of `dtype`, its shape
+    unknown (the consumers infer it); its index."""
+    index = ctx.tensor(ctx.fresh_name(hint))
+    if dtype is not None:
+        ctx.model.tensors[index].type_id = dtypes.from_numpy(dtype)
+    return index
 
 
 def present(node, i: int) -> str:

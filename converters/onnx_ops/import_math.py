@@ -12,6 +12,7 @@ from converters.onnx_ops.import_base import (
     attr_or_input,
     const_input,
     emit,
+    intermediate,
 )
 from converters.onnx_ops.registry import Unmappable
 
@@ -106,9 +107,47 @@ def hard_sigmoid(ctx, node):
     # Lite's HSIGMOID is relu6(x + 3) / 6: ONNX's with alpha = 1/6, beta = 1/2 only.
     alpha = np.float32(node.attrs.get("alpha", 0.2))
     beta = np.float32(node.attrs.get("beta", 0.5))
-    if alpha != np.float32(1 / 6) or beta != np.float32(0.5):
-        raise Unmappable("HardSigmoid other than relu6(x + 3) / 6")
-    return [emit(ctx, node, "Activation", {"activation_type": "HSIGMOID"}, node.inputs)]
+    if alpha == np.float32(1 / 6) and beta == np.float32(0.5):
+        return [emit(ctx, node, "Activation", {"activation_type": "HSIGMOID"}, node.inputs)]
+    # Lite's Activation has no beta: clip(alpha * x + beta, 0, 1) in three primitives.
+    dtype = ctx.dtype(node.inputs[0])
+    if dtype is None or dtype.kind != "f":
+        raise Unmappable("HardSigmoid of a non-float (or unknown) type")
+    out = node.outputs[0]
+    scaled, shifted = (intermediate(ctx, f"{out}/{what}", dtype) for what in ("scaled", "shifted"))
+    a = ctx.const(f"{out}/alpha", np.array(alpha, dtype))
+    b = ctx.const(f"{out}/beta", np.array(beta, dtype))
+    return [emit(ctx, node, "MulFusion", {"activation_type": NO_ACT}, [node.inputs[0], a],
+                 [scaled]),
+            emit(ctx, node, "AddFusion", {"activation_type": NO_ACT}, [scaled, b], [shifted]),
+            emit(ctx, node, "Clip", {"min": 0.0, "max": 1.0}, [shifted])]
+
+
+@IMPORTERS.register("IsNaN", since=9)
+def is_nan(ctx, node):
+    """x != x (true for NaN only)."""
+    return [emit(ctx, node, "NotEqual", {}, [node.inputs[0], node.inputs[0]])]
+
+
+@IMPORTERS.register("IsInf", since=10)
+def is_inf(ctx, node):
+    """x == +inf, x == -inf, or |x| == inf, as detect_positive / detect_negative say."""
+    dtype = ctx.dtype(node.inputs[0])
+    if dtype is None or dtype.kind != "f":
+        raise Unmappable("IsInf of a non-float (or unknown) type")
+    positive = node.attrs.get("detect_positive", 1)
+    negative = node.attrs.get("detect_negative", 1)
+    out = node.outputs[0]
+    if not positive and not negative:
+        raise Unmappable("IsInf detecting neither sign (a constant false)")
+    x = node.inputs[0]
+    if positive and negative:
+        magnitude = intermediate(ctx, f"{out}/abs", dtype)
+        inf = ctx.const(f"{out}/inf", np.array(np.inf, dtype))
+        return [emit(ctx, node, "Abs", {}, [x], [magnitude]),
+                emit(ctx, node, "Equal", {}, [magnitude, inf])]
+    inf = ctx.const(f"{out}/inf", np.array(np.inf if positive else -np.inf, dtype))
+    return [emit(ctx, node, "Equal", {}, [x, inf])]
 
 
 @IMPORTERS.register("Gelu", since=20)

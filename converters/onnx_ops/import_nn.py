@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
+
 from converters.onnx_ops.import_base import (
     IMPORTERS,
     emit,
+    intermediate,
     present,
     single_output,
     static_ints,
@@ -41,8 +46,56 @@ def check_window(kernel, a: dict) -> None:
 def _weight_shape(ctx, node) -> list[int]:
     shape = ctx.shape(node.inputs[1])
     if shape is None or len(shape) != 4:
-        raise Unmappable("only 2-D convolutions (4-D weights) map to Lite")
+        raise Unmappable("only 1-D and 2-D convolutions (3-D, 4-D weights) map to Lite")
     return static_ints(shape, "weight shape")
+
+
+def _window_2d(attrs) -> dict:
+    """1-D window attributes as 2-D ones over (1, L): height 1, no padding along it."""
+    a = dict(attrs)
+    for name in ("kernel_shape", "strides", "dilations"):
+        if name in a:
+            if len(a[name]) != 1:
+                raise Unmappable(f"{name}={list(a[name])} for a 1-D window")
+            a[name] = [1, int(a[name][0])]
+    if "pads" in a:
+        if len(a["pads"]) != 2:
+            raise Unmappable(f"pads={list(a['pads'])} for a 1-D window")
+        a["pads"] = [0, int(a["pads"][0]), 0, int(a["pads"][1])]
+    return a
+
+
+def _as_2d(ctx, node, lower, weight: bool = False) -> list:
+    """A 1-D conv or pooling (N, C, L) as its 2-D form over (N, C, 1, L): Unsqueeze, the
+    2-D node `lower(ctx, node2d)` makes, Squeeze. A constant weight (O, I, K) becomes
+    (O, I, 1, K)."""
+    out = node.outputs[0]
+    dtype = ctx.dtype(node.inputs[0])
+    x4, y4 = (intermediate(ctx, f"{out}/{what}", dtype) for what in ("nc1l", "nc1l_out"))
+    inputs = list(node.inputs)
+    if weight:
+        w = ctx.const_value(node.inputs[1])
+        if w is None or w.ndim != 3:
+            raise Unmappable("a 1-D convolution's weight is not a 3-D constant")
+        inputs[1] = ctx.fresh_name(f"{out}/weight_2d")
+        ctx.add_initializer(inputs[1], np.array(w[:, :, None, :]))
+    inputs[0] = ctx.model.tensors[x4].name
+    node2d = dataclasses.replace(node, inputs=tuple(inputs), attrs=_window_2d(node.attrs),
+                                 outputs=(ctx.model.tensors[y4].name, *node.outputs[1:]),
+                                 _proto=None)
+    middle = lower(ctx, node2d)
+    return [emit(ctx, node, "Unsqueeze", {"axis": [2]}, [node.inputs[0]], [x4]),
+            *middle,
+            emit(ctx, node, "Squeeze", {"axis": [2]}, [y4], [out])]
+
+
+def _spatial(ctx, node) -> int | None:
+    """Spatial rank of a conv/pool node: from kernel_shape, else the weight or input rank."""
+    kernel = node.attrs.get("kernel_shape")
+    if kernel is not None:
+        return len(kernel)
+    rank = ctx.rank(node.inputs[1] if node.op_type in ("Conv", "ConvTranspose") else node.inputs[0])
+    return None if rank is None else rank - 2
 
 
 def _conv_attrs(ctx, node, w: list[int], weight_format: str) -> dict:
@@ -67,6 +120,12 @@ def _conv_attrs(ctx, node, w: list[int], weight_format: str) -> dict:
 
 @IMPORTERS.register("Conv")
 def conv(ctx, node):
+    if _spatial(ctx, node) == 1:
+        return _as_2d(ctx, node, _conv_2d, weight=True)
+    return _conv_2d(ctx, node)
+
+
+def _conv_2d(ctx, node):
     w = _weight_shape(ctx, node)
     attrs = _conv_attrs(ctx, node, w, "KCHW")
     attrs.update(in_channel=w[1] * attrs["group"], out_channel=w[0])
@@ -144,6 +203,9 @@ def _pool_fields(ctx, node) -> dict:
 def max_pool(ctx, node):
     if node.attrs.get("storage_order", 0):
         raise Unmappable("storage_order=1")
+    if _spatial(ctx, node) == 1:
+        single_output(ctx, node)
+        return _as_2d(ctx, node, max_pool)
     return [emit(ctx, node, "MaxPoolFusion", _pool_fields(ctx, node), node.inputs[:1],
                  node.outputs[:1])]
 
@@ -152,6 +214,8 @@ def max_pool(ctx, node):
 def average_pool(ctx, node):
     if node.attrs.get("count_include_pad", 0):
         raise Unmappable("count_include_pad=1 (Lite averages over valid elements)")
+    if _spatial(ctx, node) == 1:
+        return _as_2d(ctx, node, average_pool)
     return [emit(ctx, node, "AvgPoolFusion", _pool_fields(ctx, node), node.inputs[:1],
                  node.outputs[:1])]
 
@@ -205,27 +269,40 @@ def layer_norm(ctx, node):
     return [emit(ctx, node, "LayerNormFusion", attrs, node.inputs, node.outputs[:1])]
 
 
-def _softmax_axis(ctx, node, default: int) -> int:
+def _softmax(ctx, node, op: str, axis_attr):
+    """Softmax / LogSoftmax over `axis`. Before opset 13 the input is coerced to 2-D at
+    `axis` (one softmax over all the trailing dims): over the last axis that is the per-axis
+    form; otherwise the trailing dims are flattened (Reshape to [0] * axis + [-1], a 0
+    keeping its dim), normalised, and the result reshaped back to Shape(x)."""
+    default = 1 if ctx.opset < 13 else -1
     axis = node.attrs.get("axis", default)
-    if ctx.opset < 13:
-        # Before opset 13 the input is coerced to 2-D at `axis`: equal to a per-axis
-        # softmax only when `axis` is the last dimension.
-        rank = ctx.rank(node.inputs[0])
-        if axis != -1 and (rank is None or axis != rank - 1):
-            raise Unmappable("pre-13 softmax over more than the last axis")
-    return axis
+    rank = ctx.rank(node.inputs[0])
+    if ctx.opset >= 13 or axis == -1 or (rank is not None and axis == rank - 1):
+        return [emit(ctx, node, op, {"axis": axis_attr(axis)}, node.inputs)]
+    if rank is None and axis < 0:
+        raise Unmappable(f"pre-13 softmax at axis {axis} of an input of unknown rank")
+    if rank is not None and not -rank <= axis < rank:
+        raise Unmappable(f"pre-13 softmax at axis {axis} of an input of rank {rank}")
+    if rank is not None:
+        axis %= rank
+    out, dtype = node.outputs[0], ctx.dtype(node.inputs[0])
+    shape = intermediate(ctx, f"{out}/shape", np.dtype(np.int64))
+    flat, soft = (intermediate(ctx, f"{out}/{what}", dtype) for what in ("flat", "normalised"))
+    target = ctx.const(f"{out}/coerced", np.array([0] * axis + [-1], np.int32))
+    return [emit(ctx, node, "Shape", {}, node.inputs[:1], [shape]),
+            emit(ctx, node, "Reshape", {}, [node.inputs[0], target], [flat]),
+            emit(ctx, node, op, {"axis": axis_attr(-1)}, [flat], [soft]),
+            emit(ctx, node, "Reshape", {}, [soft, shape], [out])]
 
 
 @IMPORTERS.register("Softmax")
 def softmax(ctx, node):
-    axis = _softmax_axis(ctx, node, 1 if ctx.opset < 13 else -1)
-    return [emit(ctx, node, "Softmax", {"axis": [axis]}, node.inputs)]
+    return _softmax(ctx, node, "Softmax", lambda axis: [axis])
 
 
 @IMPORTERS.register("LogSoftmax")
 def log_softmax(ctx, node):
-    axis = _softmax_axis(ctx, node, 1 if ctx.opset < 13 else -1)
-    return [emit(ctx, node, "LogSoftmax", {"axis": axis}, node.inputs)]
+    return _softmax(ctx, node, "LogSoftmax", lambda axis: axis)
 
 
 @IMPORTERS.register("LRN")

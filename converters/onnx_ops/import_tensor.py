@@ -14,6 +14,7 @@ from converters.onnx_ops.import_base import (
     const_input,
     emit,
     int32_operand,
+    intermediate,
     present,
     single_output,
 )
@@ -49,14 +50,32 @@ def slice_v1(ctx, node):
 
 @IMPORTERS.register("Slice", since=10)
 def slice_v10(ctx, node):
-    starts = const_input(ctx, node, 1, "starts")
-    ends = const_input(ctx, node, 2, "ends")
-    axes = const_input(ctx, node, 3, "axes")
-    steps = const_input(ctx, node, 4, "steps")
-    n = len(starts)
-    return _strided_slice(ctx, node, starts, ends,
-                          list(range(n)) if axes is None else axes,
-                          [1] * n if steps is None else steps)
+    """Constant operands become int32 constants; run-time ones (a shape chain the NPU folds
+    per concrete shape) are passed as they are, axes and steps then defaulting by the
+    operand's static length."""
+    values = [ctx.const_value(present(node, i)) if present(node, i) else None for i in range(1, 5)]
+    if all(v is not None for v in values[:2]):
+        starts, ends, axes, steps = values
+        n = len(starts)
+        return _strided_slice(ctx, node, starts, ends,
+                              list(range(n)) if axes is None else axes,
+                              [1] * n if steps is None else steps)
+    for i, what in ((3, "axes"), (4, "steps")):
+        if present(node, i) and values[i - 1] is None:
+            raise Unmappable(f"{what} ({node.inputs[i]!r}) is not a constant")
+    length = ctx.shape(node.inputs[1] if values[0] is None else node.inputs[2])
+    if length is None or len(length) != 1 or not isinstance(length[0], int):
+        raise Unmappable("starts/ends of unknown length")
+    n = length[0]
+    out = node.outputs[0]
+    operands = [node.inputs[0]]
+    for k, (what, default) in enumerate((("starts", None), ("ends", None),
+                                         ("axes", list(range(n))), ("steps", [1] * n))):
+        value = values[k] if values[k] is not None else default
+        operands.append(node.inputs[k + 1] if value is None else ctx.const(f"{out}/{what}", _int32(value)))
+    attrs = {"begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0, "new_axis_mask": 0,
+             "shrink_axis_mask": 0}
+    return [emit(ctx, node, "StridedSlice", attrs, operands)]
 
 
 def _strided_slice(ctx, node, starts, ends, axes, steps):
@@ -78,8 +97,35 @@ def _int32(values) -> np.ndarray:
 @IMPORTERS.register("Reshape", since=5)
 def reshape(ctx, node):
     if node.attrs.get("allowzero", 0):
-        raise Unmappable("allowzero=1")
+        # Lite's Reshape copies the input dim for a 0; allowzero=1 means an empty dim. They
+        # agree when the target has no 0: a constant without one, or one built from dims
+        # of tensors (Shape -> Gather/Slice -> Concat with constants without a 0).
+        shape = ctx.const_value(node.inputs[1])
+        if shape is not None and (np.asarray(shape) == 0).any():
+            raise Unmappable("allowzero=1 with a 0 in the shape (an empty dim)")
+        if shape is None and not _nonzero_dims(ctx, node.inputs[1]):
+            raise Unmappable("allowzero=1 with a shape that may hold a 0")
     return [emit(ctx, node, "Reshape", {}, [node.inputs[0], int32_operand(ctx, node, 1, "shape")])]
+
+
+_DIM_SOURCES = {"Shape", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast",
+                "Identity"}
+
+
+def _nonzero_dims(ctx, name: str, depth: int = 8) -> bool:
+    """Whether value `name` is built only from tensor dims (Shape, then indexing and
+    concatenation) and constants without a 0, as exporters build reshape targets: it holds
+    a 0 only where a tensor is empty (no element to compute either way)."""
+    value = ctx.const_value(name)
+    if value is not None:
+        return not (np.asarray(value) == 0).any()
+    producer = ctx.producer(name)
+    if producer is None or depth == 0 or producer.op_type not in _DIM_SOURCES:
+        return False
+    if producer.op_type == "Shape":
+        return True
+    data = producer.inputs[:1] if producer.op_type != "Concat" else producer.inputs
+    return all(_nonzero_dims(ctx, i, depth - 1) for i in data if i)
 
 
 @IMPORTERS.register("Flatten")
@@ -152,7 +198,7 @@ def resize(ctx, node):
     if a.get("antialias", 0) or a.get("keep_aspect_ratio_policy", "stretch") != "stretch" \
             or "axes" in a:
         raise Unmappable("antialias / aspect-ratio policy / axes")
-    new_hw = _resize_output_hw(ctx, node)
+    new_hw, extra = _resize_output_hw(ctx, node)
     attrs = {"format": "NCHW", "method": _METHOD[a.get("mode", "nearest")],
              "new_height": new_hw[0], "new_width": new_hw[1],
              "preserve_aspect_ratio": False, "coordinate_transform_mode": _COORD[coord],
@@ -160,26 +206,53 @@ def resize(ctx, node):
              "exclude_outside": int(a.get("exclude_outside", 0)),
              "extrapolation_value": float(a.get("extrapolation_value", 0.0)),
              "nearest_mode": _NEAREST[a.get("nearest_mode", "round_prefer_floor")]}
-    return [emit(ctx, node, "Resize", attrs, node.inputs[:1])]
+    return [emit(ctx, node, "Resize", attrs, [node.inputs[0], *extra])]
 
 
-def _resize_output_hw(ctx, node) -> tuple[int, int]:
-    """Output (H, W) of a 4-D resize that keeps N and C; Unmappable otherwise."""
+def _resize_output_hw(ctx, node) -> tuple[tuple[int, int], list[int]]:
+    """Output (H, W) of a 4-D resize that keeps N and C, and the extra input that gives it
+    instead when H and W are only known at run time: whole-number scales as MindSpore Lite's
+    second input, (H, W) float32 (output = scale * input exactly, as ONNX's floor gives it).
+    Unmappable otherwise."""
     sizes = const_input(ctx, node, 3, "sizes")
     if sizes is not None and sizes.size:
         shape = ctx.shape(node.inputs[0])
         if sizes.size != 4 or shape is None or list(sizes[:2]) != list(shape[:2]):
             raise Unmappable("sizes change N or C, or the input is not 4-D")
-        return int(sizes[2]), int(sizes[3])
+        return (int(sizes[2]), int(sizes[3])), []
     scales = const_input(ctx, node, 2, "scales")
     shape = ctx.shape(node.inputs[0])
-    if scales is None or scales.size != 4 or list(scales[:2]) != [1, 1] or shape is None \
-            or not all(isinstance(d, int) for d in shape[2:]):
-        raise Unmappable("scales that do not map to a static 4-D output size")
+    if scales is None or scales.size != 4 or list(scales[:2]) != [1, 1] or shape is None:
+        raise Unmappable("scales that do not keep N and C of a 4-D input")
+    if not all(isinstance(d, int) for d in shape[2:]):
+        if any(float(s) != int(s) or s < 1 for s in scales[2:]):
+            raise Unmappable("fractional scales of a size known only at run time")
+        hw = np.array(scales[2:], np.float32)  # a copy: scales may view onnxruntime memory
+        return (0, 0), [ctx.const(f"{node.outputs[0]}/scales", hw)]
     hw = [float(s) * d for s, d in zip(scales[2:], shape[2:], strict=True)]
     if any(v != int(v) for v in hw):
         raise Unmappable("scales giving a fractional output size")
-    return int(hw[0]), int(hw[1])
+    return (int(hw[0]), int(hw[1])), []
+
+
+@IMPORTERS.register("Range", since=11)
+def range_(ctx, node):
+    """Lite Range takes (start, limit, delta) as inputs; d_type is the output's TypeId."""
+    dtype = ctx.dtype(node.inputs[0])
+    attrs = {"d_type": dtypes.from_numpy(dtype) if dtype is not None else 0}
+    return [emit(ctx, node, "Range", attrs, node.inputs[:3])]
+
+
+@IMPORTERS.register("Size")
+def size(ctx, node):
+    return [emit(ctx, node, "Size", {}, node.inputs[:1])]
+
+
+@IMPORTERS.register("GatherND", since=11)
+def gather_nd(ctx, node):
+    if node.attrs.get("batch_dims", 0):
+        raise Unmappable("batch_dims other than 0")
+    return [emit(ctx, node, "GatherNd", {}, node.inputs[:2])]
 
 
 @IMPORTERS.register("Gather")
@@ -190,9 +263,19 @@ def gather(ctx, node):
 
 @IMPORTERS.register("Shape")
 def shape(ctx, node):
-    if node.attrs.get("start", 0) != 0 or "end" in node.attrs:
-        raise Unmappable("start/end")
-    return [emit(ctx, node, "Shape", {}, node.inputs)]
+    start, end = node.attrs.get("start", 0), node.attrs.get("end")
+    if start == 0 and end is None:
+        return [emit(ctx, node, "Shape", {}, node.inputs)]
+    # opset 15's start/end: the whole shape, then a slice of it (clamped as ONNX clamps)
+    out = node.outputs[0]
+    whole = intermediate(ctx, f"{out}/whole", np.dtype(np.int64))
+    bounds = [ctx.const(f"{out}/{what}", np.array([v], np.int32)) for what, v in
+              (("starts", _int32(start)[()]), ("ends", INT32_MAX if end is None else _int32(end)[()]),
+               ("axes", 0), ("steps", 1))]
+    attrs = {"begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0, "new_axis_mask": 0,
+             "shrink_axis_mask": 0}
+    return [emit(ctx, node, "Shape", {}, node.inputs, [whole]),
+            emit(ctx, node, "StridedSlice", attrs, [whole, *bounds])]
 
 
 @IMPORTERS.register("Expand", since=8)
@@ -233,8 +316,13 @@ def _aliasable(ctx, name: str) -> bool:
 def identity(ctx, node):
     # Lite has no identity primitive: alias the value, unless its name must survive.
     if not _aliasable(ctx, node.outputs[0]):
-        raise Unmappable("Identity producing a graph output (or a subgraph's outer value) "
-                         "keeps its own name")
+        # its name must survive: a Cast to its own type is Lite's copy
+        dtype = ctx.dtype(node.inputs[0])
+        if dtype is None or dtype.kind not in "biuf":
+            raise Unmappable("Identity of a non-numeric (or unknown) type producing a graph "
+                             "output (or a subgraph's outer value), whose name must survive")
+        to = ctx.const(f"{node.outputs[0]}/to", np.array([dtypes.from_numpy(dtype)], np.int32))
+        return [emit(ctx, node, "Cast", {}, [node.inputs[0], to])]
     ctx.alias(node.outputs[0], node.inputs[0])
     return []
 

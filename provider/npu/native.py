@@ -50,6 +50,8 @@ MAX_PARAMS = 32
 OPS = {name: code for code, name in enumerate(
     ("conv", "dwconv", "max_pool", "avg_pool", "global_pool", "concat", "transpose",
      "matmul", "activation", "softmax"), start=1)}
+# the steps of real models beyond CNNs: codes 11-39 (npu.h)
+OPS.update(unary=11, binary=12, layer_norm=13, bmatmul=14, rnn=15, reduce=16)
 
 
 class Step(C.Structure):

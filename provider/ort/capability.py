@@ -25,7 +25,7 @@ import numpy as np
 from converters.lite.ir import LiteModel
 from converters.onnx_import import import_onnx
 from converters.report import ConversionReport
-from provider.errors import UnsupportedError
+from provider.errors import LitenpuError, UnsupportedError
 from provider.npu.capability import assess, supported_nodes
 from provider.options import NpuOptions
 from provider.ort import abi, epcontext
@@ -217,8 +217,12 @@ def claim(ort: abi.Ort, graph: int, options: NpuOptions) -> Claim:
     if candidates:
         try:
             device, imported = _device_reasons(contents, candidates, options, seconds)
-        except Exception as e:  # noqa: BLE001 - a graph the importer refuses stays on CPU
-            device = dict.fromkeys(candidates, f"import failed: {type(e).__name__}: {e}")
+        except LitenpuError as e:  # a graph the importer refuses stays on CPU
+            device = dict.fromkeys(candidates, f"the graph cannot be imported: {e}")
+        except Exception:  # noqa: BLE001 - a bug of the importer: logged, the graph stays on CPU
+            log.debug("importing graph %s failed", contents.name, exc_info=True)
+            device = dict.fromkeys(candidates, "importing the graph failed unexpectedly (a "
+                                               "litenpu bug; details at DEBUG)")
         reasons.update(device)
     node_inputs = [(*n.view.inputs, *n.view.implicit_inputs) for n in nodes]
     node_outputs = [n.view.outputs for n in nodes]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import onnx
@@ -66,7 +68,8 @@ def prepare(model: ModelSource, folder: Path) -> Path:
         log.info("sympy is not installed: symbolic shape inference skipped (pip install "
                  "'litenpu[quantize]')")
     try:
-        quant_pre_process(str(source), str(prepared), skip_symbolic_shape=not symbolic)
+        with _working_directory(folder):
+            quant_pre_process(str(source), str(prepared), skip_symbolic_shape=not symbolic)
     except Exception as e:  # noqa: BLE001 - onnxruntime raises a bare Exception
         if not symbolic:
             raise
@@ -78,6 +81,18 @@ def prepare(model: ModelSource, folder: Path) -> Path:
     if _name_nodes(proto):
         onnx.save(proto, prepared)
     return prepared
+
+
+@contextmanager
+def _working_directory(folder: Path) -> Iterator[None]:
+    """Run in `folder`: onnxruntime's symbolic shape inference, when it gives up, saves its
+    partial model (and external data files) into the current directory, the user's."""
+    previous = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
 
 
 def _without_initializer_inputs(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -1,4 +1,4 @@
-/* Fully connected / 2-D matmul, standalone activations, softmax. */
+/* Fully connected / 2-D matmul, batched matmul, standalone activations, softmax. */
 #include "npu.h"
 
 /* matmul: M, N, K, transpose_b, act; slots a, b, bias (N) or -1, y. Split by blocks of
@@ -48,23 +48,103 @@ void activation(const lnpu_step *s, void **slots) {
     epilogue(y, s->p[0], 0.0f, NULL, act_of(s, 1));
 }
 
-/* softmax over the last axis: rows, length, log; slots x, y */
+/* softmax over one axis: outer, length, log, inner (elements after the axis; 0 or 1: the
+ * last axis); slots x, y. Statistics in double, exp by fexp; split by outer rows. */
+typedef struct {
+    const lnpu_step *s;
+    const float *x;
+    float *y;
+    int64_t per;
+} softmax_ctx;
+
+MULTIVERSION static void softmax_line(const float *x, float *y, int64_t len, int64_t stride,
+                                      int log_out) {
+    float m = -INFINITY;
+    for (int64_t i = 0; i < len; i++) m = x[i * stride] > m ? x[i * stride] : m;
+    double sum = 0.0;
+    if (stride == 1) {
+        for (int64_t i = 0; i < len; i++) {
+            y[i] = fexp(x[i] - m);
+            sum += y[i];
+        }
+    } else {
+        for (int64_t i = 0; i < len; i++) {
+            y[i * stride] = fexp(x[i * stride] - m);
+            sum += y[i * stride];
+        }
+    }
+    if (log_out) {
+        float l = (float)log(sum);
+        for (int64_t i = 0; i < len; i++) y[i * stride] = x[i * stride] - m - l;
+    } else {
+        float inv = (float)(1.0 / sum);
+        for (int64_t i = 0; i < len; i++) y[i * stride] *= inv;
+    }
+}
+
+static void softmax_task(const void *ctx, int64_t t) {
+    const softmax_ctx *cx = ctx;
+    const int64_t *p = cx->s->p;
+    int64_t len = p[1], inner = p[3] > 1 ? p[3] : 1;
+    for (int64_t o = t * cx->per; o < (t + 1) * cx->per && o < p[0]; o++)
+        for (int64_t i = 0; i < inner; i++)
+            softmax_line(cx->x + o * len * inner + i, cx->y + o * len * inner + i, len, inner,
+                         (int)p[2]);
+}
+
 void softmax(const lnpu_step *s, void **slots) {
-    int64_t rows = s->p[0], len = s->p[1];
-    for (int64_t r = 0; r < rows; r++) {
-        const float *x = (const float *)slots[s->slot[0]] + r * len;
-        float *y = (float *)slots[s->slot[1]] + r * len;
-        float m = -INFINITY;
-        for (int64_t i = 0; i < len; i++) m = x[i] > m ? x[i] : m;
-        double sum = 0.0;
-        for (int64_t i = 0; i < len; i++) sum += expf(x[i] - m);
-        if (s->p[2]) {
-            float l = (float)log(sum);
-            for (int64_t i = 0; i < len; i++) y[i] = x[i] - m - l;
-        } else {
-            float inv = (float)(1.0 / sum);
-            for (int64_t i = 0; i < len; i++) y[i] = expf(x[i] - m) * inv;
+    softmax_ctx cx = {s, slots[s->slot[0]], slots[s->slot[1]], 0};
+    int64_t outer = s->p[0], inner = s->p[3] > 1 ? s->p[3] : 1;
+    int64_t tasks = task_count((double)outer * s->p[1] * inner * 1.0, outer);
+    cx.per = per_task(outer, tasks);
+    parallel(softmax_task, &cx, (outer + cx.per - 1) / cx.per);
+}
+
+/* bmatmul: a batch of GEMMs over broadcast batch dims. p[0] rank r of the batch (<= 4),
+ * p[1..5) batch dims, p[5..9) a's batch strides, p[9..13) b's (elements; 0 where
+ * broadcast), p[13] M, p[14] N, p[15] K, p[16] transpose_b, p[17] act; slots a, b, bias (N)
+ * or -1, y (the batches one after another, each M x N). */
+typedef struct {
+    const lnpu_step *s;
+    const float *a, *b, *bias;
+    float *y;
+    int64_t per;
+} bmatmul_ctx;
+
+static void bmatmul_task(const void *ctx, int64_t t) {
+    const bmatmul_ctx *cx = ctx;
+    const int64_t *p = cx->s->p;
+    int64_t r = p[0], M = p[13], N = p[14], K = p[15], trans = p[16], batches = 1;
+    for (int64_t d = 0; d < r; d++) batches *= p[1 + d];
+    act_t act = act_of(cx->s, 17);
+    for (int64_t g = t * cx->per; g < (t + 1) * cx->per && g < batches; g++) {
+        int64_t rest = g, oa = 0, ob = 0;
+        for (int64_t d = r - 1; d >= 0; d--) {
+            int64_t i = rest % p[1 + d];
+            rest /= p[1 + d];
+            oa += i * p[5 + d];
+            ob += i * p[9 + d];
+        }
+        float *y = cx->y + g * M * N;
+        sgemm(ROW_MAJOR, NO_TRANS, trans ? TRANS : NO_TRANS, (int)M, (int)N, (int)K, 1.0f,
+              cx->a + oa, (int)K, cx->b + ob, trans ? (int)K : (int)N, 0.0f, y, (int)N);
+        for (int64_t m = 0; m < M; m++) {
+            float *row = y + m * N;
+            if (cx->bias)
+                for (int64_t j = 0; j < N; j++) row[j] += cx->bias[j];
+            epilogue(row, N, 0.0f, NULL, act);
         }
     }
 }
 
+void bmatmul(const lnpu_step *s, void **slots) {
+    const int64_t *p = s->p;
+    bmatmul_ctx cx = {s, slots[s->slot[0]], slots[s->slot[1]],
+                      s->slot[2] >= 0 ? slots[s->slot[2]] : NULL, slots[s->slot[3]], 0};
+    int64_t batches = 1;
+    for (int64_t d = 0; d < p[0]; d++) batches *= p[1 + d];
+    double ns = (double)batches * p[13] * p[14] * p[15] / GEMM_MACS_PER_NS + batches * 500.0;
+    int64_t tasks = task_count(ns, batches);
+    cx.per = per_task(batches, tasks);
+    parallel(bmatmul_task, &cx, (batches + cx.per - 1) / cx.per);
+}

@@ -16,11 +16,13 @@ void concat(const lnpu_step *s, void **slots) {
 
 /* transpose: rank r (<= 6, the last output axis is contiguous in the input too when
  * p[1] > 1), p[1] bytes per innermost block, p[2..2+r) output shape, p[8..8+r) input
- * byte strides permuted to the output's axis order. */
+ * byte strides permuted to the output's axis order (negative for a reversed axis), p[14] the
+ * byte offset of the first element read (a slice's start). Any strided view of x, copied out
+ * contiguously: transposes, slices, SpaceToDepth. */
 void transpose(const lnpu_step *s, void **slots) {
     int64_t r = s->p[0], block = s->p[1];
     const int64_t *shape = s->p + 2, *stride = s->p + 8;
-    const char *x = slots[s->slot[0]];
+    const char *x = (const char *)slots[s->slot[0]] + s->p[14];
     char *y = slots[s->slot[1]];
     int64_t idx[6] = {0};
     int64_t inner = shape[r - 1];

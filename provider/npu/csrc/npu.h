@@ -29,6 +29,8 @@
 
 enum { OP_CONV = 1, OP_DWCONV, OP_MAXPOOL, OP_AVGPOOL, OP_GLOBALPOOL, OP_CONCAT, OP_TRANSPOSE,
        OP_MATMUL, OP_ACT, OP_SOFTMAX, OP_COUNT };
+/* the steps of real models beyond CNNs (elementwise.c, dense.c, rnn.c, reduce.c): codes 11-39 */
+enum { OP_UNARY = 11, OP_BINARY, OP_LAYERNORM, OP_BMATMUL, OP_RNN, OP_REDUCE };
 
 #define MAX_SLOTS 16
 #define MAX_PARAMS 32
@@ -60,6 +62,40 @@ extern sgemm_fn sgemm;  /* OpenBLAS's, set by lnpu_set_sgemm */
  * GCC vectorizes, and compiles branch-free in the scalar tail of a loop, where a || form
  * took branches that mispredict on real data (pool_plane 2x slower). */
 static inline float max_nan(float a, float b) { return a != a ? a : (a > b ? a : b); }
+
+/* e^v in float: range reduction to [-ln2/2, ln2/2] and a degree-6 polynomial, within 2 ulp;
+ * inf past 88.72, 0 below float's normal range (< 1.2e-38), NaN for NaN. Inlined (no libm
+ * call) so that loops over it vectorize. */
+static inline float fexp(float v) {
+    float x = v < -87.3f ? -87.3f : (v > 88.7f ? 88.7f : v);
+    float n = rintf(x * 1.44269504088896341f);
+    float r = x - n * 0.693359375f;
+    r -= n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { float f; int32_t i; } scale = {.i = ((int32_t)n + 127) << 23};
+    /* past the clamps: exp overflows to inf, or is below float's normal range (< 1.2e-38) */
+    return v > 88.7228f ? INFINITY : (v < -87.3f ? 0.0f : p * scale.f);
+}
+
+/* sigmoid, and tanh through exp (a series near 0, where 1 - 2 / (e^2x + 1) would cancel) */
+static inline float fsigmoid(float x) { return 1.0f / (1.0f + fexp(-x)); }
+
+static inline float ftanh(float x) {
+    float a = fabsf(x);
+    if (a < 0.2f) {
+        float a2 = a * a;
+        float t = a + a * a2 * (-1.0f / 3 + a2 * (2.0f / 15 + a2 * (-17.0f / 315)));
+        return x < 0 ? -t : t;
+    }
+    float t = 1.0f - 2.0f / (fexp(2.0f * a) + 1.0f);
+    return x < 0 ? -t : t;
+}
 
 /* ---- cores (pool.c) ------------------------------------------------------------------ */
 
@@ -190,5 +226,11 @@ void transpose(const lnpu_step *s, void **slots);
 void matmul(const lnpu_step *s, void **slots);       /* dense.c */
 void activation(const lnpu_step *s, void **slots);
 void softmax(const lnpu_step *s, void **slots);
+void bmatmul(const lnpu_step *s, void **slots);
+void unary(const lnpu_step *s, void **slots);        /* elementwise.c */
+void binary(const lnpu_step *s, void **slots);
+void layer_norm(const lnpu_step *s, void **slots);
+int rnn(const lnpu_step *s, void **slots);           /* rnn.c */
+void reduce(const lnpu_step *s, void **slots);       /* reduce.c */
 
 #endif

@@ -38,6 +38,12 @@ API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, double
         case OP_MATMUL: matmul(s, slots); break;
         case OP_ACT: activation(s, slots); break;
         case OP_SOFTMAX: softmax(s, slots); break;
+        case OP_UNARY: unary(s, slots); break;
+        case OP_BINARY: binary(s, slots); break;
+        case OP_LAYERNORM: layer_norm(s, slots); break;
+        case OP_BMATMUL: bmatmul(s, slots); break;
+        case OP_RNN: status = rnn(s, slots); break;
+        case OP_REDUCE: reduce(s, slots); break;
         default: status = i + 1; continue;
         }
         if (seconds) seconds[i] = (now_ns() - t0) * 1e-9;

@@ -17,6 +17,7 @@ from provider.npu.ops import (  # noqa: F401  (imported for their registrations)
     pool,
     reduce,
     resize,
+    rnn,
     shape,
 )
 from provider.npu.ops.registry import (

@@ -26,7 +26,14 @@ from provider.npu.ops.common import (
     enum_check,
     ints,
 )
-from provider.npu.ops.native_builder import ACT_CLAMP, ACT_LEAKY, StepBuilder, f32
+from provider.npu.ops.native_builder import (
+    ACT_CLAMP,
+    ACT_LEAKY,
+    CLAMPS,
+    StepBuilder,
+    f32,
+    lower_unary,
+)
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
 
@@ -147,6 +154,7 @@ ACTIVATIONS = (
 FUSED = enum_check("activation_type", ACTIVATIONS, "NO_ACTIVATION")
 
 
+@np.errstate(invalid="ignore", over="ignore", divide="ignore")  # inf / NaN in, inf / NaN out
 def apply(
     kind: str,
     x: np.ndarray,
@@ -316,6 +324,8 @@ def _activation_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b
     if not f32(ins[0], outs[0]):
         return False
     kind = attrs["activation_type"]
+    if kind not in CLAMPS and kind not in ("HARD_TANH", "LEAKY_RELU"):
+        return _unary_activation(ins[0], kind, attrs, b)
     b.params(math.prod(ins[0].shape))
     b.slots(b.inputs[0], b.outputs[0])
     if kind == "HARD_TANH":
@@ -329,11 +339,23 @@ def _activation_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b
     return b.activation(kind)
 
 
+def _unary_activation(x: Slot, kind: str, attrs: dict, b: StepBuilder) -> bool:
+    """An activation without a clamp form as the C library's unary op, when it has it."""
+    if kind == "GELU":
+        return lower_unary(x, "gelu_tanh" if attrs.get("approximate") else "gelu", b)
+    if kind == "HSIGMOID":
+        alpha, beta = float(attrs.get("alpha", 0.0)), float(attrs.get("beta", 0.0))
+        return lower_unary(x, "hsigmoid", b, *((alpha, beta) if alpha else (1 / 6, 0.5)))
+    return kind in ("SIGMOID", "TANH", "SWISH", "HSWISH") and lower_unary(x, kind.lower(), b)
+
+
 @native("softmax")
 def _softmax_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """Over any one axis: (outer, length, inner) around it."""
     x = ins[0]
-    if not f32(x, outs[0]) or attrs["axis"] != len(x.shape) - 1:
+    if not f32(x, outs[0]) or not x.shape:
         return False
-    b.params(math.prod(x.shape[:-1]), x.shape[-1], attrs["log"])
+    axis = attrs["axis"]
+    b.params(math.prod(x.shape[:axis]), x.shape[axis], attrs["log"], math.prod(x.shape[axis + 1:]))
     b.slots(b.inputs[0], b.outputs[0])
     return True

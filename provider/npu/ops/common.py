@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from converters.lite.ir import LiteNode
-from provider.errors import InvalidModelError, LitenpuError, UnsupportedError
+from provider.errors import BindingError, InvalidModelError, LitenpuError, UnsupportedError
 
 Shape = tuple[int, ...]
 F32 = np.dtype(np.float32)
@@ -32,8 +32,8 @@ BOOL = np.dtype(np.bool_)
 # Run-time dtype sets of the static rows (capability's table prints them in this order).
 DTYPE_ORDER = ("float32", "float16", "int32", "int64", "bool")
 FLOAT = frozenset({"float32", "float16"})
-NUMERIC = FLOAT | {"int32"}
-DATA = NUMERIC | {"int64", "bool"}
+NUMERIC = FLOAT | {"int32", "int64"}  # int64: index arithmetic (masks, positions)
+DATA = NUMERIC | {"bool"}
 ANY: frozenset[str] = frozenset()  # no dtype restriction
 
 
@@ -79,6 +79,18 @@ class Lowered:
     outputs: list[tuple[Shape, np.dtype]]
     scratch: list[tuple[str, Shape, np.dtype]] = field(default_factory=list)
     values: list[np.ndarray] | None = None
+
+
+class InputValueError(BindingError):
+    """A run-time input holds a value its op cannot take (an index outside its axis);
+    onnxruntime refuses such a run too."""
+
+
+def check_indices(idx: np.ndarray, dim: int, what: str) -> None:
+    """InputValueError unless every run-time index is in [-dim, dim)."""
+    if idx.size and (idx.min() < -dim or idx.max() >= dim):
+        bad = idx[(idx < -dim) | (idx >= dim)].reshape(-1)[0]
+        raise InputValueError(f"{what}: index {int(bad)} is outside [-{dim}, {dim})")
 
 
 # ---- helpers of rules ------------------------------------------------------------------

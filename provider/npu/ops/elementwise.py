@@ -1,7 +1,8 @@
 """Elementwise ops with numpy broadcasting: binary arithmetic (Add/Sub/Mul/Div/RealDiv/
 Maximum/Minimum/Pow), AddN, unary math, ExpFusion, comparisons and logical ops, Where and
-PReLU: capability, rules and numpy kernels (the C library runs none of them alone; a residual
-Add folds into the conv before it)."""
+PReLU: capability, rules, numpy kernels, and the native lowerings of float32 binary
+arithmetic (any broadcast of up to 6 merged dims) and unary math (csrc/elementwise.c); a
+residual Add folds into the conv before it."""
 
 from __future__ import annotations
 
@@ -26,7 +27,16 @@ from provider.npu.ops.common import (
     describe,
     per_channel,
 )
-from provider.npu.ops.registry import define, register
+from provider.npu.ops.native_builder import (
+    MAX_RANK,
+    StepBuilder,
+    broadcast_strides,
+    f32,
+    lower_unary,
+    merged,
+)
+from provider.npu.ops.registry import define, native, register
+from provider.npu.program import Slot
 
 
 def trunc_divide(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -233,3 +243,32 @@ def prelu_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
         broadcast(node, x.shape, slope.shape)
     return Lowered("prelu", {}, [0, Packed(slope.shape, x.dtype, lambda: slope.astype(x.dtype))],
                    [(x.shape, x.dtype)])
+
+
+# ---- native lowerings --------------------------------------------------------------------
+
+# csrc/elementwise.c's binary op codes (B_*)
+BINARY_CODES = {"add": 0, "sub": 1, "mul": 2, "div": 3, "maximum": 4, "minimum": 5, "pow": 6}
+
+
+@native("binary")
+def _binary_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    y = outs[0]
+    if not f32(*ins, y) or attrs["op"] not in BINARY_CODES:
+        return False
+    dims, (sa, sb) = merged(y.shape, broadcast_strides(ins[0].shape, y.shape),
+                            broadcast_strides(ins[1].shape, y.shape))
+    code = b.activation_code(attrs.get("activation", "NO_ACTIVATION"))
+    if len(dims) > MAX_RANK or code is None:
+        return False
+    r = len(dims)
+    b.step.p[0], b.step.p[1] = BINARY_CODES[attrs["op"]], r
+    b.step.p[2:2 + r], b.step.p[8:8 + r], b.step.p[14:14 + r] = dims, sa, sb
+    b.step.p[20] = code
+    b.slots(b.inputs[0], b.inputs[1], b.outputs[0])
+    return True
+
+
+@native("unary")
+def _unary_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    return f32(ins[0], outs[0]) and lower_unary(ins[0], attrs["op"], b)

@@ -1,6 +1,7 @@
 """Data movement: Concat, Split, slices (SliceFusion / StridedSlice), Transpose, PadFusion,
-Gather, TileFusion, BroadcastTo: capability, rules, numpy kernels, and the native lowerings
-of Concat and Transpose. Index arithmetic is resolved by the rules; the kernels only copy.
+Gather, GatherNd, TileFusion, BroadcastTo, SpaceToDepth / DepthToSpace: capability, rules,
+numpy kernels, and the native lowerings of Concat, Transpose and slices. Index arithmetic
+is resolved by the rules; the kernels only copy.
 
 Index arrays are validated at compile time, so np.take runs with mode="clip": with the
 default mode="raise" numpy buffers the whole output on every call."""
@@ -21,6 +22,7 @@ from provider.npu.ops.common import (
     TensorInfo,
     axis_of,
     broadcast,
+    check_indices,
     const,
     data_dtype,
     describe,
@@ -64,8 +66,11 @@ def strided_slice(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], a
 
 @register("transpose")
 def transpose(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
-    """outputs[0] = x.transpose(attrs["perm"])."""
-    np.copyto(outputs[0], inputs[0].transpose(attrs["perm"]))
+    """outputs[0] = x.transpose(attrs["perm"]); with attrs["view"], x is first seen in that
+    shape (SpaceToDepth / DepthToSpace: a 6-D transpose of a 4-D tensor)."""
+    x = inputs[0] if "view" not in attrs else inputs[0].reshape(attrs["view"])
+    y = x.transpose(attrs["perm"])
+    np.copyto(outputs[0].reshape(y.shape), y)
 
 
 @register("pad")
@@ -83,8 +88,29 @@ def pad(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict
 
 @register("gather")
 def gather(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
-    """outputs[0] = take(x, indices, axis) (indices non-negative, checked at compile time)."""
-    np.take(inputs[0], inputs[1], axis=attrs["axis"], out=outputs[0], mode="clip")
+    """outputs[0] = take(x, indices, axis): constant indices were made non-negative at
+    compile time; run-time ones (attrs["checked"] false: an embedding lookup) are checked
+    against [-dim, dim) here, and wrap."""
+    x, idx = inputs[0], inputs[1]
+    if attrs.get("checked", True):
+        np.take(x, idx, axis=attrs["axis"], out=outputs[0], mode="clip")
+        return
+    check_indices(idx, x.shape[attrs["axis"]], "Gather")
+    np.take(x, idx, axis=attrs["axis"], out=outputs[0], mode="wrap")
+
+
+@register("gather_nd")
+def gather_nd(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0][i...] = x[indices[i..., :]] (ONNX GatherND, batch_dims 0); each index
+    column checked against its axis, negatives wrap."""
+    x, idx = inputs[0], inputs[1]
+    k = idx.shape[-1]
+    flat = idx.reshape(-1, k)
+    for axis in range(k):
+        check_indices(flat[:, axis], x.shape[axis], "GatherND")
+    linear = np.ravel_multi_index(tuple(flat[:, a] for a in range(k)), x.shape[:k], mode="wrap")
+    np.take(x.reshape(-1, *x.shape[k:]), linear, axis=0,
+            out=outputs[0].reshape(-1, *x.shape[k:]), mode="clip")
 
 
 @register("broadcast")
@@ -230,6 +256,42 @@ def transpose_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowe
     return Lowered("transpose", {"perm": perm}, [0], [(tuple(x.shape[p] for p in perm), x.dtype)])
 
 
+def _block(node: LiteNode, x: TensorInfo) -> int:
+    block = int(node.attrs.get("block_size", 0))
+    if node.attrs.get("format", "NCHW") != "NCHW" or len(x.shape) != 4 or block < 1:
+        raise UnsupportedError(f"{describe(node)}: block_size {block}, format "
+                               f"{node.attrs.get('format', 'NCHW')}, input rank {len(x.shape)} "
+                               "(the NPU runs NCHW, rank 4)")
+    return block
+
+
+@define("SpaceToDepth", dtypes=DATA, kernels=("transpose",), note="NCHW")
+def space_to_depth_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    """(N, C, H, W) -> (N, C*b*b, H/b, W/b), channel (bh*b + bw)*C + c: a 6-D transpose."""
+    x = ins[0]
+    b = _block(node, x)
+    n, c, h, w = x.shape
+    if h % b or w % b:
+        raise InvalidModelError(f"{describe(node)}: {h}x{w} is not a multiple of block {b}")
+    attrs = {"view": [n, c, h // b, b, w // b, b], "perm": [0, 3, 5, 1, 2, 4]}
+    return Lowered("transpose", attrs, [0], [((n, c * b * b, h // b, w // b), x.dtype)])
+
+
+@define("DepthToSpace", dtypes=DATA, check=enum_check("mode", ("DCR", "CRD"), "DCR"),
+        kernels=("transpose",), note="NCHW; DCR or CRD")
+def depth_to_space_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    x = ins[0]
+    b = _block(node, x)
+    n, c, h, w = x.shape
+    if c % (b * b):
+        raise InvalidModelError(f"{describe(node)}: {c} channels for block {b}")
+    if str(node.attrs.get("mode", "DCR")) == "DCR":
+        attrs = {"view": [n, b, b, c // (b * b), h, w], "perm": [0, 3, 4, 1, 5, 2]}
+    else:
+        attrs = {"view": [n, c // (b * b), b, b, h, w], "perm": [0, 1, 4, 2, 5, 3]}
+    return Lowered("transpose", attrs, [0], [((n, c // (b * b), h * b, w * b), x.dtype)])
+
+
 _PAD_MODES = {"CONSTANT": "constant", "REFLECT": "reflect", "SYMMETRIC": "symmetric", "EDGE": "edge"}
 
 
@@ -257,18 +319,34 @@ def pad_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     return Lowered("pad", attrs, [0], [(out, x.dtype)])
 
 
-@define("Gather", dtypes=DATA, const_inputs=(1, 2), kernels=("gather",))
+@define("Gather", dtypes=DATA, const_inputs=(2,), kernels=("gather",),
+        note="run-time indices int32/int64, checked per run")
 def gather_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     x = ins[0]
-    idx = const(node, ins, 1, "indices").astype(np.int64)
     axis = int(const(node, ins, 2, "axis").reshape(-1)[0]) if len(ins) > 2 else int(node.attrs.get("axis", 0))
     axis = axis_of(node, axis, len(x.shape))
     dim = x.shape[axis]
+    if ins[1].value is None:
+        if ins[1].dtype.kind not in "iu":
+            raise UnsupportedError(f"{describe(node)}: indices of dtype {ins[1].dtype}")
+        out = (*x.shape[:axis], *ins[1].shape, *x.shape[axis + 1:])
+        return Lowered("gather", {"axis": axis, "checked": False}, [0, 1], [(out, x.dtype)])
+    idx = ins[1].value.astype(np.int64)
     if idx.size and (idx.min() < -dim or idx.max() >= dim):
         raise InvalidModelError(f"{describe(node)}: indices outside [-{dim}, {dim})")
     idx = np.where(idx < 0, idx + dim, idx).astype(np.int64)
     out = (*x.shape[:axis], *idx.shape, *x.shape[axis + 1:])
     return Lowered("gather", {"axis": axis}, [0, idx], [(out, x.dtype)])
+
+
+@define("GatherNd", dtypes=DATA, kernels=("gather_nd",), note="batch_dims 0")
+def gather_nd_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    x, idx = ins[0], ins[1]
+    if idx.dtype.kind not in "iu" or not idx.shape or not 1 <= idx.shape[-1] <= len(x.shape):
+        raise InvalidModelError(f"{describe(node)}: indices {idx.dtype}{list(idx.shape)} for "
+                                f"data of rank {len(x.shape)}")
+    out = (*idx.shape[:-1], *x.shape[idx.shape[-1]:])
+    return Lowered("gather_nd", {}, [0, 1], [(out, x.dtype)])
 
 
 @define("BroadcastTo", dtypes=DATA, const_inputs=(1,), kernels=("broadcast",))
@@ -325,7 +403,7 @@ def _merged_transpose(shape: Sequence[int], perm: Sequence[int]) -> tuple[list[i
 def _transpose_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     x = ins[0]
     size = x.np_dtype.itemsize
-    shape, perm = _merged_transpose(x.shape, attrs["perm"])
+    shape, perm = _merged_transpose(attrs.get("view", x.shape), attrs["perm"])
     if not shape:
         shape, perm = [1], [0]
     if len(shape) > 6 or (perm[-1] != len(shape) - 1 and size != 4):
@@ -336,5 +414,34 @@ def _transpose_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b:
     b.params(len(shape), block)
     b.step.p[2:2 + len(shape)] = out_shape
     b.step.p[8:8 + len(shape)] = [strides[a] for a in perm]
+    b.slots(b.inputs[0], b.outputs[0])
+    return True
+
+
+@native("slice", op="transpose")
+def _slice_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """A slice (steps of any sign) as the C library's strided copy: output dims of size 1
+    dropped, the walk of the rest over x, and the byte offset of its first element."""
+    x = ins[0]
+    size = x.np_dtype.itemsize
+    contiguous = [math.prod(x.shape[a + 1:]) * size for a in range(len(x.shape))]
+    offset, shape, strides = 0, [], []
+    for a, (start, stop, step) in enumerate(attrs["slices"]):
+        length = len(range(start, -1 if stop is None else stop, step))  # _slice_spec's
+        offset += start * contiguous[a] if length else 0
+        if length != 1:
+            shape.append(length)
+            strides.append(step * contiguous[a])
+    if not shape:
+        shape, strides = [1], [size]
+    if len(shape) > 6 or 0 in shape:
+        return False
+    block = shape[-1] * size if strides[-1] == size else 0
+    if not block and size != 4:
+        return False
+    b.params(len(shape), block)
+    b.step.p[2:2 + len(shape)] = shape
+    b.step.p[8:8 + len(shape)] = strides
+    b.step.p[14] = offset
     b.slots(b.inputs[0], b.outputs[0])
     return True

@@ -1,5 +1,6 @@
 """MatMulFusion and FullConnection: capability, rules, the numpy kernel (one broadcasting,
-batched GEMM plus bias and activation) and the native lowering of 2-D GEMMs."""
+batched GEMM plus bias and activation) and the native lowerings: 2-D GEMMs (batched A
+times one matrix flattened into one) and batched products (one GEMM per batch index)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from provider.npu.ops.common import (
     const,
     describe,
 )
-from provider.npu.ops.native_builder import StepBuilder, f32
+from provider.npu.ops.native_builder import StepBuilder, broadcast_strides, f32, merged
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
 
@@ -107,12 +108,18 @@ def full_connection_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -
 
 @native("matmul")
 def _matmul_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """A 2-D GEMM: FullConnection's flattened views, or a MatMul whose A has leading batch
+    dims and B is one matrix (a transformer's dense layers: (..., M, K) @ (K, N) is one
+    (batch * M, K) GEMM); batched products of two activations go to `bmatmul`."""
     a_shape = attrs.get("a_shape", ins[0].shape)
     y_shape = attrs.get("y_shape", outs[0].shape)
-    if (not f32(*ins, outs[0]) or attrs["transpose_a"] or len(a_shape) != 2
-            or len(y_shape) != 2 or len(ins[1].shape) != 2):
+    if not f32(*ins, outs[0]) or attrs["transpose_a"]:
         return False
-    (m, k), n = a_shape, y_shape[1]
+    if len(ins[1].shape) != 2 or len(a_shape) < 2:
+        return _bmatmul_native(ins, outs, attrs, b)
+    if len(a_shape) != len(y_shape) or tuple(a_shape[:-1]) != tuple(y_shape[:-1]):
+        return False
+    m, k, n = math.prod(a_shape[:-1]), a_shape[-1], y_shape[-1]
     if ins[1].shape != ((n, k) if attrs["transpose_b"] else (k, n)):
         return False
     if len(ins) > 2 and ins[2].nbytes != n * 4:
@@ -120,3 +127,33 @@ def _matmul_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
     b.params(m, n, k, attrs["transpose_b"])
     b.slots(b.inputs[0], b.inputs[1], b.inputs[2] if len(ins) > 2 else None, b.outputs[0])
     return b.activation(attrs.get("activation", "NO_ACTIVATION"))
+
+
+MAX_BATCH_RANK = 4
+
+
+def _bmatmul_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """Products of two batched operands (attention's Q @ K^T, P @ V): one GEMM per batch
+    index of the broadcast batch dims (at most 4 after merging)."""
+    a, w, y = ins[0], ins[1], outs[0]
+    if len(a.shape) < 2 or len(w.shape) < 2 or "a_shape" in attrs:
+        return False
+    m, k = a.shape[-2:]
+    n = w.shape[-2] if attrs["transpose_b"] else w.shape[-1]
+    batch = y.shape[:-2]
+    if y.shape[-2:] != (m, n) or (len(ins) > 2 and ins[2].nbytes != n * 4):
+        return False
+    dims, (sa, sw) = merged(batch, broadcast_strides(a.shape[:-2], batch),
+                            broadcast_strides(w.shape[:-2], batch))
+    code = b.activation_code(attrs.get("activation", "NO_ACTIVATION"))
+    if len(dims) > MAX_BATCH_RANK or code is None:
+        return False
+    b.set_op("bmatmul")
+    r = len(dims)
+    b.step.p[0] = r
+    b.step.p[1:1 + r] = dims
+    b.step.p[5:5 + r] = [s * m * k for s in sa]
+    b.step.p[9:9 + r] = [s * k * n for s in sw]
+    b.step.p[13:18] = [m, n, k, int(attrs["transpose_b"]), code]
+    b.slots(b.inputs[0], b.inputs[1], b.inputs[2] if len(ins) > 2 else None, b.outputs[0])
+    return True

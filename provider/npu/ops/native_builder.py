@@ -1,8 +1,11 @@
 """Filling one native step (`native.Step`, csrc/npu.h's lnpu_step) from a Program step: the
-builder every family's native lowering writes into, and the fused activations' clamp forms."""
+builder every family's native lowering writes into, the fused activations' clamp forms, the
+unary function codes (activations and elementwise math share them) and the walk of a
+broadcast operand over merged dims."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -67,3 +70,54 @@ class StepBuilder:
 def f32(*slots: Slot) -> bool:
     """Whether every slot holds float32 (the only dtype the C kernels compute)."""
     return all(s.np_dtype == F32 for s in slots)
+
+
+# csrc/elementwise.c's unary function codes (U_*)
+UNARY_CODES = {name: code for code, name in enumerate((
+    "sigmoid", "tanh", "erf", "gelu", "gelu_tanh", "swish", "hswish", "hsigmoid", "exp",
+    "sqrt", "neg", "abs", "reciprocal", "square", "floor", "ceil"))}
+MAX_RANK = 6
+
+
+def broadcast_strides(shape: Sequence[int], out: Sequence[int]) -> list[int]:
+    """Element strides of a contiguous `shape` read at each index of `out` (0 where it is
+    broadcast), aligned to out's rank."""
+    padded = (1,) * (len(out) - len(shape)) + tuple(shape)
+    strides, step = [0] * len(out), 1
+    for d in range(len(out) - 1, -1, -1):
+        strides[d] = step if padded[d] != 1 else 0
+        step *= padded[d]
+    return strides
+
+
+def merged(out: Sequence[int], *strides: list[int]) -> tuple[list[int], list[list[int]]]:
+    """out's dims (size-1 dims dropped, neighbours merged where every operand walks them as
+    one) and each operand's strides over them; at least one dim."""
+    dims: list[int] = []
+    walks: list[list[int]] = [[] for _ in strides]
+    for d, size in enumerate(out):
+        if size == 1:
+            continue
+        if dims and all(w[-1] == s[d] * size for w, s in zip(walks, strides, strict=True)):
+            dims[-1] *= size
+            for w, s in zip(walks, strides, strict=True):
+                w[-1] = s[d]
+            continue
+        dims.append(size)
+        for w, s in zip(walks, strides, strict=True):
+            w.append(s[d])
+    if not dims:
+        return [1], [[0] for _ in strides]
+    return dims, walks
+
+
+def lower_unary(x: Slot, function: str, b: StepBuilder, alpha: float = 0.0,
+                beta: float = 0.0) -> bool:
+    """Make `b` the C library's unary op `function` over x (False when it has none)."""
+    if function not in UNARY_CODES:
+        return False
+    b.set_op("unary")
+    b.params(math.prod(x.shape), UNARY_CODES[function])
+    b.step.f[2], b.step.f[3] = alpha, beta
+    b.slots(b.inputs[0], b.outputs[0])
+    return True

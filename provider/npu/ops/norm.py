@@ -1,12 +1,13 @@
 """Normalisations: LayerNormFusion, InstanceNorm, and inference BatchNorm / FusedBatchNorm
 (a per-channel scale and shift, when the compiler could not fold it into a conv):
-capability, rules and numpy kernels.
+capability, rules and numpy kernels; LayerNorm also natively (csrc/elementwise.c).
 
 Statistics are accumulated in fp32 (dtype=np.float32) even when storage is fp16.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -24,11 +25,14 @@ from provider.npu.ops.common import (
     describe,
     per_channel,
 )
-from provider.npu.ops.registry import define, register
+from provider.npu.ops.native_builder import StepBuilder, f32
+from provider.npu.ops.registry import define, native, register
+from provider.npu.program import Slot
 
 F32 = np.float32
 
 
+@np.errstate(over="ignore", invalid="ignore", divide="ignore")  # inf/NaN data gives inf/NaN
 def _normalize(x: np.ndarray, y: np.ndarray, axes: tuple[int, ...], eps: float) -> None:
     """y = (x - mean) / sqrt(var + eps) over `axes`."""
     mean = np.mean(x, axis=axes, keepdims=True, dtype=F32)
@@ -115,3 +119,17 @@ def batch_norm_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Low
     dt = ins[0].dtype
     operands: list[int | np.ndarray | Packed] = [0, per_channel(scale.astype(dt), nd), per_channel(shift.astype(dt), nd)]
     return Lowered("scale_shift", {"activation": "NO_ACTIVATION"}, operands, [(ins[0].shape, dt)])
+
+
+@native("layer_norm")
+def _layer_norm_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """float32, gamma and beta (when given) spanning the normalised dims whole."""
+    x = ins[0]
+    length = math.prod(x.shape[attrs["begin_norm_axis"]:])
+    if not f32(*ins, outs[0]) or any(t.nbytes != 4 * length for t in ins[1:]):
+        return False
+    b.params(math.prod(x.shape[:attrs["begin_norm_axis"]]), length, len(ins) > 1, len(ins) > 2)
+    b.step.f[0] = attrs["epsilon"]
+    b.slots(b.inputs[0], b.inputs[1] if len(ins) > 1 else None,
+            b.inputs[2] if len(ins) > 2 else None, b.outputs[0])
+    return True

@@ -1,15 +1,19 @@
 """ReduceFusion: mean, sum, max, min, prod, sum of squares, L2 over resolved axes:
-capability, rule and numpy kernel."""
+capability, rule, numpy kernel, and the native lowering of float32 reductions over one block
+of consecutive axes (csrc/reduce.c; prod stays on numpy)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from converters.lite.ir import LiteNode
 from provider.npu.ops.common import FLOAT, Lowered, TensorInfo, axis_of, const, enum_check, ints
-from provider.npu.ops.registry import define, register
+from provider.npu.ops.native_builder import StepBuilder, f32
+from provider.npu.ops.registry import define, native, register
+from provider.npu.program import Slot
 
 _REDUCERS = {
     "ReduceMean": np.mean,
@@ -68,3 +72,20 @@ def reduce_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered
     keep = bool(node.attrs.get("keep_dims", False))
     out = tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes)
     return Lowered("reduce", {"axes": axes, "mode": mode}, [0], [(out, x.dtype)])
+
+
+# csrc/reduce.c's mode codes (R_*)
+NATIVE_MODES = {"ReduceMean": 0, "ReduceSum": 1, "ReduceMax": 2, "ReduceMin": 3,
+                "ReduceSumSquare": 4, "ReduceL2": 5}
+
+
+@native("reduce")
+def _reduce_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    x, axes = ins[0], attrs["axes"]
+    if (not f32(x, outs[0]) or attrs["mode"] not in NATIVE_MODES or not axes or not x.nbytes
+            or axes != list(range(axes[0], axes[-1] + 1))):
+        return False
+    b.params(math.prod(x.shape[:axes[0]]), math.prod(x.shape[axes[0]:axes[-1] + 1]),
+             math.prod(x.shape[axes[-1] + 1:]), NATIVE_MODES[attrs["mode"]])
+    b.slots(b.inputs[0], b.outputs[0])
+    return True

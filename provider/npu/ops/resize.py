@@ -113,14 +113,14 @@ def _index_maps(node: LiteNode, h: int, w: int, oh: int, ow: int, sh: float, sw:
         kernels=("resize",), note="NCHW; LINEAR or NEAREST; ASYMMETRIC/ALIGN_CORNERS/HALF_PIXEL; "
         "nearest_mode NORMAL/ROUND_HALF_DOWN/ROUND_HALF_UP/FLOOR/CEIL")
 def resize_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
-    """Output size from new_height/new_width, else the last constant input: integer sizes
-    (N, C, H, W or H, W) or float scales (likewise)."""
+    """Output size from new_height/new_width, else the last constant input, as MindSpore
+    Lite reads it: 2 values (H, W) or 4 (N, H, W, C), integer sizes or float scales (output
+    = scale * input rounded half away from zero)."""
     x = ins[0]
     check_nchw(node, x)
     n, c, h, w = x.shape
     method = str(node.attrs.get("method", "LINEAR"))
     oh, ow = int(node.attrs.get("new_height", 0)), int(node.attrs.get("new_width", 0))
-    sh, sw = (oh / h, ow / w) if oh > 0 and ow > 0 else (0.0, 0.0)
     if not (oh > 0 and ow > 0):
         extra = [t for t in ins[1:] if t.value is not None and t.value.size]
         if not extra:
@@ -128,12 +128,14 @@ def resize_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered
         v = extra[-1].value.reshape(-1)
         if v.size not in (2, 4):
             raise InvalidModelError(f"{describe(node)}: sizes/scales {v.tolist()}")
+        vh, vw = (v[0], v[1]) if v.size == 2 else (v[1], v[2])
         if v.dtype.kind in "iu":
-            oh, ow = int(v[-2]), int(v[-1])
-            sh, sw = oh / h, ow / w
+            oh, ow = int(vh), int(vw)
         else:
-            sh, sw = float(v[-2]), float(v[-1])
-            oh, ow = int(math.floor(h * sh)), int(math.floor(w * sw))
+            oh, ow = int(math.floor(h * float(vh) + 0.5)), int(math.floor(w * float(vw) + 0.5))
+        if oh <= 0 or ow <= 0:
+            raise InvalidModelError(f"{describe(node)}: output size {oh}x{ow} from {v.tolist()}")
+    sh, sw = (oh / h if h else 1.0), (ow / w if w else 1.0)
     operands: list[int | np.ndarray | Packed] = [0, *_index_maps(node, h, w, oh, ow, sh, sw, method, x.dtype)]
     planned = [("rows", (n, c, oh, w), x.dtype)]
     if method == "LINEAR":

@@ -28,8 +28,12 @@ from provider.npu.ops.registry import define, register
 
 @register("cast")
 def cast(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
-    """outputs[0] = x converted to the output's dtype (unsafe casting, as ONNX Cast)."""
-    np.copyto(outputs[0], inputs[0], casting="unsafe")
+    """outputs[0] = x converted to the output's dtype (unsafe casting, as ONNX Cast). A float
+    outside the integer type's range (inf, NaN, too large) gives what onnxruntime's CPU Cast
+    gives on x86, the conversion instruction's result (INT_MIN for 32/64-bit integers), with
+    no floating-point warning."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.copyto(outputs[0], inputs[0], casting="unsafe")
 
 
 @register("copy")
@@ -118,6 +122,27 @@ def constant_of_shape_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types)
         dt = lite_dtypes.to_numpy(int(node.attrs.get("data_type", lite_dtypes.FLOAT32)))
     fill = np.asarray(node.attrs.get("value", [0.0])).reshape(-1)[0]
     value = np.full(shape, fill).astype(dt)
+    return Lowered("", {}, [], [(value.shape, value.dtype)], values=[value])
+
+
+@define("Size", dtypes=ANY, note="evaluated at compile time")
+def size_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    value = np.asarray(math.prod(ins[0].shape), dtype=out_types[0] or np.dtype(np.int64))
+    return Lowered("", {}, [], [(value.shape, value.dtype)], values=[value])
+
+
+@define("Range", dtypes=ANY, const_inputs=(0, 1, 2), note="evaluated at compile time")
+def range_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    """ONNX's count max(ceil((limit - start) / delta), 0), from scalar (or 1-element) inputs."""
+    start, limit, delta = (const(node, ins, i, what).reshape(-1)
+                           for i, what in enumerate(("start", "limit", "delta")))
+    if not start.size == limit.size == delta.size == 1:
+        raise InvalidModelError(f"{describe(node)}: start/limit/delta must be scalars")
+    dt = out_types[0] or start.dtype
+    if delta[0] == 0:
+        raise InvalidModelError(f"{describe(node)}: delta is 0")
+    count = max(int(math.ceil((float(limit[0]) - float(start[0])) / float(delta[0]))), 0)
+    value = (start[0] + np.arange(count, dtype=dt) * delta[0]).astype(dt)
     return Lowered("", {}, [], [(value.shape, value.dtype)], values=[value])
 
 

@@ -1,0 +1,215 @@
+/* Elementwise: unary math and activations, binary arithmetic with numpy broadcasting.
+ *
+ * exp, sigmoid and tanh are npu.h's (vectorizable); erf is the numpy kernel's Chebyshev fit
+ * of erfc (|error| <= 1.2e-7). */
+#include "npu.h"
+
+static inline float ferf(float x) {
+    float z = fabsf(x);
+    float t = 1.0f / (1.0f + 0.5f * z);
+    float p = 0.17087277f;
+    p = p * t - 0.82215223f;
+    p = p * t + 1.48851587f;
+    p = p * t - 1.13520398f;
+    p = p * t + 0.27886807f;
+    p = p * t - 0.18628806f;
+    p = p * t + 0.09678418f;
+    p = p * t + 0.37409196f;
+    p = p * t + 1.00002368f;
+    p = p * t - 1.26551223f;
+    float r = 1.0f - t * fexp(p - z * z);
+    return x < 0 ? -r : r;
+}
+
+/* unary function codes (provider/npu/ops/elementwise.py UNARY_CODES) */
+enum { U_SIGMOID, U_TANH, U_ERF, U_GELU, U_GELU_TANH, U_SWISH, U_HSWISH, U_HSIGMOID, U_EXP,
+       U_SQRT, U_NEG, U_ABS, U_RECIPROCAL, U_SQUARE, U_FLOOR, U_CEIL };
+
+MULTIVERSION static void unary_range(const float *restrict x, float *restrict y, int64_t n,
+                                     int64_t fn, float alpha, float beta) {
+    switch (fn) {
+    case U_SIGMOID: for (int64_t i = 0; i < n; i++) y[i] = fsigmoid(x[i]); break;
+    case U_TANH: for (int64_t i = 0; i < n; i++) y[i] = ftanh(x[i]); break;
+    case U_ERF: for (int64_t i = 0; i < n; i++) y[i] = ferf(x[i]); break;
+    case U_GELU:
+        for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + ferf(x[i] * 0.70710678118654752f));
+        break;
+    case U_GELU_TANH:
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            y[i] = 0.5f * v * (1.0f + ftanh(0.79788456080286536f * (v + 0.044715f * v * v * v)));
+        }
+        break;
+    case U_SWISH: for (int64_t i = 0; i < n; i++) y[i] = x[i] * fsigmoid(x[i]); break;
+    case U_HSWISH:
+        for (int64_t i = 0; i < n; i++) {
+            float r = x[i] + 3.0f;
+            r = r < 0.0f ? 0.0f : (r > 6.0f ? 6.0f : r);
+            y[i] = x[i] * r / 6.0f;
+        }
+        break;
+    case U_HSIGMOID:
+        for (int64_t i = 0; i < n; i++) {
+            float r = x[i] * alpha + beta;
+            y[i] = r < 0.0f ? 0.0f : (r > 1.0f ? 1.0f : r);
+        }
+        break;
+    case U_EXP: for (int64_t i = 0; i < n; i++) y[i] = fexp(x[i]); break;
+    case U_SQRT: for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]); break;
+    case U_NEG: for (int64_t i = 0; i < n; i++) y[i] = -x[i]; break;
+    case U_ABS: for (int64_t i = 0; i < n; i++) y[i] = fabsf(x[i]); break;
+    case U_RECIPROCAL: for (int64_t i = 0; i < n; i++) y[i] = 1.0f / x[i]; break;
+    case U_SQUARE: for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i]; break;
+    case U_FLOOR: for (int64_t i = 0; i < n; i++) y[i] = floorf(x[i]); break;
+    case U_CEIL: for (int64_t i = 0; i < n; i++) y[i] = ceilf(x[i]); break;
+    }
+}
+
+typedef struct {
+    const lnpu_step *s;
+    const float *x;
+    float *y;
+    int64_t per;
+} unary_ctx;
+
+static void unary_task(const void *ctx, int64_t t) {
+    const unary_ctx *cx = ctx;
+    int64_t n = cx->s->p[0], lo = t * cx->per, hi = lo + cx->per < n ? lo + cx->per : n;
+    if (lo < hi)
+        unary_range(cx->x + lo, cx->y + lo, hi - lo, cx->s->p[1], cx->s->f[2], cx->s->f[3]);
+}
+
+/* unary: count, function; f[2] alpha, f[3] beta; slots x, y (may be the same memory) */
+void unary(const lnpu_step *s, void **slots) {
+    unary_ctx cx = {s, slots[s->slot[0]], slots[s->slot[1]], 0};
+    int64_t n = s->p[0], tasks = task_count(n * 2.0, n / 4096 > 1 ? n / 4096 : 1);
+    cx.per = (per_task(n, tasks) + 15) / 16 * 16;
+    parallel(unary_task, &cx, (n + cx.per - 1) / cx.per);
+}
+
+/* binary op codes (provider/npu/ops/elementwise.py BINARY_CODES) */
+enum { B_ADD, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW };
+
+/* y[i] = op(a[i * sa], b[i * sb]) for i < n, clamped to [lo, hi] */
+MULTIVERSION static void binary_row(const float *restrict a, int64_t sa, const float *restrict b,
+                                    int64_t sb, float *y, int64_t n, int64_t op, float lo,
+                                    float hi) {
+#define ROW(EXPR)                                                                   \
+    if (sa == 1 && sb == 1) {                                                       \
+        for (int64_t i = 0; i < n; i++) { float u = a[i], v = b[i]; float r = EXPR; \
+            r = r < lo ? lo : r; y[i] = r > hi ? hi : r; }                           \
+    } else if (sb == 0) {                                                           \
+        float v = b[0];                                                             \
+        for (int64_t i = 0; i < n; i++) { float u = a[i * sa]; float r = EXPR;      \
+            r = r < lo ? lo : r; y[i] = r > hi ? hi : r; }                           \
+    } else {                                                                        \
+        for (int64_t i = 0; i < n; i++) { float u = a[i * sa], v = b[i * sb];       \
+            float r = EXPR; r = r < lo ? lo : r; y[i] = r > hi ? hi : r; }           \
+    }
+    switch (op) {
+    case B_ADD: ROW(u + v) break;
+    case B_SUB: ROW(u - v) break;
+    case B_MUL: ROW(u * v) break;
+    case B_DIV: ROW(u / v) break;
+    case B_MAX: ROW(u != u || u > v ? u : v) break;
+    case B_MIN: ROW(u != u || u < v ? u : v) break;
+    case B_POW: ROW(powf(u, v)) break;
+    }
+#undef ROW
+}
+
+typedef struct {
+    const lnpu_step *s;
+    const float *a, *b;
+    float *y;
+    int64_t rows_per;
+} binary_ctx;
+
+/* binary: op, rank r (<= 6, dims merged), p[2..2+r) output dims, p[8..8+r) a's element
+ * strides, p[14..14+r) b's (0 where broadcast), p[20] act; slots a, b, y (y may be a when
+ * a has the output's shape). A NaN passes the clamp as NaN (the numpy kernels' clip). */
+static void binary_task(const void *ctx, int64_t t) {
+    const binary_ctx *cx = ctx;
+    const int64_t *p = cx->s->p;
+    int64_t r = p[1], inner = p[2 + r - 1], rows = 1;
+    for (int64_t d = 0; d < r - 1; d++) rows *= p[2 + d];
+    int64_t lo = t * cx->rows_per, hi = lo + cx->rows_per < rows ? lo + cx->rows_per : rows;
+    float flo = cx->s->f[0], fhi = cx->s->f[1];
+    for (int64_t row = lo; row < hi; row++) {
+        int64_t rest = row, oa = 0, ob = 0;
+        for (int64_t d = r - 2; d >= 0; d--) {
+            int64_t i = rest % p[2 + d];
+            rest /= p[2 + d];
+            oa += i * p[8 + d];
+            ob += i * p[14 + d];
+        }
+        const float *a = cx->a + oa, *b = cx->b + ob;
+        int64_t sa = p[8 + r - 1], sb = p[14 + r - 1];
+        if (sa == 0 && sb != 0) {  /* keep the broadcast operand second: swap for + and * */
+            if (p[0] == B_ADD || p[0] == B_MUL || p[0] == B_MAX || p[0] == B_MIN) {
+                binary_row(b, sb, a, sa, cx->y + row * inner, inner, p[0], flo, fhi);
+                continue;
+            }
+        }
+        binary_row(a, sa, b, sb, cx->y + row * inner, inner, p[0], flo, fhi);
+    }
+}
+
+void binary(const lnpu_step *s, void **slots) {
+    const int64_t *p = s->p;
+    binary_ctx cx = {s, slots[s->slot[0]], slots[s->slot[1]], slots[s->slot[2]], 0};
+    int64_t r = p[1], inner = p[2 + r - 1], rows = 1;
+    for (int64_t d = 0; d < r - 1; d++) rows *= p[2 + d];
+    int64_t tasks = task_count((double)rows * inner * 0.5, rows);
+    cx.rows_per = per_task(rows, tasks);
+    parallel(binary_task, &cx, (rows + cx.rows_per - 1) / cx.rows_per);
+}
+
+/* layer_norm: rows, length, has gamma, has beta; f[0] epsilon; slots x, gamma, beta, y.
+ * Mean and variance accumulated in double, then rounded to float; y may be x. */
+typedef struct {
+    const lnpu_step *s;
+    const float *x, *g, *b;
+    float *y;
+    int64_t per;
+} norm_ctx;
+
+MULTIVERSION static void norm_rows(const norm_ctx *cx, int64_t lo, int64_t hi) {
+    int64_t len = cx->s->p[1];
+    float eps = cx->s->f[0];
+    for (int64_t r = lo; r < hi; r++) {
+        const float *x = cx->x + r * len;
+        float *y = cx->y + r * len;
+        double sum = 0.0;
+        for (int64_t i = 0; i < len; i++) sum += x[i];
+        float mean = (float)(sum / (double)len);
+        double sq = 0.0;
+        for (int64_t i = 0; i < len; i++) {
+            float d = x[i] - mean;
+            sq += (double)d * d;
+        }
+        /* the variance as float32 holds it (an overflow is inf, as onnxruntime's is) */
+        float inv = 1.0f / sqrtf((float)(sq / (double)len) + eps);
+        for (int64_t i = 0; i < len; i++) {
+            float v = (x[i] - mean) * inv;
+            if (cx->g) v *= cx->g[i];
+            if (cx->b) v += cx->b[i];
+            y[i] = v;
+        }
+    }
+}
+
+static void norm_task(const void *ctx, int64_t t) {
+    const norm_ctx *cx = ctx;
+    int64_t rows = cx->s->p[0], lo = t * cx->per, hi = lo + cx->per < rows ? lo + cx->per : rows;
+    if (lo < hi) norm_rows(cx, lo, hi);
+}
+
+void layer_norm(const lnpu_step *s, void **slots) {
+    norm_ctx cx = {s, slots[s->slot[0]], s->slot[1] >= 0 ? slots[s->slot[1]] : NULL,
+                   s->slot[2] >= 0 ? slots[s->slot[2]] : NULL, slots[s->slot[3]], 0};
+    int64_t rows = s->p[0];
+    int64_t tasks = task_count((double)rows * s->p[1] * 1.5, rows);
+    cx.per = per_task(rows, tasks);
+    parallel(norm_task, &cx, (rows + cx.per - 1) / cx.per);
+}

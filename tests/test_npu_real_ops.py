@@ -1,0 +1,410 @@
+"""The ops real models need (issue 18), each through the whole path: an ONNX model -> the NPU
+EP (every node on the NPU, one session across several input shapes) against onnxruntime CPU,
+and ONNX -> Lite -> .ms -> Lite -> ONNX run by onnxruntime against the original.
+
+Recurrent layers (LSTM, GRU: directions, sequence lengths, initial states, absent outputs),
+1-D convolution and pooling, Range / Size / shape chains folded per shape, GatherND,
+run-time Gather indices, IsNaN / IsInf, HardSigmoid of any alpha/beta, Reshape allowzero,
+Resize with scales of a run-time size, int64 index arithmetic and Cast of non-finite values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx_roundtrip import assert_close, roundtrip
+
+import provider
+from provider.npu.ops.common import InputValueError
+
+NPU = ["NPUExecutionProvider", "CPUExecutionProvider"]
+F = TensorProto.FLOAT
+I64 = TensorProto.INT64
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    provider.register()
+
+
+def model_of(nodes, inputs, outputs, initializers=(), opset: int = 17) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs,
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(initializers).items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)  # outputs typed
+    del model.graph.output[:]
+    model.graph.output.extend(inferred.graph.output)
+    return model
+
+
+def cpu_session(model: onnx.ModelProto) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def check(model: onnx.ModelProto, cases: list[dict], *, on_npu: bool = True, atol: float = 1e-5,
+          rtol: float = 1e-4, ms: bool = True) -> provider.InferenceSession:
+    """Every case on one NPU session equals onnxruntime CPU; with `on_npu` every node ran on
+    the NPU; with `ms` the .ms round trip runs like the original."""
+    cpu = cpu_session(model)
+    npu = provider.InferenceSession(model.SerializeToString(), providers=NPU)
+    for feeds in cases:
+        assert_close(npu.run(None, feeds), cpu.run(None, feeds), rtol=rtol, atol=atol)
+    if on_npu:
+        cpu_nodes = [(p.name, p.reason) for p in npu.partition() if p.device != "NPU"]
+        assert not cpu_nodes, cpu_nodes
+    if ms:
+        exported, _, report = roundtrip(model)
+        assert not report.custom, [(c.op, c.reason) for c in report.custom]
+        back = cpu_session(exported)
+        for feeds in cases:
+            assert_close(back.run(None, feeds), cpu.run(None, feeds), rtol=rtol, atol=atol)
+    return npu
+
+
+def randn(rng, *shape, scale: float = 1.0) -> np.ndarray:
+    return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+
+# ---- LSTM / GRU ----------------------------------------------------------------------------
+
+
+def rnn_model(op: str, *, hidden=5, size=3, direction="forward", bias=True, lengths=False,
+              states=False, outputs=("y", "y_h", "y_c"), seed=0, **attrs) -> onnx.ModelProto:
+    rng = np.random.default_rng(seed)
+    gates = 4 if op == "LSTM" else 3
+    dirs = 2 if direction == "bidirectional" else 1
+    inits = {"W": randn(rng, dirs, gates * hidden, size, scale=0.5),
+             "R": randn(rng, dirs, gates * hidden, hidden, scale=0.5)}
+    if bias:
+        inits["B"] = randn(rng, dirs, 2 * gates * hidden, scale=0.3)
+    names = ["x", "W", "R", "B" if bias else "", "lens" if lengths else ""]
+    inputs = [helper.make_tensor_value_info("x", F, ["T", "N", size])]
+    if lengths:
+        inputs.append(helper.make_tensor_value_info("lens", TensorProto.INT32, ["N"]))
+    if states:
+        for s in ("h0", "c0")[:2 if op == "LSTM" else 1]:
+            names.append(s)
+            inputs.append(helper.make_tensor_value_info(s, F, [dirs, "N", hidden]))
+    while names[-1] == "":
+        names.pop()
+    count = 3 if op == "LSTM" else 2
+    outs = [o if o in outputs else "" for o in ("y", "y_h", "y_c")[:count]]
+    while outs[-1] == "":
+        outs.pop()
+    shapes = {"y": ["T", dirs, "N", hidden], "y_h": [dirs, "N", hidden], "y_c": [dirs, "N", hidden]}
+    node = helper.make_node(op, names, outs, name="rnn", hidden_size=hidden, direction=direction,
+                            **attrs)
+    return model_of([node], inputs, [helper.make_tensor_value_info(o, F, shapes[o]) for o in outs if o],
+                    inits)
+
+
+def rnn_feeds(model: onnx.ModelProto, steps: int, batch: int, seed: int = 1) -> dict:
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for vi in model.graph.input:
+        dims = [d.dim_value if d.HasField("dim_value") else {"T": steps, "N": batch}[d.dim_param]
+                for d in vi.type.tensor_type.shape.dim]
+        if vi.name == "lens":
+            feeds[vi.name] = rng.integers(0, steps + 1, size=dims).astype(np.int32)
+            feeds[vi.name][0] = steps
+        else:
+            feeds[vi.name] = randn(rng, *dims)
+    return feeds
+
+
+RNN_CASES = {
+    "lstm": dict(op="LSTM"),
+    "lstm_bidirectional_states": dict(op="LSTM", direction="bidirectional", states=True),
+    "lstm_no_bias_lengths": dict(op="LSTM", bias=False, lengths=True),
+    "lstm_bidirectional_lengths": dict(op="LSTM", direction="bidirectional", lengths=True, states=True),
+    "lstm_only_final_state": dict(op="LSTM", outputs=("y_h",)),
+    "lstm_only_cell": dict(op="LSTM", outputs=("y_c",), direction="bidirectional"),
+    "gru": dict(op="GRU", linear_before_reset=1),
+    "gru_bidirectional_states": dict(op="GRU", direction="bidirectional", states=True,
+                                     linear_before_reset=1),
+    "gru_lengths": dict(op="GRU", lengths=True, linear_before_reset=1, direction="bidirectional"),
+    "gru_only_state": dict(op="GRU", outputs=("y_h",), linear_before_reset=1, bias=False),
+}
+
+
+@pytest.mark.parametrize("name", RNN_CASES)
+def test_rnn_matches_onnxruntime_on_the_npu_and_through_ms(name):
+    model = rnn_model(**RNN_CASES[name])
+    check(model, [rnn_feeds(model, t, n, seed=t) for t, n in ((1, 1), (7, 3), (12, 2))],
+          atol=1e-5)
+
+
+@pytest.mark.parametrize("case,why", [
+    (dict(op="LSTM", direction="reverse"), "direction=reverse"),
+    (dict(op="GRU"), "linear_before_reset=0"),
+    (dict(op="LSTM", clip=2.0), "clip=2.0"),
+    (dict(op="LSTM", activations=["Sigmoid", "Tanh", "Relu"]), "activations"),
+])
+def test_rnn_forms_lite_cannot_state_stay_on_cpu_saying_why(case, why):
+    model = rnn_model(**case)
+    npu = check(model, [rnn_feeds(model, 4, 2)], on_npu=False, ms=False)
+    [rnn] = [p for p in npu.partition() if p.name == "rnn"]
+    assert rnn.device == "CPU" and why in rnn.reason
+
+
+def test_rnn_sequence_length_beyond_the_sequence_is_refused_per_run():
+    model = rnn_model("LSTM", lengths=True)
+    npu = provider.InferenceSession(model.SerializeToString(), providers=NPU)
+    feeds = rnn_feeds(model, 3, 2)
+    feeds["lens"][1] = 4
+    with pytest.raises(InputValueError, match=r"sequence_lens \[3, 4\] outside \[0, 3\]"):
+        npu.run(None, feeds)
+
+
+# ---- 1-D convolution and pooling -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("attrs", [
+    dict(kernel_shape=[3], pads=[1, 1]),
+    dict(kernel_shape=[5], strides=[2], pads=[2, 1], dilations=[1]),
+    dict(kernel_shape=[3], dilations=[2], group=2),
+    dict(kernel_shape=[4], strides=[2], auto_pad="SAME_UPPER"),
+])
+def test_conv1d_runs_as_a_2d_conv_of_height_1(attrs):
+    rng = np.random.default_rng(3)
+    group = attrs.get("group", 1)
+    w = randn(rng, 6, 4 // group, attrs["kernel_shape"][0], scale=0.3)
+    model = model_of([helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)],
+                     [helper.make_tensor_value_info("x", F, ["N", 4, "L"])],
+                     [helper.make_tensor_value_info("y", F, None)],
+                     {"w": w, "b": randn(rng, 6)})
+    check(model, [{"x": randn(rng, n, 4, length)} for n, length in ((1, 9), (2, 16))])
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", dict(kernel_shape=[3], strides=[2], pads=[1, 1])),
+    ("AveragePool", dict(kernel_shape=[2], strides=[2])),
+    ("MaxPool", dict(kernel_shape=[2], ceil_mode=1, strides=[2])),
+])
+def test_pool1d(op, attrs):
+    rng = np.random.default_rng(4)
+    model = model_of([helper.make_node(op, ["x"], ["y"], **attrs)],
+                     [helper.make_tensor_value_info("x", F, ["N", 3, "L"])],
+                     [helper.make_tensor_value_info("y", F, None)])
+    check(model, [{"x": randn(rng, n, 3, length)} for n, length in ((1, 8), (2, 11))])
+
+
+# ---- shape chains, Range, Size, Gather / GatherND ---------------------------------------------
+
+
+def test_shape_chain_with_range_expand_and_reshape_folds_per_shape():
+    """positions = Range(0, Shape(x)[1]) * Size(x) (int64 arithmetic), expanded to x's shape,
+    added to x after a Reshape whose target is built from Shape: all folded per shape."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "one"], ["len"], axis=0),
+        helper.make_node("Range", ["zero", "len", "step"], ["pos"]),
+        helper.make_node("Size", ["x"], ["size"]),
+        helper.make_node("Mul", ["pos", "size"], ["scaled"]),
+        helper.make_node("Equal", ["scaled", "zero"], ["first"]),
+        helper.make_node("Where", ["first", "size", "scaled"], ["picked"]),
+        helper.make_node("Cast", ["picked"], ["posf"], to=F),
+        helper.make_node("Unsqueeze", ["posf", "axes12"], ["column"]),
+        helper.make_node("Expand", ["column", "s"], ["grid"]),
+        helper.make_node("Slice", ["s", "zero1", "two1"], ["nl"]),
+        helper.make_node("Concat", ["nl", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["flat"], allowzero=1),
+        helper.make_node("Reshape", ["grid", "target"], ["gflat"]),
+        helper.make_node("Add", ["flat", "gflat"], ["y"]),
+    ]
+    inits = {"one": np.array(1, np.int64), "zero": np.array(0, np.int64),
+             "step": np.array(1, np.int64), "zero1": np.array([0], np.int64),
+             "two1": np.array([2], np.int64), "minus1": np.array([-1], np.int64),
+             "axes12": np.array([1, 2], np.int64)}
+    model = model_of(nodes, [helper.make_tensor_value_info("x", F, ["N", "L", 2, 3])],
+                     [helper.make_tensor_value_info("y", F, None)], inits)
+    rng = np.random.default_rng(5)
+    npu = check(model, [{"x": randn(rng, n, length, 2, 3)} for n, length in ((1, 4), (2, 7), (1, 4))])
+    assert len({p.partition for p in npu.partition()}) == 1
+
+
+def test_reshape_allowzero_maps_when_the_target_has_no_zero_only():
+    x = helper.make_tensor_value_info("x", F, [2, 3, 4])
+    y = helper.make_tensor_value_info("y", F, None)
+    fine = model_of([helper.make_node("Reshape", ["x", "s"], ["y"], allowzero=1)], [x], [y],
+                    {"s": np.array([6, -1], np.int64)})
+    check(fine, [{"x": randn(np.random.default_rng(6), 2, 3, 4)}])
+    empty = model_of([helper.make_node("Reshape", ["x", "s"], ["y"], allowzero=1)],
+                     [helper.make_tensor_value_info("x", F, [0, 3])], [y],
+                     {"s": np.array([3, 0], np.int64)})
+    npu = check(empty, [{"x": np.zeros((0, 3), np.float32)}], on_npu=False, ms=False)
+    assert "allowzero=1 with a 0" in npu.partition()[0].reason
+
+
+def test_embedding_gather_reads_run_time_indices_and_checks_them():
+    rng = np.random.default_rng(7)
+    model = model_of([helper.make_node("Gather", ["table", "ids"], ["y"], axis=0)],
+                     [helper.make_tensor_value_info("ids", I64, ["N", "L"])],
+                     [helper.make_tensor_value_info("y", F, None)], {"table": randn(rng, 10, 4)})
+    npu = check(model, [{"ids": rng.integers(-10, 10, size=(n, length))}
+                        for n, length in ((1, 5), (3, 2))])
+    with pytest.raises(InputValueError, match=r"Gather: index 10 is outside \[-10, 10\)"):
+        npu.run(None, {"ids": np.array([[1, 10]], np.int64)})
+
+
+@pytest.mark.parametrize("constant", [True, False])
+def test_gather_nd(constant):
+    rng = np.random.default_rng(8)
+    idx = np.array([[[0, 1], [2, -1]], [[1, 0], [-3, 2]]], np.int64)
+    inputs = [helper.make_tensor_value_info("x", F, [3, 4, 5])]
+    if not constant:
+        inputs.append(helper.make_tensor_value_info("i", I64, [2, 2, 2]))
+    model = model_of([helper.make_node("GatherND", ["x", "i"], ["y"])], inputs,
+                     [helper.make_tensor_value_info("y", F, None)], {"i": idx} if constant else {})
+    feeds = {"x": randn(rng, 3, 4, 5)} | ({} if constant else {"i": idx})
+    check(model, [feeds])
+
+
+def test_isnan_isinf_and_hardsigmoid_of_any_alpha_beta():
+    x = np.array([[np.nan, np.inf, -np.inf, 0.0, -3.0, 2.5, 7.0, -0.2]], np.float32)
+    nodes = [helper.make_node("IsNaN", ["x"], ["nan"]),
+             helper.make_node("IsInf", ["x"], ["inf"]),
+             helper.make_node("IsInf", ["x"], ["pos"], detect_negative=0),
+             helper.make_node("IsInf", ["x"], ["neg"], detect_positive=0),
+             helper.make_node("HardSigmoid", ["x"], ["hs"], alpha=0.3, beta=0.4),
+             helper.make_node("HardSigmoid", ["x"], ["hs6"], alpha=1 / 6, beta=0.5)]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", F, [1, 8])],
+                     [helper.make_tensor_value_info(n, TensorProto.BOOL, None)
+                      for n in ("nan", "inf", "pos", "neg")]
+                     + [helper.make_tensor_value_info(n, F, None) for n in ("hs", "hs6")])
+    check(model, [{"x": x}])
+
+
+def test_resize_by_whole_scales_of_a_run_time_size():
+    rng = np.random.default_rng(9)
+    model = model_of([helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")],
+                     [helper.make_tensor_value_info("x", F, ["N", 2, "H", "W"])],
+                     [helper.make_tensor_value_info("y", F, None)],
+                     {"scales": np.array([1, 1, 2, 3], np.float32)})
+    check(model, [{"x": randn(rng, 1, 2, 3, 4)}, {"x": randn(rng, 2, 2, 5, 2)}])
+
+
+def test_int64_and_bool_elementwise_on_index_tensors():
+    nodes = [helper.make_node("Mul", ["a", "b"], ["m"]),
+             helper.make_node("Add", ["m", "a"], ["s"]),
+             helper.make_node("Div", ["s", "b"], ["d"]),
+             helper.make_node("Equal", ["d", "a"], ["e"]),
+             helper.make_node("Not", ["e"], ["ne"]),
+             helper.make_node("And", ["ne", "e"], ["none"]),
+             helper.make_node("Where", ["ne", "d", "a"], ["y"])]
+    i64 = [helper.make_tensor_value_info(n, I64, ["N"]) for n in ("a", "b")]
+    model = model_of(nodes, i64, [helper.make_tensor_value_info("y", I64, None),
+                                  helper.make_tensor_value_info("none", TensorProto.BOOL, None)])
+    rng = np.random.default_rng(10)
+    check(model, [{"a": rng.integers(-50, 50, 6), "b": rng.integers(1, 9, 6)} for _ in range(2)])
+
+
+def test_cast_of_non_finite_floats_to_integers_is_quiet_and_matches_onnxruntime(capfd):
+    x = np.array([-np.inf, np.inf, np.nan, 3e9, -7.9, 300.5], np.float32)
+    outs = {"i64": I64, "i32": TensorProto.INT32}
+    model = model_of([helper.make_node("Cast", ["x"], [n], to=t) for n, t in outs.items()],
+                     [helper.make_tensor_value_info("x", F, [6])],
+                     [helper.make_tensor_value_info(n, t, None) for n, t in outs.items()])
+    capfd.readouterr()
+    check(model, [{"x": x}])
+    assert capfd.readouterr().err == ""
+
+
+# ---- the ONNX backend node cases of these ops, on the NPU --------------------------------------
+
+# case -> input positions made initializers (the NPU takes weights as constants)
+BACKEND_CASES = {
+    "test_lstm_defaults": (1, 2), "test_lstm_with_initial_bias": (1, 2, 3),
+    "test_lstm_bidirectional": (1, 2), "test_gathernd_example_float32": (),
+    "test_gathernd_example_int32": (), "test_hardsigmoid": (), "test_hardsigmoid_default": (),
+    "test_hardsigmoid_example": (), "test_isinf": (), "test_isinf_negative": (),
+    "test_isinf_positive": (), "test_isnan": (), "test_size": (), "test_size_example": (),
+    "test_range_float_type_positive_delta_expanded": (),
+    "test_range_int32_type_negative_delta_expanded": (),
+}
+
+
+def _backend_case(name: str):
+    import warnings
+
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return next(c for c in collect_testcases() if c.name == name)
+
+
+@pytest.mark.parametrize("name", BACKEND_CASES)
+def test_backend_node_case_runs_on_the_npu(name):
+    case = _backend_case(name)
+    model = onnx.ModelProto()
+    model.CopyFrom(case.model)
+    model.ir_version = min(model.ir_version, 8)  # onnxruntime 1.23 reads IR <= 11; these
+    for o in model.opset_import:                  # ops mean the same at opset 17
+        if o.domain in ("", "ai.onnx"):
+            o.version = min(o.version, 17)
+    inputs, expected = case.data_sets[0]
+    node = model.graph.node[0]
+    feeds, keep = {}, []
+    for vi, value in zip(list(model.graph.input), inputs, strict=True):
+        value = np.asarray(value)
+        if len(model.graph.node) == 1 and list(node.input).index(vi.name) in BACKEND_CASES[name]:
+            model.graph.initializer.append(numpy_helper.from_array(value, vi.name))
+        else:
+            keep.append(vi)
+            feeds[vi.name] = value
+    del model.graph.input[:]
+    model.graph.input.extend(keep)
+    npu = provider.InferenceSession(model.SerializeToString(), providers=NPU)
+    assert_close(npu.run(None, feeds), expected, rtol=case.rtol, atol=max(case.atol, 1e-6))
+    on_npu = [p for p in npu.partition() if p.device == "NPU"]
+    assert on_npu, [(p.name, p.reason) for p in npu.partition()]
+
+
+# ---- forms exporters write: pre-13 Softmax, Shape start/end, run-time Slice ends, Identity ----
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("axis", [1, 2])
+def test_pre13_softmax_over_the_trailing_dims(op, axis):
+    rng = np.random.default_rng(11)
+    model = model_of([helper.make_node(op, ["x"], ["y"], axis=axis)],
+                     [helper.make_tensor_value_info("x", F, ["N", 3, 4, "W"])],
+                     [helper.make_tensor_value_info("y", F, None)], opset=11)
+    check(model, [{"x": randn(rng, n, 3, 4, w)} for n, w in ((1, 5), (2, 3))])
+
+
+def test_shape_start_end_slice_with_run_time_ends_and_identity_to_an_output():
+    nodes = [helper.make_node("Shape", ["x"], ["head"], end=-2),
+             helper.make_node("Shape", ["x"], ["tail"], start=1, end=10),
+             helper.make_node("Shape", ["x"], ["last"], start=-1),
+             helper.make_node("ReduceProd", ["tail"], ["inner"], keepdims=1),
+             helper.make_node("Concat", ["head", "inner"], ["dims"], axis=0),
+             helper.make_node("Reshape", ["x", "dims"], ["r"]),
+             helper.make_node("Div", ["last", "two"], ["half"]),
+             helper.make_node("Slice", ["r", "zero", "half", "one"], ["y"]),
+             helper.make_node("Identity", ["y"], ["z"])]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", F, ["N", 2, "W"])],
+                     [helper.make_tensor_value_info(n, F, None) for n in ("y", "z")],
+                     {"zero": np.array([0], np.int64), "one": np.array([1], np.int64),
+                      "two": np.array([2], np.int64)}, opset=18)
+    rng = np.random.default_rng(12)
+    check(model, [{"x": randn(rng, n, 2, w)} for n, w in ((1, 4), (3, 6))])
+
+
+@pytest.mark.parametrize("op,attrs,shape", [
+    ("SpaceToDepth", dict(blocksize=2), (2, 3, 4, 6)),
+    ("DepthToSpace", dict(blocksize=2, mode="DCR"), (1, 8, 3, 2)),
+    ("DepthToSpace", dict(blocksize=2, mode="CRD"), (2, 8, 2, 3)),
+])
+def test_space_depth_rearrangements(op, attrs, shape):
+    model = model_of([helper.make_node(op, ["x"], ["y"], **attrs)],
+                     [helper.make_tensor_value_info("x", F, shape)],
+                     [helper.make_tensor_value_info("y", F, None)])
+    check(model, [{"x": randn(np.random.default_rng(13), *shape)}])
