@@ -21,10 +21,20 @@ from converters.errors import InvalidModelError, UnsupportedError
 from converters.graph_view import weightless
 from converters.lite import dtypes
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
+from converters.lite.quant import QUANT_DYNAMIC
 from converters.naming import unique_name
 from converters.onnx_import import HEADER_TENSOR, PROGRESS_EVERY
 from converters.onnx_ops.export_base import LAYOUT_OPS, TO_NCHW, TO_NHWC, ExportContext
 from converters.onnx_ops.export_math import activation
+from converters.onnx_ops.export_nn import TO_OIHW, integer_product
+from converters.onnx_ops.export_quant import (
+    QUANT_ALL,
+    channel_axis,
+    dequantize_linear,
+    is_quantized,
+    moves_codes,
+    quantize_linear,
+)
 from converters.onnx_ops.exporters import EXPORTERS
 
 DEFAULT_OPSET = 17
@@ -119,7 +129,7 @@ def _export_node(ctx: ExportContext, node: LiteNode) -> None:
     if node.op == "Custom":
         _export_custom(ctx, node)
         return
-    fn = EXPORTERS.lookup(node.op)
+    fn = integer_product if node.quant_type == QUANT_DYNAMIC else EXPORTERS.lookup(node.op)
     if fn is None:
         raise UnsupportedError(f"node {node.name!r}: Lite op {node.op} has no ONNX export "
                                f"(exportable: {', '.join(EXPORTERS.ops())})")
@@ -127,18 +137,53 @@ def _export_node(ctx: ExportContext, node: LiteNode) -> None:
     outs = [ctx.name(i) for i in node.outputs]
     final = list(outs)
     nhwc = node.op in LAYOUT_OPS and _is_nhwc(ctx, node)
-    if nhwc:
+    if nhwc:  # (a quantized node's transposes move its codes: the QDQ unit stays whole)
         ins[0] = ctx.add("Transpose", [ins[0]], perm=TO_NCHW, name=f"{node.name}/to_nchw")
         outs = [ctx.fresh(f"{o}/nchw") for o in outs]
+    quantized = node.quant_type == QUANT_ALL and not moves_codes(ctx.model, node)
+    if quantized:  # QDQ: dequantize the integer inputs, quantize the float results
+        ctx.as_float = {i for i in (*node.inputs, *node.outputs)
+                        if is_quantized(ctx.model.tensors[i])}
+        ins = _dequantized_inputs(ctx, node, ins)
+        codes, outs = outs, [ctx.fresh(f"{o}/float") for o in outs]
     act = node.attrs.get("activation_type", NO_ACT) if node.op != "Activation" else NO_ACT
     pre_act = [ctx.fresh(f"{outs[0]}/pre_act")] + outs[1:] if act != NO_ACT else outs
     fn(ctx, node, ins, pre_act)
     if act != NO_ACT:
         activation(ctx, act, {}, pre_act[0], outs[0], ctx.np_dtype(node.outputs[0]),
                    f"{node.name}/act")
+    if quantized:
+        ctx.as_float = set()
+        for index, value, out in zip(node.outputs, outs, codes, strict=True):
+            if is_quantized(ctx.model.tensors[index]):
+                quantize_linear(ctx, index, value, out, f"{node.name}/quantize")
+            else:
+                ctx.add("Identity", [value], [out], name=f"{node.name}/identity")
+        outs = codes
     if nhwc:
         for tmp, out in zip(outs, final, strict=True):
             ctx.add("Transpose", [tmp], [out], perm=TO_NHWC, name=f"{node.name}/to_nhwc")
+
+
+def _dequantized_inputs(ctx: ExportContext, node: LiteNode, ins: list[str]) -> list[str]:
+    """The float ONNX values a QUANT_ALL node's op reads: its quantized inputs dequantized
+    (a conv weight MindSpore lays out OHWI is transposed to OIHW first, as int8 codes, so
+    the DequantizeLinear reads a constant, the form the importer folds)."""
+    out = []
+    for position, (index, name) in enumerate(zip(node.inputs, ins, strict=True)):
+        t = ctx.model.tensors[index]
+        if not is_quantized(t):
+            out.append(name)
+            continue
+        data = ctx.value(index)
+        rank = data.ndim if data is not None else len(t.shape)
+        axis = channel_axis(node, position, rank)
+        perm = TO_OIHW.get(t.format) if position == 1 and node.op == "Conv2DFusion" else None
+        if perm is not None and data is not None:
+            name = ctx.const(np.ascontiguousarray(np.asarray(data).transpose(perm)), f"{name}/oihw")
+            ctx.oihw.add(index)
+        out.append(dequantize_linear(ctx, index, name, axis, f"{node.name}/dequantize{position}"))
+    return out
 
 
 def _is_nhwc(ctx: ExportContext, node: LiteNode) -> bool:

@@ -28,6 +28,7 @@ from converters.graph_view import GraphView, ValueInfo, from_onnx
 from converters.lite import dtypes
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
 from converters.naming import unique_name
+from converters.onnx_ops import import_quant
 from converters.onnx_ops.importers import IMPORTERS
 from converters.onnx_ops.registry import Unmappable
 from converters.report import ConversionReport, CustomNode
@@ -56,6 +57,7 @@ class ImportContext:
     def __init__(self, view: GraphView, model: LiteModel):
         self.view = view
         self.model = model
+        self.quant = import_quant.plan(view)  # quantized values, QDQ units to fold
         self.opset = view.opset.get("", 1)
         self.graph_outputs = {vi.name for vi in view.outputs}
         self._index: dict[str, int] = {}
@@ -182,14 +184,22 @@ def import_onnx(model: onnx.ModelProto | GraphView | str | os.PathLike, *,
     total = len(view.nodes)
     for done, node in enumerate(view.nodes, 1):
         first = len(lite.nodes)
-        _import_node(ctx, node, report)
-        report.origins.append(range(first, len(lite.nodes)))
+        produced = import_quant.import_node(ctx, ctx.quant, done - 1, node)
+        if produced is None:
+            _import_node(ctx, node, report)
+        else:
+            for lite_node in produced:
+                lite.add_node(lite_node)
+            report.mapped[node.op_type] += 1
+        report.origins.append(list(range(first, len(lite.nodes))))
         if progress is not None and (done % PROGRESS_EVERY == 0 or done == total):
             progress(done, total)
     for vi in view.outputs:
         if not ctx.is_known(vi.name):
             raise InvalidModelError(f"{source}: graph output {vi.name!r} is produced by no node")
     lite.outputs = [ctx.tensor(vi.name) for vi in view.outputs]
+    import_quant.apply(ctx, ctx.quant)
+    import_quant.origins(ctx.quant, lite.nodes, report.origins)
     report.values = ctx.values()
     report.initializers = {n: report.values[n] for n in view.initializers if n in report.values}
     data = np.frombuffer(header.SerializeToString(), dtype=np.uint8)

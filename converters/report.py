@@ -26,7 +26,7 @@ class ConversionReport:
     weight_bytes: int = 0
     # provenance (ONNX import): per source node in order, the Lite nodes it became; the Lite
     # tensor of every source value (aliases included) and of every source initializer
-    origins: list[range] = field(default_factory=list)
+    origins: list[list[int]] = field(default_factory=list)
     values: dict[str, int] = field(default_factory=dict)
     initializers: dict[str, int] = field(default_factory=dict)
 

@@ -15,8 +15,12 @@ variant), float16 weights feeding float32 kernels (the `_fp16` variants, the con
 `weight_fp16`), 8-bit per-channel weight quantization of convs, transposed convs and MatMul
 operands (the `_wq` variants, which MindSpore Lite 2.0's own runtime fails to load:
 compared with the float model within quantization error only), the converter without its
-fusions (the `_none` variants: FusedBatchNorm, separate activations, Erf GELU), and a
-symbolic batch (-1 dims, `op_dyn`, fed 3).
+fusions (the `_none` variants: FusedBatchNorm, separate activations, Erf GELU), full
+post-training quantization (the `_fq` variants: int8 weights per channel, int32 biases,
+int8 activations, QuantDTypeCast around the ops MindSpore keeps float; within one
+quantization step of MindSpore Lite's own int8 kernels on 95% of the values, a float
+InstanceNorm after them amplifying some differences to a few steps), and a symbolic batch (-1 dims,
+`op_dyn`, fed 3).
 """
 
 from __future__ import annotations
@@ -50,17 +54,37 @@ def _reference(name: str) -> tuple[dict, dict, dict, dict]:
     return parts[0], parts[1], parts[2], {k: float(v) for k, v in parts[3].items()}
 
 
+def _lsb(name: str, output: str) -> float:
+    """The last quantization step of a fully quantized fixture's output (0 for the others):
+    MindSpore Lite's int8 kernels requantize in fixed point, onnxruntime's (and the NPU's)
+    in float32, so their codes may differ by one."""
+    if not name.endswith("_fq"):
+        return 0.0
+    model = reader.load(FIXTURES / f"{name}.ms")
+    producers = {t: n for n in model.nodes for t in n.outputs}
+    tensor = next(i for i, t in enumerate(model.tensors) if t.name == output)
+    while not model.tensors[tensor].quant_params and tensor in producers:  # float ops after
+        tensor = producers[tensor].inputs[0]                              # the last cast
+    return max((p.scale for p in model.tensors[tensor].quant_params), default=0.0)
+
+
 def _check(name: str, names: list[str], got: list[np.ndarray], want: dict, mslite: dict,
            original: dict, rtol: float = 1e-4, atol: float = 1e-5) -> None:
-    """Outputs against MindSpore Lite's within (rtol, atol), and against the original ONNX
-    model's within the fixture's tolerance (at least as loose)."""
+    """Outputs against MindSpore Lite's within (rtol, atol) (one quantization step more for
+    the fully quantized `_fq` fixtures), and against the original ONNX model's within the
+    fixture's tolerance (at least as loose)."""
     floor = atol if ort.__version__.startswith(RECORDED_WITH) else max(atol, CROSS_RELEASE_ATOL)
     original = {"rtol": max(original["rtol"], rtol), "atol": max(original["atol"], floor)}
     assert sorted(names) == sorted(want)
     for out, value in zip(names, got, strict=True):
         assert value.shape == want[out].shape, out
         np.testing.assert_allclose(value, want[out], err_msg=f"{name}:{out}", **original)
-        if mslite:
+        lsb = _lsb(name, out)
+        if mslite and lsb:  # one step on 95% of the values; float ops after (InstanceNorm)
+            diff = np.abs(value.astype(np.float64) - mslite[out])  # amplify some to a few
+            assert np.mean(diff <= lsb * 1.0001 + atol) >= 0.95, f"{name}:{out} vs MindSpore Lite"
+            assert diff.max() <= 10 * lsb, f"{name}:{out} vs MindSpore Lite: {diff.max()}"
+        elif mslite:
             np.testing.assert_allclose(value, mslite[out], rtol=rtol, atol=atol,
                                        err_msg=f"{name}:{out} vs MindSpore Lite")
 
@@ -68,7 +92,8 @@ def _check(name: str, names: list[str], got: list[np.ndarray], want: dict, mslit
 def test_fixtures_are_there():
     assert {"mobilenet_v2", "resnet_block", "transformer_encoder", "op_cnn", "op_cnn_nchw",
             "op_cnn2", "op_seq", "op_misc", "op_dyn", "op_cnn_fp16", "op_seq_fp16",
-            "op_cnn_wq", "op_seq_wq", "op_cnn_none", "op_seq_none"} <= set(NAMES)
+            "op_cnn_wq", "op_seq_wq", "op_cnn_none", "op_seq_none", "op_cnn_fq",
+            "resnet_block_fq"} <= set(NAMES)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -100,7 +125,9 @@ def test_converter_output_round_trips_through_our_writer(name):
 
     model = reader.load(FIXTURES / f"{name}.ms")
     again = reader.loads(writer.dumps(model))
-    # MindSpore's converter leaves the version empty; our writer stamps its own there
-    assert model.version == "" and again.version.startswith("litenpu")
+    # MindSpore's converter leaves the version empty (but when calibrating, `_fq`, with its
+    # converter library preloaded); our writer stamps its own there
+    assert model.version in ("", "MindSpore Lite 2.0.0")
+    assert again.version == model.version if model.version else again.version.startswith("litenpu")
     again.version = model.version
     assert_models_equal(again, model)

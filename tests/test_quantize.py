@@ -232,19 +232,36 @@ def test_exclude_keeps_a_node_float_and_the_reports_show_it(model, tmp_path):
         quantize_model(model, tmp_path / "q2.onnx", data, QuantConfig(exclude=("conv_99",)))
 
 
-def test_to_ms_loads_back_and_matches_the_qdq_model(quantized, tmp_path):
-    """Today the importer carries QuantizeLinear / DequantizeLinear as Custom nodes (issue 19
-    folds them into quantized ops with quantParams): the .ms must load and export to an ONNX
-    model onnxruntime runs like the QDQ model."""
+def test_to_ms_writes_quantized_ops_with_quant_params(quantized, tmp_path):
+    """--to-ms writes the QDQ model's units as quantized Lite ops (QUANT_ALL) whose tensors
+    carry their quantParams (per output channel for conv weights, int32 biases at input x
+    weight scale), explicit QuantDTypeCast steps at the float edges and no Quantize /
+    Dequantize carried as Custom: it loads back, exports to an ONNX model onnxruntime runs
+    like the QDQ model, and runs on the NPU as an integer program with the same codes."""
     result, model = quantized
     assert result.ms_output is not None and result.ms_output.exists()
     lite = ms_reader.load(result.ms_output)
+    ops = {(n.op, n.quant_type) for n in lite.nodes}
+    assert ("Conv2DFusion", "QUANT_ALL") in ops and ("QuantDTypeCast", "QUANT_NONE") in ops
+    assert not [n for n in lite.nodes if n.op == "Custom"]
+    conv = next(n for n in lite.nodes if n.op == "Conv2DFusion")
+    x, w, b = (lite.tensors[t] for t in conv.inputs)
+    y = lite.tensors[conv.outputs[0]]
+    assert (x.dtype, w.dtype, b.dtype, y.dtype) == (np.int8, np.int8, np.int32, np.int8)
+    assert len(w.quant_params) == w.data.shape[0] == len(b.quant_params)
+    assert all(p.zero_point == 0 for p in w.quant_params) and np.abs(w.data).max() <= 127
+    np.testing.assert_allclose([p.scale for p in b.quant_params],
+                               [x.quant_params[0].scale * p.scale for p in w.quant_params],
+                               rtol=1e-6)
     exported = export_onnx(lite).SerializeToString()
     feeds = {INPUT: samples(1, seed=5)}
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     got = ort.InferenceSession(exported, providers=["CPUExecutionProvider"])
-    np.testing.assert_allclose(got.run(None, feeds)[0], want.run(None, feeds)[0],
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got.run(None, feeds)[0], want.run(None, feeds)[0])
+    from provider.npu.compiler import compile_model
+    from provider.npu.executor import Executor
+    with Executor(compile_model(lite)) as npu:
+        np.testing.assert_array_equal(npu.run([feeds[INPUT]])[0], want.run(None, feeds)[0])
     assert [p.name for p in result.ms_output.parent.iterdir() if p.name.startswith(".")] == []
 
 

@@ -45,6 +45,8 @@ class ExportContext:
         self._sourced = set(model.inputs) | {o for n in model.nodes for o in n.outputs}
         self._widened = _fp16_weights_read_as_fp32(model)
         self._dequantized = weight_quantized(model)
+        self.oihw: set[int] = set()  # quantized conv weights already written in OIHW order
+        self.as_float: set[int] = set()  # the QUANT_ALL node's tensors being written (QDQ)
 
     # ---- names -------------------------------------------------------------------------
     def name(self, index: int) -> str:
@@ -104,7 +106,7 @@ class ExportContext:
         return len(t.shape) if t.shape else None
 
     def np_dtype(self, index: int, default=np.float32) -> np.dtype:
-        if index in self._widened or index in self._dequantized:
+        if index in self._widened or index in self._dequantized or index in self.as_float:
             return np.dtype(np.float32)
         t = self.model.tensors[index]
         return dtypes.to_numpy(t.type_id) if dtypes.has_numpy(t.type_id) else np.dtype(default)

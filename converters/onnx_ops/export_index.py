@@ -12,6 +12,7 @@ from onnx import helper
 
 from converters.lite import dtypes
 from converters.onnx_ops.export_base import EXPORTERS, unsupported
+from converters.onnx_ops.export_quant import dequantize_linear, quantize_linear
 
 INT64_MAX = np.iinfo(np.int64).max
 INT64_MIN = np.iinfo(np.int64).min
@@ -182,3 +183,20 @@ def rank(ctx, node, ins, outs):
     shape = ctx.add("Shape", ins[:1], name=f"{node.name}/shape")
     _cast_to_output(ctx, node, ctx.add("Size", [shape], name=f"{node.name}/rank"), outs)
 
+
+
+@EXPORTERS.register("QuantDTypeCast")
+def quant_dtype_cast(ctx, node, ins, outs):
+    """float32 -> codes: QuantizeLinear; codes -> float32: DequantizeLinear (per channel
+    along the `axis` attribute), by the code tensor's quantParams."""
+    src, dst = int(node.attrs.get("src_t", 0)), int(node.attrs.get("dst_t", 0))
+    if dst == dtypes.FLOAT32 and src != dtypes.FLOAT32:
+        index = node.inputs[0]
+        rank = ctx.rank(index) or 1
+        axis = int(node.attrs.get("axis", 0)) % rank if len(
+            ctx.model.tensors[index].quant_params) > 1 else None
+        dequantize_linear(ctx, index, ins[0], axis, node.name, outs[0])
+    elif src == dtypes.FLOAT32 and dst != dtypes.FLOAT32:
+        quantize_linear(ctx, node.outputs[0], ins[0], outs[0], node.name)
+    else:
+        raise unsupported(node, f"a cast from TypeId {src} to {dst}")

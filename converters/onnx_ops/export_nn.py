@@ -38,7 +38,7 @@ def _weight(ctx, node, name: str) -> str:
     """The conv weight in OIHW: other layouts MindSpore writes (OHWI, ...) are transposed."""
     index = node.inputs[1]
     perm = TO_OIHW.get(ctx.model.tensors[index].format)
-    if perm is None:
+    if perm is None or index in ctx.oihw:
         return name
     data = ctx.value(index)
     if data is None:
@@ -272,3 +272,22 @@ def _trailing_ones(ctx, node, index: int, name: str, count: int) -> str:
 def lp_normalization(ctx, node, ins, outs):
     ctx.add("LpNormalization", ins, outs, name=node.name, axis=node.attrs.get("axis", -1),
             p=node.attrs.get("p", 2))
+
+
+def integer_product(ctx, node, ins, outs):
+    """A QUANT_DYNAMIC MatMulFusion / Conv2DFusion (codes and zero points in, int32 out) as
+    ONNX MatMulInteger / ConvInteger."""
+    if node.op == "MatMulFusion" and not (node.attrs.get("transpose_a") or node.attrs.get("transpose_b")):
+        ctx.add("MatMulInteger", ins, outs, name=node.name)
+    elif node.op == "Conv2DFusion" and len(node.attrs.get("kernel_size", [])) == 2 \
+            and ctx.model.tensors[node.inputs[1]].format not in WEIGHTS_OHWI:
+        ctx.add("ConvInteger", ins, outs, name=node.name, **conv_attrs(node.attrs))
+    else:
+        raise unsupported(node, "a dynamically quantized op other than MatMulInteger / ConvInteger")
+
+
+@EXPORTERS.register("DynamicQuant")
+def dynamic_quant(ctx, node, ins, outs):
+    if len(outs) != 3 or node.attrs.get("symmetric", False):
+        raise unsupported(node, "a DynamicQuant other than ONNX's DynamicQuantizeLinear")
+    ctx.add("DynamicQuantizeLinear", ins, outs, name=node.name)

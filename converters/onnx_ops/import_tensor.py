@@ -1,4 +1,7 @@
-"""ONNX -> Lite for shape and data-movement ops, constants and identities."""
+"""ONNX -> Lite for shape and data-movement ops, constants and identities.
+
+Long by design: one short importer per ONNX op of the family, registered in IMPORTERS.
+"""
 
 from __future__ import annotations
 

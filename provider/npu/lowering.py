@@ -12,6 +12,7 @@ node, or the compiler's weight blob (`Builder.array`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -19,6 +20,7 @@ import numpy as np
 
 from converters.lite import dtypes as lite_dtypes
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
+from converters.lite.quant import QUANT_ALL, TensorQuant
 from provider.errors import InvalidModelError, UnsupportedError
 from provider.npu.ops import KERNELS, lower
 from provider.npu.ops.common import Lowered, Packed, TensorInfo
@@ -126,7 +128,14 @@ def lower_node(b: Builder, model: LiteModel, node: LiteNode, env: dict[int, int]
     in_vals = [env[t] for t in node.inputs]
     out_types = [model.tensors[t].dtype if lite_dtypes.has_numpy(model.tensors[t].type_id) else None
                  for t in node.outputs]
-    low = lower(node, [b.info(v) for v in in_vals], out_types)
+    ins = [b.info(v) for v in in_vals]
+    if node.quant_type == QUANT_ALL or node.op == "QuantDTypeCast":  # the rule reads each
+        # integer tensor's quantization
+        ins = [dataclasses.replace(info, quant=_quant_of(model.tensors[t]))
+               for info, t in zip(ins, node.inputs, strict=True)]
+        out_types = [TensorInfo((), dt, None, _quant_of(model.tensors[t]))
+                     for dt, t in zip(out_types, node.outputs, strict=True)]
+    low = lower(node, ins, out_types)
     if len(low.outputs) < len(node.outputs):
         raise UnsupportedError(f"node {node.name!r} ({node.op}): only {len(low.outputs)} of its "
                                f"{len(node.outputs)} outputs are computed on the NPU")
@@ -149,6 +158,10 @@ def lower_node(b: Builder, model: LiteModel, node: LiteNode, env: dict[int, int]
     for t, v in zip(node.outputs, out_vals, strict=False):
         env[t] = v
     b.steps.append(LoweredStep(low.kernel, low.attrs, operands, out_vals, scratch))
+
+
+def _quant_of(t: LiteTensor) -> TensorQuant | None:
+    return TensorQuant(t.name, tuple(t.quant_params)) if t.quant_params else None
 
 
 def topological(model: LiteModel) -> list[int]:

@@ -38,6 +38,7 @@ from provider.errors import BindingError, DeviceMemoryError, LitenpuError
 from provider.extensions import built_library
 
 __all__ = ["Step", "OPS", "MAX_SLOTS", "MAX_PARAMS", "library", "set_threads", "threads",
+           "set_int8_path",
            "check_threads", "default_threads", "worker_tasks", "worker_moves", "blas_core",
            "AddressTable", "StepArray", "Heap", "ArenaSet", "Plan", "Runner", "SLOT_KINDS",
            "view_at", "function_address"]
@@ -52,6 +53,9 @@ OPS = {name: code for code, name in enumerate(
      "matmul", "activation", "softmax"), start=1)}
 # the steps of real models beyond CNNs: codes 11-39 (npu.h)
 OPS.update(unary=11, binary=12, layer_norm=13, bmatmul=14, rnn=15, reduce=16)
+# The integer kernels' codes (csrc/qconv.c, qeltwise.c; 40-69 are theirs).
+OPS.update({"qconv": 40, "qdense": 41, "quantize": 42, "dequantize": 43, "qlut": 44, "qadd": 45,
+            "qconcat": 46, "qdwconv": 47, "qmaxpool": 48, "qmul": 49})
 
 
 class Step(C.Structure):
@@ -190,6 +194,23 @@ def worker_tasks() -> int:
     """Tasks the NPU's worker cores (not the calling threads) have run in this process."""
     lib = library()
     return int(lib.lnpu_worker_tasks()) if lib is not None else 0
+
+
+INT8_PATHS = {"auto": 0, "portable": 1, "avx512_vnni": 2, "avx_vnni": 3}
+
+
+def set_int8_path(path: str = "auto") -> str:
+    """Force the integer GEMMs' code path ("portable", "avx512_vnni", "avx_vnni"; "auto":
+    the best the CPU has); returns the one they take now (the CPU's best when it lacks the
+    one asked for). For tests and benchmarks: process-wide, set while no run is in progress."""
+    if path not in INT8_PATHS:
+        raise ValueError(f"int8 path {path!r}: expected one of {', '.join(INT8_PATHS)}")
+    lib = library()
+    if lib is None:
+        return "numpy"
+    lib.lnpu_set_int8_path.restype = C.c_int64
+    taken = int(lib.lnpu_set_int8_path(C.c_int64(INT8_PATHS[path])))
+    return next(name for name, code in INT8_PATHS.items() if code == taken)
 
 
 def worker_moves() -> int:

@@ -1,7 +1,7 @@
 """Graph rewrites the compiler makes before lowering (each returns a new model, the input is
 never mutated): an inference BatchNorm folded into the conv before it, and a parameter-free
 Activation folded into the producer before it (its activation_type), each saving one pass
-over the tensor."""
+over the tensor. Quantized nodes are left alone (their ranges are the quantizer's)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import numpy as np
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
 from provider.npu.ops.common import F32, TensorInfo
 from provider.npu.ops.norm import batchnorm_affine
+from provider.npu.ops.registry import QUANT_NONE
 
 log = logging.getLogger("litenpu.npu")
 
@@ -45,7 +46,8 @@ def fold_batchnorm(model: LiteModel) -> LiteModel:
         if ci is None or nodes[ci] is None or nodes[ci].op != "Conv2DFusion":
             continue
         conv = nodes[ci]
-        if (users.get(x) != [bi] or x in model.outputs
+        if (users.get(x) != [bi] or x in model.outputs or conv.quant_type not in QUANT_NONE
+                or bn.quant_type not in QUANT_NONE
                 or conv.attrs.get("activation_type", "NO_ACTIVATION") != "NO_ACTIVATION"
                 or any(tensors[t].data is None for t in (*conv.inputs[1:], *bn.inputs[1:]))):
             continue
@@ -98,6 +100,7 @@ def fuse_activations(model: LiteModel) -> LiteModel:
             continue
         prod = nodes[pi]
         if (users.get(x) != [ai] or x in model.outputs or len(prod.outputs) != 1
+                or prod.quant_type not in QUANT_NONE or act.quant_type not in QUANT_NONE
                 or prod.attrs.get("activation_type", "NO_ACTIVATION") != "NO_ACTIVATION"):
             continue
         nodes[pi] = dataclasses.replace(prod, outputs=list(act.outputs),

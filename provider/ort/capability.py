@@ -24,6 +24,7 @@ import numpy as np
 
 from converters.lite.ir import LiteModel
 from converters.onnx_import import import_onnx
+from converters.onnx_ops.import_quant import QOPERATORS
 from converters.report import ConversionReport
 from provider.errors import LitenpuError, UnsupportedError
 from provider.npu.capability import assess, supported_nodes
@@ -73,7 +74,7 @@ class ImportedGraph:
         found = [self.index.get(_node_key(n)) for n in contents.nodes]
         if None in found or any(n not in report.values for n in (*inputs, *outputs)):
             return None
-        nodes = sorted(j for i in found for j in report.origins[i])
+        nodes = sorted({j for i in found for j in report.origins[i]})
         part = self.lite.cut(nodes, [report.values[n] for n in inputs],
                              [report.values[n] for n in outputs], name)
         tensors = list(part.tensors)
@@ -110,7 +111,7 @@ def _static_reason(contents: OrtGraphContents, node: OrtNode, options: NpuOption
         return "disabled by provider option disable_ops"
     if node.unreadable:
         return node.unreadable
-    if view.domain:
+    if view.domain and (view.domain, view.op_type) not in QOPERATORS:
         return f"domain {view.domain!r} is not ONNX's default"
     for name in (*view.inputs, *view.outputs):
         info = contents.value_info.get(name)

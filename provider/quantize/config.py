@@ -14,17 +14,15 @@ from typing import Any
 import onnx
 from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType
 
+from converters.onnx_ops.import_quant import FOLDABLE
 from provider.errors import LitenpuError
 
-# The op types with NPU int8 kernels: the list issue 19's kernels cover (Conv and
-# ConvTranspose with per-channel weights; Relu and Clip fused into the producer's output
-# range by the quantizer). The ONE place this set is written: the quantizer quantizes these
-# and nothing else, and reports every other node as "no int8 kernel on the NPU".
-NPU_INT8_OPS: frozenset[str] = frozenset({
-    "Conv", "ConvTranspose", "MatMul", "Gemm", "Add", "Mul", "Concat", "MaxPool",
-    "AveragePool", "GlobalAveragePool", "Resize", "Relu", "Clip", "Sigmoid", "HardSwish",
-    "LeakyRelu", "Softmax",
-})
+# The op types with NPU int8 kernels: the ops whose QDQ units the importer folds into
+# quantized Lite ops (converters.onnx_ops.import_quant.FOLDABLE, the one place the set is
+# written; tests/test_npu_quant.py runs a unit of each on the NPU's integer kernels). The
+# quantizer quantizes these and nothing else, and reports every other node as "no int8
+# kernel on the NPU"; Relu and Clip after a conv or GEMM fold into its output range.
+NPU_INT8_OPS: frozenset[str] = frozenset(FOLDABLE)
 
 # The weight axis that holds the output channels, for the ops with per-channel weights.
 PER_CHANNEL_AXIS: dict[str, int] = {"Conv": 0, "ConvTranspose": 1}

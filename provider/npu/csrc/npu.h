@@ -31,6 +31,9 @@ enum { OP_CONV = 1, OP_DWCONV, OP_MAXPOOL, OP_AVGPOOL, OP_GLOBALPOOL, OP_CONCAT,
        OP_MATMUL, OP_ACT, OP_SOFTMAX, OP_COUNT };
 /* the steps of real models beyond CNNs (elementwise.c, dense.c, rnn.c, reduce.c): codes 11-39 */
 enum { OP_UNARY = 11, OP_BINARY, OP_LAYERNORM, OP_BMATMUL, OP_RNN, OP_REDUCE };
+/* Integer kernels (qconv.c, qeltwise.c): codes 40-69. */
+enum { OP_QCONV = 40, OP_QDENSE = 41, OP_QUANTIZE = 42, OP_DEQUANTIZE = 43, OP_QLUT = 44,
+       OP_QADD = 45, OP_QCONCAT = 46, OP_QDWCONV = 47, OP_QMAXPOOL = 48, OP_QMUL = 49 };
 
 #define MAX_SLOTS 16
 #define MAX_PARAMS 32
@@ -232,5 +235,27 @@ void binary(const lnpu_step *s, void **slots);
 void layer_norm(const lnpu_step *s, void **slots);
 int rnn(const lnpu_step *s, void **slots);           /* rnn.c */
 void reduce(const lnpu_step *s, void **slots);       /* reduce.c */
+
+/* Integer conv parameters (qconv.c): geometry as C_*, then the packed GEMM's K / 4 per
+ * group, the unsigned input zero point (the padding code), 0x80 to flip int8 input codes to
+ * unsigned, the output zero point and its clamp [lo, hi] (codes), and 1 for the shifted
+ * stride-1 form (padded planes, each tap a contiguous slice; see qconv.c). */
+enum { Q_N, Q_C, Q_H, Q_W, Q_O, Q_OH, Q_OW, Q_G, Q_KH, Q_KW, Q_SH, Q_SW, Q_DH, Q_DW, Q_PT, Q_PL,
+       Q_KG, Q_ZX, Q_XFLIP, Q_ZY, Q_LO, Q_HI, Q_SHIFTED };
+/* Integer dense parameters: rows, K, output channels, K / 4, flip, zy, lo, hi. */
+enum { D_ROWS, D_K, D_O, D_KG, D_XFLIP, D_ZY, D_LO, D_HI };
+/* Integer conv / dense slots: codes, packed weights, folded bias (int32), multipliers
+ * (float64 holding float32 values), output codes, byte scratch. */
+enum { QS_X, QS_W, QS_BIAS, QS_MULT, QS_Y, QS_COLS };
+int qconv(const lnpu_step *s, void **slots);  /* -1: no host scratch */
+void qdense(const lnpu_step *s, void **slots);
+int qdwconv(const lnpu_step *s, void **slots);  /* depthwise; -1: no host scratch */
+void quantize(const lnpu_step *s, void **slots);     /* qeltwise.c */
+void dequantize(const lnpu_step *s, void **slots);
+void qlut(const lnpu_step *s, void **slots);
+void qadd(const lnpu_step *s, void **slots);
+void qmul(const lnpu_step *s, void **slots);
+void qconcat(const lnpu_step *s, void **slots);
+void qmaxpool(const lnpu_step *s, void **slots);
 
 #endif

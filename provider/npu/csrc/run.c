@@ -44,6 +44,16 @@ API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, double
         case OP_BMATMUL: bmatmul(s, slots); break;
         case OP_RNN: status = rnn(s, slots); break;
         case OP_REDUCE: reduce(s, slots); break;
+        case OP_QCONV: status = qconv(s, slots); break;
+        case OP_QDENSE: qdense(s, slots); break;
+        case OP_QUANTIZE: quantize(s, slots); break;
+        case OP_DEQUANTIZE: dequantize(s, slots); break;
+        case OP_QLUT: qlut(s, slots); break;
+        case OP_QADD: qadd(s, slots); break;
+        case OP_QCONCAT: qconcat(s, slots); break;
+        case OP_QDWCONV: status = qdwconv(s, slots); break;
+        case OP_QMAXPOOL: qmaxpool(s, slots); break;
+        case OP_QMUL: qmul(s, slots); break;
         default: status = i + 1; continue;
         }
         if (seconds) seconds[i] = (now_ns() - t0) * 1e-9;

@@ -30,10 +30,10 @@ F32 = np.dtype(np.float32)
 BOOL = np.dtype(np.bool_)
 
 # Run-time dtype sets of the static rows (capability's table prints them in this order).
-DTYPE_ORDER = ("float32", "float16", "int32", "int64", "bool")
+DTYPE_ORDER = ("float32", "float16", "int8", "uint8", "int32", "int64", "bool")
 FLOAT = frozenset({"float32", "float16"})
 NUMERIC = FLOAT | {"int32", "int64"}  # int64: index arithmetic (masks, positions)
-DATA = NUMERIC | {"bool"}
+DATA = NUMERIC | {"bool", "int8", "uint8"}  # moved, not computed: 8-bit codes too
 ANY: frozenset[str] = frozenset()  # no dtype restriction
 
 
@@ -44,6 +44,7 @@ class TensorInfo:
     shape: Shape
     dtype: np.dtype
     value: np.ndarray | None = None
+    quant: Any = None  # converters.lite.quant.TensorQuant of a quantized node's tensor
 
 
 @dataclass(frozen=True)

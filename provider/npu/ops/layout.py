@@ -4,7 +4,10 @@ numpy kernels, and the native lowerings of Concat, Transpose and slices. Index a
 is resolved by the rules; the kernels only copy.
 
 Index arrays are validated at compile time, so np.take runs with mode="clip": with the
-default mode="raise" numpy buffers the whole output on every call."""
+default mode="raise" numpy buffers the whole output on every call.
+
+Long by design: one family (ops that only move data share the index arithmetic and the
+native strided copy), as every op family is one module."""
 
 from __future__ import annotations
 

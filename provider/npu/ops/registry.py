@@ -4,7 +4,9 @@ a `NativeLowering`, each filled by explicit decorators in the family modules (`o
 - `define(*ops, ...)` registers a lowering rule (concrete shapes in, `Lowered` out) as the
   rule of each Lite primitive in `ops`, together with its static capability row (run-time
   dtypes, attribute check, constant inputs, input rank; shape-free) and the kernel keys the
-  rule may emit. `capability` answers "does the NPU run this node, and why not" from these
+  rule may emit. `define(..., quant=QUANT_ALL)` registers the rule of the primitive's
+  integer form (nodes with that `quant_type`: integer codes in and out, each tensor's
+  quantization in its `TensorInfo.quant`); the two forms are separate rows (`key_of`). `capability` answers "does the NPU run this node, and why not" from these
   two alone: the row for any graph, the rule too where shapes are known.
 - `register(key)` adds a numpy kernel. It is called by the executor once per step with
   preallocated views: `run(inputs, outputs, attrs)` reads `inputs` (weights are read-only
@@ -35,7 +37,9 @@ if TYPE_CHECKING:
     from provider.npu.program import Slot
 
 __all__ = ["OPS", "KERNELS", "NATIVE", "OpDef", "Kernel", "NativeLowering", "Check", "Rule",
-           "define", "register", "native", "op_def", "get", "lower"]
+           "define", "register", "native", "op_def", "get", "lower", "key_of", "QUANT_NONE"]
+
+QUANT_NONE = ("QUANT_NONE", "", None)
 
 Check = Callable[[LiteNode], "str | None"]
 Rule = Callable[[LiteNode, Sequence[TensorInfo], Sequence["np.dtype | None"]], Lowered]
@@ -62,6 +66,17 @@ class OpDef:
     rank: tuple[int, int] = (0, 99)
     kernels: tuple[str, ...] = ()
     note: str = ""
+    quant: str = "QUANT_NONE"
+
+    @property
+    def key(self) -> str:
+        """The row's key in OPS: the primitive, with its quant_type for an integer form."""
+        return self.op if self.quant == "QUANT_NONE" else f"{self.op}[{self.quant}]"
+
+
+def key_of(node: LiteNode) -> str:
+    """The OPS key of a node: its primitive, with its quant_type when it is quantized."""
+    return node.op if node.quant_type in QUANT_NONE else f"{node.op}[{node.quant_type}]"
 
 
 @dataclass(frozen=True)
@@ -90,17 +105,20 @@ NATIVE: dict[str, NativeLowering] = {}
 
 def define(*ops: str, dtypes: frozenset[str], check: Check | None = None,
            const_inputs: tuple[int, ...] = (), rank: tuple[int, int] = (0, 99),
-           kernels: tuple[str, ...] = (), note: str = "") -> Callable[[Rule], Rule]:
-    """Decorator registering the rule as the lowering of each Lite primitive in `ops`, with
-    the static row given (see OpDef); decorators stack for primitives sharing one rule with
-    other rows. Defining a primitive twice is an error."""
+           kernels: tuple[str, ...] = (), note: str = "", quant: str = "QUANT_NONE"
+           ) -> Callable[[Rule], Rule]:
+    """Decorator registering the rule as the lowering of each Lite primitive in `ops` (their
+    `quant` form), with the static row given (see OpDef); decorators stack for primitives
+    sharing one rule with other rows. Defining a primitive twice is an error."""
 
     def deco(fn: Rule) -> Rule:
-        twice = [op for op in ops if op in OPS]
+        defs = [OpDef(op, fn, dtypes, check, const_inputs, rank, kernels, note, quant)
+                for op in ops]
+        twice = [d.key for d in defs if d.key in OPS]
         if twice:
             raise ValueError(f"NPU ops {twice} are already defined")
-        for op in ops:
-            OPS[op] = OpDef(op, fn, dtypes, check, const_inputs, rank, kernels, note)
+        for d in defs:
+            OPS[d.key] = d
         return fn
 
     return deco
@@ -138,7 +156,7 @@ def native(*kernels: str, op: str | None = None) -> Callable[[LowerFn], LowerFn]
 
 
 def op_def(op: str) -> OpDef:
-    """The definition of Lite primitive `op`; UnsupportedError listing the known ones."""
+    """The definition of OPS key `op` (`key_of`); UnsupportedError listing the known ones."""
     try:
         return OPS[op]
     except KeyError:
@@ -159,7 +177,7 @@ def lower(node: LiteNode, ins: Sequence[TensorInfo], out_types: Sequence[np.dtyp
     known ops) if the NPU has none. A rule emitting a kernel it did not declare is a bug of
     the op's module."""
     try:
-        d = op_def(node.op)
+        d = op_def(key_of(node))
     except UnsupportedError as e:
         raise UnsupportedError(f"node {node.name!r}: {e}") from None
     low = d.rule(node, ins, out_types)

@@ -1,0 +1,229 @@
+/* Integer elementwise kernels (provider/npu/ops/quant.py and quant_eltwise.py lower to
+ * them): quantize (float32 -> codes), dequantize (codes -> float32), the 256-entry table
+ * (activations, requantizing copies), the quantized Add of two same-shaped tensors and
+ * the joining of code tensors along an axis (Concat), each over elements split across the
+ * NPU's cores. Arithmetic as onnxruntime's (QuantizeLinear divides by the scale; round
+ * half to even; saturate), as the numpy kernels compute it.
+ */
+#include "npu.h"
+
+#define ELEMENTS_PER_NS 2.0  /* a simple pass over bytes / floats on one core */
+
+typedef struct {
+    const lnpu_step *s;
+    void **slots;
+    int64_t count, chunk;
+} ew_args;
+
+static int64_t split(ew_args *a, int64_t count) {
+    int64_t tasks = task_count(count / ELEMENTS_PER_NS, (count + 4095) / 4096);
+    a->count = count;
+    a->chunk = per_task(count, tasks);
+    return (count + a->chunk - 1) / a->chunk;
+}
+
+/* Round half to even in float32 (|v| < 2^22, clamped first). */
+static inline float rne(float v) { return (v + 12582912.0f) - 12582912.0f; }
+
+/* f = x / scale clamped to [lo, hi] (codes minus the zero point), a NaN to lo. */
+static inline float clamp_nan(float f, float lo, float hi) {
+    f = f >= lo ? f : lo;
+    return f > hi ? hi : f;
+}
+
+MULTIVERSION
+static void quantize_task(const void *ctx, int64_t t) {
+    const ew_args *a = ctx;
+    const lnpu_step *s = a->s;
+    const float *x = a->slots[s->slot[0]];
+    uint8_t *y = a->slots[s->slot[1]];
+    float scale = s->f[0], lo = (float)(s->p[2] - s->p[1]), hi = (float)(s->p[3] - s->p[1]);
+    int32_t zp = (int32_t)s->p[1];
+    int64_t begin = t * a->chunk, end = begin + a->chunk < a->count ? begin + a->chunk : a->count;
+    for (int64_t i = begin; i < end; i++)
+        y[i] = (uint8_t)((int32_t)rne(clamp_nan(x[i] / scale, lo, hi)) + zp);
+}
+
+MULTIVERSION
+static void dequantize_task(const void *ctx, int64_t t) {
+    const ew_args *a = ctx;
+    const lnpu_step *s = a->s;
+    float *y = a->slots[s->slot[1]];
+    float scale = s->f[0];
+    int32_t zp = (int32_t)s->p[1];
+    int64_t begin = t * a->chunk, end = begin + a->chunk < a->count ? begin + a->chunk : a->count;
+    if (s->p[4]) {  /* int8 codes */
+        const int8_t *x = a->slots[s->slot[0]];
+        for (int64_t i = begin; i < end; i++) y[i] = (float)((int32_t)x[i] - zp) * scale;
+    } else {
+        const uint8_t *x = a->slots[s->slot[0]];
+        for (int64_t i = begin; i < end; i++) y[i] = (float)((int32_t)x[i] - zp) * scale;
+    }
+}
+
+/* quantize / dequantize: p = count, zero point, code min, code max, signed; f[0] = scale;
+ * slots x, y. */
+void quantize(const lnpu_step *s, void **slots) {
+    ew_args a = {s, slots, 0, 0};
+    parallel(quantize_task, &a, split(&a, s->p[0]));
+}
+
+void dequantize(const lnpu_step *s, void **slots) {
+    ew_args a = {s, slots, 0, 0};
+    parallel(dequantize_task, &a, split(&a, s->p[0]));
+}
+
+/* table: p = count, signed input; slots x, table (256 codes), y. */
+static void lut_task(const void *ctx, int64_t t) {
+    const ew_args *a = ctx;
+    const lnpu_step *s = a->s;
+    const uint8_t *x = a->slots[s->slot[0]], *table = a->slots[s->slot[1]];
+    uint8_t *y = a->slots[s->slot[2]];
+    uint8_t flip = s->p[1] ? 0x80 : 0;  /* int8 code c is entry c + 128 */
+    int64_t begin = t * a->chunk, end = begin + a->chunk < a->count ? begin + a->chunk : a->count;
+    for (int64_t i = begin; i < end; i++) y[i] = table[(uint8_t)(x[i] ^ flip)];
+}
+
+void qlut(const lnpu_step *s, void **slots) {
+    ew_args a = {s, slots, 0, 0};
+    parallel(lut_task, &a, split(&a, s->p[0]));
+}
+
+/* add: p = count, za, zb, zy, lo, hi, signed inputs (a then b); f[0] = ra, f[1] = rb;
+ * slots a, b, y: y = clamp(rint(float(a - za) * ra + float(b - zb) * rb) + zy), the two
+ * products rounded before the sum (no fused multiply-add: the library is built with
+ * -ffp-contract=fast, which would round once and differ from onnxruntime in the last bit). */
+MULTIVERSION __attribute__((optimize("fp-contract=off")))
+static void add_task(const void *ctx, int64_t t) {
+    const ew_args *a = ctx;
+    const lnpu_step *s = a->s;
+    const uint8_t *x0 = a->slots[s->slot[0]], *x1 = a->slots[s->slot[1]];
+    uint8_t *y = a->slots[s->slot[2]];
+    int32_t za = (int32_t)s->p[1], zb = (int32_t)s->p[2], zy = (int32_t)s->p[3];
+    float lo = (float)(s->p[4] - zy), hi = (float)(s->p[5] - zy), ra = s->f[0], rb = s->f[1];
+    int sa = (int)s->p[6], sb = (int)s->p[7];
+    int64_t begin = t * a->chunk, end = begin + a->chunk < a->count ? begin + a->chunk : a->count;
+    for (int64_t i = begin; i < end; i++) {
+        int32_t va = sa ? (int32_t)(int8_t)x0[i] : (int32_t)x0[i];
+        int32_t vb = sb ? (int32_t)(int8_t)x1[i] : (int32_t)x1[i];
+        float f = (float)(va - za) * ra + (float)(vb - zb) * rb;
+        y[i] = (uint8_t)((int32_t)rne(clamp_nan(f, lo, hi)) + zy);
+    }
+}
+
+/* mul: p as add; f[0] = m: y = clamp(rint(float((a - za) * (b - zb)) * m) + zy) (the
+ * product is an exact int32, its float conversion exact below 2^24). */
+MULTIVERSION
+static void mul_task(const void *ctx, int64_t t) {
+    const ew_args *a = ctx;
+    const lnpu_step *s = a->s;
+    const uint8_t *x0 = a->slots[s->slot[0]], *x1 = a->slots[s->slot[1]];
+    uint8_t *y = a->slots[s->slot[2]];
+    int32_t za = (int32_t)s->p[1], zb = (int32_t)s->p[2], zy = (int32_t)s->p[3];
+    float lo = (float)(s->p[4] - zy), hi = (float)(s->p[5] - zy), m = s->f[0];
+    int sa = (int)s->p[6], sb = (int)s->p[7];
+    int64_t begin = t * a->chunk, end = begin + a->chunk < a->count ? begin + a->chunk : a->count;
+    for (int64_t i = begin; i < end; i++) {
+        int32_t va = sa ? (int32_t)(int8_t)x0[i] : (int32_t)x0[i];
+        int32_t vb = sb ? (int32_t)(int8_t)x1[i] : (int32_t)x1[i];
+        float f = (float)((va - za) * (vb - zb)) * m;
+        y[i] = (uint8_t)((int32_t)rne(clamp_nan(f, lo, hi)) + zy);
+    }
+}
+
+void qmul(const lnpu_step *s, void **slots) {
+    ew_args a = {s, slots, 0, 0};
+    parallel(mul_task, &a, split(&a, s->p[0]));
+}
+
+void qadd(const lnpu_step *s, void **slots) {
+    ew_args a = {s, slots, 0, 0};
+    parallel(add_task, &a, split(&a, s->p[0]));
+}
+
+/* concat of code tensors: p = outer, inner of the output (its elements after the axis,
+ * times the axis), the inputs' count, then per input its inner size and signedness;
+ * slots: the output, then per input its codes and its table (-1: copied). */
+static void concat_task(const void *ctx, int64_t t) {
+    const ew_args *a = ctx;
+    const lnpu_step *s = a->s;
+    int64_t inner = s->p[1], inputs = s->p[2];
+    uint8_t *y = (uint8_t *)a->slots[s->slot[0]] + t * inner;
+    for (int64_t i = 0; i < inputs; i++) {
+        int64_t size = s->p[3 + 2 * i];
+        const uint8_t *x = (const uint8_t *)a->slots[s->slot[1 + 2 * i]] + t * size;
+        int64_t table_slot = s->slot[2 + 2 * i];
+        if (table_slot < 0) {
+            memcpy(y, x, size);
+        } else {
+            const uint8_t *table = a->slots[table_slot];
+            uint8_t flip = s->p[4 + 2 * i] ? 0x80 : 0;
+            for (int64_t k = 0; k < size; k++) y[k] = table[(uint8_t)(x[k] ^ flip)];
+        }
+        y += size;
+    }
+}
+
+void qconcat(const lnpu_step *s, void **slots) {
+    ew_args a = {s, slots, s->p[0], 1};
+    parallel(concat_task, &a, s->p[0]);
+}
+
+/* ---- max pooling of codes ---------------------------------------------------------------- */
+
+/* p = N, C, H, W, OH, OW, KH, KW, SH, SW, PT, PL, signed; slots x, table (-1: none), y.
+ * Padding never wins (the window's max is over the input positions it covers), as
+ * onnxruntime's MaxPool; a table maps the max code to the output's quantization. */
+enum { MP_N, MP_C, MP_H, MP_W, MP_OH, MP_OW, MP_KH, MP_KW, MP_SH, MP_SW, MP_PT, MP_PL, MP_SIGNED };
+
+MULTIVERSION
+static void maxpool_plane(const lnpu_step *s, const uint8_t *x, const uint8_t *table, uint8_t *y) {
+    const int64_t *p = s->p;
+    int64_t h = p[MP_H], w = p[MP_W], oh = p[MP_OH], ow = p[MP_OW], kh = p[MP_KH], kw = p[MP_KW];
+    int64_t sh = p[MP_SH], sw = p[MP_SW], pt = p[MP_PT], pl = p[MP_PL];
+    uint8_t flip = p[MP_SIGNED] ? 0x80 : 0;  /* compare int8 codes as unsigned */
+    for (int64_t r = 0; r < oh; r++) {
+        int64_t r0 = r * sh - pt, r1 = r0 + kh;
+        r0 = r0 < 0 ? 0 : r0;
+        r1 = r1 > h ? h : r1;
+        for (int64_t c = 0; c < ow; c++) {
+            int64_t c0 = c * sw - pl, c1 = c0 + kw;
+            c0 = c0 < 0 ? 0 : c0;
+            c1 = c1 > w ? w : c1;
+            uint8_t best = 0;
+            for (int64_t i = r0; i < r1; i++)
+                for (int64_t j = c0; j < c1; j++) {
+                    uint8_t v = x[i * w + j] ^ flip;
+                    best = v > best ? v : best;
+                }
+            best ^= flip;
+            y[r * ow + c] = table ? table[(uint8_t)(best ^ flip)] : best;
+        }
+    }
+}
+
+typedef struct {
+    const lnpu_step *s;
+    void **slots;
+    int64_t per_task;
+} mp_args;
+
+static void maxpool_task(const void *ctx, int64_t t) {
+    const mp_args *a = ctx;
+    const int64_t *p = a->s->p;
+    int64_t planes = p[MP_N] * p[MP_C], in = p[MP_H] * p[MP_W], out = p[MP_OH] * p[MP_OW];
+    const uint8_t *x = a->slots[a->s->slot[0]];
+    const uint8_t *table = a->s->slot[1] >= 0 ? a->slots[a->s->slot[1]] : NULL;
+    uint8_t *y = a->slots[a->s->slot[2]];
+    int64_t end = (t + 1) * a->per_task < planes ? (t + 1) * a->per_task : planes;
+    for (int64_t k = t * a->per_task; k < end; k++) maxpool_plane(a->s, x + k * in, table, y + k * out);
+}
+
+void qmaxpool(const lnpu_step *s, void **slots) {
+    const int64_t *p = s->p;
+    int64_t planes = p[MP_N] * p[MP_C];
+    if (!planes) return;
+    double work = (double)planes * p[MP_OH] * p[MP_OW] * p[MP_KH] * p[MP_KW];
+    mp_args a = {s, slots, per_task(planes, task_count(work / ELEMENTS_PER_NS, planes))};
+    parallel(maxpool_task, &a, (planes + a.per_task - 1) / a.per_task);
+}
