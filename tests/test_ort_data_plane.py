@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 from ort_models import CNN, NPU, STATIC, f32, make_model, reference
+from quant_cases import build as build_quantized
+from quant_cases import run_npu
 from threads import run_threads
 
 import provider
@@ -46,6 +48,16 @@ MIXED = make_model(
     [f32("x", [2, 8])], [f32("y", [2, 16])],
     [numpy_helper.from_array(np.array([1, 2], np.int64), "reps"),
      numpy_helper.from_array(np.ones(16, np.float32), "one")])
+# the ops of real models (native codes 11-16): layer norm, batched matmul, unary, binary, reduce
+REAL_OPS = make_model(
+    [helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["n"], axis=-1),
+     helper.make_node("MatMul", ["n", "w"], ["m"]), helper.make_node("Erf", ["m"], ["s"]),
+     helper.make_node("Mul", ["s", "x"], ["g"]),
+     helper.make_node("ReduceMean", ["g"], ["y"], axes=[-1], keepdims=1)],
+    [f32("x", [2, 4, 8])], [f32("y", [2, 4, 1])],
+    [numpy_helper.from_array(RNG.standard_normal(8).astype(np.float32), "gamma"),
+     numpy_helper.from_array(RNG.standard_normal(8).astype(np.float32), "beta"),
+     numpy_helper.from_array(RNG.standard_normal((8, 8)).astype(np.float32), "w")])
 NATIVE_ANY_BATCH = make_model(
     [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["r"], ["y"], axis=-1)],
     [f32("x", ["N", 8])], [f32("y", ["N", 8])])
@@ -108,6 +120,43 @@ def test_runs_of_a_fully_native_program_enter_no_python():
     for y in (*results, binding.get_outputs()[0].numpy()):
         np.testing.assert_array_equal(y, results[0])
     np.testing.assert_allclose(results[0], expected, atol=1e-4, rtol=1e-3)
+
+
+def assert_runs_whole_in_c(sess: InferenceSession, feeds: dict, kernels_used: set[str]
+                           ) -> np.ndarray:
+    """Ten runs of `sess`'s one NPU partition in C with no numpy step; its output."""
+    first = sess.run(None, feeds)[0]
+    (kernel,) = kernels(sess)
+    (compiled,) = kernel._programs.values()
+    assert kernels_used <= {step.kernel for step in compiled.executor.program.steps}
+    computes, runs = kernel.python_computes, kernel.native_runs
+    for _ in range(10):
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], first)
+    assert compiled.executor._inner.numpy_steps.calls == 0
+    assert kernel.python_computes == computes and kernel.native_runs == runs + 10
+    return first
+
+
+@needs_native
+def test_the_ops_of_real_models_run_in_c():
+    feeds = {"x": RNG.standard_normal((2, 4, 8)).astype(np.float32)}
+    y = assert_runs_whole_in_c(InferenceSession(REAL_OPS, providers=NPU), feeds,
+                               {"layer_norm", "matmul", "unary", "binary", "reduce"})
+    np.testing.assert_allclose(y, reference(REAL_OPS, feeds)[0], atol=1e-5, rtol=1e-4)
+
+
+@needs_native
+@pytest.mark.parametrize("case, kernel", [
+    ("conv", "qconv2d"), ("conv_depthwise", "qconv2d"), ("gemm", "qdense"), ("sigmoid", "qlut"),
+    ("concat", "qconcat"), ("maxpool", "qmax_pool"), ("add_same_shape", "qadd"),
+    ("mul_same_shape", "qmul")])
+def test_integer_programs_run_in_c(case, kernel):
+    """Quantized units run on the integer op codes (40-49) from the C Compute, to the code
+    the Executor's own native run gives."""
+    model, feeds = build_quantized(case, np.int8, 3)
+    y = assert_runs_whole_in_c(InferenceSession(model.SerializeToString(), providers=NPU), feeds,
+                               {kernel})
+    np.testing.assert_array_equal(y, run_npu(model, feeds))
 
 
 @needs_native
@@ -298,6 +347,44 @@ def test_a_numpy_step_failing_in_a_c_run_is_typed(monkeypatch):
         sess.run(None, {"x": np.ones((2, 8), np.float32)})
     assert "NodeComputeInfo.Compute: LitenpuError" in str(info.value.__cause__)
     assert kernel.python_computes == 0
+
+
+def _bad_run_messages(in_c: bool) -> list[str]:
+    """What three bad runs raise (type and text), with Compute in C or in Python: an output
+    bound with the wrong shape, an output sharing the input's memory, a failing numpy step."""
+    messages = []
+    sess = InferenceSession(NATIVE_ANY_BATCH, providers=NPU)
+    sess.run(None, {"x": np.ones((2, 8), np.float32)})
+    binding = sess.io_binding()
+    binding.bind_ortvalue_input("x", provider.ortvalue_from_numpy(np.ones((2, 8), np.float32)))
+    binding._iobinding.bind_ortvalue_output("y", provider.empty((3, 8))._ortvalue)  # unchecked
+    shared = provider.ortvalue_from_numpy(np.ones((2, 8), np.float32))
+    native_only = InferenceSession(NATIVE_ONLY, providers=NPU)
+    overlapping = native_only.io_binding()
+    overlapping.bind_ortvalue_input("x", shared)
+    overlapping.bind_ortvalue_output("y", shared)
+    mixed = InferenceSession(MIXED, providers=NPU)
+    for run in (lambda: sess.run_with_iobinding(binding),
+                lambda: native_only.run_with_iobinding(overlapping),
+                lambda: mixed.run(None, {"x": np.ones((2, 8), np.float32)})):
+        with pytest.raises(LitenpuError) as info:
+            run()
+        messages.append(f"{type(info.value).__name__}: {info.value}")
+    assert all(k.native == in_c for s in (sess, native_only, mixed) for k in kernels(s))
+    return messages
+
+
+@needs_native
+def test_errors_from_c_have_the_python_computes_types_and_text(monkeypatch):
+    def broken(inputs, outputs, attrs):
+        raise FloatingPointError("simulated kernel failure")
+
+    monkeypatch.setitem(KERNELS, "tile", Kernel("tile", broken))
+    from_c = _bad_run_messages(True)
+    monkeypatch.setattr(compute.clib, "data_plane", lambda: False)  # kernels made from now on
+    from_python = _bad_run_messages(False)
+    assert from_c == from_python
+    assert [m.split(":")[0] for m in from_c] == ["BindingError", "BindingError", "LitenpuError"]
 
 
 # ---- memory -------------------------------------------------------------------------------------
