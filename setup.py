@@ -1,9 +1,11 @@
 """Build hook: compiles the two plain C libraries of the package, loaded with ctypes.
 
-- provider/ort/_trampoline.c: the onnxruntime plugin-EP trampoline (finds the running
-  Python's C API with dlsym: never linked against libpython);
-- provider/npu/csrc/*.c: the reference NPU's compiled kernels and its thread pool, built as
-  provider/npu/_native.
+- provider/ort/_trampoline.c + provider/ort/csrc/*.c: the onnxruntime plugin-EP library (the
+  trampoline to the Python EP, which finds the running Python's C API with dlsym and is never
+  linked against libpython, and the data plane's side of it: Compute, the allocator, the
+  data transfer), built as provider/ort/_trampoline;
+- provider/npu/csrc/*.c: the reference NPU's compiled kernels, its thread pool and its data
+  plane (device heap, arena sets, run plans), built as provider/npu/_native.
 
 Everything else about the package lives in pyproject.toml. Neither library has a Python
 module init; each is built as an Extension only to get the compiler, the platform suffix and
@@ -19,14 +21,16 @@ setup(
     ext_modules=[
         Extension(
             "provider.ort._trampoline",
-            sources=["provider/ort/_trampoline.c"],
-            extra_compile_args=["-O2", "-fvisibility=hidden"],
+            sources=["provider/ort/_trampoline.c", *sorted(glob.glob("provider/ort/csrc/*.c"))],
+            depends=["provider/ort/csrc/ep.h", "provider/npu/csrc/plane.h",
+                     "provider/npu/csrc/npu.h"],
+            extra_compile_args=["-O2", "-fvisibility=hidden", "-std=gnu11"],
             libraries=["dl"],  # dlsym/dladdr (part of libc from glibc 2.34)
         ),
         Extension(
             "provider.npu._native",
             sources=sorted(glob.glob("provider/npu/csrc/*.c")),
-            depends=["provider/npu/csrc/npu.h"],
+            depends=["provider/npu/csrc/npu.h", "provider/npu/csrc/plane.h"],
             extra_compile_args=["-O3", "-fvisibility=hidden", "-std=c11", "-ffp-contract=fast"],
             libraries=["m"],
         ),

@@ -1,10 +1,18 @@
-"""NPU execution provider through onnxruntime: per-call overhead and zero-copy chaining.
+"""NPU execution provider through onnxruntime: per-call overhead, thread scaling, zero-copy chaining.
 
-1. Per-call EP overhead on a tiny model (Relu + Add on 2x8): NPU EP vs onnxruntime's CPU EP,
-   with numpy feeds and with NPU-bound I/O.
-2. Two models chained, 25 MB tensors: plain `run()` with numpy in and out of each session vs
+1. Per-call EP overhead on tiny models: the NPU EP (provider.InferenceSession) vs onnxruntime's
+   CPU EP on the same model, with numpy feeds (`run()`) and with bound I/O (IOBinding: NPU
+   tensors for the NPU EP, CPU ones for the CPU EP). Relu + Softmax runs natively (the C data
+   plane: no Python in the run); Relu + Tile has a numpy step (one callback into Python per run).
+   Overhead = NPU EP time - CPU EP time, in us per call.
+2. Throughput of 2 threads on one session (npu_threads=1, a model of about 2 ms per run) over
+   1 thread: runs of one session overlap, each in its own arena, without the GIL.
+3. Two models chained, 25 MB tensors: plain `run()` with numpy in and out of each session vs
    IOBinding with NPU-resident tensors (A's NPU output bound as B's input): time ratio and bytes
    copied between CPU and NPU memory (counted by the EP).
+
+Timings alternate between the sides in short blocks (provider.bench.timing) and report the
+median over blocks, with the spread (min..max of the block medians) as the noise.
 
     PYTHONPATH=. python3 benchmarks/bench_ep_overhead.py [--quick]   (or after pip install .)
 """
@@ -13,6 +21,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import statistics
+import threading
+import time
 
 import numpy as np
 import onnx
@@ -20,42 +31,139 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import provider
-from provider.bench.timing import best_of
+from provider.bench.timing import best_of, interleaved_ms
 
 NPU = ["NPUExecutionProvider", "CPUExecutionProvider"]
 CPU = ["CPUExecutionProvider"]
 
 
-def relu_add(shape: tuple[int, ...]) -> bytes:
-    """y = relu(x) + 1: both nodes run on the NPU."""
-    one = numpy_helper.from_array(np.ones(shape[-1:], np.float32), "one")
+def _model(nodes, shape, initializers=(), out_shape=None) -> bytes:
     graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "one"], ["y"])], "relu_add",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))], [one])
+        nodes, "bench", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(out_shape or shape))],
+        list(initializers))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model.SerializeToString()
 
 
+def relu_add(shape: tuple[int, ...]) -> bytes:
+    """y = relu(x) + 1: both nodes run on the NPU's native kernels."""
+    one = numpy_helper.from_array(np.ones(shape[-1:], np.float32), "one")
+    return _model([helper.make_node("Relu", ["x"], ["r"]),
+                   helper.make_node("Add", ["r", "one"], ["y"])], shape, [one])
+
+
+def relu_tile(shape: tuple[int, ...]) -> bytes:
+    """y = tile(relu(x), 2 along the last axis): both nodes run on the NPU (the Tile on its
+    numpy kernel)."""
+    reps = numpy_helper.from_array(np.array([1] * (len(shape) - 1) + [2], np.int64), "reps")
+    return _model([helper.make_node("Relu", ["x"], ["r"]),
+                   helper.make_node("Tile", ["r", "reps"], ["y"])], shape, [reps],
+                  (*shape[:-1], 2 * shape[-1]))
+
+
+def relu_softmax(shape: tuple[int, ...]) -> bytes:
+    """y = softmax(relu(x)): both nodes run on the NPU's native kernels."""
+    return _model([helper.make_node("Relu", ["x"], ["r"]),
+                   helper.make_node("Softmax", ["r"], ["y"], axis=-1)], shape)
+
+
+def conv_stack(channels: int = 32, size: int = 56, layers: int = 4) -> bytes:
+    """A stack of 3x3 conv + relu on 1 x channels x size x size: a few ms per run on one core."""
+    rng = np.random.default_rng(0)
+    nodes, weights, name = [], [], "x"
+    for i in range(layers):
+        w = rng.standard_normal((channels, channels if i else 3, 3, 3)).astype(np.float32) * 0.1
+        weights.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes += [helper.make_node("Conv", [name, f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1]),
+                  helper.make_node("Relu", [f"c{i}"], ["y" if i == layers - 1 else f"r{i}"])]
+        name = f"r{i}"
+    return _model(nodes, (1, 3, size, size), weights, (1, channels, size, size))
+
+
+def _us(blocks: list[list[float]]) -> tuple[float, float, float]:
+    """(median, min, max) over blocks of each block's median, in us."""
+    medians = [statistics.median(b) * 1e3 for b in blocks]
+    return statistics.median(medians), min(medians), max(medians)
+
 
 def overhead(quick: bool) -> None:
-    model = relu_add((2, 8))
+    runs = 4000 if quick else 20000
     x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    for label, model in (("Relu+Softmax (native)", relu_softmax((2, 8))),
+                         ("Relu+Tile (numpy Tile)", relu_tile((2, 8)))):
+        _overhead_of(label, model, x, runs)
+
+
+def _overhead_of(label: str, model: bytes, x: np.ndarray, runs: int) -> None:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1  # the tiny models gain nothing from onnxruntime's pool
     npu = provider.InferenceSession(model, providers=NPU)
-    cpu = ort.InferenceSession(model, providers=CPU)
-    number = 200 if quick else 2000
-    t_npu = best_of(lambda: npu.run(None, {"x": x}), 3, number)
-    t_cpu = best_of(lambda: cpu.run(None, {"x": x}), 3, number)
-    binding = npu.io_binding()
-    binding.bind_ortvalue_input("x", provider.ortvalue_from_numpy(x))
-    binding.bind_ortvalue_output("y", provider.empty(x.shape, "float32"))
-    t_bound = best_of(lambda: npu.run_with_iobinding(binding), 3, number)
-    print(f"tiny model run():        NPU EP {t_npu * 1e6:8.1f} us   CPU EP {t_cpu * 1e6:8.1f} us   "
-          f"EP overhead {(t_npu - t_cpu) * 1e6:8.1f} us/call ({t_npu / t_cpu:.1f}x)")
-    print(f"tiny model, NPU-bound:   NPU EP {t_bound * 1e6:8.1f} us   "
-          f"(no CPU<->NPU copies; Python EP path only)")
+    cpu = ort.InferenceSession(model, options, providers=CPU)
+    np.testing.assert_allclose(npu.run(None, {"x": x})[0], cpu.run(None, {"x": x})[0],
+                               rtol=1e-5, atol=1e-6)
+    npu_bound, cpu_bound = npu.io_binding(), cpu.io_binding()
+    npu_bound.bind_ortvalue_input("x", provider.ortvalue_from_numpy(x))
+    npu_bound.bind_ortvalue_output("y", provider.empty(npu.get_outputs()[0].shape, "float32"))
+    cpu_bound.bind_cpu_input("x", x)
+    cpu_bound.bind_output("y")
+    blocks = interleaved_ms([lambda: npu.run(None, {"x": x}), lambda: cpu.run(None, {"x": x}),
+                             lambda: npu.run_with_iobinding(npu_bound),
+                             lambda: cpu.run_with_iobinding(cpu_bound)],
+                            runs, block=500, settle=50, pause_s=0.02)
+    (n, n_lo, n_hi), (c, c_lo, c_hi), (nb, nb_lo, nb_hi), (cb, cb_lo, cb_hi) = map(_us, blocks)
+    print(f"{label:24s} run():     NPU EP {n:6.2f} us ({n_lo:.2f}..{n_hi:.2f})  CPU EP "
+          f"{c:6.2f} us ({c_lo:.2f}..{c_hi:.2f})  EP overhead {n - c:+6.2f} us/call  "
+          f"({n / c:.2f}x)")
+    print(f"{label:24s} bound I/O: NPU EP {nb:6.2f} us ({nb_lo:.2f}..{nb_hi:.2f})  CPU EP "
+          f"{cb:6.2f} us ({cb_lo:.2f}..{cb_hi:.2f})  EP overhead {nb - cb:+6.2f} us/call  "
+          f"({nb / cb:.2f}x)")
+
+
+def threads(quick: bool) -> None:
+    model = conv_stack()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    sess = provider.InferenceSession(model, options, providers=[
+        ("NPUExecutionProvider", {"npu_threads": "1"}), "CPUExecutionProvider"])
+    x = np.random.default_rng(1).standard_normal((1, 3, 56, 56)).astype(np.float32)
+    expected = sess.run(None, {"x": x})[0]
+    per_run = best_of(lambda: sess.run(None, {"x": x}), 3, 10)
+    runs = max(20, int((0.5 if quick else 2.0) / per_run))
+
+    def throughput(count: int) -> float:
+        """Runs per second of `count` threads, each doing `runs` runs on the one session."""
+        start = threading.Barrier(count + 1)
+        errors = []
+
+        def work():
+            start.wait()
+            for _ in range(runs):
+                if not np.array_equal(sess.run(None, {"x": x})[0], expected):
+                    errors.append("a threaded run differs from the single-threaded one")
+
+        workers = [threading.Thread(target=work) for _ in range(count)]
+        for w in workers:
+            w.start()
+        start.wait()
+        t0 = time.perf_counter()
+        for w in workers:
+            w.join()
+        if errors:
+            raise AssertionError(errors[0])
+        return count * runs / (time.perf_counter() - t0)
+
+    ratios = []
+    for _ in range(3 if quick else 7):  # alternating rounds: 1 thread, then 2
+        one = throughput(1)
+        two = throughput(2)
+        ratios.append(two / one)
+    print(f"threads: conv stack {per_run * 1e3:.2f} ms/run (npu_threads=1); 2 threads on one "
+          f"session / 1 thread: {statistics.median(ratios):.2f}x throughput "
+          f"({min(ratios):.2f}..{max(ratios):.2f} over {len(ratios)} rounds, "
+          f"{runs} runs per thread)")
 
 
 def chain(quick: bool) -> None:
@@ -107,6 +215,7 @@ def main() -> None:
     provider.register()
     print(f"onnxruntime {ort.__version__}, litenpu {provider.__version__}")
     overhead(args.quick)
+    threads(args.quick)
     chain(args.quick)
 
 

@@ -75,6 +75,7 @@ class RuntimeOptions:
     max_shapes: int = 16  # per partition: Programs kept for distinct input shapes (LRU)
     npu_perf_mode: str = "default"  # one of PERF_MODES; runs may ask for another
     profile_file_prefix: str | None = None  # the EP's own trace file of NPU steps (profiling)
+    concurrent_runs: int = 0  # per partition: runs in progress at once (0: the CPUs, <= 8)
 
     def cores(self, mode: str | None = None) -> int:
         """NPU cores a run in performance `mode` (default: `npu_perf_mode`) may use, 0 for
@@ -230,6 +231,10 @@ OPTIONS: tuple[Option, ...] = (
            "file `<prefix>_<date>_<time>.json` when the session ends (see "
            "[profiling](#profiling)); for onnxruntime without the EP profiler hook (1.23), "
            "where `provider.InferenceSession` sets it from `enable_profiling`"),
+    Option("concurrent_runs", "runtime", "concurrent_runs", _int_at_least(0),
+           "0 (the CPUs this process may use, at most 8)",
+           "per NPU partition, runs of one session (or its threads) that can be in progress "
+           "at once, each in an arena of its own taken when needed; further runs wait for one"),
     Option("mem_alloc_outside", "memory", "mem_alloc_outside", _bool, "false",
            "the caller supplies weight and internal memory (see "
            "[memory controls](#memory-controls))"),

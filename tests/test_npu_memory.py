@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from threads import run_threads
 
 from provider.errors import BindingError, DeviceMemoryError, LitenpuError, UnsupportedError
-from provider.npu import memory
+from provider.npu import memory, native
+from provider.npu.heap import PyHeap
 from provider.npu.memory import DevicePool, default_pool
 
 KIB = 1024
@@ -59,10 +60,10 @@ def test_best_fit_and_coalescing(pool):
     merged = pool.allocate(1024 + 64 + 256)
     assert merged.address == gap1.address
     tail = c.address + 64 - pool.base_address
-    assert pool._free_size == {tail: pool.capacity - tail}  # the only hole left is the tail
+    assert dict(pool._books.free_blocks()) == {tail: pool.capacity - tail}  # the only hole left
     for x in (a, c, merged):
         x.release()
-    assert pool._free_size == {0: pool.capacity}  # everything coalesced again
+    assert dict(pool._books.free_blocks()) == {0: pool.capacity}  # everything coalesced again
 
 
 def test_zero_sized_buffer_gets_its_own_address(pool):
@@ -326,9 +327,39 @@ def test_property_allocator_invariants(sequence):
         assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:], strict=False))
         s = p.stats()
         assert s.in_use == sum(-(-max(b.nbytes, 1) // 64) * 64 for b in live)
-        assert s.in_use + sum(p._free_size.values()) <= p.capacity
-        assert p._by_size == sorted((size, start) for start, size in p._free_size.items())
+        free = p._books.free_blocks()
+        assert s.in_use + sum(size for _, size in free) <= p.capacity
+        assert s.largest_free == max((size for _, size in free), default=0)
     for b in live:
         b.release()
-    assert p._free_size == {0: p.capacity}
+    assert p._books.free_blocks() == [(0, p.capacity)]
     p.close()
+
+
+@pytest.mark.skipif(native.library() is None, reason="the native library is not loaded")
+@settings(max_examples=100, deadline=None)
+@given(ops)
+def test_property_the_c_heap_keeps_the_python_books(sequence):
+    """The C heap (the pool's books with the native library) places every block where the
+    Python books (without it) do, and agrees on every query."""
+    base, capacity = 1 << 40, 64 * KIB
+    c_heap, py_heap = native.Heap(base, capacity), PyHeap(base, capacity)
+    live: list[int] = []
+    for free, nbytes, alignment in sequence:
+        if free and live:
+            offset = live.pop(nbytes % len(live))
+            assert c_heap.release(offset) == py_heap.release(offset)
+        else:
+            offset = c_heap.alloc(nbytes, alignment)
+            assert offset == py_heap.alloc(nbytes, alignment)
+            if offset >= 0:
+                live.append(offset)
+        assert c_heap.stats() == py_heap.stats()
+        assert c_heap.free_blocks() == py_heap.free_blocks()
+        for probe in (0, nbytes, *live):
+            assert c_heap.block(probe) == py_heap.block(probe)
+            assert c_heap.contains(base + probe, nbytes % 200) == py_heap.contains(base + probe, nbytes % 200)
+    c_heap.grow(2 * capacity)
+    py_heap.grow(2 * capacity)
+    assert c_heap.free_blocks() == py_heap.free_blocks()
+    assert c_heap.release(12345) == py_heap.release(12345) == -1

@@ -94,6 +94,25 @@ def test_a_run_option_sets_the_mode_of_one_run(two_cores):
     assert kernel.runs_by_mode["high_performance"] >= 1
 
 
+def test_only_runs_carrying_a_mode_enter_python(monkeypatch):
+    started = []
+    original = PerfModes.run_started
+    monkeypatch.setattr(PerfModes, "run_started",
+                        lambda self, value: (started.append(value), original(self, value)))
+    session = InferenceSession(STATIC, providers=NPU)
+    (kernel,) = kernels(session)
+    for _ in range(3):
+        session.run(None, {"x": X})
+    assert started == []  # OnRunStart is C: a run without the entry never reaches Python
+    session.run(None, {"x": X}, run_options("low_power"))
+    assert started == ["low_power"]
+    computes = kernel.python_computes
+    session.run(None, {"x": X})  # the run's mode ended with it: back on the C path
+    if kernel.native:
+        assert kernel.python_computes == computes
+    assert dict(kernel.runs_by_mode) == {"default": 4, "low_power": 1}
+
+
 def test_the_session_option_and_a_bad_run_value():
     session = InferenceSession(STATIC, providers=[("NPUExecutionProvider",
                                                    {"npu_perf_mode": "low_power"})])

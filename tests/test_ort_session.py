@@ -156,14 +156,16 @@ def test_eight_threads_share_one_session():
 
 
 def test_exception_in_compute_reaches_the_caller(monkeypatch):
-    sess = InferenceSession(STATIC, providers=NPU)
+    """The Python Compute (a shape's first run: MLP's batch is dynamic) fails: the error
+    reaches the caller (failures of C runs: test_ort_data_plane)."""
+    sess = InferenceSession(MLP, providers=NPU)
 
     def boom(self, context):
         raise RuntimeError("simulated NPU failure")
 
     monkeypatch.setattr(compute.FusedKernel, "compute", boom)
     with pytest.raises(Exception, match="simulated NPU failure") as info:
-        sess.run(None, {"x": np.zeros((2, 8), np.float32)})
+        sess.run(None, _feeds())
     assert "NodeComputeInfo.Compute" in str(info.value)
     assert type(info.value).__name__ == "EPFail"  # OrtErrorCode ORT_EP_FAIL
 

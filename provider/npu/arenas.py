@@ -1,13 +1,16 @@
-"""Arenas shared by several Programs: one region sized to the largest live member.
+"""Arenas shared by several Programs: regions sized to the largest live member.
 
-Every partition of a session has one, private (`ArenaGroup(shared=False)`): the Programs of
-its input shapes run one at a time, so they can share one arena; a named group
+Every partition of a session has one group, private (`ArenaGroup(shared=False)`): the
+Programs of its input shapes share its arenas. With the native library its arenas are a
+`native.ArenaSet` of up to `max_arenas`: a run takes a free arena, or a new one while fewer
+exist, so concurrent runs of one session each have their own (released to the group when
+done, given back to the pool when the group resizes or goes). A named group
 (`internal_memory_group=<name>`, `named_group`) spans the Programs of every session that
-names it, across models. A member needing more grows the arena under the group's lock (so
-never while a member runs); members rebuild their views before their next run (they compare
-`generation`); runs of the whole group are serialized by that lock. When a member leaves, the
-arena shrinks to the largest member left; the last one out frees it (and a named group with
-it).
+names it, across models: one arena, runs take turns, by design. Without the library a group
+is one region and runs of the whole group are serialized by its lock. A member needing more
+grows the arenas once no run holds one; members find the new arenas before their next run.
+When a member leaves, the arenas shrink to the largest member left; the last one out frees
+them (and a named group with them).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import logging
 import threading
 
 from provider.errors import DeviceMemoryError
+from provider.npu import native
 from provider.npu.memory import DevicePool
 from provider.npu.weights import allocate
 
@@ -25,15 +29,18 @@ log = logging.getLogger("litenpu.memory")
 
 
 class ArenaGroup:
-    """One arena shared by its members (Programs); runs serialized; sized to the largest live
-    member."""
+    """Arenas shared by their members (Programs), sized to the largest live member: in C (up to
+    `max_arenas` for concurrent runs) or one region whose runs are serialized by `lock`."""
 
-    def __init__(self, name: str, pool: DevicePool, *, shared: bool = True):
+    def __init__(self, name: str, pool: DevicePool, *, shared: bool = True, max_arenas: int = 1):
         self.name = name
         self.pool = pool
         self.shared = shared  # registered under its name (a named group)
         self.lock = threading.RLock()
-        self.region = allocate(pool, 0)
+        self.nbytes = 0  # of each arena
+        self.arenas = (native.ArenaSet(pool.heap, 0, max_arenas) if pool.heap is not None
+                       else None)
+        self.region = allocate(pool, 0) if self.arenas is None else None
         self.generation = 0
         self.sizes: list[int] = []  # what each live member needs
 
@@ -41,23 +48,33 @@ class ArenaGroup:
     def members(self) -> int:
         return len(self.sizes)
 
+    @property
+    def device(self) -> int:
+        """Pool bytes of the arenas held now."""
+        return self.arenas.held()[1] if self.arenas is not None else self.region.device
+
+    @property
+    def held(self) -> int:
+        """Arenas held now (1 without the native library)."""
+        return self.arenas.held()[0] if self.arenas is not None else 1
+
     def join(self, nbytes: int) -> None:
-        """Add a member needing `nbytes`; grows the arena first (DeviceMemoryError leaves it)."""
+        """Add a member needing `nbytes`; grows the arenas first (DeviceMemoryError leaves them)."""
         with self.lock:
-            if nbytes > self.region.array.nbytes:
+            if nbytes > self.nbytes:
                 self._resize(nbytes)
             self.sizes.append(nbytes)
 
     def leave(self, nbytes: int) -> None:
-        """Remove a member that needed `nbytes`; the arena shrinks to the largest one left."""
+        """Remove a member that needed `nbytes`; the arenas shrink to the largest one left."""
         with self.lock:
             self.sizes.remove(nbytes)
             need = max(self.sizes, default=0)
-            if need < self.region.array.nbytes:
+            if need < self.nbytes:
                 try:
                     self._resize(need)
                 except DeviceMemoryError:  # no room for the smaller copy now: keep the big one
-                    log.debug("arena group %r: keeps %d bytes", self.name, self.region.array.nbytes)
+                    log.debug("arena group %r: keeps %d bytes", self.name, self.nbytes)
             if self.sizes or not self.shared:
                 return
         with _GROUPS_LOCK:
@@ -65,12 +82,15 @@ class ArenaGroup:
                 del _GROUPS[(self.name, id(self.pool))]
 
     def _resize(self, nbytes: int) -> None:
-        """Replace the arena by one of `nbytes` (lock held; members rebuild their views)."""
-        new = allocate(self.pool, nbytes)
-        old, self.region = self.region, new
-        if old.buffer is not None:
+        """Arenas of `nbytes` from now on (lock held; waits until no run holds one)."""
+        if self.arenas is not None:
+            self.arenas.resize(nbytes)
+        else:
+            new = allocate(self.pool, nbytes)
+            old, self.region = self.region, new
             old.release()
-            self.pool.trim()  # the old arena's pages go back to the OS
+        self.nbytes = nbytes
+        self.pool.trim()  # the old arenas' pages go back to the OS
         self.generation += 1
         log.info("arena group %r: %d bytes", self.name, nbytes)
 

@@ -5,7 +5,8 @@ Nothing is allocated for weights or arenas: the caller hands over regions
 Program's blob / arena at 64-byte aligned offsets in Program order. A region is a numpy array
 over device memory (what `provider.view` gives for an NPU OrtValue) or a `DeviceBuffer`
 (retained while used). Sessions given overlapping internal regions (RKNN's way to share
-internal memory) share one run lock, so their runs cannot interleave.
+internal memory) share one run lock (and, with the native library, one lock-only
+`native.ArenaSet` that their native runs take turns on), so their runs cannot interleave.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from provider.errors import BindingError
-from provider.npu.memory import ALIGNMENT, DeviceBuffer
+from provider.npu import native
+from provider.npu.memory import ALIGNMENT, DeviceBuffer, DevicePool
 from provider.npu.program import Program
 from provider.npu.weights import block_bytes
 
@@ -47,38 +49,48 @@ def _release_held(held: list) -> None:
         held.pop().release()
 
 
-_REGIONS: list[tuple[weakref.ref, int, int, threading.RLock]] = []
+class Turns:
+    """One run at a time over a caller's internal memory: a lock for Python runs and, with the
+    native library, a lock-only arena set for native runs."""
+
+    def __init__(self, pool: DevicePool):
+        self.lock = threading.RLock()
+        self.arenas = native.ArenaSet(None) if pool.heap is not None else None
+
+
+_REGIONS: list[tuple[weakref.ref, int, int, Turns]] = []
 _REGIONS_LOCK = threading.Lock()
 
 
-def _region_lock(layout: CallerLayout, region: np.ndarray) -> threading.RLock:
-    """The run lock for a caller's internal region: shared with every session whose internal
+def _region_turns(layout: CallerLayout, region: np.ndarray) -> Turns:
+    """The turns of a caller's internal region: shared with every session whose internal
     region overlaps it (RKNN lets contexts share internal memory and leaves the races to the
     user; here their runs are serialized)."""
     start, end = region.ctypes.data, region.ctypes.data + region.nbytes
     with _REGIONS_LOCK:
         _REGIONS[:] = [e for e in _REGIONS if e[0]() not in (None, layout)]
-        locks = {id(e[3]): e[3] for e in _REGIONS if e[1] < end and start < e[2]}
-        if len(locks) > 1:
+        found = {id(e[3]): e[3] for e in _REGIONS if e[1] < end and start < e[2]}
+        if len(found) > 1:
             raise BindingError("set_internal_memory(): the region overlaps the internal memory of "
                                "sessions that do not share memory with each other; give it "
                                "exactly one of their regions")
-        lock = next(iter(locks.values())) if locks else threading.RLock()
-        _REGIONS.append((weakref.ref(layout), start, end, lock))
-    return lock
+        turns = next(iter(found.values())) if found else Turns(layout.pool)
+        _REGIONS.append((weakref.ref(layout), start, end, turns))
+    return turns
 
 
 class CallerLayout:
     """Programs laid out one after another at 64-byte aligned offsets in a caller's region."""
 
-    def __init__(self, what: str, setter: str, *, shared_lock: bool = False):
+    def __init__(self, what: str, setter: str, pool: DevicePool, *, shared_lock: bool = False):
         self.what, self.setter = what, setter
+        self.pool = pool
         self.shared_lock = shared_lock  # overlapping regions of sessions share the run lock
         self.offsets: dict[int, tuple[int, int]] = {}  # id(program) -> (offset, nbytes)
         self.end = 0
         self.region: np.ndarray | None = None
         self.owner: Any = None  # keeps the caller's memory alive
-        self.lock = threading.RLock()  # runs using the region (shared when regions overlap)
+        self.turns = Turns(pool)  # runs using the region (shared when regions overlap)
         self._held: list[DeviceBuffer] = []  # a caller's DeviceBuffer, retained while used
         weakref.finalize(self, _release_held, self._held)
 
@@ -103,12 +115,17 @@ class CallerLayout:
         if region.nbytes < self.end:
             raise BindingError(f"{self.setter}(): {self.what} memory of {region.nbytes} bytes is "
                                f"too small; the session needs {self.end} bytes")
-        lock = _region_lock(self, region) if self.shared_lock else self.lock
-        with self.lock:  # not while a run uses the previous region
+        turns = _region_turns(self, region) if self.shared_lock else self.turns
+        with self.lock:  # not while a Python run uses the previous region
             if isinstance(owner, DeviceBuffer):
                 owner.retain()
             _release_held(self._held)
             if isinstance(owner, DeviceBuffer):
                 self._held.append(owner)
-            self.region, self.owner, self.lock = region, owner, lock
+            self.region, self.owner, self.turns = region, owner, turns
         return region
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The lock of Python runs over the region (shared when regions overlap)."""
+        return self.turns.lock

@@ -16,14 +16,21 @@ ordinary host memory (fresh from the compiler) is uploaded once into a device bu
 the caller may drop the compiler's bytes. A caller
 can pass its own `weights` buffer (shared across sessions, or allocated outside) and its
 own `arena` (an internal memory group); the executor retains both and releases them on
-close. Runs of one executor are serialized by its lock (pass a shared `lock` when several
-executors share an arena); use one executor per thread for parallelism.
+close. Runs of one executor from Python are serialized by its lock (pass a shared `lock`
+when several executors share an arena).
 
-Steps run on the native kernels (native_steps: one C call per run of consecutive native
-steps, split over the NPU's cores, at most `cores` of them when given, per executor or per
-run) or on their numpy kernel. A run given `stamps` (`step_stamps(program)`) records each
-step's start and end there (CLOCK_MONOTONIC ns; the native steps stamp themselves in C):
-the profile, one timestamp pair per step, nothing when not asked for.
+A run given `stamps` (`step_stamps(program)`) records each step's start and end there
+(CLOCK_MONOTONIC ns; the native steps stamp themselves in C): the profile, one timestamp pair
+per step, nothing when not asked for. A run may use at most `cores` of the NPU's cores, per
+executor or per run.
+
+With the native library (the pool's books are then its heap) a run is one C call, a
+`native.Plan` (`native_plan`): binding by the same rules, staging, native segments, and the
+numpy segments called back; its arena comes from `arenas` (a `native.ArenaSet`: a memory
+group's, or a lock-only set shared with other executors) or is the executor's own. The
+onnxruntime EP runs the same plan without Python (`runner`). Without the library runs go
+through the Python loop below: native segments (one C call per run of consecutive native
+steps) and numpy kernels.
 
 Over 400 lines on purpose: binding (zero-copy checks, staging, overlap checks) and running
 share the Executor's slot views and address table; apart they would pass both back and forth.
@@ -43,9 +50,10 @@ from typing import Any
 import numpy as np
 
 from provider.errors import BindingError, LitenpuError, UnsupportedError
-from provider.npu import native_steps
-from provider.npu.memory import DeviceBuffer, DevicePool, default_pool
+from provider.npu import native, native_steps
+from provider.npu.memory import ALIGNMENT, DeviceBuffer, DevicePool, default_pool
 from provider.npu.native import AddressTable
+from provider.npu.native_plan import NumpySteps, build_plan, run_step
 from provider.npu.native_steps import NativeRun
 from provider.npu.ops import KERNELS
 from provider.npu.program import Program, Slot, view_slot
@@ -128,10 +136,18 @@ def _checked_cores(cores: object) -> int:
     return cores
 
 
-def _release_all(buffers: list[DeviceBuffer]) -> None:
-    """Release every buffer an executor holds (also run by the GC if close() was forgotten)."""
+def _release_all(plans: list[native.Plan], buffers: list[DeviceBuffer]) -> None:
+    """Close the native plan (it waits for its runs), then release every buffer an executor
+    holds (also run by the GC if close() was forgotten)."""
+    while plans:
+        plans.pop().close()
     while buffers:
         buffers.pop().release()
+
+
+def _block(nbytes: int) -> int:
+    """Pool bytes of a buffer of `nbytes` (a block of at least 64)."""
+    return -(-max(nbytes, 1) // ALIGNMENT) * ALIGNMENT
 
 
 def _slot_view(per_slot: Mapping[int, np.ndarray], index: int, slot: Slot) -> np.ndarray:
@@ -160,6 +176,7 @@ class Executor:
         arena: DeviceBuffer | np.ndarray | None = None,
         lock: threading.Lock | None = None,
         cores: int = 0,
+        arenas: native.ArenaSet | None = None,
     ):
         program.validate()
         self.cores = _checked_cores(cores)
@@ -174,12 +191,18 @@ class Executor:
         self._lock = lock if lock is not None else threading.Lock()
         self._plan = self._resolve_kernels(kernels)
         self._held: list[DeviceBuffer] = []
+        self._native: list[native.Plan] = []  # the run as one C call, when the library is there
         self._weights_uploaded = False
-        self._close = weakref.finalize(self, _release_all, self._held)
+        self._close = weakref.finalize(self, _release_all, self._native, self._held)
+        heap = self.pool.heap
+        if arenas is not None and heap is None:
+            raise LitenpuError("arena sets need the native library")
         try:
             per_slot = weights if isinstance(weights, Mapping) else None
             weight_region = None if per_slot is not None else self._place_weights(weights)
-            arena_region = self._hold(arena, program.internal_bytes, "arena")
+            own_arena = None
+            if arenas is None or arena is not None:
+                own_arena = self._hold(arena, program.internal_bytes, "arena")
             self._views: list[np.ndarray | None] = [None] * len(program.slots)
             for index, slot in enumerate(program.slots):
                 if slot.kind == "weight":
@@ -187,8 +210,16 @@ class Executor:
                             else _slot_view(per_slot, index, slot))
                     view.flags.writeable = False
                     self._views[index] = view
-                elif slot.kind == "internal":
-                    self._views[index] = view_slot(arena_region, slot)
+                elif slot.kind == "internal" and heap is None:
+                    self._views[index] = view_slot(own_arena, slot)
+            self.numpy_steps: NumpySteps | None = None
+            if heap is not None:
+                plan, self.numpy_steps = build_plan(
+                    program, self._segments, self._plan, self._views, heap,
+                    arenas if arenas is not None else native.ArenaSet(None),
+                    0 if own_arena is None or not own_arena.nbytes else own_arena.ctypes.data,
+                    cores)
+                self._native.append(plan)
         except BaseException:
             self._close()
             raise
@@ -198,6 +229,11 @@ class Executor:
         self._buffer_views: dict[int, tuple[DeviceBuffer, np.ndarray]] = {}
         self.copy_stats = CopyStats()
         self.total_copy_stats = CopyStats()
+
+    @property
+    def plan(self) -> native.Plan | None:
+        """The native plan runs go through (None: the Python loop)."""
+        return self._native[0] if self._native else None
 
     def _resolve_kernels(self, kernels: Mapping[str, Any]) -> list[tuple[Callable, list[int], list[int], dict]]:
         """(run, inputs, outputs, attrs) per step; an unknown kernel lists the known ones."""
@@ -253,8 +289,8 @@ class Executor:
             view = self._staging[index] = buffer.view(slot.np_dtype, slot.shape)
         return view
 
-    def _check(self, what: str, index: int, value: IOValue) -> np.ndarray | None:
-        """Validate one bound value; its in-place view when it is device memory, else None."""
+    def _validated(self, what: str, index: int, value: IOValue) -> np.ndarray:
+        """One bound value as an array of the slot's dtype and shape (a DeviceBuffer's view)."""
         slot = self.program.slots[index]
         if isinstance(value, DeviceBuffer):
             cached = self._buffer_views.get(index)
@@ -272,8 +308,14 @@ class Executor:
         if value.dtype != slot.np_dtype or value.shape != slot.shape:
             raise BindingError(f"{what} {slot.name!r}: got {value.dtype}{list(value.shape)}, "
                                f"expected {_describe(slot)}")
-        if value.flags.c_contiguous and self.pool.contains(value.ctypes.data, value.nbytes):
-            return value
+        return value
+
+    def _check(self, what: str, index: int, value: IOValue) -> np.ndarray | None:
+        """Validate one bound value; its in-place view when it is device memory, else None."""
+        array = self._validated(what, index, value)
+        if isinstance(value, DeviceBuffer) or (
+                array.flags.c_contiguous and self.pool.contains(array.ctypes.data, array.nbytes)):
+            return array
         return None
 
     def _bind_inputs(self, inputs: Sequence[IOValue]) -> int:
@@ -340,17 +382,54 @@ class Executor:
         with self._lock:
             if not self._close.alive:
                 raise LitenpuError(f"executor of program {program.name!r} is closed")
-            try:
-                copied_in = self._bind_inputs(inputs)
-                targets = self._bind_outputs(outputs)
-                self._execute(cores, stamps)
-                results, copied_out = self._collect(targets)
-            finally:
-                for index in (*program.inputs, *program.outputs):
-                    self._views[index] = None  # hold no reference to caller memory
+            if self._native:
+                results, copied_in, copied_out = self._run_native(inputs, outputs, cores, stamps)
+            else:
+                results, copied_in, copied_out = self._run_python(inputs, outputs, cores, stamps)
             self.copy_stats = CopyStats(copied_in, copied_out)
             self.total_copy_stats += self.copy_stats
         return results
+
+    def _run_python(self, inputs: Sequence[IOValue], outputs: Sequence[IOValue | None],
+                    cores: int, stamps: np.ndarray | None) -> tuple[list[np.ndarray], int, int]:
+        program = self.program
+        try:
+            copied_in = self._bind_inputs(inputs)
+            targets = self._bind_outputs(outputs)
+            self._execute(cores, stamps)
+            results, copied_out = self._collect(targets)
+        finally:
+            for index in (*program.inputs, *program.outputs):
+                self._views[index] = None  # hold no reference to caller memory
+        return results, copied_in, copied_out
+
+    def _run_native(self, inputs: Sequence[IOValue], outputs: Sequence[IOValue | None],
+                    cores: int, stamps: np.ndarray | None) -> tuple[list[np.ndarray], int, int]:
+        """One plan execution: the caller's memory as C-contiguous bytes (a strided array goes
+        through a contiguous copy, counted once by the plan like any host memory)."""
+        program = self.program
+        ins = []
+        for index, value in zip(program.inputs, inputs, strict=True):
+            array = np.ascontiguousarray(self._validated("input", index, value))
+            ins.append(array)
+        results, outs, strided = [], [], []
+        for index, value in zip(program.outputs, outputs, strict=True):
+            slot = program.slots[index]
+            array = (np.empty(slot.shape, slot.np_dtype) if value is None
+                     else self._validated("output", index, value))
+            if not array.flags.writeable:
+                raise BindingError(f"output {slot.name!r}: the memory is read-only")
+            results.append(array)
+            if not array.flags.c_contiguous:
+                strided.append((array, np.empty(slot.shape, slot.np_dtype)))
+                array = strided[-1][1]
+            outs.append(array)
+        copied_in, copied_out = self._native[0].execute(
+            [(a.ctypes.data, a.nbytes) for a in ins], [(a.ctypes.data, a.nbytes) for a in outs],
+            cores, stamps)
+        for target, contiguous in strided:
+            np.copyto(target, contiguous)
+        return results, copied_in, copied_out
 
     def _execute(self, cores: int, stamps: np.ndarray | None) -> None:
         views, addresses = self._views, self._addresses
@@ -361,17 +440,11 @@ class Executor:
                 segment.steps.run(addresses, cores, None if stamps is None else
                                   stamps[segment.first:segment.first + segment.count])
                 continue
-            run, ins, outs, attrs = self._plan[segment]
+            _, ins, outs, _ = self._plan[segment]
             if stamps is not None:
                 stamps[segment, 0] = time.monotonic_ns()
-            try:
-                run([views[i] for i in ins], [views[i] for i in outs], attrs)
-            except LitenpuError:
-                raise
-            except Exception as exc:
-                kernel = self.program.steps[segment].kernel
-                raise LitenpuError(f"program {self.program.name!r} step {segment} ({kernel}) "
-                                   f"failed: {type(exc).__name__}: {exc}") from exc
+            run_step(self.program, self._plan, segment, [views[i] for i in ins],
+                     [views[i] for i in outs])
             if stamps is not None:
                 stamps[segment, 1] = time.monotonic_ns()
 
@@ -410,8 +483,17 @@ class Executor:
     def memory_info(self) -> MemoryInfo:
         """Weight, arena, I/O and staging bytes of this executor."""
         program = self.program
+        staging = (self._native[0].staging()[0] if self._native
+                   else sum(v.nbytes for v in self._staging.values()))
         return MemoryInfo(program.weight_bytes, program.internal_bytes, program.io_bytes,
-                          sum(v.nbytes for v in self._staging.values()), self._weights_uploaded)
+                          staging, self._weights_uploaded)
+
+    @property
+    def staging_device_bytes(self) -> int:
+        """Pool bytes of the staging buffers this executor holds."""
+        if self._native:
+            return self._native[0].staging()[1]
+        return sum(_block(v.nbytes) for v in self._staging.values())
 
     @property
     def input_names(self) -> list[str]:

@@ -9,6 +9,13 @@ best-fit allocator with coalescing; every block is a multiple of 64 bytes and 64
 aligned. A buffer's numpy view *is* the device memory (host-accessible, like RKNN's
 virt_addr), so a caller who fills a view has uploaded the data with zero copies.
 
+The books (which blocks are free, which are live, which external buffers count as device
+memory) are the native library's heap when it is loaded (`native.Heap`): the data plane
+allocates arenas, staging and onnxruntime's NPU tensors there without Python, and asks it
+what is device memory. Without the library they are `provider.npu.heap.PyHeap`, the same
+policy in Python. Blocks the data plane allocated have no DeviceBuffer of their own: `find`
+returns a borrowed one (its release frees nothing).
+
 Buffers can leave the process as (fd, offset, size), like dma-buf, and memory made
 elsewhere can be imported from an fd (`import_fd`, cf. `rknn_create_mem_from_fd`) or by
 wrapping an aligned host array without copying (`wrap`). Imported and wrapped buffers are
@@ -28,7 +35,6 @@ blocks, imported fds, wrapped arrays) share one lock and one set of books.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import math
 import mmap
@@ -41,6 +47,8 @@ from typing import Any
 import numpy as np
 
 from provider.errors import BindingError, DeviceMemoryError, LitenpuError, UnsupportedError
+from provider.npu import native
+from provider.npu.heap import PyHeap
 from provider.npu.planner import align_up
 
 __all__ = ["ALIGNMENT", "DEFAULT_CAPACITY", "PoolStats", "DeviceBuffer", "DevicePool", "default_pool",
@@ -169,14 +177,12 @@ class DevicePool:
             self._mm = mmap.mmap(-1, self.capacity)
         self._array = np.frombuffer(self._mm, dtype=np.uint8)
         self.base_address = self._array.ctypes.data
-        self._free_offsets = [0]  # sorted starts of free blocks (to find neighbours)
-        self._free_size = {0: self.capacity}  # start -> size
-        self._by_size = [(self.capacity, 0)]  # sorted (size, start): best fit by bisection
-        self._used_offsets: list[int] = []  # sorted starts of live blocks
-        self._used: dict[int, tuple[int, DeviceBuffer]] = {}  # start -> (block size, buffer)
+        self.heap: native.Heap | None = (native.Heap(self.base_address, self.capacity)
+                                         if native.library() is not None else None)
+        self._books: native.Heap | PyHeap = (self.heap if self.heap is not None
+                                             else PyHeap(self.base_address, self.capacity))
+        self._used: dict[int, DeviceBuffer] = {}  # start -> the buffer this pool handed out
         self._external: list[DeviceBuffer] = []
-        self._in_use = 0
-        self._peak = 0
 
     def __repr__(self) -> str:
         return f"DevicePool(capacity={self.capacity}, fd={self.fd})"
@@ -190,49 +196,22 @@ class DevicePool:
         if alignment <= 0 or alignment & (alignment - 1):
             raise DeviceMemoryError(f"alignment {alignment} is not a positive power of two")
         nbytes = int(nbytes)
-        alignment = max(alignment, ALIGNMENT)
-        size = align_up(max(nbytes, 1), ALIGNMENT)
         with self._lock:
-            start = self._take(size, alignment)
+            start = self._books.alloc(nbytes, alignment)
             if start < 0:
-                largest = self._largest_free()
+                in_use, _, _, largest = self._books.stats()
                 raise DeviceMemoryError(
-                    f"device pool exhausted: requested {nbytes} bytes (alignment {alignment}), "
-                    f"largest free block {largest}, {self.capacity - self._in_use} of "
-                    f"{self.capacity} bytes free",
+                    f"device pool exhausted: requested {nbytes} bytes (alignment "
+                    f"{max(alignment, ALIGNMENT)}), largest free block {largest}, "
+                    f"{self.capacity - in_use} of {self.capacity} bytes free",
                     requested=nbytes,
                     available=largest,
                 )
             mem = self._array[start : start + nbytes]
             export = (self.fd, start, nbytes) if self.fd >= 0 else None
             buffer = DeviceBuffer(self, mem, self.base_address + start, export, self._free_block)
-            bisect.insort(self._used_offsets, start)
-            self._used[start] = (size, buffer)
-            self._in_use += size
-            self._peak = max(self._peak, self._in_use)
+            self._used[start] = buffer
         return buffer
-
-    def _take(self, size: int, alignment: int) -> int:
-        """Carve `size` bytes from the best-fitting free block; -1 if none fits.
-
-        Best fit = the smallest block that holds `size` at an aligned start (lowest address
-        among equals); blocks are 64-aligned, so only larger alignments ever skip one.
-        """
-        i = bisect.bisect_left(self._by_size, (size, -1))
-        while i < len(self._by_size):
-            best_size, best = self._by_size[i]
-            if align_up(best, alignment) - best + size <= best_size:
-                break
-            i += 1
-        else:
-            return -1
-        begin = align_up(best, alignment)
-        self._remove_free(best)
-        if begin > best:
-            self._add_free(best, begin - best)
-        if best + best_size > begin + size:
-            self._add_free(begin + size, best + best_size - begin - size)
-        return begin
 
     def grow(self, capacity: int) -> None:
         """Let the pool hold `capacity` bytes (never shrinks; live buffers stay where they are).
@@ -247,43 +226,15 @@ class DevicePool:
                 raise DeviceMemoryError(
                     f"device memory of {capacity} bytes requested; this pool can grow to "
                     f"{self.reserve} bytes", requested=int(capacity), available=self.reserve)
-            self._free_range(self.capacity, wanted - self.capacity)
+            self._books.grow(wanted)
             self.capacity = wanted
         log.info("device pool grown to %d bytes", wanted)
-
-    def _add_free(self, start: int, size: int) -> None:
-        bisect.insort(self._free_offsets, start)
-        bisect.insort(self._by_size, (size, start))
-        self._free_size[start] = size
-
-    def _remove_free(self, start: int) -> None:
-        del self._free_offsets[bisect.bisect_left(self._free_offsets, start)]
-        del self._by_size[bisect.bisect_left(self._by_size, (self._free_size.pop(start), start))]
 
     def _free_block(self, buffer: DeviceBuffer) -> None:
         """Return a pool buffer's block (lock held)."""
         start = buffer.address - self.base_address
-        size, _ = self._used.pop(start)
-        del self._used_offsets[bisect.bisect_left(self._used_offsets, start)]
-        self._in_use -= size
-        self._free_range(start, size)
-
-    def _free_range(self, start: int, size: int) -> None:
-        """Add [start, start + size) to the free blocks, merged with its free neighbours."""
-        following = start + size
-        if following in self._free_size:
-            size += self._free_size[following]
-            self._remove_free(following)
-        i = bisect.bisect_left(self._free_offsets, start)
-        if i > 0:
-            prev = self._free_offsets[i - 1]
-            if prev + self._free_size[prev] == start:
-                start, size = prev, size + self._free_size[prev]
-                self._remove_free(prev)
-        self._add_free(start, size)
-
-    def _largest_free(self) -> int:
-        return self._by_size[-1][0] if self._by_size else 0
+        del self._used[start]
+        self._books.release(start)
 
     # external memory ----------------------------------------------------------------------
 
@@ -337,12 +288,14 @@ class DevicePool:
     def _register(self, mem: np.ndarray, export: tuple[int, int, int] | None, owner: Any) -> DeviceBuffer:
         buffer = DeviceBuffer(self, mem, mem.ctypes.data, export, self._forget_external, owner)
         with self._lock:
+            self._books.add_range(buffer.address, buffer.nbytes)
             self._external.append(buffer)
         return buffer
 
     def _forget_external(self, buffer: DeviceBuffer) -> None:
         """Unregister an imported/wrapped buffer (lock held); its fd closes, its map follows GC."""
         self._external.remove(buffer)
+        self._books.remove_range(buffer.address)
         if buffer._export is not None:
             os.close(buffer._export[0])
         buffer._mem = buffer._owner = None  # the mapping goes once no view is left
@@ -350,16 +303,22 @@ class DevicePool:
     # queries --------------------------------------------------------------------------------
 
     def find(self, address: int) -> DeviceBuffer | None:
-        """The live buffer (pool or external) holding `address`, if any."""
+        """The live buffer (pool or external) holding `address`, if any; a block the data
+        plane or onnxruntime allocated comes back borrowed (releasing it frees nothing)."""
         with self._lock:
-            start = address - self.base_address
-            if 0 <= start < self.capacity:
-                i = bisect.bisect_right(self._used_offsets, start) - 1
-                if i >= 0:
-                    _, buffer = self._used[self._used_offsets[i]]
-                    if start < self._used_offsets[i] + buffer.nbytes:
-                        return buffer
-                return None
+            offset = address - self.base_address
+            if 0 <= offset < self.capacity:
+                block = self._books.block(offset)
+                if block is None:
+                    return None
+                start, nbytes = block
+                buffer = self._used.get(start)
+                if buffer is None:
+                    buffer = DeviceBuffer(self, self._array[start:start + nbytes],
+                                          self.base_address + start,
+                                          (self.fd, start, nbytes) if self.fd >= 0 else None,
+                                          _borrowed)
+                return buffer
             for buffer in self._external:
                 if buffer.address <= address < buffer.address + buffer.nbytes:
                     return buffer
@@ -367,15 +326,16 @@ class DevicePool:
 
     def contains(self, address: int, nbytes: int) -> bool:
         """True when [address, address + nbytes) lies inside one live buffer."""
-        buffer = self.find(address)
-        return buffer is not None and address + nbytes <= buffer.address + buffer.nbytes
+        return self._books.contains(address, nbytes)
 
     def trim(self) -> int:
         """Give the pages of free blocks back to the OS (they are committed again on next
         touch); returns the bytes released. Call after closing big sessions."""
+        if self.heap is not None:  # C runs allocate without this lock: trim under the heap's
+            return self.heap.trim(mmap.PAGESIZE)
         released = 0
         with self._lock:
-            for start, size in self._free_size.items():
+            for start, size in self._books.free_blocks():
                 first = align_up(start, mmap.PAGESIZE)
                 length = (start + size - first) // mmap.PAGESIZE * mmap.PAGESIZE
                 if length > 0:
@@ -385,14 +345,13 @@ class DevicePool:
 
     def stats(self) -> PoolStats:
         """Bytes reserved by live pool buffers (64-byte blocks), peak, count, largest free."""
-        with self._lock:
-            return PoolStats(self._in_use, self._peak, len(self._used), self._largest_free(),
-                             self.capacity)
+        in_use, peak, allocations, largest = self._books.stats()
+        return PoolStats(in_use, peak, allocations, largest, self.capacity)
 
     def close(self) -> None:
         """Unmap the pool and close its fd; refuses while buffers are live."""
         with self._lock:
-            live = len(self._used) + len(self._external)
+            live = self._books.stats()[2] + len(self._external)
             if live:
                 raise LitenpuError(f"{self!r}: cannot close with {live} live buffers")
             self._array = np.empty(0, np.uint8)
@@ -409,6 +368,10 @@ class DevicePool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _borrowed(buffer: DeviceBuffer) -> None:
+    """The last release of a borrowed buffer: its block belongs to whoever allocated it."""
 
 
 def _physical_memory() -> int:

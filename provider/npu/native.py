@@ -1,4 +1,5 @@
-"""The reference NPU's compiled kernels (`csrc/`, built as `_native`), its cores and its BLAS.
+"""The reference NPU's compiled library (`csrc/`, built as `_native`): kernels, cores, BLAS, and
+the data plane (device heap, arena sets, run plans).
 
 The numpy kernels in `ops/` define what every step computes; this library runs the
 steps that dominate CNNs (conv, depthwise conv, pooling, concat, transpose, fully
@@ -11,6 +12,15 @@ numpy's own BLAS settings are left alone.
 The library is optional at run time: when it is not built, the BLAS wheel is missing or
 `LITENPU_NATIVE=0` is set, `library()` is None (the reason is logged once) and every step
 runs on its numpy kernel. `native_steps.lower` decides per step.
+
+The data plane (`csrc/plane.h`) runs a whole Program in C: `Heap` holds the device pool's
+books (so C can allocate and tell device memory from host memory), `ArenaSet` hands runs their
+arenas, `Plan` binds inputs and outputs, runs the native segments and calls back into Python
+only for numpy segments, and `Runner` is the plan a compiled onnxruntime kernel runs now.
+Without the library the pool keeps its books in Python and executors run in Python.
+
+Over 400 lines on purpose: every ctypes mirror of the library's structs and functions is here
+(ctypes stays in this module), checked against the library's own sizes when it loads.
 """
 
 from __future__ import annotations
@@ -19,17 +29,19 @@ import ctypes as C
 import logging
 import os
 import threading
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from provider.errors import DeviceMemoryError, LitenpuError
+from provider.errors import BindingError, DeviceMemoryError, LitenpuError
 from provider.extensions import built_library
 
 __all__ = ["Step", "OPS", "MAX_SLOTS", "MAX_PARAMS", "library", "set_threads", "threads",
            "set_int8_path",
            "check_threads", "default_threads", "worker_tasks", "worker_moves", "blas_core",
-           "AddressTable", "StepArray"]
+           "AddressTable", "StepArray", "Heap", "ArenaSet", "Plan", "Runner", "SLOT_KINDS",
+           "view_at", "function_address"]
 
 log = logging.getLogger("litenpu.npu")
 
@@ -145,6 +157,7 @@ def library() -> C.CDLL | None:
                 lib.lnpu_worker_tasks.restype = C.c_int64
                 lib.lnpu_worker_moves.restype = C.c_int64
                 lib.lnpu_run.argtypes = [C.c_void_p, C.c_int64, C.c_void_p, C.c_void_p, C.c_int]
+                _declare_plane(lib)
                 _state["blas"] = blas
                 why = ""
             except (ImportError, OSError, AttributeError) as exc:
@@ -246,3 +259,350 @@ class StepArray:
         if status:
             raise LitenpuError(f"native NPU run failed with status {status} "
                                f"(-2: no sgemm, else 1 + the step with an unknown op)")
+
+
+# ---- the data plane (csrc/plane.h) ----------------------------------------------------------
+
+SLOT_KINDS = {"input": 0, "output": 1, "weight": 2, "internal": 3}  # LNPU_SLOT_*
+
+
+class Error(C.Structure):
+    """Mirror of lnpu_error: the litenpu exception class name, its message, byte counts."""
+
+    _fields_ = [("type", C.c_char * 48), ("requested", C.c_int64), ("available", C.c_int64),
+                ("message", C.c_char * 4000)]
+
+
+class _HeapStats(C.Structure):
+    _fields_ = [(name, C.c_int64) for name in
+                ("in_use", "peak", "allocations", "largest_free", "capacity")]
+
+
+class SlotSpec(C.Structure):
+    """Mirror of lnpu_slot."""
+
+    _fields_ = [("kind", C.c_int64), ("nbytes", C.c_int64), ("offset", C.c_int64),
+                ("address", C.c_void_p), ("name", C.c_char_p)]
+
+
+class SegmentSpec(C.Structure):
+    """Mirror of lnpu_segment (steps NULL: numpy steps)."""
+
+    _fields_ = [("first", C.c_int64), ("count", C.c_int64), ("steps", C.POINTER(Step))]
+
+
+class Buffer(C.Structure):
+    """Mirror of lnpu_buffer."""
+
+    _fields_ = [("address", C.c_void_p), ("nbytes", C.c_int64)]
+
+
+class Copies(C.Structure):
+    """Mirror of lnpu_copies."""
+
+    _fields_ = [("copied_in", C.c_int64), ("copied_out", C.c_int64)]
+
+
+NUMPY_FN = C.CFUNCTYPE(C.c_int64, C.c_int64, C.c_int64, C.c_int64, C.POINTER(C.c_void_p),
+                       C.POINTER(Error))
+
+
+class _PlanSpec(C.Structure):
+    _fields_ = [("n_slots", C.c_int64), ("slots", C.POINTER(SlotSpec)),
+                ("n_inputs", C.c_int64), ("inputs", C.POINTER(C.c_int64)),
+                ("n_outputs", C.c_int64), ("outputs", C.POINTER(C.c_int64)),
+                ("n_segments", C.c_int64), ("segments", C.POINTER(SegmentSpec)),
+                ("heap", C.c_void_p), ("arenas", C.c_void_p), ("own_arena", C.c_void_p),
+                ("numpy", NUMPY_FN), ("owner", C.c_int64), ("cores", C.c_int64)]
+
+
+_MIRRORS = (Error, _HeapStats, SlotSpec, SegmentSpec, Buffer, Copies, _PlanSpec)
+
+
+def _declare_plane(lib: C.CDLL) -> None:
+    """Signatures of the data plane's functions, after checking the struct mirrors."""
+    sizes = (C.c_int64 * len(_MIRRORS))()
+    lib.lnpu_plane_sizes(sizes)
+    for mirror, size in zip(_MIRRORS, sizes, strict=True):
+        if C.sizeof(mirror) != size:
+            raise OSError(f"{mirror.__name__} is {C.sizeof(mirror)} bytes, the library's {size}")
+    vp, i64, err = C.c_void_p, C.c_int64, C.POINTER(Error)
+    signatures = {
+        "lnpu_heap_new": (vp, [vp, i64]), "lnpu_heap_destroy": (None, [vp]),
+        "lnpu_heap_alloc": (i64, [vp, i64, i64]), "lnpu_heap_release": (i64, [vp, i64]),
+        "lnpu_heap_grow": (C.c_int, [vp, i64]),
+        "lnpu_heap_get_stats": (None, [vp, C.POINTER(_HeapStats)]),
+        "lnpu_heap_block": (i64, [vp, i64, C.POINTER(i64)]),
+        "lnpu_heap_free_blocks": (i64, [vp, C.POINTER(i64), i64]),
+        "lnpu_heap_trim": (i64, [vp, i64]),
+        "lnpu_heap_add_range": (C.c_int, [vp, vp, i64]),
+        "lnpu_heap_remove_range": (C.c_int, [vp, vp]),
+        "lnpu_heap_contains": (C.c_int, [vp, vp, i64]),
+        "lnpu_arenas_new": (vp, [vp, i64, i64, err]), "lnpu_arenas_destroy": (None, [vp]),
+        "lnpu_arenas_resize": (i64, [vp, i64, err]),
+        "lnpu_arenas_held": (None, [vp, C.POINTER(i64), C.POINTER(i64)]),
+        "lnpu_plan_new": (vp, [C.POINTER(_PlanSpec), err]), "lnpu_plan_destroy": (None, [vp]),
+        "lnpu_plan_hold": (C.c_int, [vp]), "lnpu_plan_drop": (None, [vp]),
+        "lnpu_plan_execute": (i64, [vp, C.POINTER(Buffer), C.POINTER(Buffer), i64, vp,
+                                    C.POINTER(Copies), err]),
+        "lnpu_plan_staging": (None, [vp, C.POINTER(i64), C.POINTER(i64)]),
+        "lnpu_runner_new": (vp, []), "lnpu_runner_destroy": (None, [vp]),
+        "lnpu_runner_set": (None, [vp, vp]), "lnpu_runner_hold": (vp, [vp]),
+    }
+    for name, (restype, argtypes) in signatures.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+
+
+def function_address(name: str) -> int:
+    """Address of one of the library's functions (for the onnxruntime EP library to call)."""
+    return C.cast(getattr(_lib(), name), C.c_void_p).value
+
+
+def _lib() -> C.CDLL:
+    lib = library()
+    if lib is None:
+        raise LitenpuError("the NPU's data plane needs the native library")
+    return lib
+
+
+_ERRORS: dict[str, type[Exception]] = {"BindingError": BindingError, "LitenpuError": LitenpuError,
+                                       "MemoryError": MemoryError}
+
+
+def _until_exit(finalizer: weakref.finalize) -> weakref.finalize:
+    """A finalizer that frees C memory when its owner is collected, never at exit: then the
+    pool's buffers and onnxruntime's tensors may still give their blocks back to a heap."""
+    finalizer.atexit = False
+    return finalizer
+
+
+def raise_error(error: Error) -> None:
+    """Raise what a C call reported in `error`."""
+    kind, message = error.type.decode(), error.message.decode(errors="replace")
+    if kind == "DeviceMemoryError":
+        raise DeviceMemoryError(message, requested=error.requested, available=error.available)
+    raise _ERRORS.get(kind, LitenpuError)(message)
+
+
+def view_at(address: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """A numpy array over `address` (device memory a plan handed over), without copying."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes == 0 or not address:
+        return np.empty(shape, dtype)
+    return np.frombuffer((C.c_char * nbytes).from_address(address), dtype).reshape(shape)
+
+
+class Heap:
+    """The device pool's books in C (see csrc/heap.c): offsets into the pool's mapping."""
+
+    def __init__(self, base: int, capacity: int):
+        lib = self._lib = _lib()
+        self.address: int = lib.lnpu_heap_new(base, capacity)
+        if not self.address:
+            raise MemoryError("no host memory for the device heap")
+        _until_exit(weakref.finalize(self, lib.lnpu_heap_destroy, self.address))
+
+    def alloc(self, nbytes: int, alignment: int) -> int:
+        return self._lib.lnpu_heap_alloc(self.address, nbytes, alignment)
+
+    def release(self, offset: int) -> int:
+        return self._lib.lnpu_heap_release(self.address, offset)
+
+    def grow(self, capacity: int) -> None:
+        if not self._lib.lnpu_heap_grow(self.address, capacity):
+            raise MemoryError("no host memory to grow the device heap")
+
+    def stats(self) -> tuple[int, int, int, int]:
+        """(in_use, peak, live blocks, largest free block)."""
+        s = _HeapStats()
+        self._lib.lnpu_heap_get_stats(self.address, C.byref(s))
+        return s.in_use, s.peak, s.allocations, s.largest_free
+
+    def block(self, offset: int) -> tuple[int, int] | None:
+        """(start, requested bytes) of the live block holding `offset`, or None."""
+        nbytes = C.c_int64()
+        start = self._lib.lnpu_heap_block(self.address, offset, C.byref(nbytes))
+        return None if start < 0 else (start, nbytes.value)
+
+    def free_blocks(self) -> list[tuple[int, int]]:
+        """(start, size) of every free block."""
+        n = self._lib.lnpu_heap_free_blocks(self.address, None, 0)
+        out = (C.c_int64 * (2 * n))()
+        self._lib.lnpu_heap_free_blocks(self.address, out, n)
+        return [(out[2 * i], out[2 * i + 1]) for i in range(n)]
+
+    def trim(self, page: int) -> int:
+        """Free blocks' pages back to the OS under the heap's lock (a C run may allocate
+        meanwhile); the bytes released."""
+        return self._lib.lnpu_heap_trim(self.address, page)
+
+    def add_range(self, address: int, nbytes: int) -> None:
+        if not self._lib.lnpu_heap_add_range(self.address, address, nbytes):
+            raise MemoryError("no host memory to register external device memory")
+
+    def remove_range(self, address: int) -> None:
+        self._lib.lnpu_heap_remove_range(self.address, address)
+
+    def contains(self, address: int, nbytes: int) -> bool:
+        return bool(self._lib.lnpu_heap_contains(self.address, address, nbytes))
+
+
+class ArenaSet:
+    """Arenas of one memory group (see csrc/arenas.c). With a heap: up to `max_arenas` arenas
+    of `nbytes`, the first allocated now (DeviceMemoryError if it cannot be); without: no
+    memory, one run at a time (plans bring their own arena)."""
+
+    def __init__(self, heap: Heap | None, nbytes: int = 0, max_arenas: int = 1):
+        lib = self._lib = _lib()
+        self.heap = heap  # the heap outlives the set
+        error = Error()
+        self.address: int = lib.lnpu_arenas_new(None if heap is None else heap.address, nbytes,
+                                                max_arenas, C.byref(error))
+        if not self.address:
+            raise_error(error)
+        _until_exit(weakref.finalize(self, lib.lnpu_arenas_destroy, self.address))
+
+    def resize(self, nbytes: int) -> None:
+        """Arenas of `nbytes` from now on (waits for runs in progress); DeviceMemoryError
+        leaves the set as it was (its extra arenas given back)."""
+        error = Error()
+        if self._lib.lnpu_arenas_resize(self.address, nbytes, C.byref(error)) < 0:
+            raise_error(error)
+
+    def held(self) -> tuple[int, int]:
+        """(arenas held, their pool bytes)."""
+        count, nbytes = C.c_int64(), C.c_int64()
+        self._lib.lnpu_arenas_held(self.address, C.byref(count), C.byref(nbytes))
+        return count.value, nbytes.value
+
+
+# numpy segments of the plans in this process, by owner id: fn(first, count, slots)
+_NUMPY_OWNERS: dict[int, Callable[[int, int, C.Array], None]] = {}
+_NUMPY_LOCK = threading.Lock()
+_owner_ids = iter(range(1, 1 << 62))
+_PYTHON_CALLER = threading.local()  # an execute() from Python: its numpy error, kept to re-raise
+
+
+def _numpy_thunk(owner: int, first: int, count: int, slots, error) -> int:
+    """The plans' way into Python: run numpy steps; an error is written to `error`, and kept
+    (to re-raise with its traceback) when the run was started from Python on this thread."""
+    try:
+        _NUMPY_OWNERS[owner](first, count, slots)
+        return 0
+    except BaseException as exc:  # noqa: BLE001 - nothing may escape into C
+        try:
+            out = error.contents
+            out.type = type(exc).__name__.encode()[:47]
+            out.message = str(exc).encode(errors="replace")[:3999]
+            if getattr(_PYTHON_CALLER, "active", False):
+                _PYTHON_CALLER.error = exc
+        except BaseException:  # noqa: BLE001 - interpreter teardown: no one to tell
+            pass
+        return 1
+
+
+_NUMPY_CALLBACK = NUMPY_FN(_numpy_thunk)
+
+
+class Plan:
+    """One Program's run in C (see csrc/plan.c); built by `provider.npu.executor.Executor`.
+
+    `slots`: (kind, nbytes, arena offset, weight address, name) per Program slot; `segments`:
+    (first step, StepArray or None for numpy steps); `numpy(first, count, slots)` runs numpy
+    steps on the slot address table."""
+
+    def __init__(self, slots: Sequence[tuple[str, int, int, int, str]], inputs: Sequence[int],
+                 outputs: Sequence[int], segments: Sequence[tuple[int, int, StepArray | None]],
+                 heap: Heap, arenas: ArenaSet, own_arena: int, cores: int,
+                 numpy: Callable[[int, int, C.Array], None] | None):
+        lib = self._lib = _lib()
+        self.heap, self.arenas = heap, arenas  # both outlive the plan
+        self.n_inputs, self.n_outputs = len(inputs), len(outputs)
+        names = [repr(name).encode(errors="replace") for *_, name in slots]
+        slot_specs = (SlotSpec * max(len(slots), 1))(*[
+            SlotSpec(SLOT_KINDS[kind], nbytes, offset, address or None, name)
+            for (kind, nbytes, offset, address, _), name in zip(slots, names, strict=True)])
+        segment_specs = (SegmentSpec * max(len(segments), 1))(*[
+            SegmentSpec(first, count, None if steps is None else
+                        C.cast(steps._array, C.POINTER(Step)))
+            for first, count, steps in segments])
+        spec = _PlanSpec(len(slots), slot_specs, len(inputs), (C.c_int64 * max(len(inputs), 1))(*inputs),
+                         len(outputs), (C.c_int64 * max(len(outputs), 1))(*outputs), len(segments),
+                         segment_specs, heap.address, arenas.address, own_arena or None,
+                         _NUMPY_CALLBACK, 0, cores)
+        if numpy is not None:
+            with _NUMPY_LOCK:
+                spec.owner = next(_owner_ids)
+                _NUMPY_OWNERS[spec.owner] = numpy
+        self.owner = spec.owner
+        error = Error()
+        self.address: int = lib.lnpu_plan_new(C.byref(spec), C.byref(error))
+        if not self.address:
+            _NUMPY_OWNERS.pop(self.owner, None)
+            raise_error(error)
+        self._close = _until_exit(weakref.finalize(self, _destroy_plan, lib, self.address,
+                                                   self.owner))
+
+    def execute(self, inputs: Sequence[tuple[int, int]], outputs: Sequence[tuple[int, int]],
+                cores: int = -1, stamps: np.ndarray | None = None) -> tuple[int, int]:
+        """Run once on (address, nbytes) inputs and outputs (address 0: not collected), on
+        `cores` of the NPU's cores (0: all; -1: the plan's), each step's (start, end) into
+        `stamps` when given (int64, C-contiguous, a row per step: the Executor checked it);
+        returns (bytes copied in, bytes copied out). Raises what the run raised."""
+        lib = self._lib
+        ins = (Buffer * max(self.n_inputs, 1))(*[Buffer(a or None, n) for a, n in inputs])
+        outs = (Buffer * max(self.n_outputs, 1))(*[Buffer(a or None, n) for a, n in outputs])
+        if not self._close.alive or not lib.lnpu_plan_hold(self.address):
+            raise LitenpuError("this executor is closed")
+        copies, error = Copies(), Error()
+        _PYTHON_CALLER.active = True
+        try:
+            status = lib.lnpu_plan_execute(self.address, ins, outs, cores,
+                                           None if stamps is None else stamps.ctypes.data,
+                                           C.byref(copies), C.byref(error))
+        finally:
+            _PYTHON_CALLER.active = False
+            lib.lnpu_plan_drop(self.address)
+        if status:
+            raised = getattr(_PYTHON_CALLER, "error", None)
+            _PYTHON_CALLER.error = None
+            if raised is not None:
+                raise raised
+            raise_error(error)
+        return copies.copied_in, copies.copied_out
+
+    def staging(self) -> tuple[int, int]:
+        """(requested bytes, pool bytes) of the staging buffers this plan holds."""
+        nbytes, blocks = C.c_int64(), C.c_int64()
+        if self._close.alive:
+            self._lib.lnpu_plan_staging(self.address, C.byref(nbytes), C.byref(blocks))
+        return nbytes.value, blocks.value
+
+    def close(self) -> None:
+        """Wait for runs in progress, give the staging back, free the plan (idempotent)."""
+        self._close()
+
+
+def _destroy_plan(lib: C.CDLL, address: int, owner: int) -> None:
+    lib.lnpu_plan_destroy(address)
+    _NUMPY_OWNERS.pop(owner, None)
+
+
+class Runner:
+    """The plan an onnxruntime kernel runs for one executor (None while it cannot run)."""
+
+    def __init__(self) -> None:
+        lib = self._lib = _lib()
+        self.address: int = lib.lnpu_runner_new()
+        if not self.address:
+            raise MemoryError("no host memory for a runner")
+        self.plan: Plan | None = None
+        _until_exit(weakref.finalize(self, lib.lnpu_runner_destroy, self.address))
+
+    def set(self, plan: Plan | None) -> Plan | None:
+        """Run `plan` from now on; returns the plan it replaced (close it: that waits for the
+        runs that still hold it)."""
+        self._lib.lnpu_runner_set(self.address, None if plan is None else plan.address)
+        old, self.plan = self.plan, plan
+        return old

@@ -12,20 +12,23 @@ Each option picks a policy once, when the session's `SessionMemory` is made:
   tensor in the family's store (their compiled weights are the same tensors; those mapped
   from the cache are read in place, as hashing them would read every page); `mem_alloc_outside=1`: in
   the caller's weight region (`provider.npu.caller_memory`), copied there once.
-- arenas (`provider.npu.arenas.ArenaGroup`): per partition, one region shared by the
-  Programs of its input shapes, sized to the largest live one; `internal_memory_group=<name>`:
-  one region shared with every session of the group; `mem_alloc_outside=1`: the caller's
-  internal region, laid out per Program.
+- arenas (`provider.npu.arenas.ArenaGroup`): per partition, arenas shared by the Programs of
+  its input shapes, sized to the largest live one, one per run in progress (at most
+  `concurrent_runs`; with the native library); `internal_memory_group=<name>`: one arena
+  shared with every session of the group, runs take turns; `mem_alloc_outside=1`: the
+  caller's internal region, laid out per Program, runs take turns.
 
 `ManagedExecutor` is a Program's Executor with its memory so placed: the inner Executor is
-(re)built under the run lock when first needed and after its arena moved or caller memory
-was set. `SessionMemoryInfo` is exact: the Programs' sizes and the pool blocks (64-byte
-multiples, as `DevicePool.stats()` counts them) the session holds.
+(re)built when first needed and after its arena moved or caller memory was set (with the
+native library: as soon as that happens, and its plan installed in the `runner` that the
+onnxruntime kernel runs without Python). `SessionMemoryInfo` is exact: the Programs' sizes
+and the pool blocks (64-byte multiples, as `DevicePool.stats()` counts them) the session holds.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from provider.errors import BindingError, LitenpuError
+from provider.npu import native
 from provider.npu.arenas import ArenaGroup, named_group
 from provider.npu.caller_memory import CallerLayout
 from provider.npu.executor import CopyStats, Executor, weights_are_mapped
@@ -57,8 +61,10 @@ class SessionMemoryInfo:
     `weights` / `internal` are what `set_weight_memory` / `set_internal_memory` need (the
     Programs' blobs / arenas laid out 64-byte aligned); `io` is the graph I/O of the Programs;
     `total = weights + internal + io`. The `device_*` fields are pool bytes this session holds
-    now: weight blocks (shared ones included), arena blocks (its group's whole arena), I/O
-    staging; `pool_in_use` is the whole pool's current use.
+    now: weight blocks (shared ones included), arena blocks (its group's whole arena, and one
+    more per partition for each run that ran concurrently with another: `arenas` counts them,
+    at most `concurrent_runs` per partition), I/O staging (per arena); `pool_in_use` is the
+    whole pool's current use.
     """
 
     weights: int
@@ -69,6 +75,7 @@ class SessionMemoryInfo:
     device_internal: int
     device_staging: int
     pool_in_use: int
+    arenas: int = 0
 
     @property
     def device_total(self) -> int:
@@ -78,10 +85,10 @@ class SessionMemoryInfo:
 
 def merge_infos(infos: Sequence[SessionMemoryInfo], pool_in_use: int) -> SessionMemoryInfo:
     """Sum of several EPs' infos (a session has one NpuEp; zeros without NPU partitions)."""
-    fields = [sum(getattr(i, name) for i in infos) for name in
+    fields = {name: sum(getattr(i, name) for i in infos) for name in
               ("weights", "internal", "io", "total", "device_weights", "device_internal",
-               "device_staging")]
-    return SessionMemoryInfo(*fields, pool_in_use)
+               "device_staging", "arenas")}
+    return SessionMemoryInfo(**fields, pool_in_use=pool_in_use)
 
 
 class Family:
@@ -95,7 +102,8 @@ class Family:
         self.programs: dict[tuple[str, tuple], Program] = {}
         self.weights: dict[int, ProgramWeights] = {}
         self.store = WeightStore()  # tensors shared by the shapes of dynamic partitions
-        self.weight_layout = CallerLayout("weight", "set_weight_memory")
+        self.weight_layout = CallerLayout("weight", "set_weight_memory", pool)
+        self.executors: weakref.WeakSet[ManagedExecutor] = weakref.WeakSet()  # of every session
 
     def program(self, partition: str, key: tuple, make: Callable[[], Program]) -> Program:
         """The Program of `partition` at input shapes `key` (made by `make` on first need)."""
@@ -148,6 +156,8 @@ class Family:
             self.weight_layout.set(buffer)
             for program in self.programs.values():
                 self._fill(program)
+        for executor in list(self.executors):
+            executor.refresh()
 
     def _fill(self, program: Program) -> None:
         """Copy a Program's blob into its part of the caller's weight region (if it fits)."""
@@ -168,8 +178,11 @@ class _GroupArena:
     def lock(self) -> threading.RLock:
         return self.group.lock
 
-    def region(self, program: Program) -> tuple[np.ndarray, int]:
-        return self.group.region.array, self.group.generation
+    def placement(self, program: Program) -> tuple[dict[str, Any], int]:
+        """(the Executor's arena arguments, what they are: changes when they move)."""
+        if self.group.arenas is not None:
+            return {"arenas": self.group.arenas}, 0  # the set follows its own resizes
+        return {"arena": self.group.region.array}, self.group.generation
 
     def release(self) -> None:
         self.group.leave(self.nbytes)
@@ -186,8 +199,11 @@ class _CallerArena:
     def lock(self) -> threading.RLock:
         return self.layout.lock  # shared with sessions whose regions overlap, once set
 
-    def region(self, program: Program) -> tuple[np.ndarray, int]:
-        return self.layout.slice(program), id(self.layout.region)
+    def placement(self, program: Program) -> tuple[dict[str, Any], int]:
+        arena = self.layout.slice(program)
+        turns = self.layout.turns.arenas
+        return ({"arena": arena} if turns is None else {"arena": arena, "arenas": turns},
+                id(self.layout.region))
 
     def release(self) -> None:
         """The layout keeps the Program's offsets (the caller sized the region by them)."""
@@ -196,7 +212,9 @@ class _CallerArena:
 class ManagedExecutor:
     """A Program's Executor with its memory placed by the session's memory policy.
 
-    Same surface as `Executor` for the fused kernel (program, names, run, copy_stats, close).
+    Same surface as `Executor` for the fused kernel (program, names, run, copy_stats, close),
+    plus `runner` (with the native library): the plan of the current inner Executor, None
+    while caller memory is missing.
     """
 
     def __init__(self, memory: SessionMemory, program: Program, partition: str,
@@ -207,12 +225,16 @@ class ManagedExecutor:
         self._inner: Executor | None = None
         self._built_for: tuple = ()
         self._closed = False
+        self._build_lock = threading.RLock()
+        self.runner = native.Runner() if memory.pool.heap is not None else None
         self._weights = memory.family.acquire(program, per_shape)
         try:
             self._arena = memory.arena(program, partition)
         except BaseException:
             memory.family.release(program)
             raise
+        memory.family.executors.add(self)
+        self.refresh()
 
     @property
     def input_names(self) -> list[str]:
@@ -224,32 +246,54 @@ class ManagedExecutor:
 
     def _ready(self) -> Executor:
         """The inner Executor over the current weights and arena (BindingError naming the
-        bytes needed when caller memory is missing)."""
+        bytes needed when caller memory is missing); build lock held."""
         if self._closed:
             raise LitenpuError(f"executor of program {self.program.name!r} is closed")
         weights, weights_tag = self.memory.family.weights_for(self.program, self._weights)
-        arena, arena_tag = self._arena.region(self.program)
+        arena, arena_tag = self._arena.placement(self.program)
         tag = (weights_tag, arena_tag)
         if self._inner is None or tag != self._built_for:
-            if self._inner is not None:
-                self._inner.close()
-            self._inner = Executor(self.program, self.memory.pool, weights=weights, arena=arena,
-                                   lock=threading.Lock(),
-                                   cores=self.memory.options.runtime.npu_threads)
+            inner = Executor(self.program, self.memory.pool, weights=weights,
+                             lock=threading.Lock(),
+                             cores=self.memory.options.runtime.cores(), **arena)
+            self._install(inner)
             self._built_for = tag
         return self._inner
+
+    def _install(self, inner: Executor | None) -> None:
+        """Run `inner` from now on; the previous Executor closes once its runs are done."""
+        old, self._inner = self._inner, inner
+        if self.runner is not None:
+            self.runner.set(None if inner is None else inner.plan)
+        if old is not None:
+            old.close()
+
+    def refresh(self) -> None:
+        """With the native library: rebuild the inner Executor now if its memory moved, so the
+        onnxruntime kernel's next run uses it (nothing while caller memory is missing)."""
+        if self.runner is None:
+            return
+        with self._build_lock:
+            if self._closed:
+                return
+            try:
+                self._ready()
+            except BindingError:
+                self._install(None)  # runs go through Python, which says what is missing
 
     def check_ready(self) -> None:
         """BindingError (stating the bytes needed) when caller-owned memory is missing."""
         self.memory.family.weights_for(self.program, self._weights)
-        self._arena.region(self.program)
+        self._arena.placement(self.program)
 
     def run(self, inputs: Sequence, outputs: Sequence | None = None, *,
             cores: int | None = None, stamps: np.ndarray | None = None) -> list[np.ndarray]:
         """Run the Program (on at most `cores` NPU cores; default: the session's
-        `npu_threads`; each step's start and end into `stamps` when given), serialized with
-        the other users of its arena."""
-        with self._arena.lock:
+        `npu_threads`; each step's start and end into `stamps` when given): a native plan
+        takes its own turn (its arena); without the native library runs are serialized with
+        the other users of the arena."""
+        lock = self._build_lock if self.runner is not None else self._arena.lock
+        with lock:
             inner = self._ready()
             results = inner.run(inputs, outputs, cores=cores, stamps=stamps)
             self.copy_stats = inner.copy_stats
@@ -259,19 +303,18 @@ class ManagedExecutor:
     def staging_bytes(self) -> int:
         """Pool bytes of the inner Executor's I/O staging buffers."""
         inner = self._inner
-        return 0 if inner is None else sum(block_bytes(v.nbytes) for v in inner._staging.values())
+        return 0 if inner is None else inner.staging_device_bytes
 
     def close(self) -> None:
         """Release the arena place, the weights reference and staging."""
-        with self._arena.lock:
+        with self._arena.lock, self._build_lock:
             if self._closed:
                 return
             self._closed = True
-            if self._inner is not None:
-                self._inner.close()
-                self._inner = None
+            self._install(None)
         self._arena.release()
         self.memory.family.release(self.program)
+        self.memory.family.executors.discard(self)
         self.memory.forget(self)
 
 
@@ -284,7 +327,8 @@ class SessionMemory:
         self.pool = pool if pool is not None else default_pool()
         self.family = family if family is not None else Family(options, self.pool)
         self.caller = options.memory.mem_alloc_outside
-        self.internal_layout = CallerLayout("internal", "set_internal_memory", shared_lock=True)
+        self.internal_layout = CallerLayout("internal", "set_internal_memory", self.pool,
+                                            shared_lock=True)
         self.executors: list[ManagedExecutor] = []
         self.groups: dict[str, ArenaGroup] = {}  # each partition's private arena
         self._lock = threading.Lock()
@@ -299,7 +343,9 @@ class SessionMemory:
         with self._lock:
             private = self.groups.get(partition)
             if private is None:
-                private = self.groups[partition] = ArenaGroup(partition, self.pool, shared=False)
+                private = self.groups[partition] = ArenaGroup(
+                    partition, self.pool, shared=False,
+                    max_arenas=self.options.runtime.concurrent_runs or native.default_threads())
         return _GroupArena(private, program.internal_bytes)
 
     def weight_allocator(self, per_shape: bool) -> Callable[[int], DeviceBuffer] | None:
@@ -333,6 +379,10 @@ class SessionMemory:
     def set_internal_memory(self, buffer: Any) -> None:
         self._outside("set_internal_memory")
         self.internal_layout.set(buffer)
+        with self._lock:
+            executors = list(self.executors)
+        for executor in executors:
+            executor.refresh()
 
     def _outside(self, method: str) -> None:
         if not self.caller:
@@ -356,10 +406,11 @@ class SessionMemory:
         internal = sum(block_bytes(p.internal_bytes) for p in programs)
         io = sum(p.io_bytes for p in programs)
         staging = sum(e.staging_bytes for e in executors)
-        device_weights = device_internal = 0
+        device_weights = device_internal = arenas = 0
         if not self.caller:
             device_weights = device_weight_bytes([e._weights for e in executors])
             groups = {id(e._arena.group): e._arena.group for e in executors}
-            device_internal = sum(g.region.device for g in groups.values())
+            device_internal = sum(g.device for g in groups.values())
+            arenas = sum(g.held for g in groups.values())
         return SessionMemoryInfo(weights, internal, io, weights + internal + io, device_weights,
-                                 device_internal, staging, self.pool.stats().in_use)
+                                 device_internal, staging, self.pool.stats().in_use, arenas)

@@ -221,15 +221,23 @@ class FunctionTable:
         """True if the negotiated API version has this entry."""
         return self._entries[name].since <= self._version
 
+    def pointer(self, name: str) -> int:
+        """The entry's function address (for C code that calls it directly)."""
+        return self._slots[self._entry(name).slot]
+
+    def _entry(self, name: str) -> Entry:
+        entry = self._entries[name]
+        if entry.since > self._version:
+            raise LitenpuError(
+                f"{self._title}::{name} needs onnxruntime API version {entry.since}; "
+                f"this onnxruntime offers {self._version}"
+            )
+        return entry
+
     def raw(self, name: str) -> Callable:
         fn = self._raw.get(name)
         if fn is None:
-            entry = self._entries[name]
-            if entry.since > self._version:
-                raise LitenpuError(
-                    f"{self._title}::{name} needs onnxruntime API version {entry.since}; "
-                    f"this onnxruntime offers {self._version}"
-                )
+            entry = self._entry(name)
             restype = vp if entry.restype is STATUS else entry.restype
             fn = C.CFUNCTYPE(restype, *entry.argtypes)(self._slots[entry.slot])
             self._raw[name] = fn
@@ -368,7 +376,8 @@ def array_at(address: int, dtype: np.dtype, shape: tuple[int, ...], owner: objec
 # --------------------------------------------------------------------------------------------
 # Structs an execution provider implements: version field, then function pointers in header
 # order. We describe them as of MAX_API_VERSION; onnxruntime reads only the members that exist
-# at the `ort_version_supported` we put in them (the negotiated version).
+# at the `ort_version_supported` we put in them (the negotiated version). The allocator, the
+# data transfer and the data plane's kernels are C structs (csrc/), not described here.
 # --------------------------------------------------------------------------------------------
 def _implemented(name: str, version_field: str, members: str) -> type[C.Structure]:
     fields = [(version_field, C.c_uint32)] + [(m, vp) for m in members.split()]
@@ -392,14 +401,9 @@ OrtEp = _implemented(
     "ReplayGraph GetGraphCaptureNodeAssignmentPolicy GetAvailableResource "
     "OnSessionInitializationEnd GetDefaultMemoryDevice ReleaseCapturedGraph GetWeightlessSupport",
 )
+IS_CONCURRENT_RUN_SUPPORTED_SINCE = 24  # OrtEp.IsConcurrentRunSupported: onnxruntime 1.24
 OrtNodeComputeInfo = _implemented(
     "OrtNodeComputeInfo", "ort_version_supported", "CreateState Compute ReleaseState"
-)
-OrtDataTransferImpl = _implemented(
-    "OrtDataTransferImpl", "ort_version_supported", "Release CanCopy CopyTensors"
-)
-OrtAllocator = _implemented(
-    "OrtAllocator", "version", "Alloc Free Info Reserve GetStats AllocOnStream Shrink"
 )
 OrtEpProfilerImpl = _implemented(  # since API 25
     "OrtEpProfilerImpl", "ort_version_supported",
@@ -438,9 +442,5 @@ P_CREATE_PROFILER = C.CFUNCTYPE(vp, vp, PVP)
 P_PROFILER_RELEASE = C.CFUNCTYPE(None, vp)
 P_START_PROFILING = C.CFUNCTYPE(vp, vp, C.c_int64)  # offset (ns) since onnxruntime's start
 P_END_PROFILING = C.CFUNCTYPE(vp, vp, vp)
-P_TRANSFER_RELEASE = C.CFUNCTYPE(None, vp)
-P_CAN_COPY = C.CFUNCTYPE(C.c_bool, vp, vp, vp)
-P_COPY_TENSORS = C.CFUNCTYPE(vp, vp, PVP, PVP, PVP, sz)
 P_ALLOC = C.CFUNCTYPE(vp, vp, sz)
 P_FREE = C.CFUNCTYPE(None, vp, vp)
-P_INFO = C.CFUNCTYPE(vp, vp)

@@ -3,46 +3,53 @@
 onnxruntime asks the factory for an allocator for the NPU memory info it declared; every NPU
 tensor it creates (session outputs and intermediates placed on the NPU, `provider.empty`,
 `OrtValue.ortvalue_from_shape_and_type(..., "npu", ...)`) is then carved from
-`provider.npu.memory.default_pool()`. `adopting(buffer)` makes the next allocation on this
-thread return an existing buffer instead (imported fd / wrapped memory, no copy): that is how
-`provider.import_fd` / `provider.wrap` turn memory made elsewhere into an NPU `OrtValue`.
+`provider.npu.memory.default_pool()`. The allocator is C (`csrc/allocator.c`): once the pool
+exists and keeps its books in the native heap, Alloc and Free never enter Python. Python
+allocates the rest (`PoolAllocator.alloc`): before the pool exists (the first allocation makes
+it), without the native library, and while `adopting(buffer)`, which makes the next
+allocation on this thread return an existing buffer (imported fd / wrapped memory, no copy):
+that is how `provider.import_fd` / `provider.wrap` turn memory made elsewhere into an NPU
+`OrtValue`.
 """
 
 from __future__ import annotations
 
-import ctypes as C
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from provider.errors import DeviceMemoryError
 from provider.npu.memory import DeviceBuffer, default_pool
-from provider.ort import abi
+from provider.ort import abi, clib
 from provider.ort.callbacks import address, value_callback
 
 log = logging.getLogger("litenpu.ort")
 
 
 class PoolAllocator:
-    """An OrtAllocator handing out buffers of the process's NPU pool."""
+    """An OrtAllocator (C) handing out buffers of the process's NPU pool."""
 
     def __init__(self, api_version: int, memory_info: int):
         self.memory_info = memory_info  # the pool is looked up per allocation: it is created
         # at first use, sized by the first session's `device_memory_bytes`
-        self._live: dict[int, object] = {}  # address -> DeviceBuffer
+        self._live: dict[int, object] = {}  # address -> DeviceBuffer Python allocated
         self._lock = threading.Lock()
-        self.allocations = 0
-        self.struct = abi.OrtAllocator()
-        self.struct.version = api_version
-        self.struct.Alloc = address(_alloc)
-        self.struct.Free = address(_free)
-        self.struct.Info = address(_info)
-        self.struct.Reserve = address(_alloc)
-        self.address: int = C.addressof(self.struct)
+        self._python_allocations = 0
+        self.address: int = clib.library().litenpu_allocator_new(
+            api_version, memory_info, address(_alloc), address(_free))
+        if not self.address:
+            raise MemoryError("no host memory for the NPU allocator")
         _ALLOCATORS[self.address] = self
 
+    @property
+    def allocations(self) -> int:
+        """NPU tensors allocated so far (by the C side and by Python)."""
+        return self._python_allocations + clib.library().litenpu_allocator_count(self.address)
+
     def alloc(self, nbytes: int) -> int | None:
+        """An allocation the C side hands to Python (see the module docstring)."""
         buffer = getattr(_ADOPT, "buffer", None)
         if buffer is not None:
             _ADOPT.buffer = None
@@ -50,14 +57,17 @@ class PoolAllocator:
                 log.error("NPU allocator: adopted %r is smaller than %d bytes", buffer, nbytes)
                 return None
         else:
+            pool = default_pool()
+            if pool.heap is not None and clib.data_plane():  # from now on C allocates
+                clib.library().litenpu_allocator_set_heap(self.address, pool.heap.address)
             try:
-                buffer = default_pool().allocate(max(nbytes, 1))
+                buffer = pool.allocate(max(nbytes, 1))
             except DeviceMemoryError as e:
                 log.error("NPU allocator: %s", e)  # onnxruntime reports the NULL as a failed alloc
                 return None
         with self._lock:  # an adopted buffer's reference passes to onnxruntime: Free releases it
             self._live[buffer.address] = buffer
-            self.allocations += 1
+            self._python_allocations += 1
         return buffer.address
 
     def free(self, pointer: int) -> None:
@@ -68,10 +78,6 @@ class PoolAllocator:
             return
         buffer.release()
 
-    @property
-    def live_bytes(self) -> int:
-        with self._lock:
-            return sum(b.nbytes for b in self._live.values())
 
 
 _ADOPT = threading.local()
@@ -82,9 +88,11 @@ def adopting(buffer: DeviceBuffer) -> Iterator[None]:
     """The next NPU allocation on this thread returns `buffer` (which then belongs to the
     tensor); if no allocation took it by the end of the block, it is released."""
     _ADOPT.buffer = buffer
+    clib.library().litenpu_adopting(1)
     try:
         yield
     finally:
+        clib.library().litenpu_adopting(0)
         if getattr(_ADOPT, "buffer", None) is buffer:
             _ADOPT.buffer = None
             buffer.release()
@@ -105,6 +113,10 @@ def _free(this, pointer):
         _ALLOCATORS[this].free(pointer)
 
 
-@value_callback(abi.P_INFO, "Allocator.Info")
-def _info(this):
-    return _ALLOCATORS[this].memory_info
+def _forget_heaps_in_child() -> None:
+    """A forked child gets a fresh pool: its allocators ask Python again, which finds it."""
+    for allocator in list(_ALLOCATORS):
+        clib.library().litenpu_allocator_set_heap(allocator, None)
+
+
+os.register_at_fork(after_in_child=_forget_heaps_in_child)

@@ -8,11 +8,22 @@ after fusing) and a Program is got on the first run with each concrete input-sha
 combination and kept in memory with its Executor. Where a Program comes from (the compile
 cache by key, else a compile; the Lite IR of a stored partition read only then) is
 `provider.ort.partition_source`; each outcome is recorded (`PartitionCacheStats`, the
-session's `cache_stats()`). Compute wraps onnxruntime's input and output tensors as numpy
-views, without copying; the Executor uses NPU-resident ones in place and stages (and counts) the rest,
-e.g. inputs that reach the partition over a CPU->NPU edge and arrive in CPU memory. Runs of one
-kernel are serialized (one arena per Program). Executors come from the session's
+session's `cache_stats()`). Executors come from the session's
 `provider.npu.session_memory.SessionMemory` (memory options, clones, shared weights).
+
+Compute is C when the NPU's native library is loaded (`csrc/compute.c`, `clib.data_plane()`):
+each compiled shape is registered with the C kernel (its executor's runner, the I/O order,
+the output shapes), and a run of a registered shape reads onnxruntime's tensors and runs the
+executor's plan without entering Python (numpy steps excepted); the plan uses NPU-resident
+tensors in place and stages (and counts) the rest, e.g. inputs that reach the partition over
+a CPU->NPU edge and arrive in CPU memory. Runs of one partition may overlap: each takes its
+own arena (shared memory groups take turns). Everything else calls the Python Compute
+(`FusedKernel.compute`): a new shape (compiled, registered, run), a runner without a plan
+(caller memory missing: the error says so), runs while the EP's `RunControl` says so (the
+profiler is on, or a run asked for its own performance mode: those need the step stamps and
+the run's mode), and every run without the native library, which wraps the tensors as numpy
+views and runs the Executor, serialized per kernel. The session's performance mode reaches C
+runs as the number of cores in the same `RunControl`.
 """
 
 from __future__ import annotations
@@ -33,7 +44,7 @@ from provider.cache.keys import lite_digest
 from provider.errors import BindingError
 from provider.npu.executor import Executor, step_stamps
 from provider.npu.program import Program
-from provider.ort import abi, compatibility, epcontext
+from provider.ort import abi, clib, compatibility, epcontext
 from provider.ort.callbacks import address, status_callback, value_callback
 from provider.ort.capability import own_weights
 from provider.ort.graph import read_graph
@@ -59,11 +70,41 @@ class _Compiled:
             shape = tuple(slot.shape)
             self.outputs.append((positions[name], (C.c_int64 * len(shape))(*shape),
                                  np.dtype(slot.dtype), shape))
+        self.entry = -1  # its id in the C kernel's table (-1: not registered)
+
+    def register(self, kernel: int, input_names: list[str], output_names: list[str]) -> None:
+        """Enter this shape in the C kernel's table (its runs then stay in C)."""
+        program = self.executor.program
+        inputs: list[tuple[int, tuple[int, ...]]] = [(0, ())] * len(input_names)
+        for k, fused in enumerate(self.input_order):
+            slot = program.slots[program.inputs[k]]
+            inputs[fused] = (abi.NUMPY_TO_ELEMENT[np.dtype(slot.dtype)], tuple(slot.shape))
+        outputs = [(abi.NUMPY_TO_ELEMENT[dtype], shape) for _, _, dtype, shape in self.outputs]
+        messages = [_refused(name, shape).encode() for name, (_, shape) in
+                    zip(output_names, outputs, strict=True)]
+
+        def described(tensors):
+            return ((C.c_int32 * max(len(tensors), 1))(*[t for t, _ in tensors]),
+                    (C.c_int32 * max(len(tensors), 1))(*[len(s) for _, s in tensors]),
+                    (C.c_int64 * max(sum(len(s) for _, s in tensors), 1))(
+                        *[d for _, s in tensors for d in s]))
+
+        self.entry = clib.library().litenpu_kernel_add(
+            kernel, *described(inputs), self.executor.runner.address,
+            (C.c_int64 * max(len(self.input_order), 1))(*self.input_order),
+            (C.c_int64 * max(len(self.outputs), 1))(*[p for p, *_ in self.outputs]),
+            *described(outputs), (C.c_char_p * max(len(messages), 1))(*messages))
 
     @functools.cached_property
     def steps(self) -> StepInfo:
         """The Program's steps as the profile names them (computed when first profiled)."""
         return step_info(self.executor.program)
+
+
+def _refused(name: str, shape: tuple[int, ...]) -> str:
+    """What a run says when onnxruntime will not give output `name` this run's shape."""
+    return (f"output {name!r}: this run computes shape {list(shape)} and the bound output has "
+            "another; bind one of that shape, or let onnxruntime allocate it (bind_npu_output)")
 
 
 class FusedKernel:
@@ -82,13 +123,30 @@ class FusedKernel:
         self.max_shapes = ep.options.runtime.max_shapes
         self._programs: OrderedDict[tuple, _Compiled] = OrderedDict()  # least recent first
         self._lock = threading.Lock()
-        self.calls = 0
+        self.python_computes = 0  # runs that entered the Python Compute
+        self._python_runs = 0  # of which ran (the others raised)
+        self.native = clib.data_plane()  # Compute in C
+        if self.native:
+            self.address: int = clib.library().litenpu_kernel_new(
+                self.ort.api_version, len(input_names), len(output_names), address(_compute),
+                C.addressof(ep.run_control))
+            if not self.address:
+                raise MemoryError("no host memory for a fused kernel")
+        else:
+            s = self.struct = abi.OrtNodeComputeInfo()
+            s.ort_version_supported = self.ort.api_version
+            s.CreateState = address(_create_state)
+            s.Compute = address(_compute)
+            s.ReleaseState = address(_release_state)
+            self.address = C.addressof(s)
+        _KERNELS[self.address] = self
         self.cached = ep.cache is not None
         self._stats: list[PartitionCacheStats] = ep.cache_stats
         self.cache_entry: Path | None = None  # the cache entry of the (single) Program
         self.perf_modes = ep.perf_modes
         self.profiler = ep.profiler
-        self.runs_by_mode: Counter[str] = Counter()  # runs per performance mode (the profile's)
+        self._python_modes: Counter[str] = Counter()  # Python runs per performance mode
+        self._plan_mode = ep.options.runtime.npu_perf_mode  # C runs' (else they divert)
         self.source: PartitionSource | None = None  # while more input shapes may come
         if isinstance(source, Program):
             shapes = {source.slots[i].name: tuple(source.slots[i].shape) for i in source.inputs}
@@ -103,13 +161,6 @@ class FusedKernel:
                 source.close()
         else:
             self.source = source
-        s = self.struct = abi.OrtNodeComputeInfo()
-        s.ort_version_supported = self.ort.api_version
-        s.CreateState = address(_create_state)
-        s.Compute = address(_compute)
-        s.ReleaseState = address(_release_state)
-        self.address: int = C.addressof(s)
-        _KERNELS[self.address] = self
         log.info("NPU partition %s: inputs %s, outputs %s, %s", self.name, self.input_names,
                  self.output_names, "compiled" if self.source is None else "compiled per shape at run time")
 
@@ -180,22 +231,42 @@ class FusedKernel:
         compiled = self._programs.get(key)
         if compiled is not None:
             self._programs.move_to_end(key)
+            if self.native:
+                clib.library().litenpu_kernel_tick(self.address, compiled.entry, 1)
             return compiled
         if self.source is None:
             known = [dict(k) for k in self._programs]
             raise BindingError(f"partition {self.name} was compiled for input shapes "
                                f"{known}; got {shapes}")
         while len(self._programs) >= self.max_shapes:
-            old_key, old = self._programs.popitem(last=False)
-            old.executor.close()
+            old_key = self._least_recent()
+            old = self._programs.pop(old_key)
+            self._forget(old)
             log.info("NPU partition %s: evicted the Program for %s (max_shapes=%d)", self.name,
                      dict(old_key), self.max_shapes)
         compiled = self._programs[key] = self._compiled_for(key, lambda: self._program(shapes))
         return compiled
 
+    def _least_recent(self) -> tuple:
+        """The key of the Program used least recently (C runs count: their kernel's clock)."""
+        if not self.native:
+            return next(iter(self._programs))
+        lib = clib.library()
+        return min(self._programs,
+                   key=lambda k: lib.litenpu_kernel_tick(self.address, self._programs[k].entry, 0))
+
+    def _forget(self, compiled: _Compiled) -> None:
+        """Take a Program out of the C table (runs holding it finish), then close it."""
+        if self.native:
+            clib.library().litenpu_kernel_remove(self.address, compiled.entry)
+        compiled.executor.close()
+
     def _compiled_for(self, key: tuple, make) -> _Compiled:
-        return _Compiled(self.memory.executor(self.name, key, make, per_shape=self.per_shape),
-                         self.input_names, self.output_names)
+        compiled = _Compiled(self.memory.executor(self.name, key, make, per_shape=self.per_shape),
+                             self.input_names, self.output_names)
+        if self.native:
+            compiled.register(self.address, self.input_names, self.output_names)
+        return compiled
 
     def _program(self, shapes: dict[str, tuple[int, ...]]) -> Program:
         """The Program for `shapes` from the partition's source (cache, else compiled)."""
@@ -209,6 +280,8 @@ class FusedKernel:
         return program
 
     def compute(self, context: int) -> None:
+        """The Python Compute (see the module docstring for when it runs)."""
+        self.python_computes += 1
         o = self.ort
         n = abi.sz()
         o.api.KernelContext_GetInputCount(context, C.byref(n))
@@ -217,7 +290,7 @@ class FusedKernel:
             value = abi.vp()
             o.api.KernelContext_GetInput(context, i, C.byref(value))
             arrays.append(o.value_array(value.value))
-        with self._lock:  # runs of one kernel are serialized: one arena per partition
+        with self._lock:  # one Python Compute at a time per kernel (C runs never wait here)
             self._run(context, arrays)
 
     def _run(self, context: int, arrays: list[np.ndarray]) -> None:
@@ -230,10 +303,7 @@ class FusedKernel:
             try:
                 o.api.KernelContext_GetOutput(context, j, dims, len(shape), C.byref(value))
             except abi.OrtCallError as exc:  # e.g. a bound output of another shape
-                raise BindingError(
-                    f"output {self.output_names[j]!r}: this run computes shape {list(shape)} "
-                    "and the bound output has another; bind one of that shape, or let "
-                    "onnxruntime allocate it (bind_npu_output)") from exc
+                raise BindingError(_refused(self.output_names[j], shape)) from exc
             outputs[position] = abi.array_at(o.value_address(value.value), dtype, shape)
         executor = compiled.executor
         mode = self.perf_modes.current()
@@ -243,19 +313,39 @@ class FusedKernel:
         if stamps is not None:
             self.profiler.record(self.name, compiled.steps, stamps, mode)
         stats = executor.copy_stats
-        self.calls += 1
-        self.runs_by_mode[mode] += 1
+        self._python_runs += 1
+        self._python_modes[mode] += 1
         if stats.bytes_copied_in or stats.bytes_copied_out:
             COUNTERS.add(to_device=stats.bytes_copied_in, to_host=stats.bytes_copied_out)
 
+    @property
+    def native_runs(self) -> int:
+        """Runs that stayed in C (never entered the Python Compute)."""
+        return clib.library().litenpu_kernel_runs(self.address) if self.native else 0
+
+    @property
+    def runs_by_mode(self) -> Counter[str]:
+        """Runs per performance mode: C runs are in the mode the plans were built for."""
+        native = self.native_runs
+        return self._python_modes + Counter({self._plan_mode: native} if native else {})
+
+    @property
+    def calls(self) -> int:
+        """Runs this kernel made, in C or in Python."""
+        return self._python_runs + self.native_runs
+
     def close(self) -> None:
+        """After onnxruntime released the kernel: its Programs and their memory go."""
         _KERNELS.pop(self.address, None)
         with self._lock:
             for compiled in self._programs.values():
-                compiled.executor.close()
+                self._forget(compiled)
             self._programs.clear()
             if self.source is not None:
                 self.source.close()
+            if self.native:
+                clib.library().litenpu_kernel_destroy(self.address)
+                self.native = False
 
 
 def _key(shapes: dict[str, tuple[int, ...]]) -> tuple:
@@ -277,7 +367,7 @@ _KERNELS: dict[int, FusedKernel] = {}
 
 
 @status_callback(abi.P_CREATE_STATE, "NodeComputeInfo.CreateState")
-def _create_state(this, compute_context, state_out):
+def _create_state(this, compute_context, state_out):  # the Python-only kernel's (C has its own)
     state_out[0] = this  # the kernel is its own state: all per-shape data lives in it
 
 

@@ -15,9 +15,7 @@ import ctypes as C
 import os
 import threading
 
-from provider.errors import LitenpuError
-from provider.extensions import built_library
-from provider.ort import EP_NAME
+from provider.ort import EP_NAME, clib
 
 __all__ = ["get_library_path", "get_ep_name", "get_ep_names", "install_entry_points"]
 
@@ -27,14 +25,7 @@ _LIBRARIES: dict[str, C.CDLL] = {}  # realpath -> loaded library with our entry 
 
 def get_library_path() -> str:
     """Path of the NPU execution provider library (the built `_trampoline` in provider/ort)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = built_library(here, "_trampoline")
-    if path is not None:
-        return path
-    raise LitenpuError(
-        f"the NPU execution provider library is not built (no _trampoline*.so in {here}); "
-        "install litenpu with `pip install .` or `pip install -e .`, or build it in place "
-        "with `python setup.py build_ext --inplace`")
+    return clib.library_path()
 
 
 def get_ep_name() -> str:

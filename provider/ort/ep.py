@@ -3,6 +3,8 @@
 GetCapability never fails a session: a node the NPU cannot take stays on onnxruntime's CPU
 kernels and the reason is recorded (`NpuEp.placements`) and logged. Compile turns each fused
 partition into a `provider.ort.compute.FusedKernel` (Lite IR -> NPU Program -> Executor).
+Where onnxruntime asks (API version 24 on), the EP says runs of a session may overlap: they
+do, each in its own arena (shared memory groups take turns inside the EP).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from provider.cache import CompileCache
 from provider.npu.memory import ensure_default_pool
 from provider.npu.session_memory import SessionMemory
 from provider.options import NpuOptions
-from provider.ort import abi, compatibility, epcontext, profiling, session_link
+from provider.ort import abi, clib, compatibility, epcontext, profiling, session_link
 from provider.ort.callbacks import CString, address, status_callback, value_callback
 from provider.ort.capability import Claim, ImportedGraph, Placement, claim, import_partition
 from provider.ort.compute import FusedKernel
@@ -76,20 +78,32 @@ class NpuEp:
         s.ReleaseNodeComputeInfos = address(_release_node_compute_infos)
         self.compatibility = CString(compatibility.info(self.options.compile))
         s.GetCompiledModelCompatibilityInfo = address(_get_compatibility_info)
-        self.perf_modes = PerfModes(self.options.runtime)
+        # nonzero: the fused kernels' runs take the Python Compute (csrc/compute.c), while
+        # they need step stamps (profiling) or a performance mode other than the plans'
+        self.run_control = C.c_int(0)
+        self.perf_modes = PerfModes(self.options.runtime, self.update_run_control)
         s.SetDynamicOptions = address(_set_dynamic_options)
-        s.OnRunStart = address(_on_run_start)
-        s.OnRunEnd = address(_on_run_end)
-        self.profiler = profiling.StepProfiler()
+        # in C: only a run carrying a performance mode enters Python (_on_run_start)
+        clib.library().litenpu_set_run_hooks(address(_on_run_start), address(_on_run_end),
+                                             RUN_KEY.encode())
+        s.OnRunStart = clib.function("litenpu_on_run_start")
+        s.OnRunEnd = clib.function("litenpu_on_run_end")
+        self.profiler = profiling.StepProfiler(self.update_run_control)
         self.trace_prefix = self.options.runtime.profile_file_prefix
         if self.trace_prefix is not None:  # the EP's own trace file, from now to the end
             self.profiler.start(time.monotonic_ns())
         elif self.ort.api_version >= profiling.HOOK_SINCE:  # onnxruntime's profiler drives ours
             s.CreateProfiler = address(_create_profiler)
+        if self.ort.api_version >= abi.IS_CONCURRENT_RUN_SUPPORTED_SINCE:
+            s.IsConcurrentRunSupported = clib.function("litenpu_concurrent_run_supported")
         self.address: int = C.addressof(s)
         _EPS[self.address] = self
         if link is not None:
             link.eps.append(self)
+
+    def update_run_control(self) -> None:
+        """Send the kernels' runs to the Python Compute while they need it."""
+        self.run_control.value = int(self.profiler.active or self.perf_modes.diverting())
 
     def close(self) -> None:
         _EPS.pop(self.address, None)

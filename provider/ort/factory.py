@@ -14,7 +14,16 @@ import logging
 import threading
 
 import provider
-from provider.ort import CONFIG_PREFIX, DEVICE_NAME, EP_NAME, VENDOR, VENDOR_ID, abi, compatibility
+from provider.ort import (
+    CONFIG_PREFIX,
+    DEVICE_NAME,
+    EP_NAME,
+    VENDOR,
+    VENDOR_ID,
+    abi,
+    clib,
+    compatibility,
+)
 from provider.ort.allocator import PoolAllocator
 from provider.ort.callbacks import CString, address, keep, set_ort, status_callback, value_callback
 from provider.ort.ep import NpuEp
@@ -240,6 +249,7 @@ def _create_factories(registered_name, api_base, logger, factories, max_factorie
     try:
         ort = abi.Ort(api_base)
         set_ort(ort)
+        clib.install(ort)
         if _FACTORY is None:
             _FACTORY = EpFactory(ort, registered_name.decode())
         if max_factories < 1:

@@ -23,6 +23,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -54,7 +55,8 @@ def step_info(program: Program) -> StepInfo:
 class StepProfiler:
     """One EP's NPU step times while profiling is on (`start` .. `stop`), thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_change: Callable[[], None] = lambda: None) -> None:
+        self.on_change = on_change  # called after start and stop (the EP's RunControl)
         self.active = False  # read without the lock on the run path: a run started after
         self._origin_ns = 0  # `start` records, one ending after `stop` is dropped
         self._runs: list[tuple] = []
@@ -64,6 +66,7 @@ class StepProfiler:
         """Record from now; event times count from `origin_ns` (CLOCK_MONOTONIC)."""
         with self._lock:
             self._origin_ns, self._runs, self.active = origin_ns, [], True
+        self.on_change()
 
     def record(self, partition: str, steps: StepInfo, stamps: np.ndarray, mode: str) -> None:
         """One run of a partition: its steps' (start, end) stamps and its performance mode."""
@@ -75,6 +78,7 @@ class StepProfiler:
         """Stop recording; the events recorded since `start`, in run order."""
         with self._lock:
             runs, origin, self._runs, self.active = self._runs, self._origin_ns, [], False
+        self.on_change()
         pid, events = os.getpid(), []
         for partition, steps, stamps, mode, tid in runs:
             # ts and end rounded to whole microseconds, dur their difference: the durations

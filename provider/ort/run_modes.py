@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from provider.options import InvalidOptionError, NpuOptions, RuntimeOptions
 from provider.ort import CONFIG_PREFIX
@@ -44,8 +45,9 @@ def _mode(key: str, value: str) -> str:
 class PerfModes:
     """One EP's performance modes: the session's, and those of the runs in progress."""
 
-    def __init__(self, runtime: RuntimeOptions):
+    def __init__(self, runtime: RuntimeOptions, on_change: Callable[[], None] = lambda: None):
         self.runtime = runtime
+        self.on_change = on_change  # called after the modes changed (the EP's RunControl)
         self.session = runtime.npu_perf_mode
         self._runs: dict[int, str | None] = {}  # thread ident -> its run's mode (None: session)
         self._lock = threading.Lock()
@@ -57,17 +59,27 @@ class PerfModes:
                 self.session = _mode(key, value)
                 log.info("NPUExecutionProvider: performance mode %s (dynamic option %s=%s)",
                          self.session, key, value)
+        self.on_change()
 
     def run_started(self, value: str | None) -> None:
         """OnRunStart: the run's config entry `RUN_KEY` (None: the session's mode)."""
         mode = None if value is None else _mode(RUN_KEY, value)
         with self._lock:
             self._runs[threading.get_ident()] = mode
+        self.on_change()
 
     def run_ended(self) -> None:
         """OnRunEnd."""
         with self._lock:
             self._runs.pop(threading.get_ident(), None)
+        self.on_change()
+
+    def diverting(self) -> bool:
+        """Runs need the Python Compute: the session's mode changed since the plans were
+        built, or a run in progress asked for a mode of its own."""
+        with self._lock:
+            return (self.session != self.runtime.npu_perf_mode
+                    or any(mode is not None for mode in self._runs.values()))
 
     def current(self) -> str:
         """The mode of the run calling a kernel now."""

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from provider.errors import DeviceMemoryError, InvalidModelError, LitenpuError, UnsupportedError
 from provider.ort import EP_NAME
 
-__all__ = ["status_text", "from_status", "typed_errors", "model_load_errors"]
+__all__ = ["status_text", "from_status", "raise_typed", "typed_errors", "model_load_errors"]
 
 _OURS = re.compile(rf"{EP_NAME} [\w.]+: (\w+): (.*)", re.S)
 _BYTES = {"requested": re.compile(r"requested (\d+) bytes"),
@@ -71,18 +71,24 @@ def from_status(message: str) -> LitenpuError | None:
         return error
 
 
+def raise_typed(exc: Exception) -> None:
+    """Raise the litenpu error onnxruntime's exception `exc` wraps (chained to it); return
+    when it wraps none (the caller re-raises `exc`). Hot paths call this in an `except`."""
+    if isinstance(exc, LitenpuError):
+        return
+    typed = from_status(str(exc))
+    if typed is not None:
+        raise typed from exc
+
+
 @contextmanager
 def typed_errors() -> Iterator[None]:
     """Re-raise onnxruntime's wrapping of one of our callback errors as that error."""
     try:
         yield
-    except LitenpuError:
-        raise
     except Exception as exc:
-        typed = from_status(str(exc))
-        if typed is None:
-            raise
-        raise typed from exc
+        raise_typed(exc)
+        raise
 
 
 @contextmanager

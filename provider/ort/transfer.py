@@ -2,18 +2,17 @@
 
 onnxruntime calls CanCopy to learn which device pairs we handle and CopyTensors to move
 tensors (feeding numpy inputs to the NPU, fetching NPU outputs, `OrtValue.numpy()` on an NPU
-value). Every byte moved is added to the process-wide `COUNTERS`, which also receive the
-uploads Compute makes itself for inputs arriving in CPU memory.
+value). Both are C (`csrc/transfer.c`): a run never enters Python to copy. Every byte moved
+is counted; the process-wide `COUNTERS` add the C side's counts (these copies, and the
+uploads a C Compute makes for inputs arriving in CPU memory) to the ones Python makes.
 """
 
 from __future__ import annotations
 
-import ctypes as C
 import threading
 from dataclasses import dataclass, fields
 
-from provider.ort import abi
-from provider.ort.callbacks import address, ort, status_callback, value_callback
+from provider.ort import clib
 
 
 @dataclass(frozen=True)
@@ -32,9 +31,12 @@ class CopyStats:
     def __sub__(self, other: CopyStats) -> CopyStats:
         return CopyStats(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(self)))
 
+    def __add__(self, other: CopyStats) -> CopyStats:
+        return CopyStats(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
 
 class CopyCounters:
-    """Thread-safe cumulative copy counters."""
+    """Thread-safe cumulative copy counters: Python's, plus the C side's in `snapshot`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -49,75 +51,18 @@ class CopyCounters:
 
     def snapshot(self) -> CopyStats:
         with self._lock:
-            return self._stats
+            return self._stats + CopyStats(*clib.copy_counts())
 
 
 COUNTERS = CopyCounters()
 
 
 class DataTransfer:
-    """The factory's OrtDataTransferImpl between CPU memory and NPU memory of `vendor_id`."""
+    """The factory's OrtDataTransferImpl (C) between CPU memory and NPU memory of `vendor_id`;
+    it lives as long as the process."""
 
     def __init__(self, api_version: int, vendor_id: int):
         self.vendor_id = vendor_id
-        self.struct = abi.OrtDataTransferImpl()
-        self.struct.ort_version_supported = api_version
-        self.struct.Release = address(_release)
-        self.struct.CanCopy = address(_can_copy)
-        self.struct.CopyTensors = address(_copy_tensors)
-        self.address: int = C.addressof(self.struct)
-        _TRANSFERS[self.address] = self
-
-    def kind(self, memory_device: int) -> str | None:
-        """"npu", "cpu" or None (a device we do not copy to or from)."""
-        ep = ort().ep
-        device_type = ep.MemoryDevice_GetDeviceType(memory_device)
-        if device_type == abi.MEM_DEVICE_CPU:
-            return "cpu"
-        if device_type == abi.MEM_DEVICE_NPU and ep.MemoryDevice_GetVendorId(memory_device) == self.vendor_id:
-            return "npu"
-        return None
-
-    def can_copy(self, src_device: int, dst_device: int) -> bool:
-        kinds = (self.kind(src_device), self.kind(dst_device))
-        return "npu" in kinds and None not in kinds
-
-    def copy(self, sources: list[int], destinations: list[int]) -> None:
-        o = ort()
-        for src, dst in zip(sources, destinations, strict=True):
-            nbytes, dst_bytes = abi.sz(), abi.sz()
-            o.api.GetTensorSizeInBytes(src, C.byref(nbytes))
-            o.api.GetTensorSizeInBytes(dst, C.byref(dst_bytes))
-            if nbytes.value != dst_bytes.value:
-                raise ValueError(f"CopyTensors: source has {nbytes.value} bytes, "
-                                 f"destination {dst_bytes.value}")
-            if nbytes.value:
-                C.memmove(o.value_address(dst), o.value_address(src), nbytes.value)
-            direction = (self.kind(o.ep.Value_GetMemoryDevice(src)),
-                         self.kind(o.ep.Value_GetMemoryDevice(dst)))
-            n = nbytes.value
-            if direction == ("cpu", "npu"):
-                COUNTERS.add(to_device=n)
-            elif direction == ("npu", "cpu"):
-                COUNTERS.add(to_host=n)
-            else:
-                COUNTERS.add(device_to_device=n)
-
-
-_TRANSFERS: dict[int, DataTransfer] = {}
-
-
-@value_callback(abi.P_TRANSFER_RELEASE, "DataTransfer.Release")
-def _release(this):
-    """Owned by the factory for the life of the process: nothing to free."""
-
-
-@value_callback(abi.P_CAN_COPY, "DataTransfer.CanCopy", default=False)
-def _can_copy(this, src_device, dst_device):
-    return _TRANSFERS[this].can_copy(src_device, dst_device)
-
-
-@status_callback(abi.P_COPY_TENSORS, "DataTransfer.CopyTensors")
-def _copy_tensors(this, sources, destinations, streams, count):
-    _TRANSFERS[this].copy([sources[i] for i in range(count)],
-                          [destinations[i] for i in range(count)])
+        self.address: int = clib.library().litenpu_transfer_new(api_version, vendor_id)
+        if not self.address:
+            raise MemoryError("no host memory for the data transfer")

@@ -17,7 +17,7 @@ static struct {
     int sleeping;
     int stop;
     atomic_long generation;
-    atomic_int running;      /* lnpu_run calls in progress: workers spin, jobs come fast */
+    atomic_int running;      /* multi-core lnpu_run calls in progress: workers spin */
     atomic_long next;        /* the job's next task */
     atomic_int open;         /* the job still takes workers */
     atomic_int joined;       /* workers inside the job */
@@ -248,13 +248,19 @@ static void trim_thread_scratch(void) {
 }
 
 /* lnpu_run's start and end on this thread: its core limit, workers that keep spinning while
- * a run is in progress, and the scratch given back after it. */
+ * a run that may use them is in progress (one limited to a single core never does: its
+ * spinning would only take CPU from concurrent single-core runs), and the scratch given
+ * back after it. */
+static __thread int run_spins = 0;
+
 void run_begin(int threads) {
     run_cores = threads;
-    atomic_fetch_add(&pool.running, 1);
+    run_spins = cores() > 1;
+    if (run_spins) atomic_fetch_add(&pool.running, 1);
 }
 
 void run_end(void) {
-    atomic_fetch_sub(&pool.running, 1);
+    if (run_spins) atomic_fetch_sub(&pool.running, 1);
+    run_spins = 0;
     trim_thread_scratch();
 }
