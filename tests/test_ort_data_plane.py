@@ -21,6 +21,7 @@ from onnx import helper, numpy_helper
 from ort_models import CNN, NPU, STATIC, f32, make_model, reference
 from quant_cases import build as build_quantized
 from quant_cases import run_npu
+from test_npu_memory import rss_bytes
 from threads import run_threads
 
 import provider
@@ -388,14 +389,6 @@ def test_errors_from_c_have_the_python_computes_types_and_text(monkeypatch):
 
 
 # ---- memory -------------------------------------------------------------------------------------
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 def _cycles(count: int) -> None:
