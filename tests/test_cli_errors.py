@@ -7,20 +7,17 @@ import logging
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+from children import child_env
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.capi.onnxruntime_pybind11_state import EPFail, Fail, InvalidGraph
 
-import provider
 from converters.errors import InvalidModelError, UnsupportedError
 from provider.cli import error_line, exit_code, main
 from provider.errors import BindingError, DeviceMemoryError, UsageError
-
-PACKAGE_ROOT = str(Path(provider.__file__).resolve().parent.parent)
 
 
 def _relu_model(**graph) -> onnx.ModelProto:
@@ -136,7 +133,7 @@ def test_logged_tracebacks_and_warnings_are_one_line_each(tmp_path):
             logging.getLogger("litenpu.ort").exception("Ep.Compile failed:\\n  ValueError")
         warnings.warn("divide by zero", RuntimeWarning)
     """
-    env = {**os.environ, "PYTHONPATH": PACKAGE_ROOT}
+    env = child_env()
     done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
     lines = done.stderr.splitlines()

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from children import child_env
 
-import provider
 from provider.cli import build_parser, main
 from provider.commands.registry import COMMANDS
 
-PACKAGE_ROOT = str(Path(provider.__file__).resolve().parent.parent)
 # The subcommands the quickstart and docs promise (others may add more).
 PROMISED = ("bench", "cache", "compile", "convert", "demo", "inspect", "run")
 
@@ -43,7 +41,7 @@ def test_subcommand_help_has_examples(name):
 
 
 def test_python_m_provider_cli_registers_subcommands():
-    env = {**os.environ, "PYTHONPATH": PACKAGE_ROOT}
+    env = child_env()
     done = subprocess.run([sys.executable, "-m", "provider.cli", "--help"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0
@@ -74,7 +72,7 @@ def test_exit_codes(tmp_path, capsys, monkeypatch):
 def test_a_reader_that_stops_early_is_not_an_error(tmp_path):
     """`litenpu inspect m.ms | head -1`: the closed pipe ends the command quietly, exit 0."""
     model = Path(__file__).resolve().parent.parent / "models" / "mslite" / "resnet_block.ms"
-    env = {**os.environ, "PYTHONPATH": PACKAGE_ROOT}
+    env = child_env()
     # run outside the checkout: `-m` puts the working directory first on sys.path
     proc = subprocess.Popen([sys.executable, "-m", "provider.cli", "inspect", str(model)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)

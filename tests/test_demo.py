@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-import provider
+from children import child_env
+
 from provider.demo import preprocess_model, run_demo
-
-PACKAGE_ROOT = str(Path(provider.__file__).resolve().parent.parent)
 
 
 def test_quick_demo_report(tmp_path):
@@ -44,7 +41,7 @@ def test_preprocess_model_normalises_per_channel():
 
 
 def test_demo_command_end_to_end(tmp_path):
-    env = {**os.environ, "PYTHONPATH": PACKAGE_ROOT}
+    env = child_env()
     done = subprocess.run([sys.executable, "-m", "provider.cli", "demo", "--quick",
                            "--workdir", str(tmp_path / "w")], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)

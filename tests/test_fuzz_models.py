@@ -4,18 +4,14 @@ no exit 2 from the CLI, no half-written file. A failure prints its case's replay
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import fuzz_models as fm
 import pytest
+from children import child_env
 
-import provider
-
-PACKAGE_ROOT = str(Path(provider.__file__).resolve().parent.parent)
 DEFAULT_CASES = 300
 SLOW_CASES = 3000
 
@@ -67,7 +63,7 @@ def test_replay_ids_and_mutations_are_deterministic(tmp_path):
 
 def test_the_installed_cli_gives_exit_0_or_1_with_one_line(tmp_path):
     """The same user paths through a real `litenpu` process (the child runs `main` in-process)."""
-    env = {**os.environ, "PYTHONPATH": PACKAGE_ROOT}
+    env = child_env()
     outcomes = []
     for i, case_id in enumerate(fm.case_ids(12)[::2]):
         src, mutations = fm.mutated_file(case_id, tmp_path / f"case{i}")

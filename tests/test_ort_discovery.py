@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
+from children import PACKAGE_ROOT, child_env
 from ort_models import STATIC
 
 import provider
@@ -21,7 +22,8 @@ from provider.ort import EP_NAME, VENDOR_ID, abi
 def _run(script: str, *args: str) -> subprocess.CompletedProcess:
     """`script` in a fresh interpreter (nothing of litenpu imported yet)."""
     return subprocess.run([sys.executable, "-c", textwrap.dedent(script), *args],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=child_env(),
+                          cwd=PACKAGE_ROOT)
 
 
 def _json(result: subprocess.CompletedProcess) -> dict:
