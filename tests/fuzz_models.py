@@ -270,20 +270,25 @@ def session_path(src: Path, work: Path) -> dict:
 
     from provider.ort import EP_NAME
     from provider.ort.tensors import random_feed
+    from provider.quantize.saturation import onnxruntime_saturates
     from provider.session import CPU_EP, InferenceSession
 
-    def options() -> ort.SessionOptions:
+    def options(oracle: bool = False) -> ort.SessionOptions:
         so = ort.SessionOptions()
         so.log_severity_level = 3
         so.intra_op_num_threads = 1
+        if oracle and onnxruntime_saturates():
+            # its fused int8 kernels saturate on this CPU (provider.quantize.saturation):
+            # the unfused float path is the exact integer oracle
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         return so
 
     oracle, oracle_error = None, None
     try:
         if src.suffix == ".onnx":
-            oracle = ort.InferenceSession(str(src), options(), providers=[CPU_EP])
+            oracle = ort.InferenceSession(str(src), options(oracle=True), providers=[CPU_EP])
         else:  # the same conversion to ONNX as the NPU session, run by onnxruntime CPU
-            oracle = InferenceSession(str(src), options(), providers=[CPU_EP])
+            oracle = InferenceSession(str(src), options(oracle=True), providers=[CPU_EP])
     except Exception as e:  # noqa: BLE001 - the oracle's refusal is a fact, not a failure
         oracle_error = {**describe_exception(e), "plain": src.suffix == ".onnx"}
     with captured_fds() as printed:

@@ -12,6 +12,7 @@ import onnxruntime as ort
 from converters.lite import reader, writer
 from converters.onnx_export import export_onnx
 from converters.onnx_import import import_onnx
+from provider.quantize.saturation import saturates
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 
@@ -32,8 +33,12 @@ def roundtrip(model, via_ms: bool = True):
 
 
 def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """`model` on onnxruntime's CPU provider: its fused int8 kernels where they are exact,
+    its unfused float path where they saturate (provider.quantize.saturation)."""
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    if saturates(model):
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(model.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
     return session.run(None, feeds)

@@ -15,17 +15,26 @@ from converters.onnx_import import import_onnx
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor
 from provider.npu.ops import KERNELS
+from provider.quantize.saturation import onnxruntime_saturates
 
 OPSET = 19
 TYPES = {np.dtype(np.int8): TensorProto.INT8, np.dtype(np.uint8): TensorProto.UINT8}
+# onnxruntime's fused int8 kernels saturate on x86 CPUs without VNNI (u8 x s8 pairs summed in
+# 16 bits; provider.quantize.saturation): comparisons with them there use 7-bit weights, its
+# documented remedy, so that they compare the NPU with exact integer results. Comparisons
+# with its unfused float path, which is exact everywhere, keep full-range weights. Whole
+# models compared with it are quantized with `reduce_range` there.
+REDUCE_RANGE = onnxruntime_saturates()
+FUSED_WEIGHT_MAX = 64 if REDUCE_RANGE else 127
 
 
 class Graph:
     """A QDQ model under construction: integer graph inputs, constants, nodes."""
 
-    def __init__(self, rng: np.random.Generator, dtype):
+    def __init__(self, rng: np.random.Generator, dtype, weight_max: int = 127):
         self.rng = rng
         self.dtype = np.dtype(dtype)
+        self.weight_max = weight_max  # 64: onnxruntime's 7-bit weights (see FUSED_WEIGHT_MAX)
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self.inputs: list[onnx.ValueInfoProto] = []
@@ -77,9 +86,14 @@ class Graph:
         name, scale, zp = self.input(shape, dtype)
         return self.dq(name, scale, zp, dtype)
 
+    def weight_codes(self, shape, lowest: int = -127) -> np.ndarray:
+        """Random int8 weight codes in [lowest, 127], or within +-weight_max when reduced."""
+        low, high = (lowest, 127) if self.weight_max == 127 else (-self.weight_max, self.weight_max)
+        return self.rng.integers(low, high + 1, shape).astype(np.int8)
+
     def weight(self, shape, per_channel: bool, axis: int = 0) -> tuple[str, np.ndarray]:
         """Symmetric int8 weights, per tensor or per channel along `axis`, dequantized."""
-        w = self.rng.integers(-127, 128, shape).astype(np.int8)
+        w = self.weight_codes(shape)
         count = shape[axis] if per_channel else 1
         scale = np.exp(self.rng.uniform(np.log(0.002), np.log(0.05), count)).astype(np.float32)
         zp = np.zeros(count, np.int8)
@@ -247,9 +261,9 @@ CASES = {
 }
 
 
-def build(case: str, dtype, seed: int) -> tuple[onnx.ModelProto, dict]:
+def build(case: str, dtype, seed: int, weight_max: int = 127) -> tuple[onnx.ModelProto, dict]:
     """The QDQ model of `case` with activations of `dtype`, and its feeds."""
-    g = Graph(np.random.default_rng(seed), dtype)
+    g = Graph(np.random.default_rng(seed), dtype, weight_max)
     y = CASES[case](g)
     scale, zp = g.params(0.01, 0.3)
     out = g.q(y, scale, zp, out="y")
@@ -265,7 +279,7 @@ def _sz(g: Graph, scale, zp, dtype=None) -> list[str]:
 
 def qlinear_conv(g: Graph, *, group=1, c=8, o=16):
     x, sx, zx = g.input((1, c, 9, 9))
-    w = g.rng.integers(-127, 128, (o, c // group, 3, 3)).astype(np.int8)
+    w = g.weight_codes((o, c // group, 3, 3))
     sw = np.exp(g.rng.uniform(np.log(0.002), np.log(0.05), o)).astype(np.float32)
     b = g.rng.integers(-20000, 20000, o).astype(np.int32)
     sy, zy = g.params(0.01, 0.3)
@@ -276,7 +290,7 @@ def qlinear_conv(g: Graph, *, group=1, c=8, o=16):
 
 def qlinear_matmul(g: Graph):
     a, sa, za = g.input((3, 16))
-    w = g.rng.integers(-127, 128, (16, 8)).astype(np.int8)
+    w = g.weight_codes((16, 8))
     sy, zy = g.params(0.01, 0.3)
     return g.op("QLinearMatMul", [a, *_sz(g, sa, za), g.const(w, "w"), g.const(np.float32(0.01)),
                                   g.const(np.int8(0)), *_sz(g, sy, zy)])
@@ -325,9 +339,10 @@ QOPERATOR = {
 }
 
 
-def build_qoperator(case: str, dtype, seed: int) -> tuple[onnx.ModelProto, dict]:
+def build_qoperator(case: str, dtype, seed: int,
+                    weight_max: int = 127) -> tuple[onnx.ModelProto, dict]:
     """The QOperator model of `case` with activations of `dtype`, and its feeds."""
-    g = Graph(np.random.default_rng(seed), dtype)
+    g = Graph(np.random.default_rng(seed), dtype, weight_max)
     return g.model(QOPERATOR[case](g)), g.feeds
 
 
@@ -370,7 +385,7 @@ def dynamic_quantize(g: Graph):
 
 def matmul_integer(g: Graph, per_column: bool = False):
     a, _, za = g.input((2, 5, 24), np.uint8)
-    w = g.rng.integers(-128, 128, (24, 10)).astype(np.int8)
+    w = g.weight_codes((24, 10), lowest=-128)
     zw = g.rng.integers(-5, 6, 10 if per_column else ()).astype(np.int8)
     return g.op("MatMulInteger", [a, g.const(w, "w"), g.const(np.uint8(za)), g.const(zw)])
 
@@ -390,9 +405,9 @@ DYNAMIC = {
 }
 
 
-def build_dynamic(case: str, seed: int) -> tuple[onnx.ModelProto, dict]:
+def build_dynamic(case: str, seed: int, weight_max: int = 127) -> tuple[onnx.ModelProto, dict]:
     """The dynamic-quantization model of `case` (every output of its node), its feeds."""
-    g = Graph(np.random.default_rng(seed), np.uint8)
+    g = Graph(np.random.default_rng(seed), np.uint8, weight_max)
     DYNAMIC[case](g)
     outputs = list(g.nodes[-1].output)
     opsets = [helper.make_opsetid("", OPSET)]

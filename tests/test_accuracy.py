@@ -16,6 +16,7 @@ import onnx
 import pytest
 from npu_oracle import randomized
 from onnxruntime.quantization import qdq_loss_debug
+from quant_cases import REDUCE_RANGE
 
 from provider.cli import main
 from provider.quantize import (
@@ -24,6 +25,7 @@ from provider.quantize import (
     accuracy_report,
     load_calibration,
     quantize_model,
+    saturation,
 )
 from provider.quantize.metrics import Accumulator, looks_like_classes, snr_db
 from provider.quantize.prepare import prepare
@@ -52,7 +54,8 @@ def quantized(request, tmp_path_factory):
     onnx.save(float_model(name), source)
     count = SAMPLES.get(name, 8)
     calibration = load_calibration(source, random=count, seed=0)
-    result = quantize_model(source, folder / f"{name}.int8.onnx", calibration)
+    result = quantize_model(source, folder / f"{name}.int8.onnx", calibration,
+                            QuantConfig(reduce_range=REDUCE_RANGE))
     evaluation = load_calibration(source, random=count, seed=1)  # not the calibration samples
     return name, source, folder / f"{name}.int8.onnx", result, evaluation
 
@@ -143,6 +146,13 @@ def test_accuracy_cli_json(tmp_path, capsys):
     payload = json.loads(capsys.readouterr().out)
     assert payload["samples"] == 3 and payload["outputs"][0]["name"] == "logits"
     assert payload["outputs"][0]["npu"]["top1"] is not None
+    # full-range weights: where onnxruntime's CPU kernels saturate, the report says so
+    assert payload["notes"] == ([saturation.NOTE] if saturation.onnxruntime_saturates() else [])
+    assert main(["quantize", str(source), "-o", str(tmp_path / "r.onnx"), "--random", "4",
+                 "--reduce-range", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["accuracy", str(source), str(tmp_path / "r.onnx"), "--random", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["notes"] == []
     assert main(["accuracy", str(source), str(tmp_path / "q.onnx"), "--random", "2",
                  "--sort", "graph", "--layers", "3"]) == 0
     out = capsys.readouterr().out

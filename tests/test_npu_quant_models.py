@@ -15,7 +15,7 @@ import onnxruntime as ort
 import pytest
 from npu_oracle import randomized
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-from quant_cases import cosine, output_scales
+from quant_cases import REDUCE_RANGE, cosine, output_scales
 
 import provider
 from provider.quantize import QuantConfig, load_calibration, quantize_model
@@ -100,10 +100,11 @@ def quantized(name: str, fmt: str, activations: str, folder) -> tuple[str, str]:
     target = os.path.join(folder, f"{name}.{fmt}.{activations}.onnx")
     data = load_calibration(source, random=4, seed=0)
     if fmt == "qdq":
-        quantize_model(source, target, data, QuantConfig(activations=activations))
+        quantize_model(source, target, data,
+                       QuantConfig(activations=activations, reduce_range=REDUCE_RANGE))
     else:
         quantize_static(source, target, _Reader(data), quant_format=QuantFormat.QOperator,
-                        per_channel=True, weight_type=QuantType.QInt8,
+                        per_channel=True, weight_type=QuantType.QInt8, reduce_range=REDUCE_RANGE,
                         activation_type=QuantType.QInt8 if activations == "int8" else QuantType.QUInt8)
     return source, target
 
@@ -147,7 +148,8 @@ def test_dynamic_quantized_transformer_runs_on_the_npu(tmp_path, capsys):
 
     source, target = tmp_path / "encoder.onnx", tmp_path / "encoder.dynamic.onnx"
     onnx.save(build("transformer_encoder", batch=1), source)
-    quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8)
+    quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8,
+                     reduce_range=REDUCE_RANGE)
     ops = {n.op_type for n in onnx.load(target).graph.node}
     assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops
     sess = InferenceSession(str(target), providers=NPU)

@@ -10,6 +10,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
+from quant_cases import REDUCE_RANGE
 
 from converters.lite import reader as ms_reader
 from converters.onnx_export import export_onnx
@@ -167,7 +168,7 @@ def test_image_folder_without_pillow_names_the_extra(model, tmp_path, monkeypatc
 def quantized(model, tmp_path_factory):
     folder = tmp_path_factory.mktemp("q")
     result = quantize_model(model, folder / "q.onnx", load_calibration(model, random=4),
-                            ms_output=folder / "q.ms")
+                            QuantConfig(reduce_range=REDUCE_RANGE), ms_output=folder / "q.ms")
     return result, onnx.load(folder / "q.onnx")
 
 
@@ -191,6 +192,20 @@ def test_npu_configuration(quantized):
     summary = result.summary()
     assert "kept float, no int8 kernel on the NPU: flatten_0 (Flatten)" in summary
     assert result.size_after < result.size_before / 2 and "smaller" in summary
+
+
+def test_reduce_range_quantizes_weights_to_7_bits(model, tmp_path):
+    """`reduce_range` (onnxruntime's remedy for its saturating int8 kernels) keeps every
+    weight code within +-64; the summary says so."""
+    data = load_calibration(model, random=2)
+    result = quantize_model(model, tmp_path / "r.onnx", data, QuantConfig(reduce_range=True))
+    quantized = onnx.load(tmp_path / "r.onnx")
+    consts = initializers(quantized)
+    weights = [consts[n.input[0]] for n in quantized.graph.node
+               if n.op_type == "DequantizeLinear" and consts.get(n.input[0]) is not None
+               and consts[n.input[0]].dtype == np.int8]
+    assert weights and max(int(np.abs(w.astype(np.int32)).max()) for w in weights) <= 64
+    assert "7-bit weights per channel" in result.summary()
 
 
 def test_uint8_activations_and_other_methods(model, tmp_path):

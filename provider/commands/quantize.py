@@ -73,6 +73,9 @@ def _add_args(p: argparse.ArgumentParser) -> None:
                    help="calibration method (default minmax)")
     p.add_argument("--exclude", action="append", default=[], metavar="NODE",
                    help="keep this node float (repeatable); the summary names the nodes")
+    p.add_argument("--reduce-range", action="store_true",
+                   help="7-bit weights: for a model that must also run exactly on onnxruntime's "
+                        "CPU int8 kernels on CPUs without VNNI (they saturate)")
     p.add_argument("--to-ms", action="store_true",
                    help="also write the quantized model as MindSpore Lite .ms beside -o")
     p.add_argument("-q", "--quiet", action="store_true", help="print no summary")
@@ -85,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.model.is_file():
         raise FileNotFoundError(f"{args.model}: no such model file")
     config = QuantConfig(activations=args.activations, method=args.method,
-                         exclude=tuple(args.exclude))
+                         exclude=tuple(args.exclude), reduce_range=args.reduce_range)
     data = load_data(args.model, args)
     bar = progress_bar(len(data), "calibrating")
     try:

@@ -19,7 +19,7 @@ import json
 import math
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
@@ -27,6 +27,7 @@ import onnxruntime as ort
 from onnx import helper
 
 from provider.errors import InvalidModelError
+from provider.quantize import saturation
 from provider.quantize.calibration import CalibrationData, model_inputs
 from provider.quantize.metrics import Accumulator, Metrics, looks_like_classes
 from provider.quantize.prepare import ModelSource, load_model, prepare
@@ -75,6 +76,7 @@ class AccuracyReport:
     layers: list[LayerComparison]  # graph order
     float_nodes: list[tuple[str, str]]  # (name, op type) of the quantized model's float nodes
     unmatched: list[str]  # quantized tensors without a float counterpart
+    notes: list[str] = field(default_factory=list)  # what to know when reading the numbers
 
     def worst_drop(self) -> LayerComparison | None:
         """The layer that loses the most dB against its inputs (None without any drop)."""
@@ -99,6 +101,7 @@ class AccuracyReport:
             for label, m in (("int8 NPU vs fp32", out.npu), ("int8 CPU vs fp32", out.cpu),
                              ("int8 NPU vs int8 CPU", out.npu_vs_cpu)):
                 lines.append(f"  {label:<28} {_row(m)}")
+        lines += [f"note: {note}" for note in self.notes]
         order = "worst SNR first" if sort == "snr" else "graph order"
         rows = self.sorted_layers(sort)
         shown = rows if limit is None else rows[:limit]
@@ -134,7 +137,7 @@ class AccuracyReport:
                         "drop_db": x.drop_db if x.drop_db is None or math.isfinite(x.drop_db)
                         else None, **x.metrics.to_dict()} for x in self.layers],
             "float_nodes": [{"name": n, "op_type": op} for n, op in self.float_nodes],
-            "unmatched": self.unmatched,
+            "unmatched": self.unmatched, "notes": self.notes,
         }
 
     def to_json(self) -> str:
@@ -213,7 +216,8 @@ def accuracy_report(float_model: ModelSource, quantized_model: ModelSource,
         _label(float_model), _label(quantized_model), data.source, len(data),
         npu_session.partition_summary(),
         [OutputComparison(n, *(a.metrics() for a in per_output[n])) for n in outputs],
-        comparisons, float_nodes, unmatched)
+        comparisons, float_nodes, unmatched,
+        [saturation.NOTE] if saturation.saturates(quantized) else [])
 
 
 def _with_outputs(model: onnx.ModelProto, extra: dict[str, int]) -> bytes:

@@ -42,11 +42,14 @@ class QuantOptionError(LitenpuError, ValueError):
 @dataclass(frozen=True)
 class QuantConfig:
     """How to quantize: activation type ("int8" / "uint8"), calibration method ("minmax",
-    "entropy", "percentile") and the node names to keep float."""
+    "entropy", "percentile"), the node names to keep float, and `reduce_range`: 7-bit
+    weights, for models that must also run exactly on onnxruntime's CPU provider where its
+    int8 kernels saturate (`saturation.onnxruntime_saturates`); the NPU needs no such thing."""
 
     activations: str = "int8"
     method: str = "minmax"
     exclude: tuple[str, ...] = field(default_factory=tuple)
+    reduce_range: bool = False
 
     def __post_init__(self):
         if self.activations not in ACTIVATION_TYPES:
@@ -85,6 +88,7 @@ class QuantConfig:
             "activation_type": ACTIVATION_TYPES[self.activations],
             "weight_type": QuantType.QInt8,
             "calibrate_method": METHODS[self.method],
+            "reduce_range": self.reduce_range,
             "extra_options": {"TensorQuantOverrides": per_channel, "WeightSymmetric": True},
         }
 

@@ -66,7 +66,7 @@ class QuantizeResult:
         lines = [
             f"quantized {self.source} -> {self.output} in {self.seconds:.1f} s "
             f"({self.samples} calibration samples, {cfg.method}, {cfg.activations} activations, "
-            f"int8 weights per channel on Conv/ConvTranspose)",
+            f"{'7-bit' if cfg.reduce_range else 'int8'} weights per channel on Conv/ConvTranspose)",
             f"  nodes: {self.count('int8')} int8, {self.count('fused')} fused into the layer "
             f"before, {self.count('float')} kept float",
         ]
