@@ -9,7 +9,9 @@ the paths a user runs on a file they were given:
   absent after a failure (and no temporary file left) or complete and loadable;
 - `session`: `provider.InferenceSession` on the NPU EP plus one run on seeded random feeds,
   checked against onnxruntime's CPU provider on the same model (for .ms/.mindir: on the
-  same conversion) at rtol 1e-3, atol max(1e-4, 1e-5 * max|ref|).
+  same conversion) at rtol 1e-3, atol max(1e-4, 1e-5 * max|ref|); where onnxruntime's
+  int8 kernels saturate (provider.quantize.saturation), against its unfused float path,
+  within one quantization step of a quantized output.
 
 Accepted outcomes: success with correct output (`ok`; `ok-unverified` when onnxruntime's
 CPU provider refuses the model, e.g. a pooling pad wider than its kernel, and the NPU,
@@ -336,6 +338,14 @@ def session_path(src: Path, work: Path) -> dict:
     mismatch = compare(got, want)
     if mismatch is None:
         return {"outcome": "ok", "checked": True}
+    if onnxruntime_saturates():
+        # the unfused float path sums dequantized products in float32: on long sums it
+        # rounds an output code the other way now and then (seen on ~10% of random inputs
+        # of a MindSpore Lite full-quant fixture), one quantization step off the integers
+        steps = quantization_steps(src, [o.name for o in session.get_outputs()])
+        if steps is not None and compare(got, want, steps=steps) is None:
+            return {"outcome": "ok", "checked": True,
+                    "note": f"within one quantization step of the unfused path: {mismatch}"}
     if extreme_weights(src) and compare(got, want, finite_only=True) is None:
         # NaN/inf weights: where NaNs go through Max/Relu/Clip/pooling is not specified by
         # ONNX (onnxruntime's CPU kernels drop some that numpy keeps), and overflow to inf
@@ -387,10 +397,10 @@ def _rejected(e: BaseException, oracle_error: dict | None, stage: str) -> dict:
 
 
 def compare(got: list, want: list, finite_only: bool = False, rtol: float = 1e-3,
-            atol_scale: float = 1e-5) -> str | None:
+            atol_scale: float = 1e-5, steps: list[float] | None = None) -> str | None:
     """Why `got` differs from onnxruntime CPU's `want` (shape, then dtype, then values, at
-    `rtol` and atol max(1e-4, atol_scale * max|want|)); `finite_only` compares only where
-    both are finite."""
+    `rtol` and atol max(1e-4, atol_scale * max|want|), or one of the output's quantization
+    `steps`); `finite_only` compares only where both are finite."""
 
     if len(got) != len(want):
         return f"{len(got)} outputs, onnxruntime CPU gives {len(want)}"
@@ -406,6 +416,8 @@ def compare(got: list, want: list, finite_only: bool = False, rtol: float = 1e-3
                 g, w = g[both], w[both]
             finite = np.abs(w[np.isfinite(w)])
             atol = max(1e-4, atol_scale * float(finite.max())) if finite.size else 1e-4
+            if steps is not None:
+                atol = max(atol, steps[i] * 1.0001)
             try:
                 np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
             except AssertionError as e:
@@ -413,6 +425,22 @@ def compare(got: list, want: list, finite_only: bool = False, rtol: float = 1e-3
         elif not np.array_equal(g, w):
             return f"output {i}: values differ from onnxruntime CPU"
     return None
+
+
+def quantization_steps(src: Path, names: list[str]) -> list[float] | None:
+    """Each output's last quantization step (0.0 for a float output), from the model as
+    onnxruntime gets it; None when it cannot be read."""
+    import onnx
+    from quant_cases import output_scales
+
+    from converters.onnx_export import export_onnx
+
+    try:
+        model = onnx.load(str(src)) if src.suffix == ".onnx" else export_onnx(_lite_model(src))
+        scales = output_scales(model)
+    except Exception:  # noqa: BLE001 - no steps: the mismatch stands
+        return None
+    return [scales.get(name, 0.0) for name in names]
 
 
 def reference_outputs(src: Path, feeds: dict) -> list | None:
