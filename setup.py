@@ -30,7 +30,7 @@ setup(
         Extension(
             "provider.npu._native",
             sources=sorted(glob.glob("provider/npu/csrc/*.c")),
-            depends=["provider/npu/csrc/npu.h", "provider/npu/csrc/plane.h"],
+            depends=sorted(glob.glob("provider/npu/csrc/*.h")),
             extra_compile_args=["-O3", "-fvisibility=hidden", "-std=c11", "-ffp-contract=fast"],
             libraries=["m"],
         ),

@@ -211,6 +211,16 @@ def test_conv_method_follows_the_measured_rule(case, direct):
     assert is_direct(program) == direct
 
 
+@pytest.fixture(params=[0, 8], ids=["widest", "8 floats"])
+def vector_width(request):
+    """The fp32 kernels with two widths: the CPU's widest (16 floats with AVX-512), and the
+    8-float one forced (what CPUs without AVX-512 run)."""
+    if native.library() is None:
+        pytest.skip("the native library is not built")
+    yield native.set_vector_width(request.param)
+    native.set_vector_width(0)
+
+
 def is_direct(program: Program) -> bool:
     """Whether the program's one conv is stored for, and lowered to, the direct kernel."""
     stored = program.steps[0].attrs.get("weights") == "direct"
@@ -229,9 +239,10 @@ def is_direct(program: Program) -> bool:
     {"c": 32, "o": 13, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (7, 7), "act": "RELU"},
     {"c": 32, "o": 13, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (8, 8), "residual": True},
 ], ids=str)
-def test_direct_conv_cases_match_numpy(case):
+def test_direct_conv_cases_match_numpy(case, vector_width):
     """Convs the native library computes directly (no im2col): channel tiles of 8/4/2/1,
-    position tiles of 3/2/1 vectors, groups, dilation, strides, uneven pads, residual."""
+    position tiles of 3/2/1 vectors, groups, dilation, strides, uneven pads, residual; with
+    vectors of 16 floats where the CPU has AVX-512 and of 8 (forced too)."""
     model, feeds = conv_model(rng(3), **case)
     program = check_native(model, feeds, "conv2d")
     assert is_direct(program)

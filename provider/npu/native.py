@@ -38,7 +38,7 @@ from provider.errors import BindingError, DeviceMemoryError, LitenpuError
 from provider.extensions import built_library
 
 __all__ = ["Step", "OPS", "MAX_SLOTS", "MAX_PARAMS", "library", "set_threads", "threads",
-           "set_int8_path",
+           "set_int8_path", "set_vector_width",
            "check_threads", "default_threads", "worker_tasks", "worker_moves", "blas_core",
            "AddressTable", "StepArray", "Heap", "ArenaSet", "Plan", "Runner", "SLOT_KINDS",
            "view_at", "function_address"]
@@ -211,6 +211,20 @@ def set_int8_path(path: str = "auto") -> str:
     lib.lnpu_set_int8_path.restype = C.c_int64
     taken = int(lib.lnpu_set_int8_path(C.c_int64(INT8_PATHS[path])))
     return next(name for name, code in INT8_PATHS.items() if code == taken)
+
+
+def set_vector_width(floats: int = 0) -> int:
+    """Force the vector width of the fp32 kernels that have two (direct conv, depthwise): 8
+    floats (what CPUs without AVX-512 run), or 0 for the widest the CPU has (16 with
+    AVX-512); returns the width they take now. For tests and benchmarks: process-wide, set
+    while no run is in progress."""
+    if floats not in (0, 8):
+        raise ValueError(f"vector width {floats!r}: expected 0 (automatic) or 8")
+    lib = library()
+    if lib is None:
+        return 0
+    lib.lnpu_set_vector_width.restype = C.c_int64
+    return int(lib.lnpu_set_vector_width(C.c_int64(floats)))
 
 
 def worker_moves() -> int:

@@ -8,23 +8,17 @@
  * the output is computed on rows of the same width WQ, flattened: output position
  * k = oh * WQ + ow reads tap (i, j) of channel c at
  *     phase[c][(i*DH) % SH][(j*DW) % SW][k + (i*DH / SH) * WQ + j*DW / SW],
- * one offset per tap for every k. A tile of OB output channels x DNV vectors of consecutive
- * positions keeps its OB x DNV accumulators in registers; each (c, tap) step loads DNV
+ * one offset per tap for every k. A tile of OB output channels x NV vectors of consecutive
+ * positions keeps its OB x NV accumulators in registers; each (c, tap) step loads NV
  * input vectors and broadcasts OB weights, which the compiler stored side by side for it
  * (provider/npu/ops/conv_weights.py; which convs run here is decided there too). The WQ - OW
  * extra columns of each row are computed and dropped. */
-#define DVEC 16                   /* floats per vector (one AVX-512 register) */
-#ifndef DNV
-#define DNV 3                     /* vectors per tile: 48 positions (2 and 4 measured slower) */
-#endif
-#define DTILE (DVEC * DNV)
-#define DIRECT_OB 8               /* output channels per tile: the compiler stores the weights
-                                   * in blocks of this many (conv_weights.DIRECT_ROWS) */
+#define DIRECT_OB 8               /* output channels per stored block of weights: the compiler
+                                   * stores them so (conv_weights.DIRECT_ROWS) */
 #define MAX_TAPS 64               /* conv_weights.DIRECT_MAX_TAPS */
 #ifndef DIRECT_PREFETCH
 #define DIRECT_PREFETCH 64        /* steps ahead of the weights to prefetch */
 #endif
-typedef float vf __attribute__((vector_size(DVEC * sizeof(float)), aligned(4)));
 
 typedef struct {
     const int64_t *p;
@@ -35,92 +29,64 @@ typedef struct {
     int64_t taps, tap_off[MAX_TAPS];  /* per tap: offset within a channel's phases */
 } direct_ctx;
 
-/* One tile: OB output channels (weights wp[t * OB + o]: the OB broadcasts of a step read
- * one run of floats) x NV vectors of positions from src0 (the group's first channel at
- * the tile's first position), stored to out (OB rows of DTILE). */
-static inline __attribute__((always_inline)) void direct_tile(
-        const direct_ctx *cx, const float *wp, const float *src0, float *out, int OB, int NV) {
-    int64_t CG = cx->p[C_C] / cx->p[C_G], cstride = cx->p[C_SH] * cx->p[C_SW] * cx->plane;
-    vf acc[DIRECT_OB][DNV];
-    for (int o = 0; o < OB; o++)
-        for (int v = 0; v < NV; v++) acc[o][v] = (vf){0};
-    int64_t t = 0;
-    for (int64_t c = 0; c < CG; c++) {
-        const float *xc = src0 + c * cstride;
-        for (int64_t tap = 0; tap < cx->taps; tap++, t++) {
-            const float *src = xc + cx->tap_off[tap];
-            /* the weights stream in once per block, from memory on big convs: ask for
-             * them ahead (ResNet-50's 7x7 stage waited on them) */
-            __builtin_prefetch(wp + (t + DIRECT_PREFETCH) * OB);
-            vf x[DNV];
-            for (int v = 0; v < NV; v++) memcpy(&x[v], src + v * DVEC, sizeof(vf));
-            for (int o = 0; o < OB; o++) {
-                float w1 = wp[t * OB + o];
-                vf wv = {w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1, w1};
-                for (int v = 0; v < NV; v++) acc[o][v] += wv * x[v];
-            }
-        }
-    }
-    for (int o = 0; o < OB; o++)
-        for (int v = 0; v < NV; v++) memcpy(out + o * DTILE + v * DVEC, &acc[o][v], sizeof(vf));
-}
-
-/* constant tile heights, so the accumulators stay in registers */
-#define DIRECT_HEIGHTS(NV)                                                                  \
-    if (ob == DIRECT_OB) direct_tile(cx, wp, src0, out, DIRECT_OB, NV);                     \
-    else if (ob == 4) direct_tile(cx, wp, src0, out, 4, NV);                                \
-    else if (ob == 2) direct_tile(cx, wp, src0, out, 2, NV);                                \
-    else direct_tile(cx, wp, src0, out, 1, NV);
-
-/* A tile of ob channels x nv vectors: full tiles have DNV vectors; a plane's last positions
- * go in a tile of just the vectors they need, so that at most 15 positions are computed
- * past the span. */
-MULTIVERSION static void direct_tile_any(const direct_ctx *cx, const float *wp,
-                                         const float *src0, float *out, int ob, int nv) {
-    if (nv == DNV) { DIRECT_HEIGHTS(DNV) }
-    else if (nv == 2) { DIRECT_HEIGHTS(2) }
-    else { DIRECT_HEIGHTS(1) }
-}
-
-/* Task t: one block of DIRECT_OB output channels (of one group) over every position tile. */
-MULTIVERSION static void direct_task(const void *ctx, int64_t t) {
-    const direct_ctx *cx = ctx;
-    const int64_t *p = cx->p;
-    int64_t G = p[C_G], O = p[C_O], OG = O / G, OH = p[C_OH], OW = p[C_OW], WQ = cx->wq;
-    int64_t K = p[C_C] / G * p[C_KH] * p[C_KW];
-    int64_t g = t / cx->oblocks, o0 = g * OG + t % cx->oblocks * DIRECT_OB;
-    int64_t o1 = o0 + DIRECT_OB < (g + 1) * OG ? o0 + DIRECT_OB : (g + 1) * OG;
-    float tile[DIRECT_OB * DTILE];
-    const float *src_g = cx->phases + g * (p[C_C] / G) * p[C_SH] * p[C_SW] * cx->plane;
-    for (int64_t o = o0; o < o1;) {  /* the block in tiles of 8, 4, 2, 1 channels */
-        int ob = o1 - o >= DIRECT_OB ? DIRECT_OB : o1 - o >= 4 ? 4 : o1 - o >= 2 ? 2 : 1;
-        const float *wp = cx->w + o * K;  /* this tile's rows, K-major (conv_weights.py) */
-        for (int64_t pt = 0; pt < cx->ptiles; pt++) {
-            int64_t k0 = pt * DTILE, k1 = k0 + DTILE < cx->span ? k0 + DTILE : cx->span;
-            direct_tile_any(cx, wp, src_g + k0, tile, ob, (int)((k1 - k0 + DVEC - 1) / DVEC));
-            for (int r = 0; r < ob; r++) {  /* the tile's valid positions, with the epilogue */
-                int64_t oc = o + r;
-                float *y = cx->y + (cx->n * O + oc) * OH * OW, *t = tile + r * DTILE;
-                const float *res = cx->res ? cx->res + (cx->n * O + oc) * OH * OW : NULL;
-                float b = cx->bias ? cx->bias[oc] : 0.0f;
-                if (!res)  /* the whole row of the tile in one pass of whole vectors (the
-                            * pieces' short loops and their tails cost 12% of a conv) */
-                    finish(t, t, DTILE, b, NULL, cx->act);
-                for (int64_t oh = k0 / WQ; oh * WQ < k1; oh++) {  /* row pieces in the tile */
-                    int64_t a = k0 > oh * WQ ? k0 - oh * WQ : 0;
-                    int64_t e = k1 - oh * WQ < OW ? k1 - oh * WQ : OW;
-                    if (a >= e) continue;
-                    if (res)
-                        finish(y + oh * OW + a, t + oh * WQ + a - k0, e - a, b,
-                               res + oh * OW + a, cx->act);
-                    else
-                        memcpy(y + oh * OW + a, t + oh * WQ + a - k0, (e - a) * sizeof(float));
-                }
-            }
-        }
-        o += ob;
+/* Output channel oc's positions k0 .. k1 of the tile row t (`tile` floats, positions on rows
+ * of the padded width WQ) into y, with the epilogue. */
+static inline __attribute__((always_inline)) void direct_store(
+        const direct_ctx *cx, int64_t oc, float *t, int64_t k0, int64_t k1, int64_t OH,
+        int64_t OW, int64_t WQ, int64_t O, int64_t tile) {
+    float *y = cx->y + (cx->n * O + oc) * OH * OW;
+    const float *res = cx->res ? cx->res + (cx->n * O + oc) * OH * OW : NULL;
+    float b = cx->bias ? cx->bias[oc] : 0.0f;
+    if (!res)  /* the whole row of the tile in one pass of whole vectors (the pieces' short
+                * loops and their tails cost 12% of a conv) */
+        finish(t, t, tile, b, NULL, cx->act);
+    for (int64_t oh = k0 / WQ; oh * WQ < k1; oh++) {  /* row pieces in the tile */
+        int64_t a = k0 > oh * WQ ? k0 - oh * WQ : 0;
+        int64_t e = k1 - oh * WQ < OW ? k1 - oh * WQ : OW;
+        if (a >= e) continue;
+        if (res)
+            finish(y + oh * OW + a, t + oh * WQ + a - k0, e - a, b, res + oh * OW + a, cx->act);
+        else
+            memcpy(y + oh * OW + a, t + oh * WQ + a - k0, (e - a) * sizeof(float));
     }
 }
+
+/* Two widths: 16 floats (AVX-512: tiles of 8 channels x 48 positions; 2 and 4 vectors
+ * measured slower), taken where the CPU has AVX-512; else 8 floats (AVX2 and the rest: 4
+ * channels x 24 positions, twelve accumulators in sixteen registers), compiled per
+ * instruction set. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define DIRECT_WIDE 1
+#define DK_VEC 16
+#define DK_NV 3
+#define DK_OB 8
+#define DK(name) name##_16
+#define DK_ATTR __attribute__((target("arch=x86-64-v4")))
+#define DK_SPLAT(w) {w, w, w, w, w, w, w, w, w, w, w, w, w, w, w, w}
+#include "direct_tiles.h"
+#undef DK_VEC
+#undef DK_NV
+#undef DK_OB
+#undef DK
+#undef DK_ATTR
+#undef DK_SPLAT
+#else
+#define DIRECT_WIDE 0
+#endif
+
+#define DK_VEC 8
+#define DK_NV 3
+#define DK_OB 4
+#define DK(name) name##_8
+#define DK_ATTR MULTIVERSION
+#define DK_SPLAT(w) {w, w, w, w, w, w, w, w}
+#include "direct_tiles.h"
+#undef DK_VEC
+#undef DK_NV
+#undef DK_OB
+#undef DK
+#undef DK_ATTR
+#undef DK_SPLAT
 
 /* The phase planes of channel t (zero padding, zero slack after each plane for the last
  * tiles' overrun). */
@@ -151,9 +117,10 @@ int direct_conv(const lnpu_step *s, void **slots) {
     int64_t row_reach = (p[C_KH] - 1) * p[C_DH] / SH, col_reach = (p[C_KW] - 1) * p[C_DW] / SW;
     cx.wq = OW + col_reach;
     cx.hq = OH + row_reach + 1;  /* + a spare row: the last taps read past their row end */
+    int64_t tile = DIRECT_WIDE && vector_width() == 16 ? 16 * 3 : 8 * 3;  /* DK_VEC * DK_NV */
     cx.span = OH * cx.wq;
-    cx.ptiles = (cx.span + DTILE - 1) / DTILE;
-    cx.plane = cx.hq * cx.wq + DTILE;  /* + slack: the last tile reads past the span */
+    cx.ptiles = (cx.span + tile - 1) / tile;
+    cx.plane = cx.hq * cx.wq + tile;  /* + slack: the last tile reads past the span */
     for (int64_t i = 0; i < p[C_KH]; i++) {
         for (int64_t j = 0; j < p[C_KW]; j++) {
             int64_t a = i * p[C_DH], b = j * p[C_DW];
@@ -165,7 +132,11 @@ int direct_conv(const lnpu_step *s, void **slots) {
     for (int64_t n = 0; n < p[C_N]; n++) {
         cx.n = n;
         parallel(direct_phase_task, &cx, p[C_C]);
-        parallel(direct_task, &cx, G * cx.oblocks);
+#if DIRECT_WIDE
+        parallel(tile == 48 ? direct_task_16 : direct_task_8, &cx, G * cx.oblocks);
+#else
+        parallel(direct_task_8, &cx, G * cx.oblocks);
+#endif
     }
     return 0;
 }

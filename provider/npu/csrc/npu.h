@@ -219,6 +219,7 @@ enum { C_N, C_C, C_H, C_W, C_O, C_OH, C_OW, C_G, C_KH, C_KW, C_SH, C_SW, C_DH, C
 /* conv slots */
 enum { S_X, S_W, S_BIAS, S_RES, S_Y, S_COLS };
 
+int64_t vector_width(void);  /* run.c: 16 (AVX-512) or 8 floats, for kernels with both widths */
 int conv(const lnpu_step *s, void **slots);          /* conv.c: im2col + GEMM, or direct */
 int direct_conv(const lnpu_step *s, void **slots);   /* direct.c */
 int dwconv(const lnpu_step *s, void **slots);        /* window.c */

@@ -15,6 +15,30 @@ sgemm_fn sgemm;
 
 API void lnpu_set_sgemm(void *fn) { sgemm = (sgemm_fn)fn; }
 
+static int64_t forced_width;  /* lnpu_set_vector_width: 0 = the widest the CPU has */
+
+/* Floats per vector of the fp32 kernels that come in two widths (direct.c, window.c): 16
+ * where the CPU has AVX-512, else 8; a forced 8 everywhere (16 only where the CPU has it). */
+int64_t vector_width(void) {
+    static int64_t widest;
+    if (!widest) {
+#if defined(__x86_64__) && defined(__GNUC__)
+        __builtin_cpu_init();
+        widest = __builtin_cpu_supports("avx512f") ? 16 : 8;
+#else
+        widest = 8;
+#endif
+    }
+    return forced_width == 8 ? 8 : widest;
+}
+
+/* Force the width (0: automatic, 8: the 8-float kernels); returns the width now taken. For
+ * tests and benchmarks: process-wide, set while no run is in progress. */
+API int64_t lnpu_set_vector_width(int64_t floats) {
+    forced_width = floats;
+    return vector_width();
+}
+
 /* Run steps[0..count) on the slot address table, on at most `threads` cores (0: all).
  * `stamps`, when not NULL, receives each step's start and end (CLOCK_MONOTONIC nanoseconds,
  * stamps[2i] and stamps[2i + 1]): the profile of this run; NULL costs one test per step.

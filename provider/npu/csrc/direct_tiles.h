@@ -1,0 +1,101 @@
+/* The direct convolution's tile kernels for one vector width, included by direct.c once per
+ * width it compiles (a tile's accumulators must fit the registers of the CPU that runs it:
+ * the AVX-512 tile's 24 vectors of 16 floats spill on AVX2, where the same code ran 35x
+ * slower). The includer defines:
+ *   DK_VEC    floats per vector
+ *   DK_NV     vectors of positions per full tile
+ *   DK_OB     output channels per tile (at most DIRECT_OB; a block of stored weights is
+ *             computed in tiles of DK_OB channels)
+ *   DK(name)  the name of this width's copy of `name`
+ *   DK_ATTR   the attributes of the task function (its instruction set)
+ *   DK_SPLAT(w)  a vector of DK_VEC copies of w (written out: GCC adds 0 + w for the
+ *             shorter forms, and that zero register spilled the AVX2 tile)
+ * and gets DK(direct_task), a parallel() task. Everything else is in direct.c. */
+
+typedef float DK(vec) __attribute__((vector_size(DK_VEC * sizeof(float)), aligned(4)));
+#define DK_TILE (DK_VEC * DK_NV)
+
+/* One tile: OB output channels x NV vectors of positions from src0 (the group's first
+ * channel at the tile's first position), stored to out (OB rows of DK_TILE). The weights
+ * of step t (channel, tap) for channel o are wp[t * ld + o]: a stored block holds its rows'
+ * weights for one step side by side, `ld` of them. */
+static inline __attribute__((always_inline)) void DK(direct_tile)(
+        const direct_ctx *cx, const float *wp, int64_t ld, const float *src0, float *out,
+        int OB, int NV) {
+    int64_t CG = cx->p[C_C] / cx->p[C_G], cstride = cx->p[C_SH] * cx->p[C_SW] * cx->plane;
+    DK(vec) acc[DK_OB][DK_NV];
+    for (int o = 0; o < OB; o++)
+        for (int v = 0; v < NV; v++) acc[o][v] = (DK(vec)){0};
+    int64_t t = 0;
+    for (int64_t c = 0; c < CG; c++) {
+        const float *xc = src0 + c * cstride;
+        for (int64_t tap = 0; tap < cx->taps; tap++, t++) {
+            const float *src = xc + cx->tap_off[tap];
+            /* the weights stream in once per block, from memory on big convs: ask for
+             * them ahead (ResNet-50's 7x7 stage waited on them) */
+            __builtin_prefetch(wp + (t + DIRECT_PREFETCH) * ld);
+            DK(vec) x[DK_NV];
+            /* plain loads of the unaligned vector type (GCC's memcpy of 32 bytes became a
+             * copy loop through the stack in the AVX2 clone, and the tile spilled) */
+            for (int v = 0; v < NV; v++) x[v] = *(const DK(vec) *)(src + v * DK_VEC);
+            for (int o = 0; o < OB; o++) {
+                float w1 = wp[t * ld + o];
+                DK(vec) wv = DK_SPLAT(w1);
+                for (int v = 0; v < NV; v++) acc[o][v] += wv * x[v];
+            }
+        }
+    }
+    for (int o = 0; o < OB; o++)
+        for (int v = 0; v < NV; v++) *(DK(vec) *)(out + o * DK_TILE + v * DK_VEC) = acc[o][v];
+}
+
+/* constant tile sizes, so the accumulators stay in registers */
+#define DK_HEIGHTS(NV)                                                                      \
+    if (ob == DK_OB) DK(direct_tile)(cx, wp, ld, src0, out, DK_OB, NV);                     \
+    else if (ob >= 4) DK(direct_tile)(cx, wp, ld, src0, out, 4, NV);                        \
+    else if (ob >= 2) DK(direct_tile)(cx, wp, ld, src0, out, 2, NV);                        \
+    else DK(direct_tile)(cx, wp, ld, src0, out, 1, NV);
+
+/* A tile of ob channels (DK_OB, 4, 2 or 1) x nv vectors: full tiles have DK_NV vectors; a
+ * plane's last positions go in a tile of just the vectors they need. */
+static inline __attribute__((always_inline)) void DK(direct_tile_any)(
+        const direct_ctx *cx, const float *wp, int64_t ld, const float *src0, float *out, int ob,
+        int nv) {
+    if (nv >= DK_NV) { DK_HEIGHTS(DK_NV) }
+    else if (nv == 2) { DK_HEIGHTS(2) }
+    else { DK_HEIGHTS(1) }
+}
+#undef DK_HEIGHTS
+
+/* Task t: one block of DIRECT_OB output channels (of one group) over every position tile. */
+DK_ATTR static void DK(direct_task)(const void *ctx, int64_t t) {
+    const direct_ctx *cx = ctx;
+    const int64_t *p = cx->p;
+    int64_t G = p[C_G], O = p[C_O], OG = O / G, OH = p[C_OH], OW = p[C_OW], WQ = cx->wq;
+    int64_t K = p[C_C] / G * p[C_KH] * p[C_KW];
+    int64_t g = t / cx->oblocks, o0 = g * OG + t % cx->oblocks * DIRECT_OB;
+    int64_t o1 = o0 + DIRECT_OB < (g + 1) * OG ? o0 + DIRECT_OB : (g + 1) * OG;
+    float tile[DK_OB * DK_TILE];
+    const float *src_g = cx->phases + g * (p[C_C] / G) * p[C_SH] * p[C_SW] * cx->plane;
+    for (int64_t b = o0; b < o1;) {  /* the stored blocks of 8, 4, 2, 1 rows (K-major) */
+        int64_t ld = o1 - b >= DIRECT_OB ? DIRECT_OB : o1 - b >= 4 ? 4 : o1 - b >= 2 ? 2 : 1;
+        const float *block = cx->w + b * K;
+        for (int64_t pt = 0; pt < cx->ptiles; pt++) {
+            int64_t k0 = pt * DK_TILE, k1 = k0 + DK_TILE < cx->span ? k0 + DK_TILE : cx->span;
+            for (int64_t sub = 0; sub < ld;) {  /* the block in tiles of DK_OB, 4, 2, 1 rows,
+                                                 * one after the other on the same positions */
+                int64_t left = ld - sub;
+                int ob = left >= DK_OB ? DK_OB : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+                DK(direct_tile_any)(cx, block + sub, ld, src_g + k0, tile, ob,
+                                    (int)((k1 - k0 + DK_VEC - 1) / DK_VEC));
+                for (int r = 0; r < ob; r++)
+                    direct_store(cx, b + sub + r, tile + r * DK_TILE, k0, k1, OH, OW, WQ, O,
+                                 DK_TILE);
+                sub += ob;
+            }
+        }
+        b += ld;
+    }
+}
+
+#undef DK_TILE
