@@ -191,7 +191,7 @@ def test_conv_native_matches_numpy(geometry, seed):
     # a strided conv (column phases) large enough to be split into column blocks
     {"c": 3, "o": 16, "k": (7, 7), "stride": (2, 2), "pads": (3, 3, 3, 3), "hw": (64, 64)},
 ], ids=str)
-def test_conv_cases_native_match_numpy(case):
+def test_conv_cases_native_match_numpy(case, vector_width):
     check_native(*conv_model(rng(1), **case), "conv2d")
 
 

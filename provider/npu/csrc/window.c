@@ -183,8 +183,11 @@ static int64_t dwcl_scratch(const dwcl_ctx *cx) {
 
 /* A block of DW_BLOCK channels as one vector value (GCC/clang vector extensions). */
 typedef float dw_vec __attribute__((vector_size(DW_BLOCK * sizeof(float)), aligned(4)));
-#define DW_PIXELS 8  /* output pixels of a row computed together: independent accumulator
-                      * chains (one pixel's taps form a chain of dependent multiply-adds) */
+/* Output pixels of a row computed together: independent accumulator chains (one pixel's
+ * taps form a chain of dependent multiply-adds). 8 with AVX-512 (8 registers); with 8-float
+ * vectors each pixel takes two, so 4 (16 accumulators spilled on AVX2, 8x slower). */
+#define DW_PIXELS 8
+#define DW_PIXELS_NARROW 4
 
 /* NP consecutive output pixels of a row, every tap, into out (pixel-major, DW_BLOCK lanes);
  * `row` is the padded input at the first pixel's window corner. */
@@ -197,15 +200,12 @@ static inline __attribute__((always_inline)) void dw_pixels(
     for (int64_t i = 0; i < p[C_KH]; i++) {
         for (int64_t j = 0; j < KW; j++) {
             const float *src = row + (i * p[C_DH] * wp + j * p[C_DW]) * DW_BLOCK;
-            dw_vec w, x;
-            memcpy(&w, wt + (i * KW + j) * DW_BLOCK, sizeof w);
-            for (int q = 0; q < NP; q++) {
-                memcpy(&x, src + q * step, sizeof x);
-                acc[q] += w * x;
-            }
+            /* plain loads of the unaligned vector type (memcpy became a copy loop) */
+            dw_vec w = *(const dw_vec *)(wt + (i * KW + j) * DW_BLOCK);
+            for (int q = 0; q < NP; q++) acc[q] += w * *(const dw_vec *)(src + q * step);
         }
     }
-    for (int q = 0; q < NP; q++) memcpy(out + q * DW_BLOCK, &acc[q], sizeof acc[q]);
+    for (int q = 0; q < NP; q++) *(dw_vec *)(out + q * DW_BLOCK) = acc[q];
 }
 
 MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, float *scratch) {
@@ -250,12 +250,18 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
     for (int64_t cc = 0; cc < DW_BLOCK; cc++) b[cc] = cx->bias && cc < cb ? cx->bias[c0 + cc] : 0.0f;
     dw_vec bias;
     memcpy(&bias, b, sizeof bias);
+    int wide = vector_width() == 16;
     for (int64_t oh = 0; oh < OH; oh++) {
         const float *row = xin + oh * SH * WP * DW_BLOCK;
         float *o = out + oh * OW * DW_BLOCK;
         int64_t ow = 0;
-        for (; ow + DW_PIXELS <= OW; ow += DW_PIXELS)
-            dw_pixels(row + ow * SW * DW_BLOCK, wt, bias, p, WP, o + ow * DW_BLOCK, DW_PIXELS);
+        if (wide) {
+            for (; ow + DW_PIXELS <= OW; ow += DW_PIXELS)
+                dw_pixels(row + ow * SW * DW_BLOCK, wt, bias, p, WP, o + ow * DW_BLOCK, DW_PIXELS);
+        }
+        for (; ow + DW_PIXELS_NARROW <= OW; ow += DW_PIXELS_NARROW)
+            dw_pixels(row + ow * SW * DW_BLOCK, wt, bias, p, WP, o + ow * DW_BLOCK,
+                      DW_PIXELS_NARROW);
         for (; ow < OW; ow++)
             dw_pixels(row + ow * SW * DW_BLOCK, wt, bias, p, WP, o + ow * DW_BLOCK, 1);
     }
