@@ -151,10 +151,10 @@ def test_export_restores_an_equivalent_qdq_graph(case):
 
 # ---- native kernels (csrc/qconv.c, qeltwise.c) against the numpy ones -----------------------
 
-@pytest.fixture(params=["auto", "portable"])
+@pytest.fixture(params=["auto", "avx2", "portable"])
 def int8_path(request):
-    """The integer GEMM's code path: the CPU's best (VNNI where it has it), and the portable
-    C one forced (what CPUs without int8 dot products run)."""
+    """The integer GEMM's code path: the CPU's best (VNNI where it has it), the AVX2 one
+    forced (x86 CPUs without VNNI) and the portable C one (every other CPU)."""
     from provider.npu import native
 
     if native.library() is None:

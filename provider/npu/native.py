@@ -196,11 +196,11 @@ def worker_tasks() -> int:
     return int(lib.lnpu_worker_tasks()) if lib is not None else 0
 
 
-INT8_PATHS = {"auto": 0, "portable": 1, "avx512_vnni": 2, "avx_vnni": 3}
+INT8_PATHS = {"auto": 0, "portable": 1, "avx512_vnni": 2, "avx_vnni": 3, "avx2": 4}
 
 
 def set_int8_path(path: str = "auto") -> str:
-    """Force the integer GEMMs' code path ("portable", "avx512_vnni", "avx_vnni"; "auto":
+    """Force the integer GEMMs' code path ("portable", "avx512_vnni", "avx_vnni", "avx2"; "auto":
     the best the CPU has); returns the one they take now (the CPU's best when it lacks the
     one asked for). For tests and benchmarks: process-wide, set while no run is in progress."""
     if path not in INT8_PATHS:

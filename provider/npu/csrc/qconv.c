@@ -12,9 +12,12 @@
  * subtracts a zero point. A tile of 8 output channels x 32 columns keeps its sums in 16
  * registers; the requantization is its epilogue.
  *
- * Paths, picked at run time (qgemm_path): AVX-512 VNNI, AVX-VNNI (256-bit), and a portable
- * one in plain C (compiled per instruction set by MULTIVERSION) on every other CPU; a test
- * forces each available one (lnpu_set_int8_path) and compares them with the numpy kernels.
+ * Paths, picked at run time (qgemm_path): AVX-512 VNNI, AVX-VNNI (256-bit), AVX2 (no dot
+ * product: the u8 x s8 products summed in pairs by vpmaddwd on 16-bit halves, exact; the
+ * pairwise vpmaddubsw would clip at 16 bits as onnxruntime's kernels do on such CPUs), and
+ * a portable one in plain C (compiled per instruction set by MULTIVERSION) on every other
+ * CPU; a test forces each available one (lnpu_set_int8_path) and compares them with the
+ * numpy kernels.
  */
 #include "npu.h"
 
@@ -25,7 +28,7 @@
 #define X86 0
 #endif
 
-enum { PATH_AUTO = 0, PATH_PORTABLE = 1, PATH_AVX512_VNNI = 2, PATH_AVX_VNNI = 3 };
+enum { PATH_AUTO = 0, PATH_PORTABLE = 1, PATH_AVX512_VNNI = 2, PATH_AVX_VNNI = 3, PATH_AVX2 = 4 };
 static int forced_path;  /* lnpu_set_int8_path: 0 = the best the CPU has */
 
 static int best_path(void) {
@@ -37,6 +40,7 @@ static int best_path(void) {
 #if __GNUC__ >= 11
     if (__builtin_cpu_supports("avxvnni")) return PATH_AVX_VNNI;
 #endif
+    if (__builtin_cpu_supports("avx2")) return PATH_AVX2;
 #endif
     return PATH_PORTABLE;
 }
@@ -46,6 +50,7 @@ static int qgemm_path(void) {
     static int best = -1;
     if (best < 0) best = best_path();
     if (forced_path == PATH_PORTABLE) return PATH_PORTABLE;
+    if (forced_path == PATH_AVX2 && best != PATH_PORTABLE) return PATH_AVX2;  /* x86: AVX2 */
     if (forced_path == PATH_AVX_VNNI && (best == PATH_AVX512_VNNI || best == PATH_AVX_VNNI)) {
 #if X86 && __GNUC__ >= 11
         if (__builtin_cpu_supports("avxvnni")) return PATH_AVX_VNNI;
@@ -192,6 +197,41 @@ static void tile_avx_vnni(const qgemm_args *a, int64_t ob, int64_t c0) {
 }
 #endif
 
+#if X86
+/* AVX2 tile: 8 output channels x 8 columns. Each int32 lane of the packed activations holds
+ * four u8 codes of one column; vpmaddwd multiplies 16-bit lanes and sums them in pairs, so
+ * the even bytes (codes 0, 2) and the odd ones (1, 3), zero-extended, are multiplied by the
+ * matching weights sign-extended to 16 bits: two exact products summed per lane each time. */
+__attribute__((target("avx2")))
+static void tile_avx2(const qgemm_args *a, int64_t ob, int64_t c0) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0,
+            a6 = a0, a7 = a0;
+    const __m256i low = _mm256_set1_epi16(0x00FF);
+    const int8_t *w = a->w + ob * a->kg * 32;
+    const uint8_t *b = a->b + c0 * 4;
+    int64_t step = a->ldb * 4;
+    int32_t we[8] __attribute__((aligned(32))), wo[8] __attribute__((aligned(32)));
+    for (int64_t k = 0; k < a->kg; k++, b += step, w += 32) {
+        __m256i x = _mm256_loadu_si256((const void *)b);
+        __m256i xe = _mm256_and_si256(x, low), xo = _mm256_srli_epi16(x, 8);
+        __m256i wk = _mm256_loadu_si256((const void *)w);  /* [8 rows][4 codes] */
+        _mm256_store_si256((void *)we, _mm256_srai_epi16(_mm256_slli_epi16(wk, 8), 8));
+        _mm256_store_si256((void *)wo, _mm256_srai_epi16(wk, 8));
+#define ROW(r, acc) acc = _mm256_add_epi32(acc, _mm256_add_epi32(                              \
+            _mm256_madd_epi16(xe, _mm256_set1_epi32(we[r])),                                   \
+            _mm256_madd_epi16(xo, _mm256_set1_epi32(wo[r]))))
+        ROW(0, a0); ROW(1, a1); ROW(2, a2); ROW(3, a3);
+        ROW(4, a4); ROW(5, a5); ROW(6, a6); ROW(7, a7);
+#undef ROW
+    }
+    int32_t out[8 * 8] __attribute__((aligned(32)));
+    __m256i acc[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+    for (int r = 0; r < 8; r++) _mm256_store_si256((void *)(out + r * 8), acc[r]);
+    int64_t rows = a->o - ob * 8 < 8 ? a->o - ob * 8 : 8;
+    store_tile(a, ob * 8, c0, rows, 8, out, 8);
+}
+#endif
+
 /* One task: every block of 8 output channels over one block of columns, a tile of columns
  * at a time (its packed activations, K/4 x 128 bytes, stay in cache while every block of
  * weights passes over them). */
@@ -213,6 +253,14 @@ static void qgemm_task(const void *ctx, int64_t t) {
             if (path == PATH_AVX_VNNI) {  /* 16 columns a tile */
                 int64_t done = 0;
                 for (; done + 16 <= width; done += 16) tile_avx_vnni(a, ob, c + done);
+                if (done < width) tile_portable(a, ob, c + done, width - done);
+                continue;
+            }
+#endif
+#if X86
+            if (path == PATH_AVX2) {  /* 8 columns a tile */
+                int64_t done = 0;
+                for (; done + 8 <= width; done += 8) tile_avx2(a, ob, c + done);
                 if (done < width) tile_portable(a, ob, c + done, width - done);
                 continue;
             }
