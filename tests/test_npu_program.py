@@ -114,7 +114,7 @@ def header_field(data: bytes, offset: int) -> int:
     "mutate, message",
     [
         (lambda d: b"NOTAPROG" + d[8:], "bad magic"),
-        (lambda d: d[:8] + struct.pack("<I", 3) + d[12:], "format version 3"),
+        (lambda d: d[:8] + struct.pack("<I", 4) + d[12:], "format version 4"),
         (lambda d: d[:8] + struct.pack("<I", 0) + d[12:], "format version 0"),
         (lambda d: d[:5], "truncated"),
         (lambda d: d[:40], "truncated"),
@@ -131,14 +131,27 @@ def test_corruption_is_detected(mutate, message):
         fmt.from_bytes(data)
 
 
-def test_a_version_1_file_still_loads():
+@pytest.mark.parametrize("version", [1, 2])
+def test_files_of_older_versions_still_load(version):
     """Version 2 only added a conv weight order (conv_weights) that version 1 files do not
-    use: they load as they are. (The header CRC covers the version field.)"""
+    use, and version 3 only changed the digests (SHA-256 for BLAKE2b): older files, with
+    their BLAKE2b digests, load as they are, verified. (The header CRC covers the version
+    field.)"""
     data = bytearray(fmt.to_bytes(make_program()))
-    struct.pack_into("<I", data, 8, 1)
+    _, _, _, meta_off, meta_size, w_off, w_size, _, _ = fmt._HEADER.unpack_from(data)
+    digests = [fmt._digest(bytes(data[meta_off:meta_off + meta_size]), version),
+               fmt._digest(bytes(data[w_off:w_off + w_size]), version)]
+    assert digests != [fmt._digest(bytes(data[meta_off:meta_off + meta_size])),
+                       fmt._digest(bytes(data[w_off:w_off + w_size]))]
+    fields = list(fmt._HEADER.unpack_from(data))
+    fields[1], fields[-2:] = version, digests
+    fmt._HEADER.pack_into(data, 0, *fields)
     crc_at = fmt._HEADER.size
     struct.pack_into("<I", data, crc_at, zlib.crc32(bytes(data[:crc_at])))
-    assert fmt.from_bytes(bytes(data)).steps == make_program().steps
+    assert fmt.from_bytes(bytes(data), verify=True).steps == make_program().steps
+    data[w_off] ^= 0xFF  # and their digests are checked
+    with pytest.raises(CacheError, match="weights checksum"):
+        fmt.from_bytes(bytes(data), verify=True)
 
 
 def test_verify_false_skips_only_the_weight_hash():

@@ -29,7 +29,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,7 @@ MAX_MANIFEST_BYTES = 1 << 20
 _BACKDATE_NS = 5 * 10**9  # > the coarsest mtime granularity we expect (FAT: 2 s)
 _RESERVED = (MANIFEST, PROGRAM)
 READ_ONLY = 0o444  # entries are replaced by rename and removed by unlink, never written again
+_PARALLEL_HASH_BYTES = 1 << 20  # files from this size on are hashed while they are written
 
 
 class BadEntry(CacheError):
@@ -79,16 +82,35 @@ def _check_extra_name(name: str) -> None:
                          f"{', '.join(_RESERVED)}")
 
 
-def _write_file(path: Path, data: bytes | memoryview, stamp_ns: int) -> dict[str, Any]:
-    """Write, back-date, fsync one file, left read-only; its manifest record."""
-    with open(path, "xb") as f:
-        f.write(data)
-        f.flush()
-        os.fchmod(f.fileno(), READ_ONLY)
-        os.utime(f.fileno(), ns=(stamp_ns, stamp_ns))
-        os.fsync(f.fileno())
-        st = os.fstat(f.fileno())
-    return {"size": st.st_size, "sha256": _sha256(data), "mtime_ns": st.st_mtime_ns,
+def _write_file(path: Path, pieces: Sequence[bytes | memoryview], stamp_ns: int) -> dict[str, Any]:
+    """Write `pieces` one after the other, back-date, fsync: one file, left read-only; its
+    manifest record. A big file's sha256 is computed on another thread while it is written
+    (both release the GIL: a 100 MB Program's entry is written ~0.1 s sooner)."""
+    digest = hashlib.sha256()
+
+    def hash_all() -> None:
+        for piece in pieces:
+            digest.update(memoryview(piece).cast("B"))
+
+    hashing = None
+    if sum(memoryview(p).nbytes for p in pieces) >= _PARALLEL_HASH_BYTES:
+        hashing = threading.Thread(target=hash_all, name="litenpu-cache-sha256")
+        hashing.start()
+    try:
+        with open(path, "xb") as f:
+            for piece in pieces:
+                f.write(piece)
+            f.flush()
+            os.fchmod(f.fileno(), READ_ONLY)
+            os.utime(f.fileno(), ns=(stamp_ns, stamp_ns))
+            os.fsync(f.fileno())
+            st = os.fstat(f.fileno())
+    finally:
+        if hashing is not None:
+            hashing.join()
+    if hashing is None:
+        hash_all()
+    return {"size": st.st_size, "sha256": digest.hexdigest(), "mtime_ns": st.st_mtime_ns,
             "ino": st.st_ino}
 
 
@@ -122,9 +144,9 @@ def write_entry(directory: Path, key: CacheKey, program: Program, cache_version:
     for name in extra_files:
         _check_extra_name(name)
     stamp_ns = time.time_ns() - _BACKDATE_NS
-    files = {PROGRAM: _write_file(directory / PROGRAM, fmt.to_bytes(program), stamp_ns)}
+    files = {PROGRAM: _write_file(directory / PROGRAM, fmt.encode(program), stamp_ns)}
     for name, data in extra_files.items():
-        files[name] = _write_file(directory / name, memoryview(data).cast("B"), stamp_ns)
+        files[name] = _write_file(directory / name, [data], stamp_ns)
     manifest = {
         "manifest_version": MANIFEST_VERSION,
         "format_version": fmt.FORMAT_VERSION,

@@ -7,7 +7,9 @@ File format (little endian), version `FORMAT_VERSION` (older `READABLE_VERSIONS`
 
     header  magic "LNPUPROG", u32 format version, u32 reserved (0),
             u64 metadata offset, u64 metadata size, u64 weights offset, u64 weights size,
-            16-byte BLAKE2b of the metadata, 16-byte BLAKE2b of the weights,
+            16-byte digest of the metadata, 16-byte digest of the weights (version 3: the
+            first 16 bytes of SHA-256, which CPUs hash in hardware, ~4x faster than BLAKE2b
+            on a 100 MB Program; versions 1 and 2: BLAKE2b),
             u32 CRC-32 of all preceding header bytes
     metadata  UTF-8 JSON (never pickle: a tampered cache file must not run code)
     padding   zeros up to `WEIGHTS_ALIGNMENT` (a page), so an mmap of the file sees the
@@ -52,6 +54,7 @@ __all__ = [
     "Step",
     "Program",
     "view_slot",
+    "encode",
     "to_bytes",
     "from_bytes",
     "save",
@@ -59,10 +62,11 @@ __all__ = [
 ]
 
 MAGIC = b"LNPUPROG"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 # Version 2 adds conv steps whose weights are stored in the direct kernel's order (attrs
 # "weights": "direct", see ops/conv_weights.py); a version 1 file has none and reads the same.
-READABLE_VERSIONS = (1, 2)
+# Version 3 digests with SHA-256 (see above); its contents are version 2's.
+READABLE_VERSIONS = (1, 2, 3)
 WEIGHTS_ALIGNMENT = 4096
 SLOT_KINDS = ("input", "output", "weight", "internal")
 
@@ -239,13 +243,16 @@ def _metadata(program: Program) -> bytes:
         raise InvalidModelError(f"program {program.name!r}: metadata is not JSON-able: {exc}") from exc
 
 
-def _digest(data: Blob) -> bytes:
-    """16-byte BLAKE2b of a bytes-like object."""
+def _digest(data: Blob, version: int = FORMAT_VERSION) -> bytes:
+    """The 16-byte digest a file of format `version` records for a bytes-like object."""
+    if version >= 3:
+        return hashlib.sha256(data).digest()[:16]
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
-def _encode(program: Program) -> tuple[bytes, bytes, memoryview]:
-    """Header, metadata + padding, and the weights, ready to be written one after the other."""
+def encode(program: Program) -> tuple[bytes, bytes, memoryview]:
+    """Header, metadata + padding, and the weights (a view, not a copy), ready to be written
+    one after the other: the file `to_bytes` would return, without joining 100 MB."""
     program.validate()
     meta = _metadata(program)
     weights = memoryview(program.weights_array())
@@ -262,13 +269,14 @@ def _encode(program: Program) -> tuple[bytes, bytes, memoryview]:
 
 def to_bytes(program: Program) -> bytes:
     """Serialize a Program (validated first) to the litenpu Program format."""
-    header, meta, weights = _encode(program)
+    header, meta, weights = encode(program)
     return b"".join((header, meta, weights))
 
 
 def _check_header(buf: memoryview, source: str, size: int | None = None
-                  ) -> tuple[int, int, int, int, bytes, bytes]:
-    """Validate magic, version, header checksum and section bounds; return the header fields.
+                  ) -> tuple[int, int, int, int, int, bytes, bytes]:
+    """Validate magic, version, header checksum and section bounds; return the header fields
+    (version first).
 
     `buf` holds at least the header; `size` is the whole file's (default: `buf`'s) size.
     """
@@ -293,7 +301,7 @@ def _check_header(buf: memoryview, source: str, size: int | None = None
         raise CacheError(f"{source}: truncated: {size} bytes, header promises {end}")
     if w_off % 64:
         raise CacheError(f"{source}: weights offset {w_off} is not 64-byte aligned")
-    return meta_off, meta_size, w_off, w_size, meta_digest, w_digest
+    return version, meta_off, meta_size, w_off, w_size, meta_digest, w_digest
 
 
 def _program_from_doc(doc: dict[str, Any], weights: np.ndarray) -> Program:
@@ -315,22 +323,22 @@ def _program_from_doc(doc: dict[str, Any], weights: np.ndarray) -> Program:
 def from_bytes(buf: Blob | _mmap.mmap, *, verify: bool = True, source: str = "<bytes>") -> Program:
     """Decode a Program; its weights are a read-only view of `buf` (no copy)."""
     view = memoryview(buf).cast("B")
-    meta_off, meta_size, w_off, w_size, meta_digest, w_digest = _check_header(view, source)
-    return _decode(view[meta_off : meta_off + meta_size], buf, w_off, w_size, meta_digest,
-                   w_digest, verify, source)
+    version, meta_off, meta_size, w_off, w_size, meta_digest, w_digest = _check_header(view, source)
+    return _decode(version, view[meta_off : meta_off + meta_size], buf, w_off, w_size,
+                   meta_digest, w_digest, verify, source)
 
 
-def _decode(meta: Blob, buf: Blob | _mmap.mmap, w_off: int, w_size: int, meta_digest: bytes,
-            w_digest: bytes, verify: bool, source: str) -> Program:
+def _decode(version: int, meta: Blob, buf: Blob | _mmap.mmap, w_off: int, w_size: int,
+            meta_digest: bytes, w_digest: bytes, verify: bool, source: str) -> Program:
     """The Program of checked header fields: metadata verified, weights a view of `buf`."""
-    if _digest(meta) != meta_digest:
+    if _digest(meta, version) != meta_digest:
         raise CacheError(f"{source}: metadata checksum mismatch")
     if w_size:
         weights = np.frombuffer(buf, dtype=np.uint8, count=w_size, offset=w_off)
     else:
         weights = np.empty(0, dtype=np.uint8)
     weights.flags.writeable = False
-    if verify and _digest(weights) != w_digest:
+    if verify and _digest(weights, version) != w_digest:
         raise CacheError(f"{source}: weights checksum mismatch")
     try:
         program = _program_from_doc(json.loads(bytes(meta)), weights)
@@ -342,7 +350,7 @@ def _decode(meta: Blob, buf: Blob | _mmap.mmap, w_off: int, w_size: int, meta_di
 
 def save(program: Program, path: str | os.PathLike[str]) -> None:
     """Write a Program atomically: a temp file in the same directory, fsynced, then renamed."""
-    header, meta, weights = _encode(program)
+    header, meta, weights = encode(program)
     directory = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".program-", dir=directory)
@@ -372,10 +380,10 @@ def load(path: str | os.PathLike[str], mmap: bool = True, *, verify: bool = True
             if not mmap or size == 0:
                 return from_bytes(f.read(), verify=verify, source=source)
             head = memoryview(os.pread(f.fileno(), _HEADER_SIZE, 0))
-            meta_off, meta_size, w_off, w_size, meta_digest, w_digest = _check_header(
+            version, meta_off, meta_size, w_off, w_size, meta_digest, w_digest = _check_header(
                 head, source, size)
             meta = os.pread(f.fileno(), meta_size, meta_off)
             data = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ)
     except OSError as exc:
         raise CacheError(f"{path}: cannot read: {exc}") from exc
-    return _decode(meta, data, w_off, w_size, meta_digest, w_digest, verify, source)
+    return _decode(version, meta, data, w_off, w_size, meta_digest, w_digest, verify, source)

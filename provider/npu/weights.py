@@ -4,7 +4,7 @@ A Program's weights are one 64-byte aligned blob (`Program.weights_array()`). `P
 places them once for every session that runs the Program (a session and its clones share
 it, refcounted): read in place when the blob is a mapped cache file (no device bytes), else
 copied into one pool block; or, from a `WeightStore`, one region per weight *slot* keyed by
-(BLAKE2b-128 of its bytes, size), so that identical tensors are stored once however many
+(the first 16 bytes of its SHA-256, size), so that identical tensors are stored once however many
 Programs hold them. The process-wide store serves `share_weights=1` (other models, other
 input shapes); a session's own store serves the Programs of one dynamic partition's shapes,
 whose compiled weights are the same tensors. A mapped Program's slots are stored as views
@@ -81,13 +81,13 @@ _HASHES_LOCK = threading.Lock()
 
 
 def _slot_keys(program: Program) -> dict[int, tuple[bytes, int]]:
-    """Weight slot index -> (BLAKE2b-128 of its bytes, size), once per Program object."""
+    """Weight slot index -> (16 bytes of SHA-256 of its bytes, size), once per Program
+    object (SHA-256: hashed in hardware by current CPUs, ~4x faster than BLAKE2b here)."""
     with _HASHES_LOCK:
         keys = _HASHES.get(id(program))
     if keys is None:
         blob = program.weights_array()
-        keys = {i: (hashlib.blake2b(blob[s.offset:s.offset + s.nbytes], digest_size=16).digest(),
-                    s.nbytes)
+        keys = {i: (hashlib.sha256(blob[s.offset:s.offset + s.nbytes]).digest()[:16], s.nbytes)
                 for i, s in enumerate(program.slots) if s.kind == "weight"}
         with _HASHES_LOCK:
             if id(program) not in _HASHES:
