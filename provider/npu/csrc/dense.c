@@ -57,17 +57,29 @@ typedef struct {
     int64_t per;
 } softmax_ctx;
 
+#define SM_LANES 8  /* partial maxima and sums of a contiguous line: loops that vectorize */
+
 MULTIVERSION static void softmax_line(const float *x, float *y, int64_t len, int64_t stride,
                                       int log_out) {
     float m = -INFINITY;
-    for (int64_t i = 0; i < len; i++) m = x[i * stride] > m ? x[i * stride] : m;
     double sum = 0.0;
-    if (stride == 1) {
-        for (int64_t i = 0; i < len; i++) {
-            y[i] = fexp(x[i] - m);
-            sum += y[i];
-        }
+    if (stride == 1) {  /* a max, the exps and a sum, each a loop of its own in lanes */
+        int64_t whole = len / SM_LANES * SM_LANES;
+        float lane_max[SM_LANES];
+        double lane_sum[SM_LANES];
+        for (int l = 0; l < SM_LANES; l++) lane_max[l] = -INFINITY, lane_sum[l] = 0.0;
+        for (int64_t i = 0; i < whole; i += SM_LANES)
+            for (int l = 0; l < SM_LANES; l++)
+                lane_max[l] = x[i + l] > lane_max[l] ? x[i + l] : lane_max[l];
+        for (int l = 0; l < SM_LANES; l++) m = lane_max[l] > m ? lane_max[l] : m;
+        for (int64_t i = whole; i < len; i++) m = x[i] > m ? x[i] : m;
+        for (int64_t i = 0; i < len; i++) y[i] = fexp(x[i] - m);
+        for (int64_t i = 0; i < whole; i += SM_LANES)
+            for (int l = 0; l < SM_LANES; l++) lane_sum[l] += y[i + l];
+        for (int l = 0; l < SM_LANES; l++) sum += lane_sum[l];
+        for (int64_t i = whole; i < len; i++) sum += y[i];
     } else {
+        for (int64_t i = 0; i < len; i++) m = x[i * stride] > m ? x[i * stride] : m;
         for (int64_t i = 0; i < len; i++) {
             y[i * stride] = fexp(x[i * stride] - m);
             sum += y[i * stride];
