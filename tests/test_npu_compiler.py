@@ -312,6 +312,56 @@ def test_parameter_free_activations_fuse_into_their_producer():
     assert_matches(run_npu(model, {"x": xv})[0], sig.astype(F32))
 
 
+def _silu_model(group: int, k: int, extra_output: bool = False, gate_of_other: bool = False
+                ) -> onnx.ModelProto:
+    """Conv -> Sigmoid -> Mul (SiLU as exporters write it), 16 channels on 12x12; variants
+    where the gate is also a graph output, or gates another tensor than the conv's."""
+    r = rng(21)
+    w = (r.standard_normal((16, 16 // group, k, k)) * 0.2).astype(F32)
+    b = r.standard_normal(16).astype(F32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[k // 2] * 4, group=group),
+             helper.make_node("Sigmoid", ["x" if gate_of_other else "c"], ["s"]),
+             helper.make_node("Mul", ["s", "c"], ["y"])]  # gate first: either order fuses
+    outs = [helper.make_tensor_value_info("y", 1, (2, 16, 12, 12))]
+    if extra_output:
+        outs.append(helper.make_tensor_value_info("s", 1, (2, 16, 12, 12)))
+    graph = helper.make_graph(nodes, "silu", [helper.make_tensor_value_info("x", 1, (2, 16, 12, 12))],
+                              outs, [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("kernels", ["native", "numpy"])
+@pytest.mark.parametrize("group, k", [(1, 3), (1, 1), (16, 3)], ids=["direct", "gemm", "depthwise"])
+def test_silu_becomes_the_convs_swish_epilogue(group, k, kernels):
+    """x * sigmoid(x) after a conv is one conv step with a SWISH epilogue (rewrites.fuse_swish,
+    then fuse_activations), on the direct, GEMM and depthwise kernels, equal to onnxruntime."""
+    model = _silu_model(group, k)
+    lite, _ = import_onnx(model)
+    program = compile_model(lite)
+    assert [(st.kernel, st.attrs.get("activation")) for st in program.steps] == [("conv2d", "SWISH")]
+    xv = rng(22).standard_normal((2, 16, 12, 12)).astype(F32)
+    with Executor(from_bytes(to_bytes(program)), pool(),
+                  kernels=KERNELS if kernels == "numpy" else None) as ex:
+        if kernels == "native":
+            assert ex.native_steps == 1
+        got = np.array(ex.run([xv])[0])
+    assert_matches(got, run_ort(model, {"x": xv})[0])
+
+
+@pytest.mark.parametrize("variant", ["extra_output", "gate_of_other"])
+def test_a_sigmoid_that_is_not_a_silu_gate_stays(variant):
+    """No SWISH when the sigmoid's output is read elsewhere (a graph output) or gates another
+    tensor than its own input: the graph keeps its Sigmoid and Mul, with the same values."""
+    model = _silu_model(1, 3, **{variant: True})
+    lite, _ = import_onnx(model)
+    program = compile_model(lite)
+    assert all(st.attrs.get("activation") != "SWISH" for st in program.steps)
+    assert "binary" in [st.kernel for st in program.steps]
+    xv = rng(23).standard_normal((2, 16, 12, 12)).astype(F32)
+    for got, want in zip(run_npu(lite, {"x": xv}), run_ort(model, {"x": xv}), strict=True):
+        assert_matches(got, want)
+
+
 def test_residual_add_folds_into_the_conv_that_runs_last(monkeypatch):
     """ResNet's shortcut: relu(conv_c(relu(conv_b(x))) + conv_a(x)) and a plain conv_d(x) +
     conv_e(x): each Add joins the epilogue of the conv computed after the other operand; a

@@ -3,6 +3,7 @@
 Pipeline (each stage returns new data, the input model is never mutated):
 1. `rewrites.fold_batchnorm`: inference BatchNorm / FusedBatchNorm after a Conv2DFusion whose output
    feeds nothing else is folded into the conv's weights and bias (float64 arithmetic);
+   `rewrites.fuse_swish` writes x * sigmoid(x) as one SWISH Activation (SiLU);
    `rewrites.fuse_activations` then folds a parameter-free Activation into the conv / GEMM /
    binary / pooling node before it (its activation_type), saving one pass over the tensor;
    after lowering, a residual Add of a conv's output (ResNet's shortcut) is folded into
@@ -58,7 +59,7 @@ from provider.npu.lowering import (
 from provider.npu.memory import DeviceBuffer
 from provider.npu.ops import KERNELS
 from provider.npu.program import Program, Slot, Step
-from provider.npu.rewrites import fold_batchnorm, fuse_activations
+from provider.npu.rewrites import fold_batchnorm, fuse_activations, fuse_swish
 from provider.options import DEFAULT_COMPILE, CompileOptions
 
 WeightAllocator = Callable[[int], DeviceBuffer]
@@ -323,7 +324,7 @@ def compile_model(model: LiteModel, input_shapes: Mapping[str, Sequence[int]] | 
     if rejected:
         detail = "; ".join(f"{n}: {why}" for n, why in rejected.items())
         raise UnsupportedError(f"model {model.name!r}: {len(rejected)} node(s) not supported on the NPU: {detail}")
-    graph = fuse_activations(fold_batchnorm(model))
+    graph = fuse_activations(fuse_swish(fold_batchnorm(model)))
     b = Builder(options.enable_fp16)
     env: dict[int, int] = {}
     inputs = []

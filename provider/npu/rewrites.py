@@ -1,7 +1,9 @@
 """Graph rewrites the compiler makes before lowering (each returns a new model, the input is
-never mutated): an inference BatchNorm folded into the conv before it, and a parameter-free
-Activation folded into the producer before it (its activation_type), each saving one pass
-over the tensor. Quantized nodes are left alone (their ranges are the quantizer's)."""
+never mutated): an inference BatchNorm folded into the conv before it, x * sigmoid(x)
+written as one SWISH Activation (SiLU, exported to ONNX as Sigmoid and Mul), and a
+parameter-free Activation folded into the producer before it (its activation_type), each
+saving one pass over the tensor. Quantized nodes are left alone (their ranges are the
+quantizer's)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from provider.npu.ops.registry import QUANT_NONE
 
 log = logging.getLogger("litenpu.npu")
 
-__all__ = ["fold_batchnorm", "fuse_activations"]
+__all__ = ["fold_batchnorm", "fuse_swish", "fuse_activations"]
 
 
 def _consumers(model: LiteModel) -> dict[int, list[int]]:
@@ -70,6 +72,33 @@ def fold_batchnorm(model: LiteModel) -> LiteModel:
         log.debug("folded %s into %s", bn.name, conv.name)
     return dataclasses.replace(model, tensors=tensors, nodes=[n for n in nodes if n is not None],
                                subgraphs=[])
+
+
+def fuse_swish(model: LiteModel) -> LiteModel:
+    """A copy of `model` where MulFusion(x, Activation[SIGMOID](x)) (either operand order) is
+    one Activation[SWISH](x): the sigmoid's output must feed only that Mul and be no graph
+    output, and the Mul have no activation of its own. fuse_activations may then fold the
+    SWISH into x's producer (a conv's epilogue)."""
+    producers = {t: ni for ni, node in enumerate(model.nodes) for t in node.outputs}
+    users = _consumers(model)
+    nodes: list[LiteNode | None] = list(model.nodes)
+    for mi, mul in enumerate(model.nodes):
+        if (mul.op != "MulFusion" or len(mul.inputs) != 2 or len(mul.outputs) != 1
+                or mul.quant_type not in QUANT_NONE
+                or mul.attrs.get("activation_type", "NO_ACTIVATION") != "NO_ACTIVATION"):
+            continue
+        for s, x in (mul.inputs, mul.inputs[::-1]):
+            si = producers.get(s)
+            sig = nodes[si] if si is not None else None
+            if (sig is not None and sig.op == "Activation" and sig.inputs == [x] and s != x
+                    and sig.attrs.get("activation_type") == "SIGMOID"
+                    and sig.quant_type in QUANT_NONE and users.get(s) == [mi]
+                    and s not in model.outputs):
+                nodes[mi] = dataclasses.replace(mul, op="Activation", inputs=[x],
+                                                attrs={"activation_type": "SWISH"})
+                nodes[si] = None
+                break
+    return dataclasses.replace(model, nodes=[n for n in nodes if n is not None], subgraphs=[])
 
 
 # Producers whose kernels apply a fused activation, and the activations that need no

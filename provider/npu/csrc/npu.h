@@ -48,8 +48,9 @@ typedef struct {
 } lnpu_step;
 
 /* Fused activation of an output: clamp to [lo, hi] (none: -inf..inf, RELU: 0..inf, RELU6:
- * 0..6, HARD_TANH: min..max), or leaky (x < 0: alpha * x). */
-enum { ACT_CLAMP = 0, ACT_LEAKY = 1 };
+ * 0..6, HARD_TANH: min..max), leaky (x < 0: alpha * x), or swish (x * sigmoid(x): SiLU,
+ * the detectors' activation). */
+enum { ACT_CLAMP = 0, ACT_LEAKY = 1, ACT_SWISH = 2 };
 
 /* ---- GEMM ---------------------------------------------------------------------------- */
 
@@ -176,22 +177,55 @@ static inline act_t act_of(const lnpu_step *s, int at) {
     return a;
 }
 
-/* y[i] = act(x[i] + bias [+ res[i]]) for i < n, in one pass; y may be x. */
+/* act(v) for one value (loops that must vectorize use finish). */
+static inline float act_apply(float v, act_t act) {
+    if (act.kind == ACT_LEAKY) return v < 0.0f ? v * act.alpha : v;
+    if (act.kind == ACT_SWISH) return v * fsigmoid(v);
+    v = v < act.lo ? act.lo : v;
+    return v > act.hi ? act.hi : v;
+}
+
+/* y[i] = act(x[i] + bias [+ res[i]]) for i < n, in one pass; y may be x (ivdep: element i
+ * reads only index i, so GCC need not test x and y for overlap, a test that failed for
+ * every in-place epilogue and sent it to the scalar copy of the loop). */
 static inline __attribute__((always_inline)) void finish(
         float *y, const float *x, int64_t n, float bias, const float *res, act_t act) {
     float lo = act.lo, hi = act.hi, alpha = act.alpha;
-    if (act.kind == ACT_LEAKY) {
+    /* one loop per case, the residual's test outside it: a conditional load inside kept
+     * the swish loop scalar (8x slower) */
+    if (act.kind == ACT_LEAKY && res) {
+#pragma GCC ivdep
         for (int64_t i = 0; i < n; i++) {
-            float v = x[i] + bias + (res ? res[i] : 0.0f);
+            float v = x[i] + bias + res[i];
             y[i] = v < 0.0f ? v * alpha : v;
         }
+    } else if (act.kind == ACT_LEAKY) {
+#pragma GCC ivdep
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i] + bias;
+            y[i] = v < 0.0f ? v * alpha : v;
+        }
+    } else if (act.kind == ACT_SWISH && res) {
+#pragma GCC ivdep
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i] + bias + res[i];
+            y[i] = v * fsigmoid(v);
+        }
+    } else if (act.kind == ACT_SWISH) {
+#pragma GCC ivdep
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i] + bias;
+            y[i] = v * fsigmoid(v);
+        }
     } else if (res) {
+#pragma GCC ivdep
         for (int64_t i = 0; i < n; i++) {
             float v = x[i] + bias + res[i];
             v = v < lo ? lo : v;
             y[i] = v > hi ? hi : v;
         }
     } else {
+#pragma GCC ivdep
         for (int64_t i = 0; i < n; i++) {
             float v = x[i] + bias;
             v = v < lo ? lo : v;

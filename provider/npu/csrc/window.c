@@ -265,20 +265,11 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
         for (; ow < OW; ow++)
             dw_pixels(row + ow * SW * DW_BLOCK, wt, bias, p, WP, o + ow * DW_BLOCK, 1);
     }
-    float lo = cx->act.lo, hi = cx->act.hi;
     for (int64_t cc = 0; cc < cb; cc++) {
         float *yc = cx->y + (n * O + c0 + cc) * OH * OW;
         const float *rc = cx->res ? cx->res + (n * O + c0 + cc) * OH * OW : NULL;
-        for (int64_t k = 0; k < OH * OW; k++) {
-            float v = out[k * DW_BLOCK + cc] + (rc ? rc[k] : 0.0f);
-            if (cx->act.kind == ACT_LEAKY) {
-                v = v < 0.0f ? v * cx->act.alpha : v;
-            } else {
-                v = v < lo ? lo : v;
-                v = v > hi ? hi : v;
-            }
-            yc[k] = v;
-        }
+        for (int64_t k = 0; k < OH * OW; k++)
+            yc[k] = act_apply(out[k * DW_BLOCK + cc] + (rc ? rc[k] : 0.0f), cx->act);
     }
 }
 

@@ -338,7 +338,7 @@ def _conv2d_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
         if "cols" not in names or outs[1 + names.index("cols")].nbytes < need:
             return False
         cols = b.outputs[1 + names.index("cols")]
-    act = b.activation_code(attrs.get("activation", "NO_ACTIVATION"))
+    act = b.activation_code(attrs.get("activation", "NO_ACTIVATION"), swish=True)
     if act is None:
         return False
     if depthwise:
