@@ -47,6 +47,8 @@ import provider  # noqa: E402
 from provider.bench.timing import interleaved_ms, paired_ratio  # noqa: E402
 from provider.npu import native  # noqa: E402
 from provider.quantize import QuantConfig, load_calibration, quantize_model  # noqa: E402
+from provider.quantize.saturation import NOTE as saturation_note  # noqa: E402
+from provider.quantize.saturation import onnxruntime_saturates  # noqa: E402
 from provider.session import InferenceSession  # noqa: E402
 from provider.zoo import build  # noqa: E402
 
@@ -126,6 +128,8 @@ def main() -> None:
     provider.register()
     print(f"int8 GEMM path: {native.set_int8_path()}; cores: {args.threads}; dropped env: "
           f"{DROPPED_ENV or 'none'}; load average {os.getloadavg()[0]:.2f}")
+    if onnxruntime_saturates():  # 'ORT QDQ' then times, and compares with, clipped sums
+        print(f"note: {saturation_note}")
     with tempfile.TemporaryDirectory() as folder:
         for name in args.models:
             bench(name, args.runs, args.threads, folder)
