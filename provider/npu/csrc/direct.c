@@ -64,12 +64,6 @@ static inline __attribute__((always_inline)) void direct_store(
 #define DK_ATTR __attribute__((target("arch=x86-64-v4")))
 #define DK_SPLAT(w) {w, w, w, w, w, w, w, w, w, w, w, w, w, w, w, w}
 #include "direct_tiles.h"
-#undef DK_VEC
-#undef DK_NV
-#undef DK_OB
-#undef DK
-#undef DK_ATTR
-#undef DK_SPLAT
 #else
 #define DIRECT_WIDE 0
 #endif
@@ -81,12 +75,6 @@ static inline __attribute__((always_inline)) void direct_store(
 #define DK_ATTR MULTIVERSION
 #define DK_SPLAT(w) {w, w, w, w, w, w, w, w}
 #include "direct_tiles.h"
-#undef DK_VEC
-#undef DK_NV
-#undef DK_OB
-#undef DK
-#undef DK_ATTR
-#undef DK_SPLAT
 
 /* The phase planes of channel t (zero padding, zero slack after each plane for the last
  * tiles' overrun). */

@@ -10,7 +10,8 @@
  *   DK_ATTR   the attributes of the task function (its instruction set)
  *   DK_SPLAT(w)  a vector of DK_VEC copies of w (written out: GCC adds 0 + w for the
  *             shorter forms, and that zero register spilled the AVX2 tile)
- * and gets DK(direct_task), a parallel() task. Everything else is in direct.c. */
+ * and gets DK(direct_task), a parallel() task; the parameters are undefined again at the
+ * end, ready for the next width. Everything else is in direct.c. */
 
 typedef float DK(vec) __attribute__((vector_size(DK_VEC * sizeof(float)), aligned(4)));
 #define DK_TILE (DK_VEC * DK_NV)
@@ -99,3 +100,9 @@ DK_ATTR static void DK(direct_task)(const void *ctx, int64_t t) {
 }
 
 #undef DK_TILE
+#undef DK_VEC
+#undef DK_NV
+#undef DK_OB
+#undef DK
+#undef DK_ATTR
+#undef DK_SPLAT
