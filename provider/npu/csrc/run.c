@@ -18,13 +18,16 @@ API void lnpu_set_sgemm(void *fn) { sgemm = (sgemm_fn)fn; }
 static int64_t forced_width;  /* lnpu_set_vector_width: 0 = the widest the CPU has */
 
 /* Floats per vector of the fp32 kernels that come in two widths (direct.c, window.c): 16
- * where the CPU has AVX-512, else 8; a forced 8 everywhere (16 only where the CPU has it). */
+ * where the CPU has AVX-512 (the x86-64-v4 level), else 8; a forced 8 everywhere (16 only where the CPU has it). */
 int64_t vector_width(void) {
     static int64_t widest;
     if (!widest) {
 #if defined(__x86_64__) && defined(__GNUC__)
         __builtin_cpu_init();
-        widest = __builtin_cpu_supports("avx512f") ? 16 : 8;
+        /* the x86-64-v4 level, which the wide copies are compiled for */
+        widest = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                 __builtin_cpu_supports("avx512cd") ? 16 : 8;
 #else
         widest = 8;
 #endif
