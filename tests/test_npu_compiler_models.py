@@ -53,9 +53,10 @@ def compare(lite: LiteModel, sub: LiteModel, model: onnx.ModelProto, feeds_from:
     A softmax of logits beyond SOFTMAX_SCALE is not compared (its logits are, when they are
     outputs): a logit's rounding error, ~1e-6 of its size, then moves the exponent by more
     than 1, which decides every probability (the shipped AlexNet's constant weights give
-    logits of 8e11 that only rounding tells apart)."""
-    softmax_of = {n.outputs[0]: n.inputs[0] for n in sub.nodes if n.op in ("Softmax", "LogSoftmax")
-                  and lite.tensors[n.inputs[0]].name in _onnx_values(model)}
+    logits of 8e11 that only rounding tells apart; SqueezeNet's, 6.7e9, one ulp apart on
+    AVX2's summation order). An opset < 13 Softmax counts too: its logits are found back
+    through the reshapes it is imported with."""
+    softmax_of = {out: logits for out, logits in _softmax_logits(sub, model).items()}
     names = [lite.tensors[t].name for t in (*sub.inputs, *sub.outputs, *softmax_of.values())]
     values = ort_values(model, feeds_from, list(dict.fromkeys(names)))
     got = run_npu(sub, {lite.tensors[t].name: values[lite.tensors[t].name] for t in sub.inputs})
@@ -76,6 +77,34 @@ def _onnx_values(model: onnx.ModelProto) -> set[str]:
     return {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.input}
 
 
+_RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "ExpandDims")
+
+
+def _softmax_logits(lite: LiteModel, model: onnx.ModelProto) -> dict[int, int]:
+    """Softmax / LogSoftmax output tensor (and the reshapes of it, as an opset < 13 Softmax
+    imports: Reshape -> Softmax -> Reshape) -> its logits: the input followed back through
+    reshapes to a value onnxruntime can report."""
+    values, producer = _onnx_values(model), {t: n for n in lite.nodes for t in n.outputs}
+    found: dict[int, int] = {}
+    for node in lite.nodes:
+        if node.op not in ("Softmax", "LogSoftmax"):
+            continue
+        logits = node.inputs[0]
+        while lite.tensors[logits].name not in values and logits in producer \
+                and producer[logits].op in _RESHAPES:
+            logits = producer[logits].inputs[0]
+        if lite.tensors[logits].name not in values:
+            continue
+        out = node.outputs[0]
+        found[out] = logits
+        readers = [n for n in lite.nodes if out in n.inputs]
+        while len(readers) == 1 and readers[0].op in _RESHAPES:
+            out = readers[0].outputs[0]
+            found[out] = logits
+            readers = [n for n in lite.nodes if out in n.inputs]
+    return found
+
+
 def check_model(model: onnx.ModelProto, max_subgraphs: int = 2) -> None:
     """Whole model on the NPU when supported (the logits before any softmax compared too, as
     random weights can saturate it), else its largest supported subgraphs."""
@@ -83,8 +112,7 @@ def check_model(model: onnx.ModelProto, max_subgraphs: int = 2) -> None:
     name, shape = graph_input(model)
     feeds = {name: rng(1).standard_normal(shape).astype(np.float32)}
     if all(why is None for why in capability.supported_nodes(lite).values()):
-        logits = [n.inputs[0] for n in lite.nodes if n.op in ("Softmax", "LogSoftmax")
-                  and lite.tensors[n.inputs[0]].name in _onnx_values(model)]
+        logits = sorted(set(_softmax_logits(lite, model).values()) - set(lite.outputs))
         compare(lite, dataclasses.replace(lite, outputs=[*lite.outputs, *logits], subgraphs=[]),
                 model, feeds)
         return
