@@ -165,6 +165,38 @@ def test_out_of_device_memory_is_typed_and_leaves_the_pool_usable(tmp_path):
     assert result["small_ok"]
 
 
+def _huge(op: str) -> onnx.ModelProto:
+    """x (length n) -> a tensor of n * 2**40 elements: a constant (ConstantOfShape, folded
+    when the shape is known) or x's sum expanded (a step), then summed."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    value = helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])
+    big = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Mul", ["s", "big"], ["n"])]
+    make = ([helper.make_node("ConstantOfShape", ["n"], ["z"], value=value)] if op == "constant"
+            else [helper.make_node("ReduceSum", ["x"], ["r"], keepdims=1),  # shape [1]
+                  helper.make_node("Expand", ["r", "n"], ["z"])])
+    graph = helper.make_graph(
+        [*big, *make, helper.make_node("ReduceSum", ["z"], ["y"], keepdims=0)], op,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+        [numpy_helper.from_array(np.array([1 << 40], np.int64), "big")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("op", ["constant", "expanded"])
+def test_a_tensor_no_memory_can_hold_is_a_device_memory_error(op):
+    """A shape computed into a size beyond the machine's memory (the long fuzz's mutated
+    dims found these as untyped EPFail: numpy's MemoryError while folding a constant, or its
+    'array is too big'): DeviceMemoryError naming the node, before anything is allocated
+    where the size is known; the session runs the next shape."""
+    from provider.errors import DeviceMemoryError
+
+    sess = InferenceSession(_huge(op).SerializeToString(), providers=NPU)
+    with pytest.raises(DeviceMemoryError, match="node .*(ConstantOfShape|BroadcastTo)"):
+        sess.run(None, {"x": np.ones(3, np.float32)})
+    assert sess.run(None, {"x": np.ones(0, np.float32)})[0] == 0.0
+
+
 # ---- per-shape state is bounded -----------------------------------------------------------------
 
 

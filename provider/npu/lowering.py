@@ -7,12 +7,16 @@ time (constant folding of weight-only subgraphs, e.g. ConstantOfShape -> Reshape
 chains); every other node becomes one kernel step, or an alias for reshape-like ops (no
 kernel, shared buffer). Constants a rule derives (`ops.common.Packed`: weights in a kernel's
 order, divisors, index maps) are made only when something reads them: the folding of a
-node, or the compiler's weight blob (`Builder.array`).
+node, or the compiler's weight blob (`Builder.array`). A tensor larger than the machine's
+memory (a malformed dimension, say) is a DeviceMemoryError naming the node, before anything
+is allocated for it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -21,7 +25,7 @@ import numpy as np
 from converters.lite import dtypes as lite_dtypes
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
 from converters.lite.quant import QUANT_ALL, TensorQuant
-from provider.errors import InvalidModelError, UnsupportedError
+from provider.errors import DeviceMemoryError, InvalidModelError, UnsupportedError
 from provider.npu.ops import KERNELS, lower
 from provider.npu.ops.common import Lowered, Packed, TensorInfo
 
@@ -103,10 +107,41 @@ class Builder:
         return v, stored
 
 
-def _run_now(low: Lowered, arrays: list[np.ndarray], outs: list[tuple]) -> list[np.ndarray]:
+# numpy's messages for an array no address space can hold
+_TOO_BIG = ("array is too big", "Maximum allowed size exceeded", "Maximum allowed dimension")
+
+
+def _memory_bytes() -> int:
+    """The machine's physical memory: what the NPU's pool (shared host memory) could hold
+    at the very most."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # no sysconf: a generous 1 TiB
+        return 1 << 40
+
+
+def _check_sizes(node: LiteNode, tensors: Sequence[tuple[str, tuple, np.dtype]]) -> None:
+    """DeviceMemoryError for a tensor no memory could hold (named with its node)."""
+    limit = _memory_bytes()
+    for name, shape, dtype in tensors:
+        need = math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize
+        if need > limit:
+            raise DeviceMemoryError(
+                f"node {node.name!r} ({node.op}): {name!r} of shape {list(shape)} needs "
+                f"{need} bytes, more than this machine's {limit} bytes of memory",
+                requested=need, available=limit)
+
+
+def _run_now(node: LiteNode, low: Lowered, arrays: list[np.ndarray], outs: list[tuple]
+             ) -> list[np.ndarray]:
     """Run a lowered node's kernel on constant inputs (compile-time constant folding)."""
-    results = [np.empty(shape, dtype) for shape, dtype in outs]
-    scratch = [np.empty(shape, dtype) for _, shape, dtype in low.scratch]
+    try:
+        results = [np.empty(shape, dtype) for shape, dtype in outs]
+        scratch = [np.empty(shape, dtype) for _, shape, dtype in low.scratch]
+    except MemoryError as exc:
+        need = sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in outs)
+        raise DeviceMemoryError(f"node {node.name!r} ({node.op}): no memory to fold its "
+                                f"constant output(s) of {need} bytes", requested=need) from exc
     KERNELS[low.kernel].run(arrays, [*results, *scratch], low.attrs)
     return results
 
@@ -135,12 +170,25 @@ def lower_node(b: Builder, model: LiteModel, node: LiteNode, env: dict[int, int]
                for info, t in zip(ins, node.inputs, strict=True)]
         out_types = [TensorInfo((), dt, None, _quant_of(model.tensors[t]))
                      for dt, t in zip(out_types, node.outputs, strict=True)]
-    low = lower(node, ins, out_types)
+    try:
+        low = lower(node, ins, out_types)
+    except MemoryError as exc:  # a rule folding a constant (ConstantOfShape, Range, ...)
+        if isinstance(exc, DeviceMemoryError):
+            raise
+        raise DeviceMemoryError(f"node {node.name!r} ({node.op}): no memory for its constant "
+                                f"output: {exc}") from exc
+    except ValueError as exc:  # numpy's refusal of a size beyond any address space
+        if not any(text in str(exc) for text in _TOO_BIG):
+            raise
+        raise DeviceMemoryError(f"node {node.name!r} ({node.op}): its constant output is larger "
+                                f"than any memory: {exc}") from exc
     if len(low.outputs) < len(node.outputs):
         raise UnsupportedError(f"node {node.name!r} ({node.op}): only {len(low.outputs)} of its "
                                f"{len(node.outputs)} outputs are computed on the NPU")
     outs = [(shape, b.storage(dt)) for shape, dt in low.outputs]
     names = [model.tensors[t].name for t in node.outputs]
+    _check_sizes(node, [*((n, shape, dt) for n, (shape, dt) in zip(names, outs, strict=False)),
+                        *((f"{node.name}/{n}", shape, dt) for n, shape, dt in low.scratch)])
     if low.values is not None:
         for t, name, value in zip(node.outputs, names, low.values, strict=True):
             env[t] = b.add(name, (), F32, value)
@@ -149,7 +197,7 @@ def lower_node(b: Builder, model: LiteModel, node: LiteNode, env: dict[int, int]
                 for i, o in enumerate(low.operands)]
     if all(b.vals[v].value is not None for v in operands):
         arrays = [b.array(v) for v in operands]
-        results = [arrays[0].reshape(outs[0][0])] if not low.kernel else _run_now(low, arrays, outs)
+        results = [arrays[0].reshape(outs[0][0])] if not low.kernel else _run_now(node, low, arrays, outs)
         for t, name, value in zip(node.outputs, names, results, strict=False):
             env[t] = b.add(name, (), F32, value)
         return
