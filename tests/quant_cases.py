@@ -230,6 +230,9 @@ CASES = {
     "conv_depthwise": lambda g: conv(g, c=16, o=16, group=16),
     "conv_depthwise_strided": lambda g: conv(g, c=24, o=24, group=24, stride=2, hw=12, k=5,
                                              pads=2),
+    # 20 channels: a block of 16 and a partial one; dilated, on a larger plane
+    "conv_depthwise_dilated": lambda g: conv(g, c=20, o=20, group=20, hw=13, dilation=2,
+                                             pads=2),
     "conv_grouped": lambda g: conv(g, c=8, o=12, group=4, stride=2),
     "conv_deep": lambda g: conv(g, c=96, o=8, k=3, hw=6),
     "gemm": gemm,

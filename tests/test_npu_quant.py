@@ -172,6 +172,26 @@ def test_native_integer_kernels_equal_the_numpy_ones(case, int8_path):
         assert lsb(native_out, run_npu(model, feeds, native=False)) == (0.0, 0), (case, int8_path)
 
 
+@pytest.mark.parametrize("case", ["conv_depthwise", "conv_depthwise_strided",
+                                  "conv_depthwise_dilated"])
+@pytest.mark.parametrize("bound", [-1, 0, 1 << 20], ids=["auto", "per-channel", "blocks"])
+def test_native_depthwise_forms_equal_the_numpy_kernel(case, bound):
+    """The int8 depthwise conv's two native forms, blocks of 16 channels (small planes; 20
+    channels: a partial block) and one channel at a time, give numpy's codes exactly."""
+    from provider.npu import native
+
+    if native.library() is None:
+        pytest.skip("the native library is not built")
+    try:
+        assert native.set_qdw_block_pixels(bound) == (bound if bound >= 0 else 784)
+        for dtype in DTYPES:
+            model, feeds = build(case, dtype, 2)
+            got = run_npu(model, feeds, native=True)
+            assert lsb(got, run_npu(model, feeds, native=False)) == (0.0, 0), (case, dtype)
+    finally:
+        native.set_qdw_block_pixels(-1)
+
+
 def test_native_steps_cover_the_integer_gemms(int8_path):
     """Convs (depthwise, grouped, pointwise and dilated too), dense layers, casts, tables,
     adds, concats and max pooling of a QDQ model run on the C library."""
@@ -181,7 +201,8 @@ def test_native_steps_cover_the_integer_gemms(int8_path):
                          ("gemm", "qdense"), ("sigmoid", "qlut"), ("add", None),
                          ("concat", "qconcat"), ("maxpool", "qmax_pool"),
                          ("add_same_shape", "qadd"), ("mul_same_shape", "qmul"),
-                         ("conv_pointwise", "qconv2d"), ("conv_dilated", "qconv2d")):
+                         ("conv_pointwise", "qconv2d"), ("conv_dilated", "qconv2d"),
+                         ("globalaveragepool", "qglobal_pool")):
         model, _ = build(case, np.int8, 0)
         program = compile_model(import_onnx(model)[0])
         for i, step in enumerate(program.steps):

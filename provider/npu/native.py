@@ -55,7 +55,7 @@ OPS = {name: code for code, name in enumerate(
 OPS.update(unary=11, binary=12, layer_norm=13, bmatmul=14, rnn=15, reduce=16)
 # The integer kernels' codes (csrc/qconv.c, qeltwise.c; 40-69 are theirs).
 OPS.update({"qconv": 40, "qdense": 41, "quantize": 42, "dequantize": 43, "qlut": 44, "qadd": 45,
-            "qconcat": 46, "qdwconv": 47, "qmaxpool": 48, "qmul": 49})
+            "qconcat": 46, "qdwconv": 47, "qmaxpool": 48, "qmul": 49, "qglobalpool": 50})
 
 
 class Step(C.Structure):
@@ -225,6 +225,18 @@ def set_vector_width(floats: int = 0) -> int:
         return 0
     lib.lnpu_set_vector_width.restype = C.c_int64
     return int(lib.lnpu_set_vector_width(C.c_int64(floats)))
+
+
+def set_qdw_block_pixels(pixels: int = -1) -> int:
+    """Output pixels up to which int8 depthwise convs run a block of channels at a time
+    (small planes), beyond which one channel at a time: -1 for the built-in bound, 0 for
+    channels only; returns the bound taken. For tests and benchmarks: process-wide, set while
+    no run is in progress."""
+    lib = library()
+    if lib is None:
+        return 0
+    lib.lnpu_set_qdw_block_pixels.restype = C.c_int64
+    return int(lib.lnpu_set_qdw_block_pixels(C.c_int64(pixels)))
 
 
 def worker_moves() -> int:

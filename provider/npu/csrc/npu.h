@@ -33,7 +33,8 @@ enum { OP_CONV = 1, OP_DWCONV, OP_MAXPOOL, OP_AVGPOOL, OP_GLOBALPOOL, OP_CONCAT,
 enum { OP_UNARY = 11, OP_BINARY, OP_LAYERNORM, OP_BMATMUL, OP_RNN, OP_REDUCE };
 /* Integer kernels (qconv.c, qeltwise.c): codes 40-69. */
 enum { OP_QCONV = 40, OP_QDENSE = 41, OP_QUANTIZE = 42, OP_DEQUANTIZE = 43, OP_QLUT = 44,
-       OP_QADD = 45, OP_QCONCAT = 46, OP_QDWCONV = 47, OP_QMAXPOOL = 48, OP_QMUL = 49 };
+       OP_QADD = 45, OP_QCONCAT = 46, OP_QDWCONV = 47, OP_QMAXPOOL = 48, OP_QMUL = 49,
+       OP_QGLOBALPOOL = 50 };
 
 #define MAX_SLOTS 16
 #define MAX_PARAMS 32
@@ -292,5 +293,6 @@ void qadd(const lnpu_step *s, void **slots);
 void qmul(const lnpu_step *s, void **slots);
 void qconcat(const lnpu_step *s, void **slots);
 void qmaxpool(const lnpu_step *s, void **slots);
+void qglobalpool(const lnpu_step *s, void **slots);
 
 #endif

@@ -59,6 +59,20 @@ static int qgemm_path(void) {
     return best;
 }
 
+#ifndef DW_BLOCK_PIXELS
+#define DW_BLOCK_PIXELS 784  /* output pixels up to which int8 depthwise convs run in channel
+                              * blocks (the depthwise section below): measured faster up to
+                              * 28x28 (16x16: 2-2.3x), about even at 32x32 */
+#endif
+static int64_t dw_block_pixels = DW_BLOCK_PIXELS;
+
+/* Output pixels up to which int8 depthwise convs run in channel blocks (-1: the built-in
+ * DW_BLOCK_PIXELS; 0: never); returns the value now taken. For tests and benchmarks. */
+API int64_t lnpu_set_qdw_block_pixels(int64_t pixels) {
+    dw_block_pixels = pixels < 0 ? DW_BLOCK_PIXELS : pixels;
+    return dw_block_pixels;
+}
+
 /* Force a path (0: automatic); returns the path int8 GEMMs now take. */
 API int64_t lnpu_set_int8_path(int64_t path) {
     forced_path = (int)path;
@@ -594,12 +608,122 @@ static void dw_task(const void *ctx, int64_t t) {
     }
 }
 
+/* ---- depthwise on small planes: channel blocks --------------------------------------- *
+ *
+ * On a small plane the per-channel form is all loop overhead (a 4x4 output: ~20 loops of a
+ * few elements per channel, 0.4 us a channel). Here a task takes DWB channels at once: their
+ * padded input is copied channels-last as floats, every output pixel is one vector of DWB
+ * channels summed over the taps, and the sums are requantized. The float sums are the exact
+ * integer ones: a code (0..255) times a weight (-128..127) is at most 2^15 in size, so up to
+ * DW_EXACT_TAPS of them stay within a float's 24 bits (longer kernels take the per-channel
+ * form). A block's missing channels (C not a multiple of DWB) read zeros and are not
+ * stored. */
+#define DWB 16
+#define DW_EXACT_TAPS 512    /* 512 codes (<= 255) x weights (>= -128) sum exactly in float */
+typedef float dwb_vec __attribute__((vector_size(DWB * sizeof(float)), aligned(4)));
+typedef int32_t dwb_ivec __attribute__((vector_size(DWB * sizeof(int32_t)), aligned(4)));
+
+typedef struct {
+    const lnpu_step *s;
+    const uint8_t *x;
+    const int8_t *w;
+    const int32_t *bias;
+    const double *mult;
+    uint8_t *y;
+    int64_t hp, wp, blocks;   /* the padded plane; channel blocks per image */
+} dwb_args;
+
+static int64_t dwb_scratch_floats(const int64_t *p, int64_t hp, int64_t wp) {
+    /* the plane, the sums, then the weights (whose room then holds the codes) */
+    int64_t taps = p[Q_KH] * p[Q_KW], pixels = p[Q_OH] * p[Q_OW];
+    return (hp * wp + pixels + (taps > pixels ? taps : pixels)) * DWB;
+}
+
+MULTIVERSION static void dwb_task(const void *ctx, int64_t t) {
+    const dwb_args *a = ctx;
+    const int64_t *p = a->s->p;
+    int64_t C = p[Q_C], H = p[Q_H], W = p[Q_W], OH = p[Q_OH], OW = p[Q_OW];
+    int64_t KH = p[Q_KH], KW = p[Q_KW], SH = p[Q_SH], SW = p[Q_SW], DH = p[Q_DH], DW = p[Q_DW];
+    int64_t hp = a->hp, wp = a->wp, img = t / a->blocks, c0 = t % a->blocks * DWB;
+    int64_t nc = C - c0 < DWB ? C - c0 : DWB;
+    float *plane = thread_scratch(dwb_scratch_floats(p, hp, wp));
+    if (!plane) return;  /* the caller checked: never here */
+    float *sums = plane + hp * wp * DWB, *wt = sums + OH * OW * DWB;
+    float zx = (float)p[Q_ZX];
+    uint8_t flip = (uint8_t)p[Q_XFLIP];
+    dwb_vec pad = {0};  /* the padding's code; a missing channel reads 0 */
+    const uint8_t *src[DWB];
+    for (int64_t c = 0; c < nc; c++) {
+        pad[c] = zx;
+        src[c] = a->x + (img * C + c0 + c) * H * W;
+    }
+    for (int64_t k = 0; k < hp * wp; k++) *(dwb_vec *)(plane + k * DWB) = pad;
+    /* channels-last copy, a pixel's channels at a time (one cache line written per pixel;
+     * a channel at a time wrote a line per value) */
+    int64_t r0 = p[Q_PT] > 0 ? 0 : -p[Q_PT], r1 = hp - p[Q_PT] < H ? hp - p[Q_PT] : H;
+    int64_t q0 = p[Q_PL] > 0 ? 0 : -p[Q_PL], q1 = wp - p[Q_PL] < W ? wp - p[Q_PL] : W;
+    for (int64_t ih = r0; ih < r1; ih++) {
+        float *dst = plane + ((ih + p[Q_PT]) * wp + p[Q_PL]) * DWB;
+        for (int64_t iw = q0; iw < q1; iw++)
+            for (int64_t c = 0; c < nc; c++)
+                dst[iw * DWB + c] = (float)(int32_t)(uint8_t)(src[c][ih * W + iw] ^ flip);
+    }
+    for (int64_t tap = 0; tap < KH * KW; tap++)
+        for (int64_t c = 0; c < DWB; c++)
+            wt[tap * DWB + c] = c < nc ? (float)a->w[(c0 + c) * KH * KW + tap] : 0.0f;
+    dwb_ivec bias = {0};
+    dwb_vec mult = {0};
+    for (int64_t c = 0; c < nc; c++) {
+        bias[c] = a->bias[c0 + c];
+        mult[c] = (float)a->mult[c0 + c];
+    }
+    for (int64_t oh = 0; oh < OH; oh++) {
+        for (int64_t ow = 0; ow < OW; ow++) {
+            dwb_vec acc = {0};
+            for (int64_t i = 0; i < KH; i++) {
+                const float *row = plane + ((oh * SH + i * DH) * wp + ow * SW) * DWB;
+                for (int64_t j = 0; j < KW; j++)
+                    acc += *(const dwb_vec *)(row + j * DW * DWB) *
+                           *(const dwb_vec *)(wt + (i * KW + j) * DWB);
+            }
+            /* requant's first half, a vector of channels at a time: the exact integer sum
+             * plus the bias, as float, times the multiplier */
+            dwb_ivec sum = __builtin_convertvector(acc, dwb_ivec) + bias;
+            *(dwb_vec *)(sums + (oh * OW + ow) * DWB) = __builtin_convertvector(sum, dwb_vec) * mult;
+        }
+    }
+    /* its second half (clamp, round, zero point) in one loop over the block, then each
+     * channel's codes copied out */
+    int32_t zy = (int32_t)p[Q_ZY];
+    float lo = (float)(p[Q_LO] - zy), hi = (float)(p[Q_HI] - zy);
+    int32_t *codes = (int32_t *)wt;  /* the weights are no longer needed */
+    int64_t total = OH * OW * DWB;
+    for (int64_t k = 0; k < total; k++) {
+        float f = sums[k];
+        f = f < lo ? lo : f;
+        f = f > hi ? hi : f;
+        codes[k] = (int32_t)((f + 12582912.0f) - 12582912.0f) + zy;
+    }
+    for (int64_t c = 0; c < nc; c++) {
+        uint8_t *out = a->y + (img * C + c0 + c) * OH * OW;
+        for (int64_t k = 0; k < OH * OW; k++) out[k] = (uint8_t)codes[k * DWB + c];
+    }
+}
+
 int qdwconv(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p;
     int64_t n = p[Q_N], c = p[Q_C], kh = p[Q_KH], kw = p[Q_KW], oh = p[Q_OH], ow = p[Q_OW];
     int64_t sh = p[Q_SH], sw = p[Q_SW], dh = p[Q_DH], dw = p[Q_DW];
     int64_t hq = oh + ((kh - 1) * dh) / sh + 1, wq = ow + ((kw - 1) * dw) / sw;
     if (n * c == 0) return 0;
+    if (oh * ow <= dw_block_pixels && kh * kw <= DW_EXACT_TAPS) {
+        int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1, wp = (ow - 1) * sw + (kw - 1) * dw + 1;
+        if (!thread_scratch(dwb_scratch_floats(p, hp, wp))) return -1;
+        dwb_args b = {s, slots[s->slot[QS_X]], slots[s->slot[QS_W]], slots[s->slot[QS_BIAS]],
+                      slots[s->slot[QS_MULT]], slots[s->slot[QS_Y]], hp, wp, (c + DWB - 1) / DWB};
+        parallel(dwb_task, &b, n * b.blocks);
+        return 0;
+    }
     if (!thread_scratch(dw_scratch_floats(sh, sw, hq, wq))) return -1;
     dw_args a = {s, slots[s->slot[QS_X]], slots[s->slot[QS_W]], slots[s->slot[QS_BIAS]],
                  slots[s->slot[QS_MULT]], slots[s->slot[QS_Y]], 0, hq, wq};

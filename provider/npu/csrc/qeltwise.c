@@ -227,3 +227,50 @@ void qmaxpool(const lnpu_step *s, void **slots) {
     mp_args a = {s, slots, per_task(planes, task_count(work / ELEMENTS_PER_NS, planes))};
     parallel(maxpool_task, &a, (planes + a.per_task - 1) / a.per_task);
 }
+
+/* ---- global average pooling of codes ----------------------------------------------------
+ * Per plane: the sum of its hw codes minus hw * zx (int64), requantized: rint(float(sum) *
+ * mult) + zy, saturated (the numpy kernel's order; clamping before rounding gives the same
+ * codes). params: planes, hw, zx, zy, lo, hi, x is int8; f[0]: mult. */
+enum { GP_PLANES, GP_HW, GP_ZX, GP_ZY, GP_LO, GP_HI, GP_XSIGNED };
+
+typedef struct {
+    const lnpu_step *s;
+    void **slots;
+    int64_t per_task;
+} gp_args;
+
+MULTIVERSION
+static void gavg_task(const void *ctx, int64_t t) {
+    const gp_args *a = ctx;
+    const int64_t *p = a->s->p;
+    int64_t hw = p[GP_HW], end = (t + 1) * a->per_task;
+    if (end > p[GP_PLANES]) end = p[GP_PLANES];
+    const uint8_t *x = a->slots[a->s->slot[0]];
+    uint8_t *y = a->slots[a->s->slot[1]];
+    float m = a->s->f[0];
+    int32_t zy = (int32_t)p[GP_ZY];
+    float lo = (float)(p[GP_LO] - zy), hi = (float)(p[GP_HI] - zy);
+    for (int64_t plane = t * a->per_task; plane < end; plane++) {
+        int64_t sum = 0;
+        if (p[GP_XSIGNED]) {
+            const int8_t *v = (const int8_t *)x + plane * hw;
+            for (int64_t k = 0; k < hw; k++) sum += v[k];
+        } else {
+            const uint8_t *v = x + plane * hw;
+            for (int64_t k = 0; k < hw; k++) sum += v[k];
+        }
+        float f = (float)(sum - hw * p[GP_ZX]) * m;
+        f = f < lo ? lo : f;
+        f = f > hi ? hi : f;
+        y[plane] = (uint8_t)((int32_t)rne(f) + zy);  /* an int8 code's two's complement byte */
+    }
+}
+
+void qglobalpool(const lnpu_step *s, void **slots) {
+    const int64_t *p = s->p;
+    if (!p[GP_PLANES]) return;
+    double work = (double)p[GP_PLANES] * p[GP_HW];
+    gp_args a = {s, slots, per_task(p[GP_PLANES], task_count(work / ELEMENTS_PER_NS, p[GP_PLANES]))};
+    parallel(gavg_task, &a, (p[GP_PLANES] + a.per_task - 1) / a.per_task);
+}

@@ -83,6 +83,7 @@ API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, int64_
         case OP_QDWCONV: status = qdwconv(s, slots); break;
         case OP_QMAXPOOL: qmaxpool(s, slots); break;
         case OP_QMUL: qmul(s, slots); break;
+        case OP_QGLOBALPOOL: qglobalpool(s, slots); break;
         default: status = i + 1; continue;
         }
         if (stamps) stamps[2 * i + 1] = now_ns();

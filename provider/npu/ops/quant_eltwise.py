@@ -250,6 +250,22 @@ def _qconcat_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: S
     return True
 
 
+@native("qglobal_pool", op="qglobalpool")
+def _qglobal_pool_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """Global average of 8-bit codes, requantized (csrc/qeltwise.c); the max mode stays on
+    numpy."""
+    x, y = ins[0], outs[0]
+    if attrs["mode"] != "avg" or len(ins) != 1 or x.dtype not in CODES or y.dtype not in CODES \
+            or len(x.shape) != 4 or y.shape != (*x.shape[:2], 1, 1):
+        return False
+    lo, hi = attrs["range"]
+    n, c, h, w = x.shape
+    b.params(n * c, h * w, attrs["zx"], attrs["zy"], lo, hi, x.dtype == "int8")
+    b.step.f[0] = attrs["mult"]
+    b.slots(b.inputs[0], b.outputs[0])
+    return True
+
+
 @native("qmax_pool", op="qmaxpool")
 def _qmax_pool_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     """Window max of 8-bit codes [through a table] (csrc/qeltwise.c)."""
