@@ -247,6 +247,8 @@ CASES = {
     "mul_same_shape": lambda g: g.op("Mul", [g.activation((2, 8, 6, 6)), g.activation((2, 8, 6, 6))]),
     "concat": concat,
     "maxpool": pool("MaxPool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    "maxpool_uneven": pool("MaxPool", kernel_shape=[2, 3], strides=[1, 2], pads=[0, 2, 1, 1]),
+    "maxpool_ceil": pool("MaxPool", kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
     "averagepool": pool("AveragePool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
     "globalaveragepool": pool("GlobalAveragePool"),
     "globalmaxpool": pool("GlobalMaxPool"),

@@ -292,7 +292,7 @@ void qlut(const lnpu_step *s, void **slots);
 void qadd(const lnpu_step *s, void **slots);
 void qmul(const lnpu_step *s, void **slots);
 void qconcat(const lnpu_step *s, void **slots);
-void qmaxpool(const lnpu_step *s, void **slots);
+int qmaxpool(const lnpu_step *s, void **slots);  /* -1: no host scratch */
 void qglobalpool(const lnpu_step *s, void **slots);
 
 #endif

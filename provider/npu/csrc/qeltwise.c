@@ -176,29 +176,43 @@ void qconcat(const lnpu_step *s, void **slots) {
  * onnxruntime's MaxPool; a table maps the max code to the output's quantization. */
 enum { MP_N, MP_C, MP_H, MP_W, MP_OH, MP_OW, MP_KH, MP_KW, MP_SH, MP_SW, MP_PT, MP_PL, MP_SIGNED };
 
+/* One plane, separably: per output row, the element-wise max of its window's input rows
+ * (into `row`, laid out with the left padding), then the max of each kw consecutive values
+ * of that row (into `wins`), of which every sw-th is an output; the passes run over whole
+ * rows and vectorize. Codes compare as unsigned after `flip` (int8 codes: the sign bit);
+ * the padding holds 0 then, below every code, so a window's padded part never wins (a
+ * window always holds an input value: pads < kernel). `row` and `wins` hold
+ * (ow - 1) * sw + kw bytes each. */
 MULTIVERSION
-static void maxpool_plane(const lnpu_step *s, const uint8_t *x, const uint8_t *table, uint8_t *y) {
+static void maxpool_plane(const lnpu_step *s, const uint8_t *x, const uint8_t *table, uint8_t *y,
+                          uint8_t *restrict row, uint8_t *restrict wins) {
     const int64_t *p = s->p;
     int64_t h = p[MP_H], w = p[MP_W], oh = p[MP_OH], ow = p[MP_OW], kh = p[MP_KH], kw = p[MP_KW];
     int64_t sh = p[MP_SH], sw = p[MP_SW], pt = p[MP_PT], pl = p[MP_PL];
+    int64_t width = (ow - 1) * sw + kw, span = (ow - 1) * sw + 1;
+    int64_t j0 = pl > 0 ? 0 : -pl, j1 = width - pl < w ? width - pl : w;  /* columns read */
     uint8_t flip = p[MP_SIGNED] ? 0x80 : 0;  /* compare int8 codes as unsigned */
     for (int64_t r = 0; r < oh; r++) {
         int64_t r0 = r * sh - pt, r1 = r0 + kh;
         r0 = r0 < 0 ? 0 : r0;
         r1 = r1 > h ? h : r1;
-        for (int64_t c = 0; c < ow; c++) {
-            int64_t c0 = c * sw - pl, c1 = c0 + kw;
-            c0 = c0 < 0 ? 0 : c0;
-            c1 = c1 > w ? w : c1;
-            uint8_t best = 0;
-            for (int64_t i = r0; i < r1; i++)
-                for (int64_t j = c0; j < c1; j++) {
-                    uint8_t v = x[i * w + j] ^ flip;
-                    best = v > best ? v : best;
-                }
-            best ^= flip;
-            y[r * ow + c] = table ? table[(uint8_t)(best ^ flip)] : best;
+        memset(row, 0, (size_t)width);
+        for (int64_t i = r0; i < r1; i++) {
+            const uint8_t *restrict in = x + i * w;
+            uint8_t *restrict dst = row + pl;
+            for (int64_t j = j0; j < j1; j++) {
+                uint8_t v = in[j] ^ flip;
+                dst[j] = v > dst[j] ? v : dst[j];
+            }
         }
+        memcpy(wins, row, (size_t)span);
+        for (int64_t j = 1; j < kw; j++)
+            for (int64_t c = 0; c < span; c++) wins[c] = row[c + j] > wins[c] ? row[c + j] : wins[c];
+        uint8_t *out = y + r * ow;
+        if (table)
+            for (int64_t c = 0; c < ow; c++) out[c] = table[wins[c * sw]];
+        else
+            for (int64_t c = 0; c < ow; c++) out[c] = (uint8_t)(wins[c * sw] ^ flip);
     }
 }
 
@@ -208,6 +222,11 @@ typedef struct {
     int64_t per_task;
 } mp_args;
 
+/* Floats of scratch for maxpool_plane's two rows. */
+static int64_t maxpool_row_floats(const int64_t *p) {
+    return 2 * (((p[MP_OW] - 1) * p[MP_SW] + p[MP_KW] + 63) / 64 * 16);
+}
+
 static void maxpool_task(const void *ctx, int64_t t) {
     const mp_args *a = ctx;
     const int64_t *p = a->s->p;
@@ -216,16 +235,23 @@ static void maxpool_task(const void *ctx, int64_t t) {
     const uint8_t *table = a->s->slot[1] >= 0 ? a->slots[a->s->slot[1]] : NULL;
     uint8_t *y = a->slots[a->s->slot[2]];
     int64_t end = (t + 1) * a->per_task < planes ? (t + 1) * a->per_task : planes;
-    for (int64_t k = t * a->per_task; k < end; k++) maxpool_plane(a->s, x + k * in, table, y + k * out);
+    uint8_t *row = (uint8_t *)thread_scratch(maxpool_row_floats(p));
+    if (!row) return;  /* the caller checked: never here */
+    uint8_t *wins = row + maxpool_row_floats(p) / 2 * 4;
+    for (int64_t k = t * a->per_task; k < end; k++)
+        maxpool_plane(a->s, x + k * in, table, y + k * out, row, wins);
 }
 
-void qmaxpool(const lnpu_step *s, void **slots) {
+/* Returns -1 when there is no host memory for the row. */
+int qmaxpool(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p;
     int64_t planes = p[MP_N] * p[MP_C];
-    if (!planes) return;
+    if (!planes || !p[MP_OH] || !p[MP_OW]) return 0;
+    if (!thread_scratch(maxpool_row_floats(p))) return -1;
     double work = (double)planes * p[MP_OH] * p[MP_OW] * p[MP_KH] * p[MP_KW];
     mp_args a = {s, slots, per_task(planes, task_count(work / ELEMENTS_PER_NS, planes))};
     parallel(maxpool_task, &a, (planes + a.per_task - 1) / a.per_task);
+    return 0;
 }
 
 /* ---- global average pooling of codes ----------------------------------------------------

@@ -81,7 +81,7 @@ API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, int64_
         case OP_QADD: qadd(s, slots); break;
         case OP_QCONCAT: qconcat(s, slots); break;
         case OP_QDWCONV: status = qdwconv(s, slots); break;
-        case OP_QMAXPOOL: qmaxpool(s, slots); break;
+        case OP_QMAXPOOL: status = qmaxpool(s, slots); break;
         case OP_QMUL: qmul(s, slots); break;
         case OP_QGLOBALPOOL: qglobalpool(s, slots); break;
         default: status = i + 1; continue;
