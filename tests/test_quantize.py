@@ -287,6 +287,30 @@ def test_model_inputs_skip_initializers_of_old_ir_models():
     assert [i.name for i in model_inputs(m)] == [INPUT]
 
 
+def test_a_two_input_sum_is_quantized_as_an_add(tmp_path):
+    """Older models add residuals with Sum, which onnxruntime's quantizer leaves float:
+    preparation writes it as Add, so it becomes an int8 Add the NPU runs on codes."""
+    from onnx import TensorProto, helper
+
+    from converters.onnx_import import import_onnx
+    from provider.npu.compiler import compile_model
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Sum", ["c", "x"], ["s"]), helper.make_node("Relu", ["s"], ["y"])],
+        "residual", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w])
+    source = tmp_path / "sum.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), source)
+    result = quantize_model(source, tmp_path / "q.onnx", load_calibration(source, random=4))
+    assert ("Add", "int8") in {(n.op_type, n.precision) for n in result.nodes}
+    program = compile_model(import_onnx(onnx.load(tmp_path / "q.onnx"))[0])
+    assert "qadd" in {step.kernel for step in program.steps}
+    assert not {"binary", "dequantize"} & {step.kernel for step in program.steps[:-1]}
+
+
 def test_preparing_leaves_the_working_directory_clean(tmp_path, monkeypatch):
     # the detector's dynamic head defeats symbolic shape inference, which then saves its
     # partial model into the current directory unless preparation runs elsewhere
