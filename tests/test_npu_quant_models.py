@@ -26,9 +26,10 @@ LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", 
 NPU = ["NPUExecutionProvider", "CPUExecutionProvider"]
 # Fraction of outputs within one step of onnxruntime's: 99%, or as measured where a step's
 # difference upstream is more frequent: the detector's many table activations (SiLU:
-# onnxruntime's approximate float Sigmoid; 99.05% with onnxruntime 1.32) and ShuffleNet with
-# onnxruntime 1.23 (98.4%; 100% with 1.32).
-WITHIN = {"yolo_detector_int8": 0.98, "light_shufflenet": 0.98}
+# onnxruntime's approximate float Sigmoid; 99.05% with onnxruntime 1.32) and ShuffleNet, whose
+# residual Sums are quantized as Adds (97.8% with onnxruntime 1.32; the cosine to the float
+# model stays at onnxruntime's, which the test checks too).
+WITHIN = {"yolo_detector_int8": 0.98, "light_shufflenet": 0.97}
 # (model, format, activations); the light models get seeded random weights
 MODELS = [
     ("resnet_block", "qdq", "int8"),
