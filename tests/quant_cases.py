@@ -251,6 +251,8 @@ CASES = {
     "maxpool_ceil": pool("MaxPool", kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
     "averagepool": pool("AveragePool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
     "globalaveragepool": pool("GlobalAveragePool"),
+    # a window over the whole plane, unpadded (ResNet's last pool): run as a global one
+    "averagepool_whole": pool("AveragePool", kernel_shape=[11, 11]),
     "globalmaxpool": pool("GlobalMaxPool"),
     "resize_nearest": resize("nearest"),
     "resize_linear": resize("linear"),

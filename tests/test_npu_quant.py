@@ -202,9 +202,11 @@ def test_native_steps_cover_the_integer_gemms(int8_path):
                          ("concat", "qconcat"), ("maxpool", "qmax_pool"),
                          ("add_same_shape", "qadd"), ("mul_same_shape", "qmul"),
                          ("conv_pointwise", "qconv2d"), ("conv_dilated", "qconv2d"),
-                         ("globalaveragepool", "qglobal_pool")):
+                         ("globalaveragepool", "qglobal_pool"),
+                         ("averagepool_whole", "qglobal_pool")):
         model, _ = build(case, np.int8, 0)
         program = compile_model(import_onnx(model)[0])
+        assert kernel is None or kernel in {step.kernel for step in program.steps}, case
         for i, step in enumerate(program.steps):
             if kernel is None or step.kernel == kernel:
                 broadcast = case == "add"  # the case broadcasts: numpy's kernel

@@ -182,12 +182,15 @@ def qpool_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     is_max = node.op == "MaxPoolFusion"
     if node.attrs.get("activation_type", "NO_ACTIVATION") != "NO_ACTIVATION":
         raise UnsupportedError(f"{describe(node)}: a fused activation on integer pooling")
-    if not is_max and not node.attrs.get("global", False):
-        return wrapped(node, ins, out_types)
-    table = requant_table(qx, x.dtype, qy, y.dtype)
     low = pool_rule(node, [TensorInfo(x.shape, x.dtype)], [x.dtype])
     shape = low.outputs[0][0]
-    if node.attrs.get("global", False):
+    # an average over the whole plane (no padding: e.g. ResNet's final 7x7 pool) is global
+    whole = not is_max and low.kernel == "avg_pool" and shape[2:] == (1, 1) \
+        and low.attrs["kernel"] == list(x.shape[2:]) and not any(low.attrs["pads"])
+    if not is_max and not node.attrs.get("global", False) and not whole:
+        return wrapped(node, ins, out_types)
+    table = requant_table(qx, x.dtype, qy, y.dtype)
+    if node.attrs.get("global", False) or whole:
         n, c, h, w = x.shape
         attrs = {"mode": "max" if is_max else "avg", "hw": h * w, "zx": int(qx.zero_point[0]),
                  "zy": int(qy.zero_point[0]), "range": list(limits(y.dtype))}
