@@ -176,43 +176,51 @@ void qconcat(const lnpu_step *s, void **slots) {
  * onnxruntime's MaxPool; a table maps the max code to the output's quantization. */
 enum { MP_N, MP_C, MP_H, MP_W, MP_OH, MP_OW, MP_KH, MP_KW, MP_SH, MP_SW, MP_PT, MP_PL, MP_SIGNED };
 
-/* One plane, separably: per output row, the element-wise max of its window's input rows
- * (into `row`, laid out with the left padding), then the max of each kw consecutive values
- * of that row (into `wins`), of which every sw-th is an output; the passes run over whole
- * rows and vectorize. Codes compare as unsigned after `flip` (int8 codes: the sign bit);
- * the padding holds 0 then, below every code, so a window's padded part never wins (a
- * window always holds an input value: pads < kernel). `row` and `wins` hold
- * (ow - 1) * sw + kw bytes each. */
+/* One plane, separably, in passes over the whole plane (rows of small planes are too short
+ * for vector loops of their own): the plane is copied into `padded` ((oh - 1) * sh + kh rows
+ * of wp = (ow - 1) * sw + kw bytes, the padding 0), each value is replaced by the max of
+ * the kh values below it (`rows`, one flat pass: value k and k + wp, k + 2 wp... are a
+ * column's neighbours), then by the max of the kw values after it (`wins`, another flat
+ * pass; the values past a row's end that mixes in are read by no window), and every output
+ * is one value of `wins`. Codes compare as unsigned after `flip` (int8 codes: the sign bit);
+ * the padding's 0 is then below every code, so a window's padded part never wins (a window
+ * always holds an input value: pads < kernel). */
 MULTIVERSION
 static void maxpool_plane(const lnpu_step *s, const uint8_t *x, const uint8_t *table, uint8_t *y,
-                          uint8_t *restrict row, uint8_t *restrict wins) {
+                          uint8_t *restrict padded, uint8_t *restrict rows,
+                          uint8_t *restrict wins) {
     const int64_t *p = s->p;
     int64_t h = p[MP_H], w = p[MP_W], oh = p[MP_OH], ow = p[MP_OW], kh = p[MP_KH], kw = p[MP_KW];
     int64_t sh = p[MP_SH], sw = p[MP_SW], pt = p[MP_PT], pl = p[MP_PL];
-    int64_t width = (ow - 1) * sw + kw, span = (ow - 1) * sw + 1;
-    int64_t j0 = pl > 0 ? 0 : -pl, j1 = width - pl < w ? width - pl : w;  /* columns read */
+    int64_t hp = (oh - 1) * sh + kh, wp = (ow - 1) * sw + kw;
     uint8_t flip = p[MP_SIGNED] ? 0x80 : 0;  /* compare int8 codes as unsigned */
+    memset(padded, 0, (size_t)(hp * wp));
+    int64_t r0 = pt > 0 ? 0 : -pt, r1 = hp - pt < h ? hp - pt : h;
+    int64_t q0 = pl > 0 ? 0 : -pl, q1 = wp - pl < w ? wp - pl : w;
+    for (int64_t ih = r0; ih < r1; ih++) {
+        const uint8_t *restrict in = x + ih * w;
+        uint8_t *restrict out = padded + (ih + pt) * wp + pl;
+        for (int64_t j = q0; j < q1; j++) out[j] = in[j] ^ flip;
+    }
+    int64_t n = (hp - kh + 1) * wp;  /* the values a window's top row can start at */
+    memcpy(rows, padded, (size_t)n);
+    for (int64_t i = 1; i < kh; i++) {
+        const uint8_t *restrict below = padded + i * wp;
+        for (int64_t k = 0; k < n; k++) rows[k] = below[k] > rows[k] ? below[k] : rows[k];
+    }
+    int64_t m = n - kw + 1;
+    memcpy(wins, rows, (size_t)m);
+    for (int64_t j = 1; j < kw; j++) {
+        const uint8_t *restrict after = rows + j;
+        for (int64_t k = 0; k < m; k++) wins[k] = after[k] > wins[k] ? after[k] : wins[k];
+    }
     for (int64_t r = 0; r < oh; r++) {
-        int64_t r0 = r * sh - pt, r1 = r0 + kh;
-        r0 = r0 < 0 ? 0 : r0;
-        r1 = r1 > h ? h : r1;
-        memset(row, 0, (size_t)width);
-        for (int64_t i = r0; i < r1; i++) {
-            const uint8_t *restrict in = x + i * w;
-            uint8_t *restrict dst = row + pl;
-            for (int64_t j = j0; j < j1; j++) {
-                uint8_t v = in[j] ^ flip;
-                dst[j] = v > dst[j] ? v : dst[j];
-            }
-        }
-        memcpy(wins, row, (size_t)span);
-        for (int64_t j = 1; j < kw; j++)
-            for (int64_t c = 0; c < span; c++) wins[c] = row[c + j] > wins[c] ? row[c + j] : wins[c];
+        const uint8_t *src = wins + r * sh * wp;
         uint8_t *out = y + r * ow;
         if (table)
-            for (int64_t c = 0; c < ow; c++) out[c] = table[wins[c * sw]];
+            for (int64_t c = 0; c < ow; c++) out[c] = table[src[c * sw]];
         else
-            for (int64_t c = 0; c < ow; c++) out[c] = (uint8_t)(wins[c * sw] ^ flip);
+            for (int64_t c = 0; c < ow; c++) out[c] = (uint8_t)(src[c * sw] ^ flip);
     }
 }
 
@@ -222,9 +230,10 @@ typedef struct {
     int64_t per_task;
 } mp_args;
 
-/* Floats of scratch for maxpool_plane's two rows. */
-static int64_t maxpool_row_floats(const int64_t *p) {
-    return 2 * (((p[MP_OW] - 1) * p[MP_SW] + p[MP_KW] + 63) / 64 * 16);
+/* Bytes of each of maxpool_plane's three buffers (rounded to whole floats). */
+static int64_t maxpool_buffer_bytes(const int64_t *p) {
+    int64_t hp = (p[MP_OH] - 1) * p[MP_SH] + p[MP_KH], wp = (p[MP_OW] - 1) * p[MP_SW] + p[MP_KW];
+    return (hp * wp + 63) / 64 * 64;
 }
 
 static void maxpool_task(const void *ctx, int64_t t) {
@@ -235,11 +244,12 @@ static void maxpool_task(const void *ctx, int64_t t) {
     const uint8_t *table = a->s->slot[1] >= 0 ? a->slots[a->s->slot[1]] : NULL;
     uint8_t *y = a->slots[a->s->slot[2]];
     int64_t end = (t + 1) * a->per_task < planes ? (t + 1) * a->per_task : planes;
-    uint8_t *row = (uint8_t *)thread_scratch(maxpool_row_floats(p));
-    if (!row) return;  /* the caller checked: never here */
-    uint8_t *wins = row + maxpool_row_floats(p) / 2 * 4;
+    int64_t bytes = maxpool_buffer_bytes(p);
+    uint8_t *padded = (uint8_t *)thread_scratch(3 * bytes / 4);
+    if (!padded) return;  /* the caller checked: never here */
     for (int64_t k = t * a->per_task; k < end; k++)
-        maxpool_plane(a->s, x + k * in, table, y + k * out, row, wins);
+        maxpool_plane(a->s, x + k * in, table, y + k * out, padded, padded + bytes,
+                      padded + 2 * bytes);
 }
 
 /* Returns -1 when there is no host memory for the row. */
@@ -247,7 +257,7 @@ int qmaxpool(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p;
     int64_t planes = p[MP_N] * p[MP_C];
     if (!planes || !p[MP_OH] || !p[MP_OW]) return 0;
-    if (!thread_scratch(maxpool_row_floats(p))) return -1;
+    if (!thread_scratch(3 * maxpool_buffer_bytes(p) / 4)) return -1;
     double work = (double)planes * p[MP_OH] * p[MP_OW] * p[MP_KH] * p[MP_KW];
     mp_args a = {s, slots, per_task(planes, task_count(work / ELEMENTS_PER_NS, planes))};
     parallel(maxpool_task, &a, (planes + a.per_task - 1) / a.per_task);
