@@ -185,6 +185,14 @@ def binary(op: str):
     return case
 
 
+def silu(g: Graph):
+    """x * sigmoid(x) as onnxruntime's quantizer writes it: the Sigmoid quantized on its own."""
+    x = g.activation((2, 4, 5, 7))
+    scale, zp = g.params(0.003, 0.01)
+    s = g.dq(g.q(g.op("Sigmoid", [x]), scale, zp), scale, zp)
+    return g.op("Mul", [x, s])
+
+
 def concat(g: Graph):
     return g.op("Concat", [g.activation((1, 4, 5, 5)), g.activation((1, 6, 5, 5)),
                            g.activation((1, 3, 5, 5))], axis=1)
@@ -245,6 +253,7 @@ CASES = {
     "mul": binary("Mul"),
     "add_same_shape": lambda g: g.op("Add", [g.activation((2, 8, 6, 6)), g.activation((2, 8, 6, 6))]),
     "mul_same_shape": lambda g: g.op("Mul", [g.activation((2, 8, 6, 6)), g.activation((2, 8, 6, 6))]),
+    "silu": silu,
     "concat": concat,
     "maxpool": pool("MaxPool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
     "maxpool_uneven": pool("MaxPool", kernel_shape=[2, 3], strides=[1, 2], pads=[0, 2, 1, 1]),

@@ -192,6 +192,26 @@ def test_native_depthwise_forms_equal_the_numpy_kernel(case, bound):
         native.set_qdw_block_pixels(-1)
 
 
+def test_an_int8_silu_is_one_table_with_the_two_steps_codes(monkeypatch):
+    """x * sigmoid(x) from a QDQ model (a table step and a multiply) compiles to one table
+    step (provider.npu.code_tables) whose codes are the two steps' own, and onnxruntime's."""
+    from provider.npu import compiler
+
+    for dtype in DTYPES:
+        for seed in SEEDS:
+            model, feeds = build("silu", dtype, seed)
+            assert [s.kernel for s in compile_model(import_onnx(model)[0]).steps] == ["qlut"]
+            one_table = [run_npu(model, feeds, native=native) for native in (False, True)]
+            with monkeypatch.context() as m:
+                m.setattr(compiler, "fuse_code_tables", lambda b, steps: steps)
+                assert sorted(s.kernel for s in compile_model(import_onnx(model)[0]).steps) \
+                    == ["qlut", "qmul"]
+                two_steps = run_npu(model, feeds, native=False)
+            for got in one_table:
+                assert lsb(got, two_steps) == (0.0, 0), (dtype, seed)
+            assert lsb(two_steps, run_ort(model, feeds, optimized=False)) == (0.0, 0)
+
+
 def test_native_steps_cover_the_integer_gemms(int8_path):
     """Convs (depthwise, grouped, pointwise and dilated too), dense layers, casts, tables,
     adds, concats and max pooling of a QDQ model run on the C library."""

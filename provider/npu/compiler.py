@@ -7,7 +7,8 @@ Pipeline (each stage returns new data, the input model is never mutated):
    `rewrites.fuse_activations` then folds a parameter-free Activation into the conv / GEMM /
    binary / pooling node before it (its activation_type), saving one pass over the tensor;
    after lowering, a residual Add of a conv's output (ResNet's shortcut) is folded into
-   that conv's epilogue (`_fuse_residual_adds`).
+   that conv's epilogue (`_fuse_residual_adds`), and an int8 SiLU's table + multiply into one
+   table (`code_tables.fuse_code_tables`).
 2. Walk the nodes in topological order with concrete shapes (`lowering`, one rule per
    primitive in `ops`). A node whose inputs are all constants is run at compile time
    (constant folding of weight-only subgraphs, e.g. ConstantOfShape -> Reshape); every other
@@ -47,6 +48,7 @@ from converters.lite import dtypes as lite_dtypes
 from converters.lite.ir import LiteModel
 from provider.errors import InvalidModelError, UnsupportedError
 from provider.npu import capability, planner
+from provider.npu.code_tables import fuse_code_tables
 from provider.npu.lowering import (
     Builder,
     LoweredStep,
@@ -339,7 +341,7 @@ def compile_model(model: LiteModel, input_shapes: Mapping[str, Sequence[int]] | 
     if missing:
         raise InvalidModelError(f"model {model.name!r}: outputs {missing} are produced by no node")
     outputs = _bind_outputs(b, graph, env)
-    steps = _fuse_residual_adds(b, _live_steps(b, outputs))
+    steps = _fuse_residual_adds(b, fuse_code_tables(b, _live_steps(b, outputs)))
     parent = list(range(len(b.vals)))
     steps = _resolve_aliases(b, steps, parent)
     arena = {v for s in steps for v in (*s.inputs, *s.outputs, *s.scratch) if _is_arena(b, v)}
