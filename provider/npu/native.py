@@ -202,7 +202,8 @@ INT8_PATHS = {"auto": 0, "portable": 1, "avx512_vnni": 2, "avx_vnni": 3, "avx2":
 def set_int8_path(path: str = "auto") -> str:
     """Force the integer GEMMs' code path ("portable", "avx512_vnni", "avx_vnni", "avx2"; "auto":
     the best the CPU has); returns the one they take now (the CPU's best when it lacks the
-    one asked for). For tests and benchmarks: process-wide, set while no run is in progress."""
+    one asked for). Code tables use AVX-512 VBMI only on the avx512_vnni path. For tests and
+    benchmarks: process-wide, set while no run is in progress."""
     if path not in INT8_PATHS:
         raise ValueError(f"int8 path {path!r}: expected one of {', '.join(INT8_PATHS)}")
     lib = library()

@@ -284,6 +284,7 @@ enum { D_ROWS, D_K, D_O, D_KG, D_XFLIP, D_ZY, D_LO, D_HI };
  * (float64 holding float32 values), output codes, byte scratch. */
 enum { QS_X, QS_W, QS_BIAS, QS_MULT, QS_Y, QS_COLS };
 int qconv(const lnpu_step *s, void **slots);  /* -1: no host scratch */
+int int8_vbmi(void);  /* qconv.c: code tables may use AVX-512 VBMI */
 void qdense(const lnpu_step *s, void **slots);
 int qdwconv(const lnpu_step *s, void **slots);  /* depthwise; -1: no host scratch */
 void quantize(const lnpu_step *s, void **slots);     /* qeltwise.c */

@@ -73,6 +73,22 @@ API int64_t lnpu_set_qdw_block_pixels(int64_t pixels) {
     return dw_block_pixels;
 }
 
+/* Whether 256-entry code tables may use AVX-512 VBMI byte permutes (qeltwise.c): on CPUs
+ * that have them, unless a narrower int8 path is forced (which then covers the scalar
+ * lookups, as it covers the narrower GEMMs). */
+int int8_vbmi(void) {
+#if X86
+    static int has = -1;
+    if (has < 0) {
+        __builtin_cpu_init();
+        has = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw");
+    }
+    return has && qgemm_path() == PATH_AVX512_VNNI;
+#else
+    return 0;
+#endif
+}
+
 /* Force a path (0: automatic); returns the path int8 GEMMs now take. */
 API int64_t lnpu_set_int8_path(int64_t path) {
     forced_path = (int)path;
