@@ -223,7 +223,8 @@ def test_native_steps_cover_the_integer_gemms(int8_path):
                          ("add_same_shape", "qadd"), ("mul_same_shape", "qmul"),
                          ("conv_pointwise", "qconv2d"), ("conv_dilated", "qconv2d"),
                          ("globalaveragepool", "qglobal_pool"),
-                         ("averagepool_whole", "qglobal_pool")):
+                         ("averagepool_whole", "qglobal_pool"),
+                         ("resize_nearest", "qresize_nearest")):
         model, _ = build(case, np.int8, 0)
         program = compile_model(import_onnx(model)[0])
         assert kernel is None or kernel in {step.kernel for step in program.steps}, case

@@ -338,3 +338,40 @@ void qglobalpool(const lnpu_step *s, void **slots) {
     gp_args a = {s, slots, per_task(p[GP_PLANES], task_count(work / ELEMENTS_PER_NS, p[GP_PLANES]))};
     parallel(gavg_task, &a, (p[GP_PLANES] + a.per_task - 1) / a.per_task);
 }
+
+/* ---- nearest resize of codes ------------------------------------------------------------
+ * p = planes, H, W, OH, OW, signed; slots x, the source row of each output row (OH int64),
+ * the source column of each output column (OW int64), table (-1: none), y. Output (r, c) is
+ * input (rows[r], cols[c]) [through the table]. */
+enum { RS_PLANES, RS_H, RS_W, RS_OH, RS_OW, RS_SIGNED };
+
+static void resize_task(const void *ctx, int64_t t) {
+    const ew_args *a = ctx;
+    const lnpu_step *s = a->s;
+    const int64_t *p = s->p;
+    const uint8_t *x = a->slots[s->slot[0]];
+    const int64_t *rows = a->slots[s->slot[1]], *cols = a->slots[s->slot[2]];
+    const uint8_t *table = s->slot[3] >= 0 ? a->slots[s->slot[3]] : NULL;
+    uint8_t *y = a->slots[s->slot[4]];
+    int64_t h = p[RS_H], w = p[RS_W], oh = p[RS_OH], ow = p[RS_OW];
+    uint8_t flip = p[RS_SIGNED] ? 0x80 : 0;
+    int64_t end = (t + 1) * a->chunk < a->count ? (t + 1) * a->chunk : a->count;
+    for (int64_t k = t * a->chunk; k < end; k++) {  /* output rows of all planes */
+        int64_t plane = k / oh, r = k % oh, src = rows[r] < 0 ? 0 : rows[r] >= h ? h - 1 : rows[r];
+        const uint8_t *in = x + (plane * h + src) * w;
+        uint8_t *out = y + k * ow;
+        for (int64_t c = 0; c < ow; c++) {
+            int64_t col = cols[c] < 0 ? 0 : cols[c] >= w ? w - 1 : cols[c];
+            out[c] = in[col];
+        }
+        if (table) lookup(out, out, ow, table, flip);
+    }
+}
+
+void qresize(const lnpu_step *s, void **slots) {
+    int64_t count = s->p[RS_PLANES] * s->p[RS_OH];
+    if (!count || !s->p[RS_OW]) return;
+    ew_args a = {s, slots, count, 0};
+    a.chunk = per_task(count, task_count((double)count * s->p[RS_OW] / ELEMENTS_PER_NS, count));
+    parallel(resize_task, &a, (count + a.chunk - 1) / a.chunk);
+}

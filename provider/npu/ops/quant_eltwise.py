@@ -9,8 +9,10 @@ QLinearGlobalAveragePool; MaxPool on codes).
   goes through a 256-entry table (dequantize, quantize), as QLinearConcat does; the max
   of codes is the code of the max (dequantization is increasing).
 - Global average pooling sums codes in integers and requantizes with
-  `sx / (sy * H*W)` (float32); windowed average pooling and Resize run their float kernels
-  between a dequantize and a quantize (`quant.wrapped`, onnxruntime's float path).
+  `sx / (sy * H*W)` (float32); windowed average pooling and linear Resize run their float
+  kernels between a dequantize and a quantize (`quant.wrapped`, onnxruntime's float path).
+- Nearest Resize copies codes (each output is one input value), through the table when
+  the output's quantization differs: the codes the float path gives, without it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from provider.npu.ops.native_builder import StepBuilder
 from provider.npu.ops.pool import _reduce_windows, pool_rule
 from provider.npu.ops.quant import CODES, QDATA, limits, lut, quant_of, wrapped
 from provider.npu.ops.quant_conv import _requant, out_range
-from provider.npu.ops.registry import define, native, register
+from provider.npu.ops.registry import OPS, define, native, register
 from provider.npu.program import Slot
 
 
@@ -206,10 +208,33 @@ def qpool_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     return Lowered("qmax_pool", low.attrs, operands, [(shape, y.dtype)], low.scratch)
 
 
+@register("qresize_nearest")
+def qresize_nearest(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """Nearest resize of codes: inputs x, the source row (OH,) and column (OW,) of each
+    output [, the table]; scratch rows (N, C, OH, W)."""
+    x, y = inputs[0], outputs[0]
+    rows = scratch(outputs, attrs)["rows"]
+    np.take(x, inputs[1], axis=2, out=rows, mode="clip")
+    np.take(rows, inputs[2], axis=3, out=y, mode="clip")
+    if len(inputs) > 3:
+        _lookup(y, inputs[3], y)
+
+
 @define("Resize", dtypes=QDATA, quant=QUANT_ALL, const_inputs=(1, 2, 3), rank=(4, 4),
-        kernels=("qwrap",), note="dequantize, the float kernel, quantize")
+        kernels=("qresize_nearest", "qwrap"),
+        note="nearest: codes copied [through a table]; linear: dequantize, the float kernel, "
+        "quantize")
 def qresize_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
-    return wrapped(node, ins, out_types)
+    x, y = ins[0], out_types[0]
+    if str(node.attrs.get("method", "LINEAR")) != "NEAREST" or x.dtype.name not in CODES \
+            or y.dtype.name not in CODES:
+        return wrapped(node, ins, out_types)
+    table = requant_table(quant_of(node, x, "input"), x.dtype, quant_of(node, y, "output"),
+                          y.dtype)
+    low = OPS["Resize"].rule(node, [TensorInfo(x.shape, x.dtype), *ins[1:]], [x.dtype])
+    operands = low.operands if table is None else [*low.operands, table]
+    return Lowered("qresize_nearest", low.attrs, operands, [(low.outputs[0][0], y.dtype)],
+                   low.scratch)
 
 
 
@@ -266,6 +291,25 @@ def _qglobal_pool_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict,
     b.params(n * c, h * w, attrs["zx"], attrs["zy"], lo, hi, x.dtype == "int8")
     b.step.f[0] = attrs["mult"]
     b.slots(b.inputs[0], b.outputs[0])
+    return True
+
+
+@native("qresize_nearest", op="qresize")
+def _qresize_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """Nearest resize of 8-bit codes [through a table] (csrc/qeltwise.c)."""
+    x, rows, cols, y = ins[0], ins[1], ins[2], outs[0]
+    if x.dtype not in CODES or y.dtype not in CODES or len(x.shape) != 4 or len(y.shape) != 4:
+        return False
+    n, c, h, w = x.shape
+    _, _, oh, ow = y.shape
+    if rows.shape != (oh,) or cols.shape != (ow,) or rows.dtype != "int64" \
+            or cols.dtype != "int64" or (len(ins) > 3 and ins[3].shape != (256,)):
+        return False
+    if len(ins) == 3 and x.dtype != y.dtype:
+        return False
+    b.params(n * c, h, w, oh, ow, x.dtype == "int8")
+    b.slots(b.inputs[0], b.inputs[1], b.inputs[2], b.inputs[3] if len(ins) > 3 else None,
+            b.outputs[0])
     return True
 
 
