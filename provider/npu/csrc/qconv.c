@@ -542,7 +542,9 @@ typedef struct {
     const int32_t *bias;
     const double *mult;
     uint8_t *y;
-    int64_t per_task, hq, wq;
+    int64_t per_task, hq, wq;  /* the per-channel form: channels per task, a phase's size */
+    int64_t hp, wp, blocks;    /* the channel-block form (below): the padded plane; channel
+                                * blocks per image */
 } dw_args;
 
 MULTIVERSION
@@ -639,16 +641,6 @@ static void dw_task(const void *ctx, int64_t t) {
 typedef float dwb_vec __attribute__((vector_size(DWB * sizeof(float)), aligned(4)));
 typedef int32_t dwb_ivec __attribute__((vector_size(DWB * sizeof(int32_t)), aligned(4)));
 
-typedef struct {
-    const lnpu_step *s;
-    const uint8_t *x;
-    const int8_t *w;
-    const int32_t *bias;
-    const double *mult;
-    uint8_t *y;
-    int64_t hp, wp, blocks;   /* the padded plane; channel blocks per image */
-} dwb_args;
-
 static int64_t dwb_scratch_floats(const int64_t *p, int64_t hp, int64_t wp) {
     /* the plane, the sums, then the weights (whose room then holds the codes) */
     int64_t taps = p[Q_KH] * p[Q_KW], pixels = p[Q_OH] * p[Q_OW];
@@ -656,7 +648,7 @@ static int64_t dwb_scratch_floats(const int64_t *p, int64_t hp, int64_t wp) {
 }
 
 MULTIVERSION static void dwb_task(const void *ctx, int64_t t) {
-    const dwb_args *a = ctx;
+    const dw_args *a = ctx;
     const int64_t *p = a->s->p;
     int64_t C = p[Q_C], H = p[Q_H], W = p[Q_W], OH = p[Q_OH], OW = p[Q_OW];
     int64_t KH = p[Q_KH], KW = p[Q_KW], SH = p[Q_SH], SW = p[Q_SW], DH = p[Q_DH], DW = p[Q_DW];
@@ -735,8 +727,9 @@ int qdwconv(const lnpu_step *s, void **slots) {
     if (oh * ow <= dw_block_pixels && kh * kw <= DW_EXACT_TAPS) {
         int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1, wp = (ow - 1) * sw + (kw - 1) * dw + 1;
         if (!thread_scratch(dwb_scratch_floats(p, hp, wp))) return -1;
-        dwb_args b = {s, slots[s->slot[QS_X]], slots[s->slot[QS_W]], slots[s->slot[QS_BIAS]],
-                      slots[s->slot[QS_MULT]], slots[s->slot[QS_Y]], hp, wp, (c + DWB - 1) / DWB};
+        dw_args b = {s, slots[s->slot[QS_X]], slots[s->slot[QS_W]], slots[s->slot[QS_BIAS]],
+                     slots[s->slot[QS_MULT]], slots[s->slot[QS_Y]], 0, 0, 0, hp, wp,
+                     (c + DWB - 1) / DWB};
         parallel(dwb_task, &b, n * b.blocks);
         return 0;
     }
