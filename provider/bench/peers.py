@@ -141,8 +141,12 @@ class VenvPeer:
                                                                  size=size)["ms"])
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.stdin.close()
+        running = self.process.poll() is None
+        try:  # closed even when the worker died: else a request it never read is flushed
+            self.process.stdin.close()  # into the dead pipe at garbage collection
+        except OSError:
+            pass
+        if running:
             try:
                 self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
