@@ -7,11 +7,11 @@ the paths a user runs on a file they were given:
 - `inspect`: `litenpu inspect FILE` (the CLI's `main`, in-process in the child);
 - `convert`: `litenpu convert FILE -o OUT` (.onnx -> .ms, others -> .onnx); OUT must be
   absent after a failure (and no temporary file left) or complete and loadable;
-- `session`: `provider.InferenceSession` on the NPU EP plus one run on seeded random feeds,
-  checked against onnxruntime's CPU provider on the same model (for .ms/.mindir: on the
-  same conversion) at rtol 1e-3, atol max(1e-4, 1e-5 * max|ref|); where onnxruntime's
-  int8 kernels saturate (provider.quantize.saturation), against its unfused float path,
-  within one quantization step of a quantized output.
+- `session`: `provider.InferenceSession` on the NPU EP plus one run on random feeds seeded
+  by the case, checked against onnxruntime's CPU provider on the same model (for
+  .ms/.mindir: on the same conversion) at rtol 1e-3, atol max(1e-4, 1e-5 * max|ref|), a
+  quantized output within one quantization step; where onnxruntime's int8 kernels
+  saturate (provider.quantize.saturation), against its unfused float path.
 
 Accepted outcomes: success with correct output (`ok`; `ok-unverified` when onnxruntime's
 CPU provider refuses the model, e.g. a pooling pad wider than its kernel, and the NPU,
@@ -302,7 +302,8 @@ def session_path(src: Path, work: Path) -> dict:
         return _bug("onnxruntime's fallback message", output=printed["out"][-2000:])
     if error is not None:
         return _rejected(error, oracle_error, "session creation")
-    rng = np.random.default_rng(zlib.crc32(str(work).encode()))
+    rng = np.random.default_rng(zlib.crc32(work.name.encode()))  # the case's folder: a replay
+    # feeds the same inputs (its full path is a fresh temporary directory each run)
     feeds = {}
     for meta in session.get_inputs():
         shape = [d if isinstance(d, int) and d >= 0 else 1 for d in meta.shape]
@@ -338,14 +339,17 @@ def session_path(src: Path, work: Path) -> dict:
     mismatch = compare(got, want)
     if mismatch is None:
         return {"outcome": "ok", "checked": True}
-    if onnxruntime_saturates():
-        # the unfused float path sums dequantized products in float32: on long sums it
-        # rounds an output code the other way now and then (seen on ~10% of random inputs
-        # of a MindSpore Lite full-quant fixture), one quantization step off the integers
-        steps = quantization_steps(src, [o.name for o in session.get_outputs()])
-        if steps is not None and compare(got, want, steps=steps) is None:
-            return {"outcome": "ok", "checked": True,
-                    "note": f"within one quantization step of the unfused path: {mismatch}"}
+    # A quantized output may be one quantization step off onnxruntime's: its unfused float
+    # path (the oracle where its int8 kernels saturate) sums dequantized products in
+    # float32 and on long sums rounds a code the other way now and then (~10% of random
+    # inputs of a MindSpore Lite full-quant fixture); its fused kernels (the oracle
+    # elsewhere) round their scale ratios their own way (onnxruntime 1.23's QLinearAdd:
+    # 2 of 10 codes of a full-quant ResNet block whose Add lost its Relu, on one input).
+    steps = quantization_steps(src, [o.name for o in session.get_outputs()])
+    if steps is not None and compare(got, want, steps=steps) is None:
+        path = "unfused path" if onnxruntime_saturates() else "fused int8 kernels"
+        return {"outcome": "ok", "checked": True,
+                "note": f"within one quantization step of onnxruntime's {path}: {mismatch}"}
     if extreme_weights(src) and compare(got, want, finite_only=True) is None:
         # NaN/inf weights: where NaNs go through Max/Relu/Clip/pooling is not specified by
         # ONNX (onnxruntime's CPU kernels drop some that numpy keeps), and overflow to inf
