@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from provider.npu.lowering import Builder, LoweredStep
+from provider.npu.lowering import Builder, LoweredStep, producers_and_reads
 from provider.npu.ops import KERNELS
 from provider.npu.ops.quant import limits
 
@@ -29,11 +29,7 @@ def fuse_code_tables(b: Builder, steps: list[LoweredStep]) -> list[LoweredStep]:
     """`qmul(x, qlut(x))` -> `qlut(x)` with the composed table, where the table step's
     output feeds only the qmul and is not a graph output, and the three tensors have one
     shape (no broadcasting)."""
-    made_at = {v: i for i, s in enumerate(steps) for v in s.outputs}
-    reads: dict[int, int] = {}
-    for s in steps:
-        for v in s.inputs:
-            reads[v] = reads.get(v, 0) + 1
+    made_at, reads = producers_and_reads(steps)
     fused: set[int] = set()
     for mi, mul in enumerate(steps):
         if mul.kernel != "qmul" or len(mul.inputs) != 2:

@@ -56,6 +56,7 @@ from provider.npu.lowering import (
     check_indices,
     input_shape,
     lower_node,
+    producers_and_reads,
     topological,
 )
 from provider.npu.memory import DeviceBuffer
@@ -116,11 +117,7 @@ def _fuse_residual_adds(b: Builder, steps: list[LoweredStep]) -> list[LoweredSte
     output feeds only this Add and is not a graph output, r has the output's shape and
     dtype, and r is made before the conv step (so the fused step can read it).
     """
-    made_at = {v: i for i, s in enumerate(steps) for v in s.outputs}
-    reads: dict[int, int] = {}
-    for s in steps:
-        for v in s.inputs:
-            reads[v] = reads.get(v, 0) + 1
+    made_at, reads = producers_and_reads(steps)
     fused: set[int] = set()  # indices of the Add steps folded away
     for ai, add in enumerate(steps):
         if add.kernel != "binary" or add.attrs.get("op") != "add" or len(add.inputs) != 2:

@@ -59,6 +59,17 @@ class LoweredStep:
     scratch: list[int] = field(default_factory=list)
 
 
+def producers_and_reads(steps: Sequence[LoweredStep]) -> tuple[dict[int, int], dict[int, int]]:
+    """For step fusions: the index of the step that makes each val, and how many step
+    inputs read each val."""
+    made_at = {v: i for i, s in enumerate(steps) for v in s.outputs}
+    reads: dict[int, int] = {}
+    for s in steps:
+        for v in s.inputs:
+            reads[v] = reads.get(v, 0) + 1
+    return made_at, reads
+
+
 class Builder:
     """Mutable state of one lowering pass (one compile_model or assess call; never escapes it)."""
 
