@@ -15,6 +15,7 @@ is allocated for it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -122,9 +123,10 @@ class Builder:
 _TOO_BIG = ("array is too big", "Maximum allowed size exceeded", "Maximum allowed dimension")
 
 
+@functools.cache
 def _memory_bytes() -> int:
     """The machine's physical memory: what the NPU's pool (shared host memory) could hold
-    at the very most."""
+    at the very most (asked once: every lowered node checks against it)."""
     try:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):  # no sysconf: a generous 1 TiB
