@@ -166,6 +166,21 @@ static inline __attribute__((always_inline)) void fill_phase(
     }
 }
 
+/* ---- integer codes ---------------------------------------------------------------------- */
+
+/* Round half to even in float32: adding and subtracting 1.5 * 2^23 does it exactly for
+ * |v| < 2^22 (callers clamp first). */
+static inline float rne(float v) { return (v + 12582912.0f) - 12582912.0f; }
+
+/* The code of a requantized value f (already scaled to output steps): clamped to [lo, hi]
+ * (the code range minus the zero point zy), rounded half to even, plus zy; an int8 code as
+ * its two's complement in the low byte. f is never NaN here (it comes from integer sums). */
+static inline int32_t code_of(float f, float lo, float hi, int32_t zy) {
+    f = f < lo ? lo : f;
+    f = f > hi ? hi : f;
+    return (int32_t)rne(f) + zy;
+}
+
 /* ---- fused epilogue -------------------------------------------------------------------- */
 
 typedef struct {

@@ -95,15 +95,9 @@ API int64_t lnpu_set_int8_path(int64_t path) {
     return qgemm_path();
 }
 
-/* The requantization of one int32 sum: rint(float(acc) * m) + zy, clamped to [lo, hi].
- * Rounding by adding and subtracting 1.5 * 2^23 rounds half to even in float32, exactly
- * (the value is first clamped to the output's range, well inside 2^22). */
+/* The requantization of one int32 sum: rint(float(acc) * m) + zy, clamped to [lo, hi]. */
 static inline uint8_t requant(int32_t acc, float m, float lo, float hi, int32_t zy) {
-    float f = (float)acc * m;
-    f = f < lo ? lo : f;
-    f = f > hi ? hi : f;
-    f = (f + 12582912.0f) - 12582912.0f;
-    return (uint8_t)((int32_t)f + zy);  /* an int8 code's two's complement byte */
+    return (uint8_t)code_of((float)acc * m, lo, hi, zy);
 }
 
 typedef struct {
@@ -594,12 +588,7 @@ static void dw_channel(const dw_args *a, int64_t ch, int16_t *plane, int32_t *ac
     for (int64_t r = 0; r < oh; r++) {
         const int32_t *sums = acc + r * wq;
         uint8_t *out = y + r * ow;
-        for (int64_t c = 0; c < ow; c++) {
-            float f = (float)sums[c] * m;
-            f = f < lo ? lo : f;
-            f = f > hi ? hi : f;
-            out[c] = (uint8_t)((int32_t)((f + 12582912.0f) - 12582912.0f) + zy);
-        }
+        for (int64_t c = 0; c < ow; c++) out[c] = requant(sums[c], m, lo, hi, zy);
     }
 }
 
@@ -706,12 +695,7 @@ MULTIVERSION static void dwb_task(const void *ctx, int64_t t) {
     float lo = (float)(p[Q_LO] - zy), hi = (float)(p[Q_HI] - zy);
     int32_t *codes = (int32_t *)wt;  /* the weights are no longer needed */
     int64_t total = OH * OW * DWB;
-    for (int64_t k = 0; k < total; k++) {
-        float f = sums[k];
-        f = f < lo ? lo : f;
-        f = f > hi ? hi : f;
-        codes[k] = (int32_t)((f + 12582912.0f) - 12582912.0f) + zy;
-    }
+    for (int64_t k = 0; k < total; k++) codes[k] = code_of(sums[k], lo, hi, zy);
     for (int64_t c = 0; c < nc; c++) {
         uint8_t *out = a->y + (img * C + c0 + c) * OH * OW;
         for (int64_t k = 0; k < OH * OW; k++) out[k] = (uint8_t)codes[k * DWB + c];

@@ -22,9 +22,6 @@ static int64_t split(ew_args *a, int64_t count) {
     return (count + a->chunk - 1) / a->chunk;
 }
 
-/* Round half to even in float32 (|v| < 2^22, clamped first). */
-static inline float rne(float v) { return (v + 12582912.0f) - 12582912.0f; }
-
 /* f = x / scale clamped to [lo, hi] (codes minus the zero point), a NaN to lo. */
 static inline float clamp_nan(float f, float lo, float hi) {
     f = f >= lo ? f : lo;
@@ -324,10 +321,7 @@ static void gavg_task(const void *ctx, int64_t t) {
             const uint8_t *v = x + plane * hw;
             for (int64_t k = 0; k < hw; k++) sum += v[k];
         }
-        float f = (float)(sum - hw * p[GP_ZX]) * m;
-        f = f < lo ? lo : f;
-        f = f > hi ? hi : f;
-        y[plane] = (uint8_t)((int32_t)rne(f) + zy);  /* an int8 code's two's complement byte */
+        y[plane] = (uint8_t)code_of((float)(sum - hw * p[GP_ZX]) * m, lo, hi, zy);
     }
 }
 
