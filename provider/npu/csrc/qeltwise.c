@@ -249,12 +249,6 @@ static void maxpool_plane(const lnpu_step *s, const uint8_t *x, const uint8_t *t
     }
 }
 
-typedef struct {
-    const lnpu_step *s;
-    void **slots;
-    int64_t per_task;
-} mp_args;
-
 /* Bytes of each of maxpool_plane's three buffers (rounded to whole floats). */
 static int64_t maxpool_buffer_bytes(const int64_t *p) {
     int64_t hp = (p[MP_OH] - 1) * p[MP_SH] + p[MP_KH], wp = (p[MP_OW] - 1) * p[MP_SW] + p[MP_KW];
@@ -262,30 +256,30 @@ static int64_t maxpool_buffer_bytes(const int64_t *p) {
 }
 
 static void maxpool_task(const void *ctx, int64_t t) {
-    const mp_args *a = ctx;
+    const ew_args *a = ctx;  /* count: planes, chunk: planes per task */
     const int64_t *p = a->s->p;
-    int64_t planes = p[MP_N] * p[MP_C], in = p[MP_H] * p[MP_W], out = p[MP_OH] * p[MP_OW];
+    int64_t in = p[MP_H] * p[MP_W], out = p[MP_OH] * p[MP_OW];
     const uint8_t *x = a->slots[a->s->slot[0]];
     const uint8_t *table = a->s->slot[1] >= 0 ? a->slots[a->s->slot[1]] : NULL;
     uint8_t *y = a->slots[a->s->slot[2]];
-    int64_t end = (t + 1) * a->per_task < planes ? (t + 1) * a->per_task : planes;
+    int64_t end = (t + 1) * a->chunk < a->count ? (t + 1) * a->chunk : a->count;
     int64_t bytes = maxpool_buffer_bytes(p);
     uint8_t *padded = (uint8_t *)thread_scratch(3 * bytes / 4);
     if (!padded) return;  /* the caller checked: never here */
-    for (int64_t k = t * a->per_task; k < end; k++)
+    for (int64_t k = t * a->chunk; k < end; k++)
         maxpool_plane(a->s, x + k * in, table, y + k * out, padded, padded + bytes,
                       padded + 2 * bytes);
 }
 
-/* Returns -1 when there is no host memory for the row. */
+/* Returns -1 when there is no host memory for the plane's buffers. */
 int qmaxpool(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p;
     int64_t planes = p[MP_N] * p[MP_C];
     if (!planes || !p[MP_OH] || !p[MP_OW]) return 0;
     if (!thread_scratch(3 * maxpool_buffer_bytes(p) / 4)) return -1;
     double work = (double)planes * p[MP_OH] * p[MP_OW] * p[MP_KH] * p[MP_KW];
-    mp_args a = {s, slots, per_task(planes, task_count(work / ELEMENTS_PER_NS, planes))};
-    parallel(maxpool_task, &a, (planes + a.per_task - 1) / a.per_task);
+    ew_args a = {s, slots, planes, per_task(planes, task_count(work / ELEMENTS_PER_NS, planes))};
+    parallel(maxpool_task, &a, (planes + a.chunk - 1) / a.chunk);
     return 0;
 }
 
@@ -295,24 +289,17 @@ int qmaxpool(const lnpu_step *s, void **slots) {
  * codes). params: planes, hw, zx, zy, lo, hi, x is int8; f[0]: mult. */
 enum { GP_PLANES, GP_HW, GP_ZX, GP_ZY, GP_LO, GP_HI, GP_XSIGNED };
 
-typedef struct {
-    const lnpu_step *s;
-    void **slots;
-    int64_t per_task;
-} gp_args;
-
 MULTIVERSION
 static void gavg_task(const void *ctx, int64_t t) {
-    const gp_args *a = ctx;
+    const ew_args *a = ctx;  /* count: planes, chunk: planes per task */
     const int64_t *p = a->s->p;
-    int64_t hw = p[GP_HW], end = (t + 1) * a->per_task;
-    if (end > p[GP_PLANES]) end = p[GP_PLANES];
+    int64_t hw = p[GP_HW], end = (t + 1) * a->chunk < a->count ? (t + 1) * a->chunk : a->count;
     const uint8_t *x = a->slots[a->s->slot[0]];
     uint8_t *y = a->slots[a->s->slot[1]];
     float m = a->s->f[0];
     int32_t zy = (int32_t)p[GP_ZY];
     float lo = (float)(p[GP_LO] - zy), hi = (float)(p[GP_HI] - zy);
-    for (int64_t plane = t * a->per_task; plane < end; plane++) {
+    for (int64_t plane = t * a->chunk; plane < end; plane++) {
         int64_t sum = 0;
         if (p[GP_XSIGNED]) {
             const int8_t *v = (const int8_t *)x + plane * hw;
@@ -326,11 +313,11 @@ static void gavg_task(const void *ctx, int64_t t) {
 }
 
 void qglobalpool(const lnpu_step *s, void **slots) {
-    const int64_t *p = s->p;
-    if (!p[GP_PLANES]) return;
-    double work = (double)p[GP_PLANES] * p[GP_HW];
-    gp_args a = {s, slots, per_task(p[GP_PLANES], task_count(work / ELEMENTS_PER_NS, p[GP_PLANES]))};
-    parallel(gavg_task, &a, (p[GP_PLANES] + a.per_task - 1) / a.per_task);
+    int64_t planes = s->p[GP_PLANES];
+    if (!planes) return;
+    double work = (double)planes * s->p[GP_HW];
+    ew_args a = {s, slots, planes, per_task(planes, task_count(work / ELEMENTS_PER_NS, planes))};
+    parallel(gavg_task, &a, (planes + a.chunk - 1) / a.chunk);
 }
 
 /* ---- nearest resize of codes ------------------------------------------------------------
