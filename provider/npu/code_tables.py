@@ -15,14 +15,9 @@ import numpy as np
 
 from provider.npu.lowering import Builder, LoweredStep, producers_and_reads
 from provider.npu.ops import KERNELS
-from provider.npu.ops.quant import limits
+from provider.npu.ops.quant import codes as all_codes
 
 __all__ = ["fuse_code_tables"]
-
-
-def _codes(dtype: np.dtype) -> np.ndarray:
-    lo, _ = limits(dtype)
-    return np.arange(lo, lo + 256).astype(dtype)
 
 
 def fuse_code_tables(b: Builder, steps: list[LoweredStep]) -> list[LoweredStep]:
@@ -44,7 +39,7 @@ def fuse_code_tables(b: Builder, steps: list[LoweredStep]) -> list[LoweredStep]:
             if lut.inputs[0] != x or reads.get(s) != 1 or vs.io \
                     or not vx.shape == vs.shape == vy.shape:
                 continue
-            codes = _codes(vx.dtype)
+            codes = all_codes(vx.dtype)
             through = np.empty(256, vs.dtype)
             KERNELS["qlut"].run([codes, b.array(lut.inputs[1])], [through], lut.attrs)
             table = np.empty(256, vy.dtype)

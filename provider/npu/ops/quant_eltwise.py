@@ -33,7 +33,8 @@ from provider.npu.ops.native_builder import StepBuilder
 from provider.npu.ops.pool import _reduce_windows, pool_rule
 from provider.npu.ops.quant import CODES, QDATA, limits, lut, quant_of, wrapped
 from provider.npu.ops.quant_conv import _requant, out_range
-from provider.npu.ops.registry import OPS, define, native, register
+from provider.npu.ops.registry import define, native, register
+from provider.npu.ops.resize import resize, resize_rule
 from provider.npu.program import Slot
 
 
@@ -210,14 +211,11 @@ def qpool_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
 
 @register("qresize_nearest")
 def qresize_nearest(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
-    """Nearest resize of codes: inputs x, the source row (OH,) and column (OW,) of each
-    output [, the table]; scratch rows (N, C, OH, W)."""
-    x, y = inputs[0], outputs[0]
-    rows = scratch(outputs, attrs)["rows"]
-    np.take(x, inputs[1], axis=2, out=rows, mode="clip")
-    np.take(rows, inputs[2], axis=3, out=y, mode="clip")
+    """Nearest resize of codes: the float kernel's nearest form (inputs x, the source row
+    (OH,) and column (OW,) of each output; scratch rows), then [the table]."""
+    resize(inputs[:3], outputs, attrs)
     if len(inputs) > 3:
-        _lookup(y, inputs[3], y)
+        _lookup(outputs[0], inputs[3], outputs[0])
 
 
 @define("Resize", dtypes=QDATA, quant=QUANT_ALL, const_inputs=(1, 2, 3), rank=(4, 4),
@@ -231,7 +229,7 @@ def qresize_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowere
         return wrapped(node, ins, out_types)
     table = requant_table(quant_of(node, x, "input"), x.dtype, quant_of(node, y, "output"),
                           y.dtype)
-    low = OPS["Resize"].rule(node, [TensorInfo(x.shape, x.dtype), *ins[1:]], [x.dtype])
+    low = resize_rule(node, [TensorInfo(x.shape, x.dtype), *ins[1:]], [x.dtype])
     operands = low.operands if table is None else [*low.operands, table]
     return Lowered("qresize_nearest", low.attrs, operands, [(low.outputs[0][0], y.dtype)],
                    low.scratch)
