@@ -303,9 +303,12 @@ def test_a_two_input_sum_is_quantized_as_an_add(tmp_path):
         "residual", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w])
     source = tmp_path / "sum.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
-                                ir_version=8), source)  # onnxruntime 1.23 reads up to IR 11
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                              ir_version=8)  # onnxruntime 1.23 reads up to IR 11
+    onnx.save(proto, source)
     result = quantize_model(source, tmp_path / "q.onnx", load_calibration(source, random=4))
+    quantize_model(proto, tmp_path / "from_proto.onnx", load_calibration(source, random=4))
+    assert [n.op_type for n in proto.graph.node] == ["Conv", "Sum", "Relu"]  # left as given
     assert ("Add", "int8") in {(n.op_type, n.precision) for n in result.nodes}
     program = compile_model(import_onnx(onnx.load(tmp_path / "q.onnx"))[0])
     assert "qadd" in {step.kernel for step in program.steps}

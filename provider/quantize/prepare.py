@@ -62,7 +62,7 @@ def prepare(model: ModelSource, folder: Path) -> Path:
                                     f"(needed for per-channel weights) failed: {e}") from None
     if proto.ir_version < MIN_IR:
         proto = _without_initializer_inputs(proto)
-    _sums_as_adds(proto.graph)
+    proto = _sums_as_adds(proto)
     source, prepared = folder / "float.onnx", folder / "prepared.onnx"
     onnx.save(proto, source)
     symbolic = available("sympy")
@@ -85,13 +85,22 @@ def prepare(model: ModelSource, folder: Path) -> Path:
     return prepared
 
 
-def _sums_as_adds(graph: onnx.GraphProto) -> None:
-    """Two-input Sum nodes become Add nodes (the same value, broadcasting alike):
-    onnxruntime's quantizer quantizes Add but not Sum, and the residual adds of older models
-    (the light ResNet-50's 16) would otherwise stay float between their int8 convs."""
-    for node in graph.node:
-        if node.op_type == "Sum" and node.domain in ("", "ai.onnx") and len(node.input) == 2:
+def _sums_as_adds(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with its two-input Sum nodes as Add nodes (the same value, broadcasting
+    alike), a copy when there are any (the caller's model is left as it was): onnxruntime's
+    quantizer quantizes Add but not Sum, and the residual adds of older models (the light
+    ResNet-50's 16) would otherwise stay float between their int8 convs."""
+    def two_input_sum(node: onnx.NodeProto) -> bool:
+        return node.op_type == "Sum" and node.domain in ("", "ai.onnx") and len(node.input) == 2
+
+    if not any(two_input_sum(node) for node in model.graph.node):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for node in copy.graph.node:
+        if two_input_sum(node):
             node.op_type = "Add"
+    return copy
 
 
 @contextmanager
