@@ -220,7 +220,7 @@ class InferenceSession(ort.InferenceSession):
     def cache_stats(self) -> SessionCacheStats:
         """Where each NPU partition's Program came from (cache hit/miss/..., times, pages touched)
         and which CacheSession path built the session."""
-        partitions = [s for ep in self._npu_eps for s in ep.cache_stats]
+        partitions = [s.settled() for ep in self._npu_eps for s in ep.cache_stats]
         if self._cache_session is None:
             return SessionCacheStats("", "", partitions)
         return self._cache_session.stats(partitions)
@@ -243,7 +243,8 @@ class InferenceSession(ort.InferenceSession):
 
     def placement_summary(self) -> PlacementSummary:
         """Counts of the placement and the CPU nodes grouped by reason."""
-        shapes = {(s.partition, tuple(sorted(s.input_shapes.items()))) for s in self.cache_stats().partitions}
+        shapes = {(s.partition, tuple(sorted(s.input_shapes.items())))
+                  for ep in self._npu_eps for s in ep.cache_stats}  # (writes not awaited)
         return PlacementSummary.of(self.partition(),
                                    [p.failure for p in self._placements() if p.failure],
                                    Counter(name for name, _ in shapes))

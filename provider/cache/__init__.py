@@ -21,7 +21,8 @@ Use from an execution provider's Compile callback::
   validity stamps = Program FORMAT_VERSION and litenpu version. `key.digest` names the
   entry directory. A ModelName names entries; two models never share one.
 * `CompileCache(cache_dir, *, max_bytes=None, cache_version="")`: `get(key)`, `put(key,
-  program, extra_files=...)` (atomic, race-safe), `get_or_compile(key, compile_fn)`,
+  program, extra_files=...)` (atomic, race-safe), `put_later` and `flush()` (the background
+  writer, `writer.py`), `get_or_compile(key, compile_fn, background=False)`,
   `path(key)` (where extra files live), `discard(key)`, `entries()`, `verify_entry(name)`,
   `clear()`, `evict()`. `cache_version` is MindSpore Lite's CacheVersion: entries written with another
   one are rebuilt in place.

@@ -5,8 +5,10 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from provider.cache.writer import Pending
 
 __all__ = ["CacheStatus", "CacheOutcome", "PartitionCacheStats", "EntryInfo", "CONTEXT", "OFF"]
 
@@ -28,6 +30,7 @@ class CacheOutcome:
     entry). `pages_touched` counts weight pages mapped into this process when the Program is
     returned (residency.pages_present: pagemap present bits, fault-around included); None
     for an in-memory Program or without /proc/self/pagemap. `weight_pages` is the total.
+    `written`: the background write of a compiled Program still to be settled (`settled`).
     """
 
     status: CacheStatus
@@ -37,6 +40,7 @@ class CacheOutcome:
     pages_touched: int | None
     weight_pages: int
     entry: Path | None
+    written: Pending | None = field(default=None, repr=False, compare=False)
 
     def describe(self) -> str:
         """One line for logs and reports, e.g. 'hit: loaded in 0.4 ms, 15/170 weight pages'."""
@@ -69,6 +73,7 @@ class PartitionCacheStats:
     pages_touched: int | None  # weight pages mapped into this process when handed over
     weight_pages: int
     entry: str | None  # the cache entry directory (None: in memory)
+    written: Pending | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def of(cls, partition: str, shapes: dict[str, tuple[int, ...]],
@@ -76,7 +81,20 @@ class PartitionCacheStats:
         """The record of one get_or_compile outcome."""
         return cls(partition, dict(shapes), outcome.status.value, outcome.reason,
                    outcome.load_seconds, outcome.compile_seconds, outcome.pages_touched,
-                   outcome.weight_pages, str(outcome.entry) if outcome.entry else None)
+                   outcome.weight_pages, str(outcome.entry) if outcome.entry else None,
+                   outcome.written)
+
+    def settled(self) -> PartitionCacheStats:
+        """This record once its background write is done (waits for it): as it was, or
+        in-memory with the write's error added to the reason when the entry could not be
+        stored."""
+        if self.written is None:
+            return self
+        error = self.written.error()
+        if error is None:
+            return replace(self, written=None)
+        return replace(self, status=CacheStatus.IN_MEMORY.value, entry=None, written=None,
+                       reason=f"{self.reason}; {error}" if self.reason else str(error))
 
 
 @dataclass(frozen=True)

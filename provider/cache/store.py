@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from provider.cache import entry
+from provider.cache import entry, writer
 from provider.cache.fingerprint import MEMO_DIR
 from provider.cache.keys import CacheKey
 from provider.cache.records import CacheOutcome, CacheStatus, EntryInfo
@@ -105,6 +105,7 @@ class CompileCache:
 
     def _lookup(self, key: CacheKey) -> _Lookup:
         directory = self.path(key)
+        writer.wait(directory)
         try:
             ino = os.stat(directory).st_ino
         except (FileNotFoundError, NotADirectoryError):
@@ -177,6 +178,7 @@ class CompileCache:
 
     def discard(self, key: CacheKey) -> bool:
         """Remove the entry of `key` (renamed away first); whether there was one."""
+        writer.wait(self.path(key))
         return self._discard(self.path(key))
 
     def put(self, key: CacheKey, program: Program, *,
@@ -207,6 +209,23 @@ class CompileCache:
             self.evict(protect=(final.name,))
         return final
 
+    def put_later(self, key: CacheKey, program: Program) -> writer.Pending:
+        """put() on the background writer (`provider.cache.writer`): the Program is written
+        while the caller goes on with it in memory. A failure is logged (one WARNING per
+        cache directory) and is the Pending's error()."""
+        def write() -> None:
+            try:
+                self.put(key, program)
+            except CacheError as exc:
+                self._warn_unwritable(exc, "the session runs from memory")
+                raise
+
+        return writer.submit(self.path(key), write)
+
+    def flush(self) -> None:
+        """Wait until every entry queued for this cache (by this process) is written."""
+        writer.wait(self.dir)
+
     def _install(self, tmp: Path, final: Path, key: CacheKey) -> bool:
         """Rename `tmp` to `final`; False if a valid entry (another process's) is kept."""
         for _ in range(_INSTALL_ATTEMPTS):
@@ -224,23 +243,26 @@ class CompileCache:
             self._discard(final, existing.ino)
         raise CacheError(f"cache entry {final}: still taken after {_INSTALL_ATTEMPTS} attempts")
 
-    def _warn_unwritable(self, exc: CacheError) -> None:
+    def _warn_unwritable(self, exc: CacheError, consequence: str = "compiling in memory"
+                         ) -> None:
         """One warning per cache directory per process; later failures log at DEBUG."""
         with _warned_lock:
             first = str(self.dir) not in _warned_dirs
             _warned_dirs.add(str(self.dir))
         if first:
-            log.warning("%s; compiling in memory (later failures of this cache: DEBUG)", exc)
+            log.warning("%s; %s (later failures of this cache: DEBUG)", exc, consequence)
         else:
-            log.debug("%s; compiling in memory", exc)
+            log.debug("%s; %s", exc, consequence)
 
-    def get_or_compile(self, key: CacheKey,
-                       compile_fn: Callable[[], Program]) -> tuple[Program, CacheOutcome]:
+    def get_or_compile(self, key: CacheKey, compile_fn: Callable[[], Program], *,
+                       background: bool = False) -> tuple[Program, CacheOutcome]:
         """The cached Program for `key`, or `compile_fn()` stored and mapped; what happened.
 
         Never returns a bad entry's Program: a bad entry is logged (WARNING, the reason) and
         rebuilt. When the cache cannot be written, the compiled Program is returned from
-        memory (status IN_MEMORY) after one warning per cache directory.
+        memory (status IN_MEMORY) after one warning per cache directory. `background`: a
+        compiled Program is returned from memory at once and stored by the writer; the
+        outcome's `written` tells how that went (`CacheOutcome.settled`).
         """
         start = time.perf_counter()
         found = self._lookup(key)
@@ -255,6 +277,10 @@ class CompileCache:
         program = compile_fn()
         compile_seconds = time.perf_counter() - start
         status = CacheStatus.MISS if found.problem is None else CacheStatus.REBUILT
+        if background:
+            written = self.put_later(key, program)
+            return program, _outcome(status, found.problem or "", compile_seconds, 0.0, program,
+                                     self.path(key), mapped=False, written=written)
         try:
             final = self.put(key, program)
         except CacheError as exc:
@@ -276,6 +302,7 @@ class CompileCache:
     # maintenance ---------------------------------------------------------------------------
 
     def _entry_dirs(self) -> list[Path]:
+        writer.wait(self.dir)
         try:
             items = list(os.scandir(self.dir))
         except (FileNotFoundError, NotADirectoryError):
@@ -315,6 +342,7 @@ class CompileCache:
         user checking a cache dir does not know which one the sessions use).
         """
         directory = self.path(name) if isinstance(name, CacheKey) else self.dir / name
+        writer.wait(directory)
         entry.verify_entry_dir(directory)
 
     def clear(self, model_name: str | None = None) -> int:
@@ -362,11 +390,12 @@ def _input_shapes(manifest: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...]]
 
 
 def _outcome(status: CacheStatus, reason: str, compile_seconds: float, load_seconds: float,
-             program: Program, directory: Path | None) -> CacheOutcome:
+             program: Program, directory: Path | None, *, mapped: bool = True,
+             written: writer.Pending | None = None) -> CacheOutcome:
     """The outcome, measured now (pages mapped when the Program is handed back), and logged."""
     weights = program.weights_array()
-    touched = pages_present(weights) if directory is not None else None
+    touched = pages_present(weights) if directory is not None and mapped else None
     outcome = CacheOutcome(status, reason, compile_seconds, load_seconds, touched,
-                           pages_spanned(weights), directory)
+                           pages_spanned(weights), directory, written)
     log.info("program %r %s", program.name, outcome.describe())
     return outcome

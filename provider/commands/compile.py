@@ -19,10 +19,10 @@ import onnx
 import onnxruntime as ort
 
 from converters.atomic import replacing
-from provider.cache import default_cache_dir
+from provider.cache import CompileCache, default_cache_dir, writer
 from provider.cache.fingerprint import MEMO_DIR, source_fingerprint
 from provider.commands.registry import command, key_values
-from provider.errors import UsageError
+from provider.errors import CacheError, UsageError
 from provider.options import NpuOptions
 from provider.ort import epcontext
 from provider.ort.registration import ep_devices, register
@@ -81,15 +81,40 @@ def compile_model_file(model: Path, output: Path, npu: NpuOptions, *, embed: boo
     compiler = ort.ModelCompiler(options, str(model), embed_compiled_data_into_model=embed)
     with replacing(output) as tmp:  # a new path: onnxruntime refuses to overwrite a file
         compiler.compile_to_file(str(tmp))
+        # Programs and side files are written in the background: wait for them
+        cache = CompileCache.from_options(npu.cache)
+        if cache is not None:
+            cache.flush()
+        writer.wait(tmp.parent)
+        _check_references(tmp, output)
         for side in tmp.parent.iterdir():  # context files the EP wrote beside the model
             if side != tmp:
                 os.replace(side, output.parent / side.name)
 
 
+def _ours(model: Path) -> list[onnx.NodeProto]:
+    nodes = onnx.load(str(model), load_external_data=False).graph.node
+    return [n for n in nodes if n.op_type == epcontext.OP_TYPE and n.domain == epcontext.DOMAIN]
+
+
+def _check_references(written: Path, output: Path) -> None:
+    """Every cache entry and side file the EPContext model references exists (a failed
+    background write was logged; the model is not installed then)."""
+    for node in _ours(written):
+        attrs = {a.name: a for a in node.attribute}
+        if attrs["embed_mode"].i == 1:
+            continue
+        reference = attrs["ep_cache_context"].s.decode()
+        if not any((base / reference).exists()  # a cache entry, or a side file beside it
+                   for base in (output.parent, written.parent)):
+            raise CacheError(f"{node.name}: its {reference} was not written (see the warning "
+                             "above); nothing written")
+
+
 def summary(output: Path) -> str:
     """What the written model holds: nodes, EPContext nodes and where their Programs live."""
     nodes = onnx.load(str(output), load_external_data=False).graph.node
-    ours = [n for n in nodes if n.op_type == epcontext.OP_TYPE and n.domain == epcontext.DOMAIN]
+    ours = _ours(output)
     lines = [f"{output}: {len(nodes)} node(s), {len(ours)} NPU partition(s) as EPContext nodes"]
     for node in ours:
         attrs = {a.name: a for a in node.attribute}

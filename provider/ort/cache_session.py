@@ -42,7 +42,8 @@ from typing import Any
 import onnx
 import onnxruntime as ort
 
-from provider.cache import CompileCache, PartitionCacheStats, session_key
+from provider.cache import CompileCache, PartitionCacheStats, session_key, writer
+from provider.cache.writer import Pending
 from provider.errors import CacheError
 from provider.npu.program import Program
 from provider.options import NpuOptions
@@ -97,6 +98,7 @@ class CacheSession:
         self.path, self.reason = COLD, ""
         self._tmp: str | None = None
         self._npu_only = False  # the stored EPContext model holds our EPContext nodes only
+        self._written: Pending | None = None  # the session entry's background write
 
     @classmethod
     def plan(cls, path_or_bytes: Any, npu: NpuOptions, sess_options: ort.SessionOptions
@@ -167,11 +169,16 @@ class CacheSession:
             options.add_session_config_entry(key, value)
 
     def store(self, kernels: Sequence[FusedKernel]) -> None:
-        """After a cold session: store its EPContext model + the source stat as the entry.
+        """After a cold session: store its EPContext model + the source stat as the entry, on
+        the cache writer (after the Programs and side files it names; `stats()` waits).
 
         Not when a static kernel's Program is in no cache entry (an unwritable cache): its
         EPContext node would hold the whole Program.
         """
+        self.reason = "storing the session entry"
+        self._written = writer.submit(self.cache.path(self.key), lambda: self._store_now(kernels))
+
+    def _store_now(self, kernels: Sequence[FusedKernel]) -> None:
         try:
             self.reason = self._store(kernels)
         finally:
@@ -187,6 +194,11 @@ class CacheSession:
             return f"not stored: partition(s) {uncached} not in cache entries"
         if self._tmp is None:
             return "not stored: no EPContext model was asked for"
+        unwritten = [k.name for k in kernels
+                     if (not k.per_shape and not k.cache_entry.is_dir())
+                     or (k.context_written is not None and k.context_written.error())]
+        if unwritten:  # their writes, queued before this one, failed (and were logged)
+            return f"not stored: partition(s) {unwritten} were not written"
         try:  # the EPContext model and its side files (Lite IR of dynamic partitions)
             files = {f.name: f.read_bytes() for f in Path(self._tmp).iterdir()}
         except OSError as exc:
@@ -205,7 +217,10 @@ class CacheSession:
         return f"stored session entry {directory}"
 
     def stats(self, partitions: list[PartitionCacheStats]) -> SessionCacheStats:
-        """The session's cache record."""
+        """The session's cache record (once the session entry's write is done)."""
+        if self._written is not None:
+            self._written.error()  # the reason says how it went
+            self._written = None
         return SessionCacheStats(self.path, self.reason, partitions)
 
 

@@ -41,6 +41,7 @@ import numpy as np
 from converters.lite.ir import LiteModel
 from provider.cache import CONTEXT, PartitionCacheStats
 from provider.cache.keys import lite_digest
+from provider.cache.writer import Pending
 from provider.errors import BindingError
 from provider.npu.executor import Executor, step_stamps
 from provider.npu.program import Program
@@ -140,9 +141,11 @@ class FusedKernel:
             s.ReleaseState = address(_release_state)
             self.address = C.addressof(s)
         _KERNELS[self.address] = self
+        self.cache = ep.cache
         self.cached = ep.cache is not None
         self._stats: list[PartitionCacheStats] = ep.cache_stats
         self.cache_entry: Path | None = None  # the cache entry of the (single) Program
+        self.context_written: Pending | None = None  # the EPContext side file's write
         self.perf_modes = ep.perf_modes
         self.profiler = ep.profiler
         self._python_modes: Counter[str] = Counter()  # Python runs per performance mode
@@ -270,10 +273,9 @@ class FusedKernel:
 
     def _program(self, shapes: dict[str, tuple[int, ...]]) -> Program:
         """The Program for `shapes` from the partition's source (cache, else compiled)."""
-        # without a cache, the weights are packed straight into device memory (a cached
-        # Program is mapped back from its entry instead)
-        allocate = None if self.cached else self.memory.weight_allocator(self.per_shape)
-        program, stats = self.source.program(shapes, allocate)
+        # a compiled Program's weights are packed straight into device memory (the cache
+        # writer stores them from there; a cache hit maps its entry instead)
+        program, stats = self.source.program(shapes, self.memory.weight_allocator(self.per_shape))
         if self.cached:
             self.cache_entry = Path(stats.entry) if stats.entry is not None else None
         self._stats.append(stats)
@@ -335,8 +337,13 @@ class FusedKernel:
         return self._python_runs + self.native_runs
 
     def close(self) -> None:
-        """After onnxruntime released the kernel: its Programs and their memory go."""
+        """After onnxruntime released the kernel: its Programs and their memory go (once the
+        cache writer has stored them: a released session's entries are on disk)."""
         _KERNELS.pop(self.address, None)
+        if self.context_written is not None:
+            self.context_written.error()  # its bytes come from this kernel
+        if self.cache is not None:
+            self.cache.flush()
         with self._lock:
             for compiled in self._programs.values():
                 self._forget(compiled)

@@ -161,9 +161,9 @@ class NpuEp:
         if self.context.enable and ep_context_nodes:
             # embed mode 0 references the Program's cache entry when there is one
             by_entry = not self.context.embed and kernel.cache_entry is not None
-            ep_context_nodes[i] = epcontext.create_node(
+            ep_context_nodes[i], kernel.context_written = epcontext.create_node(
                 self.ort, kernel.name, kernel.input_names, kernel.output_names,
-                kernel.cache_entry if by_entry else kernel.context_blob(), self.context)
+                kernel.cache_entry if by_entry else kernel.context_blob, self.context)
 
     def partition(self, contents: OrtGraphContents, inputs: list[str], outputs: list[str],
                   name: str) -> LiteModel:

@@ -23,8 +23,9 @@ nodes whose `source` is ours.
 from __future__ import annotations
 
 import ctypes as C
+import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,12 +33,15 @@ from typing import Any
 import provider
 from converters.lite import reader as ms_reader
 from converters.lite.ir import LiteModel
-from provider.cache import CacheKey, entry
+from provider.cache import CacheKey, entry, writer
+from provider.cache.writer import Pending
 from provider.errors import CacheError, InvalidModelError
 from provider.npu import program as npu_program
 from provider.npu.program import Program
 from provider.ort import EP_NAME, abi
 from provider.ort.partition_payload import StoredPartition, is_payload
+
+log = logging.getLogger("litenpu.ort")
 
 OP_TYPE = "EPContext"
 DOMAIN = "com.microsoft"
@@ -91,22 +95,26 @@ def from_bytes(blob: bytes, where: str) -> Program | StoredPartition | LiteModel
 
 
 def create_node(ort: abi.Ort, name: str, inputs: list[str], outputs: list[str],
-                blob: bytes | Path, options: ContextOptions) -> int:
-    """A new OrtNode for the partition (onnxruntime takes ownership when Compile returns it).
+                blob: Callable[[], bytes] | Path, options: ContextOptions) -> tuple[int, Pending | None]:
+    """A new OrtNode for the partition (onnxruntime takes ownership when Compile returns it),
+    and the background write of its side file, if it has one.
 
-    `blob`: the partition's bytes, or (embed mode 0 only) the cache entry holding its Program.
+    `blob`: what makes the partition's bytes, or (embed mode 0 only) the cache entry holding
+    its Program. A side file is written by the cache writer (`provider.cache.writer`): the
+    bytes of a dynamic partition are its whole Lite IR, weights included.
     """
+    written = None
     if isinstance(blob, Path):
         payload, embed_mode = entry_reference(blob, options.final_path).encode(), 0
     elif options.embed:
-        payload, embed_mode = blob, 1
+        payload, embed_mode = blob(), 1
     else:
         if not options.file_path:
             raise InvalidModelError("ep.context_embed_mode=0 needs ep.context_file_path "
                                     "(where the context model is written)")
         file_name = f"{os.path.splitext(os.path.basename(options.file_path))[0]}_{name}{FILE_SUFFIX}"
-        directory = os.path.dirname(os.path.abspath(options.file_path))
-        _write_atomic(os.path.join(directory, file_name), blob)
+        path = os.path.join(os.path.dirname(os.path.abspath(options.file_path)), file_name)
+        written = _write_later(path, blob)
         payload, embed_mode = file_name.encode(), 0
     attrs = [_int_attr(ort, "main_context", 1), _int_attr(ort, "embed_mode", embed_mode),
              _str_attr(ort, "ep_cache_context", payload), _str_attr(ort, "source", SOURCE.encode()),
@@ -123,7 +131,7 @@ def create_node(ort: abi.Ort, name: str, inputs: list[str], outputs: list[str],
         for attr in array:  # CreateNode takes (and NULLs) the attributes it keeps
             if attr:
                 ort.api.ReleaseOpAttr(attr)
-    return node.value
+    return node.value, written
 
 
 def entry_reference(entry: Path, model_file: str) -> str:
@@ -155,6 +163,7 @@ def load_node(attrs: Mapping[str, Any], model_path: str, where: str) -> LoadedCo
         return LoadedContext(from_bytes(payload, where), None)
     base = os.path.dirname(model_path) if model_path else os.getcwd()
     path = os.path.join(base, payload.decode())
+    writer.wait(Path(path))  # written by this process's cache writer, perhaps still queued
     if not path.endswith(FILE_SUFFIX):
         return LoadedContext(open_cache_entry(Path(path), where), Path(path))
     stored = StoredPartition.open(path, where)  # a partition payload: its head only
@@ -209,8 +218,23 @@ def _str_attr(ort: abi.Ort, name: str, value: bytes) -> int:
     return out.value
 
 
+def _write_later(path: str, blob: Callable[[], bytes]) -> Pending:
+    def write() -> None:
+        try:
+            _write_atomic(path, blob())
+        except Exception as exc:
+            log.warning("EPContext file %s not written: %s", path, exc)
+            raise
+
+    return writer.submit(Path(path), write)
+
+
 def _write_atomic(path: str, data: bytes) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise CacheError(f"EPContext file {path}: cannot write it: {exc.strerror or exc}") from exc

@@ -117,16 +117,17 @@ class PartitionSource:
 
     def program(self, shapes: dict[str, tuple[int, ...]], allocate: Allocate = None
                 ) -> tuple[Program, PartitionCacheStats]:
-        """The Program for `shapes`: mapped from the cache, else compiled (and stored). Without
-        a cache, `allocate` places the packed weights (e.g. straight into device memory)."""
+        """The Program for `shapes`: mapped from the cache, else compiled (and stored by the
+        cache's background writer: the session runs from the compiled Program). `allocate`
+        places a compiled Program's packed weights (e.g. straight into device memory)."""
         if self.keys is None:
             start = time.perf_counter()
             program = self._compile(shapes, allocate)
             return program, record(self.name, OFF, "", shapes, program, 0.0,
                                    time.perf_counter() - start, None)
         start = time.perf_counter()
-        program, outcome = self.cache.get_or_compile(self.keys.key(shapes),
-                                                     lambda: self._compile(shapes, None))
+        program, outcome = self.cache.get_or_compile(
+            self.keys.key(shapes), lambda: self._compile(shapes, allocate), background=True)
         self.counters.spent("cache", time.perf_counter() - start - outcome.compile_seconds)
         return program, PartitionCacheStats.of(self.name, shapes, outcome)
 

@@ -1,0 +1,136 @@
+"""The background cache writer: a cold session runs before its entries are written, and
+nothing it leaves behind is incomplete or out of order."""
+
+from __future__ import annotations
+
+import multiprocessing
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ort_models import MLP, reference
+from test_ort_cache import IMAGE, RESNET
+
+import provider
+from provider.cache import CompileCache, entry
+from provider.cache.store import CompileCache as Store
+from provider.session import InferenceSession
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    provider.register()
+
+
+@pytest.fixture
+def source(tmp_path) -> Path:
+    path = tmp_path / "resnet.onnx"
+    path.write_bytes(RESNET)
+    return path
+
+
+def session(model: Path, cache_dir: Path, **options) -> InferenceSession:
+    opts = {"cache_dir": str(cache_dir), "model_name": "resnet", **options}
+    return InferenceSession(str(model), providers=[("NPUExecutionProvider", opts),
+                                                   "CPUExecutionProvider"])
+
+
+def run(sess: InferenceSession) -> np.ndarray:
+    return sess.run(None, {"image": IMAGE})[0]
+
+
+def test_a_cold_session_runs_while_its_program_is_being_written(tmp_path, source, monkeypatch):
+    """The Program's write waits for the test; a synchronous write would make the session
+    wait for it and time out."""
+    release = threading.Event()
+    put = Store.put
+
+    def held_put(self, key, program, **kwargs):
+        if not release.wait(timeout=60):
+            raise AssertionError("the write was waited for")
+        return put(self, key, program, **kwargs)
+
+    monkeypatch.setattr(Store, "put", held_put)
+    cold = session(source, tmp_path / "cache")
+    np.testing.assert_allclose(run(cold), reference(RESNET, {"image": IMAGE})[0],
+                               atol=1e-4, rtol=1e-3)
+    assert not any((tmp_path / "cache").glob("[0-9a-f]*"))  # nothing installed yet
+    release.set()
+    stats = cold.cache_stats()  # waits for the writes
+    assert [p.status for p in stats.partitions] == ["miss"]
+    assert stats.reason.startswith("stored session entry")
+    for info in CompileCache(tmp_path / "cache").entries():
+        CompileCache(tmp_path / "cache").verify_entry(info.name)
+    assert session(source, tmp_path / "cache").cache_stats().path == "context-model"
+
+
+def test_a_process_that_exits_at_once_leaves_complete_entries(tmp_path, source):
+    code = ("import provider; provider.register()\n"
+            "from provider.session import InferenceSession\n"
+            f"InferenceSession({str(source)!r}, providers=[('NPUExecutionProvider', "
+            f"{{'cache_dir': {str(tmp_path / 'cache')!r}, 'model_name': 'resnet'}})])\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+    cache = CompileCache(tmp_path / "cache")
+    infos = cache.entries()
+    assert len(infos) == 2  # the Program and the session entry
+    for info in infos:
+        cache.verify_entry(info.name)
+    warm = session(source, tmp_path / "cache")
+    assert warm.cache_stats().path == "context-model"
+    assert [p.status for p in warm.cache_stats().partitions] == ["context"]
+
+
+def test_no_session_entry_names_a_program_that_was_not_written(tmp_path, source, monkeypatch,
+                                                               caplog):
+    write = entry.write_entry
+
+    def programs_fail(directory, key, program, *args, **kwargs):
+        if program.steps:  # a partition's Program (the session entry's is empty)
+            raise OSError(28, "No space left on device")
+        return write(directory, key, program, *args, **kwargs)
+
+    monkeypatch.setattr(entry, "write_entry", programs_fail)
+    cold = session(source, tmp_path / "cache")
+    stats = cold.cache_stats()
+    assert [p.status for p in stats.partitions] == ["in-memory"]
+    assert "No space left" in stats.partitions[0].reason
+    assert stats.reason.startswith("not stored: partition(s)") and "not written" in stats.reason
+    assert CompileCache(tmp_path / "cache").entries() == []
+    assert "No space left" in caplog.text
+
+
+def test_releasing_a_session_waits_for_its_writes(tmp_path):
+    """A released session's entries are on disk: a dynamic model's per-shape Program, written
+    after its first run, included."""
+    path = tmp_path / "mlp.onnx"
+    path.write_bytes(MLP)
+    sess = InferenceSession(str(path), providers=[
+        ("NPUExecutionProvider", {"cache_dir": str(tmp_path / "c"), "model_name": "mlp"})])
+    sess.run(None, {"x": np.ones((2, 3), np.float32), "b": np.ones(3, np.float32)})
+    del sess
+    names = {p.name for p in (tmp_path / "c").iterdir()}  # read without the cache's API
+    assert len([n for n in names if len(n) == 32]) == 2 and not [n for n in names
+                                                                 if n.startswith(".tmp")]
+
+
+def _child(model: str, cache_dir: str, out) -> None:
+    sess = InferenceSession(model, providers=[
+        ("NPUExecutionProvider", {"cache_dir": cache_dir, "model_name": "resnet"})])
+    out.put(sess.cache_stats().reason)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fork")
+def test_a_forked_child_writes_its_own_entries(tmp_path, source):
+    parent = session(source, tmp_path / "parent")  # its writes may be under way at the fork
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=_child, args=(str(source), str(tmp_path / "child"), out))
+    child.start()
+    reason = out.get(timeout=300)
+    child.join(timeout=60)
+    assert child.exitcode == 0 and reason.startswith("stored session entry")
+    assert len(CompileCache(tmp_path / "child").entries()) == 2
+    assert parent.cache_stats().reason.startswith("stored session entry")
