@@ -301,6 +301,23 @@ def test_pool_native_matches_numpy(op, kh, kw, sh, sw, pads, ceil, include, n, c
     check_native(model, {"x": x}, "max_pool" if op == "MaxPoolFusion" else "avg_pool")
 
 
+@pytest.mark.parametrize("op", ["MaxPoolFusion", "AvgPoolFusion"])
+@pytest.mark.parametrize("k, s, pads, ceil, w", [
+    ((3, 3), (2, 2), (1, 1, 1, 1), False, 20),  # strided: row by row
+    ((5, 5), (1, 1), (2, 2, 2, 2), False, 20),  # a detector's SPP pool: the flat passes
+    ((3, 2), (1, 1), (1, 0, 1, 1), False, 90),  # either side of the cut-off (96 columns)
+    ((3, 2), (1, 1), (1, 0, 1, 1), False, 100),
+    ((3, 1), (1, 1), (0, 0, 0, 0), False, 8),  # one column per window: no horizontal pass
+    ((1, 4), (1, 1), (0, 0, 1, 2), False, 8),  # one row: no vertical pass
+], ids=str)
+def test_pool_on_small_and_wide_planes(op, k, s, pads, ceil, w):
+    """The two ways a plane is pooled (flat passes over small planes at stride 1, row by
+    row otherwise) against the numpy kernel."""
+    x = randn(rng(w), 1, 3, 23, w)
+    model = lite_graph(op, pool_attrs(k, s, pads, ceil, True, op), [("x", x, False)])
+    check_native(model, {"x": x}, "max_pool" if op == "MaxPoolFusion" else "avg_pool")
+
+
 @pytest.mark.parametrize("attrs", [pool_attrs((2, 2), (2, 2), (0, 0, 0, 0), False, None, "MaxPoolFusion"),
                                    pool_attrs((3, 3), (1, 1), (1, 1, 1, 1), False, None, "MaxPoolFusion"),
                                    {"global": True, "format": "NCHW", "activation_type": "RELU"}],
