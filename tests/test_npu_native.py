@@ -289,6 +289,24 @@ def test_a_single_channel_conv_is_depthwise_unless_its_kernel_is_long(k, stride,
     assert native_steps.lower(program, 0).op == native.OPS[op]
 
 
+@SETTINGS
+@given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=4),
+       pads=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), min_size=4, max_size=4),
+       mode=st.sampled_from(["CONSTANT", "REFLECT", "SYMMETRIC", "EDGE"]),
+       dtype=st.sampled_from([np.float32, np.int8, np.int64]), value=st.floats(-3, 3),
+       seed=st.integers(0, 2**16))
+def test_pad_native_matches_numpy(shape, pads, mode, dtype, value, seed):
+    """Every mode, pads longer than their axis, unpadded axes merged or folded into the
+    element, integer constants."""
+    pads = np.array(pads[:len(shape)], np.int32)
+    x = (randn(rng(seed), *shape) * 10).astype(dtype)
+    model = graph([("PadFusion", {"padding_mode": mode, "constant_value": value}, ["x", "p"], "y")],
+                  {"x": (x, False), "p": (pads, True)}, ["y"])
+    model.tensors[-1] = LiteTensor.of("y", x.dtype, ())
+    program = check_native(model, {"x": x}, "pad")
+    assert native_steps.lower(program, 0).op == native.OPS["pad"]
+
+
 def pool_attrs(k, s, pads, ceil, include=None, op="MaxPoolFusion"):
     attrs = {"kernel_size": list(k), "strides": list(s), "pad": list(pads), "pad_mode": "PAD",
              "round_mode": "CEIL" if ceil else "FLOOR", "format": "NCHW", "global": False,

@@ -1,4 +1,4 @@
-/* Data movement: concat and transpose. */
+/* Data movement: concat, transpose (strided copies) and pad. */
 #include "npu.h"
 
 /* concat: outer, then bytes per outer index of each input (slots 0..k-1, output slot 15) */
@@ -43,3 +43,72 @@ void transpose(const lnpu_step *s, void **slots) {
     }
 }
 
+
+/* pad: rank r (<= 6, adjacent unpadded axes merged, trailing ones folded into the element),
+ * element bytes, mode, the constant's bytes (p[PD_VALUE]: the low `base` bytes, repeated
+ * over an element), base element bytes, input dims, pads before, output dims. Each output
+ * row (every axis but the last) is a constant row when its index lies in a constant pad on
+ * some axis, else its source row with the last axis's pads around it. The modes map an
+ * index outside the input as numpy.pad does, pads longer than the axis included. */
+enum { PD_R, PD_ESIZE, PD_MODE, PD_VALUE, PD_BASE, PD_IN = 6, PD_BEFORE = 12, PD_OUT = 18 };
+enum { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE, PAD_SYMMETRIC };
+
+/* The input index output index `o` copies along an axis (-1: the constant). */
+static int64_t pad_source(int64_t o, int64_t before, int64_t n, int mode) {
+    int64_t i = o - before;
+    if (i >= 0 && i < n) return i;
+    if (mode == PAD_CONSTANT) return -1;
+    if (mode == PAD_EDGE) return i < 0 ? 0 : n - 1;
+    if (mode == PAD_REFLECT && n == 1) return 0;
+    for (;;) {  /* mirrored without the edge (reflect) or with it, as often as needed */
+        if (i < 0) i = mode == PAD_REFLECT ? -i : -i - 1;
+        else if (i >= n) i = mode == PAD_REFLECT ? 2 * (n - 1) - i : 2 * n - 1 - i;
+        else return i;
+    }
+}
+
+static void pad_fill(char *dst, int64_t bytes, const char *value, int64_t base) {
+    for (int64_t k = 0; k < bytes; k++) dst[k] = value[k % base];
+}
+
+void pad(const lnpu_step *s, void **slots) {
+    const int64_t *p = s->p, *in = p + PD_IN, *before = p + PD_BEFORE, *out = p + PD_OUT;
+    int64_t r = p[PD_R], es = p[PD_ESIZE], base = p[PD_BASE];
+    int mode = (int)p[PD_MODE];
+    char value[8];
+    memcpy(value, &p[PD_VALUE], sizeof value);
+    const char *x = slots[s->slot[0]];
+    char *y = slots[s->slot[1]];
+    int64_t rows = 1;
+    for (int64_t d = 0; d < r - 1; d++) rows *= out[d];
+    int64_t w = out[r - 1], n = in[r - 1], b = before[r - 1];
+    int64_t idx[6] = {0};
+    for (int64_t row = 0; row < rows && w > 0; row++) {
+        char *dst = y + row * w * es;
+        int64_t src = 0, blank = n == 0;
+        for (int64_t d = 0; d < r - 1 && !blank; d++) {
+            int64_t i = pad_source(idx[d], before[d], in[d], mode);
+            blank = i < 0;
+            src = src * in[d] + i;
+        }
+        if (blank) {
+            pad_fill(dst, w * es, value, base);
+        } else {
+            const char *xr = x + src * n * es;
+            for (int64_t k = 0; k < w; k++) {
+                if (k == b) {  /* the row itself */
+                    memcpy(dst + k * es, xr, (size_t)(n * es));
+                    k += n - 1;
+                    continue;
+                }
+                int64_t i = pad_source(k, b, n, mode);
+                if (i < 0) pad_fill(dst + k * es, es, value, base);
+                else memcpy(dst + k * es, xr + i * es, (size_t)es);
+            }
+        }
+        for (int64_t d = r - 2; d >= 0; d--) {  /* the next row's index */
+            if (++idx[d] < out[d]) break;
+            idx[d] = 0;
+        }
+    }
+}

@@ -421,6 +421,48 @@ def _transpose_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b:
     return True
 
 
+_PAD_CODES = {"constant": 0, "reflect": 1, "edge": 2, "symmetric": 3}  # layout.c's PAD_*
+
+
+def _merged_pads(shape: Sequence[int], pads: Sequence[Sequence[int]], size: int
+                 ) -> tuple[list[int], list[list[int]], int]:
+    """The same pad on fewer axes: adjacent unpadded axes merged, trailing unpadded axes
+    folded into the element; (shape, pads, element bytes)."""
+    dims: list[int] = []
+    merged: list[list[int]] = []
+    for d, (b, e) in zip(shape, pads, strict=True):
+        if dims and not (b or e) and not any(merged[-1]):
+            dims[-1] *= d
+        else:
+            dims.append(d)
+            merged.append([b, e])
+    while len(dims) > 1 and not any(merged[-1]):
+        size *= dims.pop()
+        merged.pop()
+    return dims, merged, size
+
+
+@native("pad")
+def _pad_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """A pad as the C library's row copy (layout.c), the constant as the dtype's bytes."""
+    x = ins[0]
+    shape, pads, size = _merged_pads(x.shape or (1,), attrs["pads"] or [[0, 0]], x.np_dtype.itemsize)
+    if len(shape) > 6 or (attrs["mode"] != "constant" and 0 in x.shape):
+        return False  # numpy's kernel says why an empty axis cannot be mirrored
+    if x.np_dtype.kind != "f" and not math.isfinite(attrs["value"]):
+        return False  # no integer to stand for it: numpy's kernel decides
+    value = np.zeros(8, np.uint8)
+    value[:x.np_dtype.itemsize] = np.frombuffer(
+        np.asarray(attrs["value"]).astype(x.np_dtype).tobytes(), np.uint8)
+    b.params(len(shape), size, _PAD_CODES[attrs["mode"]], int(value.view("<i8")[0]),
+             x.np_dtype.itemsize)
+    b.step.p[6:6 + len(shape)] = shape
+    b.step.p[12:12 + len(shape)] = [before for before, _ in pads]
+    b.step.p[18:18 + len(shape)] = [d + before + after for d, (before, after) in zip(shape, pads, strict=True)]
+    b.slots(b.inputs[0], b.outputs[0])
+    return True
+
+
 @native("slice", op="transpose")
 def _slice_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     """A slice (steps of any sign) as the C library's strided copy: output dims of size 1
