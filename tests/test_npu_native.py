@@ -307,6 +307,22 @@ def test_pad_native_matches_numpy(shape, pads, mode, dtype, value, seed):
     assert native_steps.lower(program, 0).op == native.OPS["pad"]
 
 
+@pytest.mark.parametrize("base, exponent, kernel", [
+    ((4, 129, 4), np.array(2.0, np.float32), "unary"),  # an STFT's power spectrum: a square
+    ((3, 4), np.full((3, 4), 2.0, np.float32), "unary"),
+    ((3, 1), np.full((1, 4), 2.0, np.float32), "binary"),  # the exponent broadcasts the base
+    ((3, 4), np.array([2.0, 2.0, 2.0, 3.0], np.float32), "binary"),
+], ids=["scalar 2", "all 2", "broadcasting 2", "not all 2"])
+def test_pow_of_two_is_a_square(base, exponent, kernel):
+    x = randn(rng(9), *base)
+    model = graph([("PowFusion", {"scale": 1.0, "shift": 0.0}, ["x", "e"], "y")],
+                  {"x": (x, False), "e": (exponent, True)}, ["y"])
+    program = check_native(model, {"x": x}, kernel)
+    if kernel == "unary":  # x * x, bit for bit
+        got, _ = run(program, {"x": x})
+        np.testing.assert_array_equal(got[0], x * x)
+
+
 def pool_attrs(k, s, pads, ceil, include=None, op="MaxPoolFusion"):
     attrs = {"kernel_size": list(k), "strides": list(s), "pad": list(pads), "pad_mode": "PAD",
              "round_mode": "CEIL" if ceil else "FLOOR", "format": "NCHW", "global": False,

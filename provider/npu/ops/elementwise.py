@@ -165,6 +165,12 @@ _COMPARE = {"Equal": "equal", "Less": "less", "Greater": "greater", "LessEqual":
             "LogicalAnd": "logical_and", "LogicalOr": "logical_or"}
 
 
+def _squares(ins: Sequence[TensorInfo], out: tuple[int, ...]) -> bool:
+    """Whether a Pow's exponent is the constant 2 and does not broadcast its base."""
+    exponent = ins[1].value
+    return exponent is not None and bool(np.all(exponent == 2)) and tuple(ins[0].shape) == out
+
+
 def _pow(node: LiteNode) -> str | None:
     if node.attrs.get("scale", 1.0) != 1.0 or node.attrs.get("shift", 0.0) != 0.0:
         return "PowFusion with scale/shift"
@@ -175,11 +181,15 @@ def _pow(node: LiteNode) -> str | None:
         kernels=("binary",), note="numpy broadcasting")
 @define("RealDiv", "Maximum", "Minimum", dtypes=NUMERIC, kernels=("binary",),
         note="numpy broadcasting")
-@define("PowFusion", dtypes=FLOAT, check=_pow, kernels=("binary",), note="scale 1, shift 0")
+@define("PowFusion", dtypes=FLOAT, check=_pow, kernels=("binary", "unary"),
+        note="scale 1, shift 0")
 def binary_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     out = broadcast(node, ins[0].shape, ins[1].shape)
     dtype = data_dtype(ins)
     op = _BINARY[node.op]
+    if op == "pow" and _squares(ins, out) and activation_of(node) == "NO_ACTIVATION":
+        # x ** 2 is x * x (as numpy's power computes it): a product, not a powf per element
+        return Lowered("unary", {"op": "square"}, [0], [(out, dtype)])
     if op == "div" and dtype.kind in "iu":  # integer Div truncates toward zero
         op = "trunc_div"
     attrs = {"op": op, "activation": activation_of(node)}
