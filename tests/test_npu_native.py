@@ -970,6 +970,24 @@ def test_binary_broadcast_runs_natively_like_numpy(op, a_shape, b_shape):
                               {"a": a, "b": b}, native_steps)
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("op, native", [("AddFusion", 1), ("SubFusion", 1), ("MulFusion", 1),
+                                        ("Maximum", 1), ("Minimum", 1), ("DivFusion", 0)])
+@pytest.mark.parametrize("a_shape,b_shape", [((2, 3, 4), (2, 3, 4)), ((3, 1), (1, 6)), ((), ())],
+                         ids=str)
+def test_integer_binary_runs_natively_and_wraps_like_numpy(dtype, op, native, a_shape, b_shape):
+    """Index arithmetic (shapes, masks, positions) on int32/int64: add, sub and mul wrap
+    around as numpy's do; integer division stays with numpy (it truncates)."""
+    info, r = np.iinfo(dtype), rng(26)
+    a = r.integers(info.min, info.max, a_shape, dtype=dtype, endpoint=True)
+    b = r.integers(-9, 9, b_shape, dtype=dtype)
+    if op == "DivFusion":
+        b[b == 0] = 1
+    with np.errstate(over="ignore"):
+        _native_matches_numpy(lite_graph(op, {}, [("a", a, False), ("b", b, False)], (dtype,)),
+                              {"a": a, "b": b}, native)
+
+
 def test_binary_with_a_constant_and_a_fused_relu_runs_natively():
     x = randn(rng(23), 2, 3, 8)
     model = lite_graph("MulFusion", {"activation_type": "RELU"},

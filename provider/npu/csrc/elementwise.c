@@ -118,16 +118,40 @@ MULTIVERSION static void binary_row(const float *restrict a, int64_t sa, const f
 #undef ROW
 }
 
+/* The same rows over integers (int32: T int32_t, U uint32_t; int64 likewise): add, sub and
+ * mul wrap around as numpy's do (computed unsigned, so C never overflows a signed type);
+ * max and min. No activation (the lowering gives integers none). */
+#define INT_ROW(NAME, T, U)                                                                 \
+    MULTIVERSION static void NAME(const T *restrict a, int64_t sa, const T *restrict b,     \
+                                  int64_t sb, T *y, int64_t n, int64_t op) {                \
+        for (int64_t i = 0; i < n; i++) {                                                   \
+            T u = a[i * sa], v = b[i * sb];                                                 \
+            switch (op) {                                                                   \
+            case B_ADD: y[i] = (T)((U)u + (U)v); break;                                     \
+            case B_SUB: y[i] = (T)((U)u - (U)v); break;                                     \
+            case B_MUL: y[i] = (T)((U)u * (U)v); break;                                     \
+            case B_MAX: y[i] = u > v ? u : v; break;                                        \
+            default: y[i] = u < v ? u : v; break;                                           \
+            }                                                                               \
+        }                                                                                   \
+    }
+INT_ROW(binary_row_i32, int32_t, uint32_t)
+INT_ROW(binary_row_i64, int64_t, uint64_t)
+#undef INT_ROW
+
+enum { BT_F32, BT_I32, BT_I64 };  /* p[21]: the element type (ops/elementwise.py) */
+
 typedef struct {
     const lnpu_step *s;
-    const float *a, *b;
-    float *y;
-    int64_t rows_per;
+    const char *a, *b;
+    char *y;
+    int64_t rows_per, size;  /* element bytes */
 } binary_ctx;
 
 /* binary: op, rank r (<= 6, dims merged), p[2..2+r) output dims, p[8..8+r) a's element
- * strides, p[14..14+r) b's (0 where broadcast), p[20] act; slots a, b, y (y may be a when
- * a has the output's shape). A NaN passes the clamp as NaN (the numpy kernels' clip). */
+ * strides, p[14..14+r) b's (0 where broadcast), p[20] act, p[21] element type; slots a, b,
+ * y (y may be a when a has the output's shape). A NaN passes the clamp as NaN (the numpy
+ * kernels' clip). */
 static void binary_task(const void *ctx, int64_t t) {
     const binary_ctx *cx = ctx;
     const int64_t *p = cx->s->p;
@@ -143,21 +167,32 @@ static void binary_task(const void *ctx, int64_t t) {
             oa += i * p[8 + d];
             ob += i * p[14 + d];
         }
-        const float *a = cx->a + oa, *b = cx->b + ob;
+        const char *a = cx->a + oa * cx->size, *b = cx->b + ob * cx->size;
+        char *y = cx->y + row * inner * cx->size;
         int64_t sa = p[8 + r - 1], sb = p[14 + r - 1];
+        if (p[21] == BT_I32) {
+            binary_row_i32((const int32_t *)a, sa, (const int32_t *)b, sb, (int32_t *)y, inner, p[0]);
+            continue;
+        }
+        if (p[21] == BT_I64) {
+            binary_row_i64((const int64_t *)a, sa, (const int64_t *)b, sb, (int64_t *)y, inner, p[0]);
+            continue;
+        }
         if (sa == 0 && sb != 0) {  /* keep the broadcast operand second: swap for + and * */
             if (p[0] == B_ADD || p[0] == B_MUL || p[0] == B_MAX || p[0] == B_MIN) {
-                binary_row(b, sb, a, sa, cx->y + row * inner, inner, p[0], flo, fhi);
+                binary_row((const float *)b, sb, (const float *)a, sa, (float *)y, inner, p[0],
+                           flo, fhi);
                 continue;
             }
         }
-        binary_row(a, sa, b, sb, cx->y + row * inner, inner, p[0], flo, fhi);
+        binary_row((const float *)a, sa, (const float *)b, sb, (float *)y, inner, p[0], flo, fhi);
     }
 }
 
 void binary(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p;
-    binary_ctx cx = {s, slots[s->slot[0]], slots[s->slot[1]], slots[s->slot[2]], 0};
+    binary_ctx cx = {s, slots[s->slot[0]], slots[s->slot[1]], slots[s->slot[2]], 0,
+                     p[21] == BT_I64 ? 8 : 4};
     int64_t r = p[1], inner = p[2 + r - 1], rows = 1;
     for (int64_t d = 0; d < r - 1; d++) rows *= p[2 + d];
     int64_t tasks = task_count((double)rows * inner * 0.5, rows);

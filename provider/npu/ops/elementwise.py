@@ -261,20 +261,28 @@ def prelu_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
 BINARY_CODES = {"add": 0, "sub": 1, "mul": 2, "div": 3, "maximum": 4, "minimum": 5, "pow": 6}
 
 
+# csrc/elementwise.c's element types (BT_*); integers take the ops that wrap or compare
+BINARY_TYPES = {np.dtype(np.float32): 0, np.dtype(np.int32): 1, np.dtype(np.int64): 2}
+INTEGER_OPS = ("add", "sub", "mul", "maximum", "minimum")
+
+
 @native("binary")
 def _binary_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     y = outs[0]
-    if not f32(*ins, y) or attrs["op"] not in BINARY_CODES:
+    kind = BINARY_TYPES.get(y.np_dtype)
+    if kind is None or any(s.np_dtype != y.np_dtype for s in ins) or \
+            attrs["op"] not in (BINARY_CODES if kind == 0 else INTEGER_OPS):
         return False
     dims, (sa, sb) = merged(y.shape, broadcast_strides(ins[0].shape, y.shape),
                             broadcast_strides(ins[1].shape, y.shape))
     code = b.activation_code(attrs.get("activation", "NO_ACTIVATION"))
-    if len(dims) > MAX_RANK or code is None:
+    if len(dims) > MAX_RANK or code is None or (kind and attrs.get("activation", "NO_ACTIVATION")
+                                                != "NO_ACTIVATION"):
         return False
     r = len(dims)
     b.step.p[0], b.step.p[1] = BINARY_CODES[attrs["op"]], r
     b.step.p[2:2 + r], b.step.p[8:8 + r], b.step.p[14:14 + r] = dims, sa, sb
-    b.step.p[20] = code
+    b.step.p[20], b.step.p[21] = code, kind
     b.slots(b.inputs[0], b.inputs[1], b.outputs[0])
     return True
 
