@@ -988,6 +988,19 @@ def test_integer_binary_runs_natively_and_wraps_like_numpy(dtype, op, native, a_
                               {"a": a, "b": b}, native)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_, np.int8])
+def test_a_copy_runs_natively_whatever_its_dtype(dtype):
+    """A graph output that is a reshape of an input is a copy step: one memcpy in C."""
+    x = (np.arange(12) % 3).astype(dtype).reshape(3, 4)
+    model = lite_graph("Reshape", {}, [("x", x, False), ("s", np.array([4, 3], np.int32), True)],
+                       (dtype,))
+    program = compile_for(model, {"x": x})
+    assert [s.kernel for s in program.steps] == ["copy"]
+    got, count = run(program, {"x": x})
+    assert count == 1 and got[0].dtype == x.dtype
+    np.testing.assert_array_equal(got[0], x.reshape(4, 3))
+
+
 def test_binary_with_a_constant_and_a_fused_relu_runs_natively():
     x = randn(rng(23), 2, 3, 8)
     model = lite_graph("MulFusion", {"activation_type": "RELU"},
