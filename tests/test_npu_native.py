@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from npu_oracle import lite_graph, pool, rng
 from threads import run_threads
 
+from converters.lite import dtypes as lite_dtypes
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
 from provider.npu import native, native_steps
 from provider.npu.compiler import compile_model
@@ -999,6 +1000,32 @@ def test_a_copy_runs_natively_whatever_its_dtype(dtype):
     got, count = run(program, {"x": x})
     assert count == 1 and got[0].dtype == x.dtype
     np.testing.assert_array_equal(got[0], x.reshape(4, 3))
+
+
+CAST_TYPES = [np.float32, np.int32, np.int64, np.uint8, np.int8, np.bool_]
+
+
+@pytest.mark.parametrize("source", CAST_TYPES, ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("target", CAST_TYPES, ids=lambda t: np.dtype(t).name)
+def test_cast_runs_natively_unless_a_float_becomes_an_integer(source, target):
+    """Every pair of the C cast's types, values at the source's limits; a float to an
+    integer stays with numpy (the conversion instruction's result for inf and NaN)."""
+    if np.dtype(source).kind == "f":
+        x = np.concatenate([SPECIAL, randn(rng(27), 20) * 300]).astype(source)
+    elif np.dtype(source).kind == "b":
+        x = np.array([True, False, True], np.bool_)
+    else:
+        info = np.iinfo(source)
+        x = np.array([info.min, info.max, 0, 1, -1 if info.min else 2, 255, 2**24 + 1],
+                     np.int64).astype(source)
+    type_id = np.array(lite_dtypes.from_numpy(target), np.int32)
+    model = lite_graph("Cast", {}, [("x", x, False), ("t", type_id, True)], (target,))
+    program = compile_for(model, {"x": x})
+    native = not (np.dtype(source).kind == "f" and np.dtype(target).kind in "iu")
+    got, count = run(program, {"x": x})
+    assert count == int(native)
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.testing.assert_array_equal(got[0], x.astype(target))
 
 
 def test_binary_with_a_constant_and_a_fused_relu_runs_natively():

@@ -1,4 +1,4 @@
-/* Data movement: concat, transpose (strided copies) and pad. */
+/* Data movement: concat, transpose (strided copies), pad and cast. */
 #include "npu.h"
 
 /* concat: outer, then bytes per outer index of each input (slots 0..k-1, output slot 15) */
@@ -112,3 +112,33 @@ void pad(const lnpu_step *s, void **slots) {
         }
     }
 }
+
+/* cast: count, source type, target type (CT_*: ops/shape.py's CAST_TYPES); slots x, y. The
+ * pairs the lowering sends here have one exact meaning in C and numpy: integers and bools
+ * to anything (to bool: nonzero), float32 to float32 or bool. A float to an integer stays
+ * with numpy (outside the range C leaves it undefined). */
+enum { CT_F32, CT_I32, CT_I64, CT_U8, CT_I8, CT_BOOL };
+
+#define CAST_TO(T, EXPR)                                                     \
+    switch (to) {                                                            \
+    case CT_F32: for (int64_t i = 0; i < n; i++) ((float *)y)[i] = (float)(EXPR); break;       \
+    case CT_I32: for (int64_t i = 0; i < n; i++) ((int32_t *)y)[i] = (int32_t)(EXPR); break;   \
+    case CT_I64: for (int64_t i = 0; i < n; i++) ((int64_t *)y)[i] = (int64_t)(EXPR); break;   \
+    case CT_U8: for (int64_t i = 0; i < n; i++) ((uint8_t *)y)[i] = (uint8_t)(EXPR); break;    \
+    case CT_I8: for (int64_t i = 0; i < n; i++) ((int8_t *)y)[i] = (int8_t)(EXPR); break;      \
+    default: for (int64_t i = 0; i < n; i++) ((uint8_t *)y)[i] = (EXPR) != 0; break;           \
+    }
+
+void cast(const lnpu_step *s, void **slots) {
+    int64_t n = s->p[0], from = s->p[1], to = s->p[2];
+    const void *x = slots[s->slot[0]];
+    void *y = slots[s->slot[1]];
+    switch (from) {
+    case CT_F32: CAST_TO(float, ((const float *)x)[i]) break;
+    case CT_I32: CAST_TO(int32_t, ((const int32_t *)x)[i]) break;
+    case CT_I64: CAST_TO(int64_t, ((const int64_t *)x)[i]) break;
+    case CT_U8: case CT_BOOL: CAST_TO(uint8_t, ((const uint8_t *)x)[i]) break;
+    default: CAST_TO(int8_t, ((const int8_t *)x)[i]) break;
+    }
+}
+#undef CAST_TO

@@ -44,6 +44,25 @@ def copy(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dic
     np.copyto(outputs[0].reshape(inputs[0].shape), inputs[0])
 
 
+# csrc/layout.c's cast types (CT_*)
+CAST_TYPES = {np.dtype(t): code for code, t in enumerate(
+    (np.float32, np.int32, np.int64, np.uint8, np.int8, np.bool_))}
+
+
+@native("cast")
+def _cast_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """A cast in C (layout.c) between the types it knows, unless it is a float to an integer
+    (numpy's kernel gives the x86 conversion's result there; C leaves it undefined)."""
+    x, y = ins[0], outs[0]
+    count = math.prod(x.shape)
+    if x.np_dtype not in CAST_TYPES or y.np_dtype not in CAST_TYPES or \
+            count != math.prod(y.shape) or (x.np_dtype.kind == "f" and y.np_dtype.kind in "iu"):
+        return False
+    b.params(count, CAST_TYPES[x.np_dtype], CAST_TYPES[y.np_dtype])
+    b.slots(b.inputs[0], b.outputs[0])
+    return True
+
+
 @native("copy", op="transpose")
 def _copy_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     """A copy as one block of the C library's strided copy (layout.c): a memcpy, whatever
