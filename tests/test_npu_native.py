@@ -1028,6 +1028,20 @@ def test_cast_runs_natively_unless_a_float_becomes_an_integer(source, target):
         np.testing.assert_array_equal(got[0], x.astype(target))
 
 
+@pytest.mark.parametrize("coord", ["ASYMMETRIC", "ALIGN_CORNERS", "HALF_PIXEL"])
+@pytest.mark.parametrize("rounding, size", [("NORMAL", (8, 10)), ("FLOOR", (7, 13)),
+                                            ("CEIL", (3, 4)), ("ROUND_HALF_DOWN", (10, 5))],
+                         ids=str)
+def test_float_nearest_resize_runs_natively(coord, rounding, size):
+    """A detector's upsampling (and downsampling) of float32 on the nearest copy in C."""
+    x = randn(rng(31), 2, 3, 5, 6)
+    model = lite_graph("Resize", {"method": "NEAREST", "new_height": size[0],
+                                  "new_width": size[1], "coordinate_transform_mode": coord,
+                                  "nearest_mode": rounding}, [("x", x, False)])
+    program = check_native(model, {"x": x}, "resize")
+    assert native_steps.lower(program, 0).op == native.OPS["qresize"]
+
+
 def test_binary_with_a_constant_and_a_fused_relu_runs_natively():
     x = randn(rng(23), 2, 3, 8)
     model = lite_graph("MulFusion", {"activation_type": "RELU"},

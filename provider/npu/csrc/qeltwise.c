@@ -320,11 +320,12 @@ void qglobalpool(const lnpu_step *s, void **slots) {
     parallel(gavg_task, &a, (planes + a.chunk - 1) / a.chunk);
 }
 
-/* ---- nearest resize of codes ------------------------------------------------------------
- * p = planes, H, W, OH, OW, signed; slots x, the source row of each output row (OH int64),
- * the source column of each output column (OW int64), table (-1: none), y. Output (r, c) is
- * input (rows[r], cols[c]) [through the table]. */
-enum { RS_PLANES, RS_H, RS_W, RS_OH, RS_OW, RS_SIGNED };
+/* ---- nearest resize of codes (and of floats) ----------------------------------------------
+ * p = planes, H, W, OH, OW, signed, element bytes (1: codes; 4: float32, never a table);
+ * slots x, the source row of each output row (OH int64), the source column of each output
+ * column (OW int64), table (-1: none), y. Output (r, c) is input (rows[r], cols[c])
+ * [through the table]. */
+enum { RS_PLANES, RS_H, RS_W, RS_OH, RS_OW, RS_SIGNED, RS_BYTES };
 
 static void resize_task(const void *ctx, int64_t t) {
     const ew_args *a = ctx;
@@ -339,6 +340,12 @@ static void resize_task(const void *ctx, int64_t t) {
     int64_t end = (t + 1) * a->chunk < a->count ? (t + 1) * a->chunk : a->count;
     for (int64_t k = t * a->chunk; k < end; k++) {  /* output rows of all planes */
         int64_t plane = k / oh, r = k % oh, src = rows[r] < 0 ? 0 : rows[r] >= h ? h - 1 : rows[r];
+        if (p[RS_BYTES] == 4) {  /* float32 (the float Resize's nearest mode) */
+            const float *in = (const float *)x + (plane * h + src) * w;
+            float *out = (float *)y + k * ow;
+            for (int64_t c = 0; c < ow; c++) out[c] = in[cols[c] < 0 ? 0 : cols[c] >= w ? w - 1 : cols[c]];
+            continue;
+        }
         const uint8_t *in = x + (plane * h + src) * w;
         uint8_t *out = y + k * ow;
         for (int64_t c = 0; c < ow; c++) {

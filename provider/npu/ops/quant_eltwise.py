@@ -305,7 +305,7 @@ def _qresize_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: S
         return False
     if len(ins) == 3 and x.dtype != y.dtype:
         return False
-    b.params(n * c, h, w, oh, ow, x.dtype == "int8")
+    b.params(n * c, h, w, oh, ow, x.dtype == "int8", 1)
     b.slots(b.inputs[0], b.inputs[1], b.inputs[2], b.inputs[3] if len(ins) > 3 else None,
             b.outputs[0])
     return True

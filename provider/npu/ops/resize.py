@@ -24,7 +24,9 @@ from provider.npu.ops.common import (
     describe,
     enum_check,
 )
-from provider.npu.ops.registry import define, register
+from provider.npu.ops.native_builder import StepBuilder, f32
+from provider.npu.ops.registry import define, native, register
+from provider.npu.program import Slot
 
 
 @register("resize")
@@ -142,3 +144,22 @@ def resize_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered
         planned += [("top", (n, c, oh, w), x.dtype), ("left", (n, c, oh, ow), x.dtype)]
     attrs = {"method": method.lower(), "scratch": [s[0] for s in planned]}
     return Lowered("resize", attrs, operands, [((n, c, oh, ow), x.dtype)], planned)
+
+
+# ---- native lowering ---------------------------------------------------------------------
+
+
+@native("resize", op="qresize")
+def _resize_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """Nearest resize of float32 on the C library's nearest copy (csrc/qeltwise.c, 4-byte
+    elements): the numpy kernel's two takes with clipped indices, in one pass."""
+    if attrs["method"] != "nearest" or len(ins) != 3 or not f32(ins[0], outs[0]):
+        return False
+    x, rows, cols, y = ins[0], ins[1], ins[2], outs[0]
+    n, c, h, w = x.shape
+    _, _, oh, ow = y.shape
+    if rows.shape != (oh,) or cols.shape != (ow,) or rows.dtype != "int64" or cols.dtype != "int64":
+        return False
+    b.params(n * c, h, w, oh, ow, 0, 4)
+    b.slots(b.inputs[0], b.inputs[1], b.inputs[2], None, b.outputs[0])
+    return True
