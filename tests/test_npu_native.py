@@ -1042,6 +1042,24 @@ def test_float_nearest_resize_runs_natively(coord, rounding, size):
     assert native_steps.lower(program, 0).op == native.OPS["qresize"]
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int8])
+@pytest.mark.parametrize("axis, sizes", [(1, [2, 6, 8]), (3, [1, 4]), (0, [1, 1]), (2, [3])],
+                         ids=str)
+def test_split_runs_natively(dtype, axis, sizes):
+    """Split is concat backwards: pieces along any axis (a detector's channel split, the
+    outer axis, one piece), any dtype, each output its own slot."""
+    shape = [2, 16, 3, 5]
+    shape[axis] = sum(sizes)
+    x = (randn(rng(32), *shape) * 50).astype(dtype)
+    model = lite_graph("Split", {"axis": axis, "output_num": len(sizes), "size_splits": sizes},
+                       [("x", x, False)], (dtype,) * len(sizes))
+    program = check_native(model, {"x": x}, "split")
+    assert native_steps.lower(program, 0).op == native.OPS["split"]
+    got, _ = run(program, {"x": x})
+    for g, want in zip(got, np.split(x, np.cumsum(sizes)[:-1], axis=axis), strict=True):
+        np.testing.assert_array_equal(g, want)
+
+
 def test_binary_with_a_constant_and_a_fused_relu_runs_natively():
     x = randn(rng(23), 2, 3, 8)
     model = lite_graph("MulFusion", {"activation_type": "RELU"},

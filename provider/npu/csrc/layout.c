@@ -1,4 +1,4 @@
-/* Data movement: concat, transpose (strided copies), pad and cast. */
+/* Data movement: concat, split, transpose (strided copies), pad and cast. */
 #include "npu.h"
 
 /* concat: outer, then bytes per outer index of each input (slots 0..k-1, output slot 15) */
@@ -10,6 +10,20 @@ void concat(const lnpu_step *s, void **slots) {
             int64_t part = s->p[2 + i];
             memcpy(y, (const char *)slots[s->slot[i]] + o * part, part);
             y += part;
+        }
+    }
+}
+
+/* split: outer, then bytes per outer index of each output (input slot 0, outputs slots
+ * 1..k): concat backwards */
+void split_axis(const lnpu_step *s, void **slots) {
+    int64_t outer = s->p[0], k = s->p[1];
+    const char *x = slots[s->slot[0]];
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t i = 0; i < k; i++) {
+            int64_t part = s->p[2 + i];
+            memcpy((char *)slots[s->slot[1 + i]] + o * part, x, part);
+            x += part;
         }
     }
 }

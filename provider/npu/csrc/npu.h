@@ -30,7 +30,7 @@
 enum { OP_CONV = 1, OP_DWCONV, OP_MAXPOOL, OP_AVGPOOL, OP_GLOBALPOOL, OP_CONCAT, OP_TRANSPOSE,
        OP_MATMUL, OP_ACT, OP_SOFTMAX, OP_COUNT };
 /* the steps of real models beyond CNNs (elementwise.c, dense.c, rnn.c, reduce.c): codes 11-39 */
-enum { OP_UNARY = 11, OP_BINARY, OP_LAYERNORM, OP_BMATMUL, OP_RNN, OP_REDUCE, OP_PAD, OP_CAST };
+enum { OP_UNARY = 11, OP_BINARY, OP_LAYERNORM, OP_BMATMUL, OP_RNN, OP_REDUCE, OP_PAD, OP_CAST, OP_SPLIT };
 /* Integer kernels (qconv.c, qeltwise.c): codes 40-69. */
 enum { OP_QCONV = 40, OP_QDENSE = 41, OP_QUANTIZE = 42, OP_DEQUANTIZE = 43, OP_QLUT = 44,
        OP_QADD = 45, OP_QCONCAT = 46, OP_QDWCONV = 47, OP_QMAXPOOL = 48, OP_QMUL = 49,
@@ -279,6 +279,7 @@ void concat(const lnpu_step *s, void **slots);       /* layout.c */
 void transpose(const lnpu_step *s, void **slots);
 void pad(const lnpu_step *s, void **slots);
 void cast(const lnpu_step *s, void **slots);
+void split_axis(const lnpu_step *s, void **slots);
 void matmul(const lnpu_step *s, void **slots);       /* dense.c */
 void activation(const lnpu_step *s, void **slots);
 void softmax(const lnpu_step *s, void **slots);

@@ -387,6 +387,20 @@ def _concat_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
     return True
 
 
+@native("split")
+def _split_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """Consecutive pieces along the axis, per outer index: concat's copy backwards."""
+    x, axis = ins[0], attrs["axis"]
+    if len(outs) >= MAX_SLOTS or any(s.np_dtype != x.np_dtype for s in outs):
+        return False
+    b.params(math.prod(x.shape[:axis]), len(outs))
+    b.params(*(math.prod(s.shape[axis:]) * s.np_dtype.itemsize for s in outs))
+    b.slot_at(0, b.inputs[0])
+    for position, index in enumerate(b.outputs):
+        b.slot_at(1 + position, index)
+    return True
+
+
 def _merged_transpose(shape: Sequence[int], perm: Sequence[int]) -> tuple[list[int], list[int]]:
     """The same transpose with size-1 axes dropped and input axes that stay adjacent merged:
     (input shape, perm) of at most as many axes."""
