@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from children import child_env
 from ort_models import MLP, reference
 from test_ort_cache import IMAGE, RESNET
 
@@ -72,7 +73,8 @@ def test_a_process_that_exits_at_once_leaves_complete_entries(tmp_path, source):
             "from provider.session import InferenceSession\n"
             f"InferenceSession({str(source)!r}, providers=[('NPUExecutionProvider', "
             f"{{'cache_dir': {str(tmp_path / 'cache')!r}, 'model_name': 'resnet'}})])\n")
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300, env=child_env(),
+                   cwd=tmp_path)
     cache = CompileCache(tmp_path / "cache")
     infos = cache.entries()
     assert len(infos) == 2  # the Program and the session entry
