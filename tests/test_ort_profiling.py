@@ -79,10 +79,12 @@ def test_step_times_add_up_to_the_partitions_measured_time(tmp_path):
     assert {e["args"]["perf_mode"] for r in runs[:-1] for e in r} == {"default"}
     measured = partition_runs(trace)
     assert len(measured) == RUNS
-    # the first run prepares the partition's memory; warm runs are the steps, plus binding
-    stepped = sum(e["dur"] for r in runs[1:] for e in r)
-    spent = sum(e["dur"] for e in measured[1:])
-    assert 0.8 * spent <= stepped <= 1.2 * spent, (stepped, spent)
+    # the first run prepares the partition's memory; warm runs are the steps, plus binding.
+    # Per run, then the median run: a run preempted between two steps (a loaded CI machine)
+    # counts the wait in the partition's time only.
+    ratios = sorted(sum(e["dur"] for e in r) / max(m["dur"], 1)
+                    for r, m in zip(runs[1:], measured[1:], strict=True))
+    assert 0.8 <= ratios[len(ratios) // 2] <= 1.2, ratios
     if HOOKED:  # one timeline: every run's steps inside onnxruntime's event of that run
         for events, node in zip(runs, measured, strict=True):
             assert node["ts"] <= events[0]["ts"]
