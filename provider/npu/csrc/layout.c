@@ -1,32 +1,26 @@
 /* Data movement: concat, split, transpose (strided copies), pad and cast. */
 #include "npu.h"
 
-/* concat: outer, then bytes per outer index of each input (slots 0..k-1, output slot 15) */
-void concat(const lnpu_step *s, void **slots) {
+/* concat and split: outer, then bytes per outer index of each piece (slots 0..k-1); the
+ * whole tensor in slot 15. Concat copies the pieces into the whole, split the whole into
+ * the pieces. */
+static void pieces(const lnpu_step *s, void **slots, int join) {
     int64_t outer = s->p[0], k = s->p[1];
-    char *y = slots[s->slot[MAX_SLOTS - 1]];
+    char *whole = slots[s->slot[MAX_SLOTS - 1]];
     for (int64_t o = 0; o < outer; o++) {
         for (int64_t i = 0; i < k; i++) {
             int64_t part = s->p[2 + i];
-            memcpy(y, (const char *)slots[s->slot[i]] + o * part, part);
-            y += part;
+            char *piece = (char *)slots[s->slot[i]] + o * part;
+            if (join) memcpy(whole, piece, part);
+            else memcpy(piece, whole, part);
+            whole += part;
         }
     }
 }
 
-/* split: outer, then bytes per outer index of each output (input slot 0, outputs slots
- * 1..k): concat backwards */
-void split_axis(const lnpu_step *s, void **slots) {
-    int64_t outer = s->p[0], k = s->p[1];
-    const char *x = slots[s->slot[0]];
-    for (int64_t o = 0; o < outer; o++) {
-        for (int64_t i = 0; i < k; i++) {
-            int64_t part = s->p[2 + i];
-            memcpy((char *)slots[s->slot[1 + i]] + o * part, x, part);
-            x += part;
-        }
-    }
-}
+void concat(const lnpu_step *s, void **slots) { pieces(s, slots, 1); }
+
+void split_axis(const lnpu_step *s, void **slots) { pieces(s, slots, 0); }
 
 /* transpose: rank r (<= 6, the last output axis is contiguous in the input too when
  * p[1] > 1), p[1] bytes per innermost block, p[2..2+r) output shape, p[8..8+r) input

@@ -374,31 +374,29 @@ def tile_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
 # ---- native lowerings --------------------------------------------------------------------
 
 
+def _pieces(whole: Slot, pieces: Sequence[Slot], axis: int, whole_index: int,
+            piece_indices: Sequence[int], b: StepBuilder) -> bool:
+    """Concat's and split's C copy (layout.c `pieces`): the outer count and each piece's
+    bytes per outer index; the pieces in slots 0..k-1, the whole tensor in the last."""
+    if len(pieces) >= MAX_SLOTS or any(s.np_dtype != whole.np_dtype for s in pieces):
+        return False
+    b.params(math.prod(whole.shape[:axis]), len(pieces))
+    b.params(*(math.prod(s.shape[axis:]) * s.np_dtype.itemsize for s in pieces))
+    for position, index in enumerate(piece_indices):
+        b.slot_at(position, index)
+    b.slot_at(MAX_SLOTS - 1, whole_index)
+    return True
+
+
 @native("concat")
 def _concat_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
-    y, axis = outs[0], attrs["axis"]
-    if len(ins) >= MAX_SLOTS or any(s.np_dtype != y.np_dtype for s in ins):
-        return False
-    b.params(math.prod(y.shape[:axis]), len(ins))
-    b.params(*(math.prod(s.shape[axis:]) * s.np_dtype.itemsize for s in ins))
-    for position, index in enumerate(b.inputs):
-        b.slot_at(position, index)
-    b.slot_at(MAX_SLOTS - 1, b.outputs[0])
-    return True
+    return _pieces(outs[0], ins, attrs["axis"], b.outputs[0], b.inputs, b)
 
 
 @native("split")
 def _split_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     """Consecutive pieces along the axis, per outer index: concat's copy backwards."""
-    x, axis = ins[0], attrs["axis"]
-    if len(outs) >= MAX_SLOTS or any(s.np_dtype != x.np_dtype for s in outs):
-        return False
-    b.params(math.prod(x.shape[:axis]), len(outs))
-    b.params(*(math.prod(s.shape[axis:]) * s.np_dtype.itemsize for s in outs))
-    b.slot_at(0, b.inputs[0])
-    for position, index in enumerate(b.outputs):
-        b.slot_at(1 + position, index)
-    return True
+    return _pieces(ins[0], outs, attrs["axis"], b.inputs[0], b.outputs, b)
 
 
 def _merged_transpose(shape: Sequence[int], perm: Sequence[int]) -> tuple[list[int], list[int]]:
