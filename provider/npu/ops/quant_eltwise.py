@@ -34,7 +34,7 @@ from provider.npu.ops.pool import _reduce_windows, pool_rule
 from provider.npu.ops.quant import CODES, QDATA, limits, lut, quant_of, wrapped
 from provider.npu.ops.quant_conv import _requant, out_range
 from provider.npu.ops.registry import define, native, register
-from provider.npu.ops.resize import resize, resize_rule
+from provider.npu.ops.resize import nearest_copy, resize, resize_rule
 from provider.npu.program import Slot
 
 
@@ -295,20 +295,13 @@ def _qglobal_pool_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict,
 @native("qresize_nearest", op="qresize")
 def _qresize_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     """Nearest resize of 8-bit codes [through a table] (csrc/qeltwise.c)."""
-    x, rows, cols, y = ins[0], ins[1], ins[2], outs[0]
-    if x.dtype not in CODES or y.dtype not in CODES or len(x.shape) != 4 or len(y.shape) != 4:
-        return False
-    n, c, h, w = x.shape
-    _, _, oh, ow = y.shape
-    if rows.shape != (oh,) or cols.shape != (ow,) or rows.dtype != "int64" \
-            or cols.dtype != "int64" or (len(ins) > 3 and ins[3].shape != (256,)):
+    x, y = ins[0], outs[0]
+    if x.dtype not in CODES or y.dtype not in CODES or (len(ins) > 3 and ins[3].shape != (256,)):
         return False
     if len(ins) == 3 and x.dtype != y.dtype:
         return False
-    b.params(n * c, h, w, oh, ow, x.dtype == "int8", 1)
-    b.slots(b.inputs[0], b.inputs[1], b.inputs[2], b.inputs[3] if len(ins) > 3 else None,
-            b.outputs[0])
-    return True
+    return nearest_copy(ins, outs, b, signed=x.dtype == "int8", element_bytes=1,
+                        table=b.inputs[3] if len(ins) > 3 else None)
 
 
 @native("qmax_pool", op="qmaxpool")

@@ -149,17 +149,25 @@ def resize_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered
 # ---- native lowering ---------------------------------------------------------------------
 
 
-@native("resize", op="qresize")
-def _resize_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
-    """Nearest resize of float32 on the C library's nearest copy (csrc/qeltwise.c, 4-byte
-    elements): the numpy kernel's two takes with clipped indices, in one pass."""
-    if attrs["method"] != "nearest" or len(ins) != 3 or not f32(ins[0], outs[0]):
-        return False
+def nearest_copy(ins: Sequence[Slot], outs: Sequence[Slot], b: StepBuilder, *, signed: bool,
+                 element_bytes: int, table: int | None) -> bool:
+    """The C library's nearest copy (csrc/qeltwise.c qresize) of x (NCHW) by its source row
+    and column per output (int64), for codes [through a table] or float32."""
     x, rows, cols, y = ins[0], ins[1], ins[2], outs[0]
+    if len(x.shape) != 4 or len(y.shape) != 4:
+        return False
     n, c, h, w = x.shape
     _, _, oh, ow = y.shape
     if rows.shape != (oh,) or cols.shape != (ow,) or rows.dtype != "int64" or cols.dtype != "int64":
         return False
-    b.params(n * c, h, w, oh, ow, 0, 4)
-    b.slots(b.inputs[0], b.inputs[1], b.inputs[2], None, b.outputs[0])
+    b.params(n * c, h, w, oh, ow, signed, element_bytes)
+    b.slots(b.inputs[0], b.inputs[1], b.inputs[2], table, b.outputs[0])
     return True
+
+
+@native("resize", op="qresize")
+def _resize_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """Nearest resize of float32 on the nearest copy (4-byte elements): the numpy kernel's
+    two takes with clipped indices, in one pass."""
+    return attrs["method"] == "nearest" and len(ins) == 3 and f32(ins[0], outs[0]) and \
+        nearest_copy(ins, outs, b, signed=False, element_bytes=4, table=None)
