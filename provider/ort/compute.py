@@ -141,8 +141,7 @@ class FusedKernel:
             s.ReleaseState = address(_release_state)
             self.address = C.addressof(s)
         _KERNELS[self.address] = self
-        self.cache = ep.cache
-        self.cached = ep.cache is not None
+        self.cache = ep.cache  # None: compiled in memory
         self._stats: list[PartitionCacheStats] = ep.cache_stats
         self.cache_entry: Path | None = None  # the cache entry of the (single) Program
         self.context_written: Pending | None = None  # the EPContext side file's write
@@ -276,7 +275,7 @@ class FusedKernel:
         # a compiled Program's weights are packed straight into device memory (the cache
         # writer stores them from there; a cache hit maps its entry instead)
         program, stats = self.source.program(shapes, self.memory.weight_allocator(self.per_shape))
-        if self.cached:
+        if self.cache is not None:
             self.cache_entry = Path(stats.entry) if stats.entry is not None else None
         self._stats.append(stats)
         return program

@@ -275,9 +275,9 @@ def _binary_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
         return False
     dims, (sa, sb) = merged(y.shape, broadcast_strides(ins[0].shape, y.shape),
                             broadcast_strides(ins[1].shape, y.shape))
-    code = b.activation_code(attrs.get("activation", "NO_ACTIVATION"))
-    if len(dims) > MAX_RANK or code is None or (kind and attrs.get("activation", "NO_ACTIVATION")
-                                                != "NO_ACTIVATION"):
+    activation = attrs.get("activation", "NO_ACTIVATION")
+    code = b.activation_code(activation)
+    if len(dims) > MAX_RANK or code is None or (kind and activation != "NO_ACTIVATION"):
         return False
     r = len(dims)
     b.step.p[0], b.step.p[1] = BINARY_CODES[attrs["op"]], r
