@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from children import child_env
 from ort_models import MLP, reference
+from test_cache_session import run, session
 from test_ort_cache import IMAGE, RESNET
 
 import provider
@@ -31,16 +32,6 @@ def source(tmp_path) -> Path:
     path = tmp_path / "resnet.onnx"
     path.write_bytes(RESNET)
     return path
-
-
-def session(model: Path, cache_dir: Path, **options) -> InferenceSession:
-    opts = {"cache_dir": str(cache_dir), "model_name": "resnet", **options}
-    return InferenceSession(str(model), providers=[("NPUExecutionProvider", opts),
-                                                   "CPUExecutionProvider"])
-
-
-def run(sess: InferenceSession) -> np.ndarray:
-    return sess.run(None, {"image": IMAGE})[0]
 
 
 def test_a_cold_session_runs_while_its_program_is_being_written(tmp_path, source, monkeypatch):
