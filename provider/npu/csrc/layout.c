@@ -127,7 +127,7 @@ void pad(const lnpu_step *s, void **slots) {
  * with numpy (outside the range C leaves it undefined). */
 enum { CT_F32, CT_I32, CT_I64, CT_U8, CT_I8, CT_BOOL };
 
-#define CAST_TO(T, EXPR)                                                     \
+#define CAST_TO(EXPR)                                                        \
     switch (to) {                                                            \
     case CT_F32: for (int64_t i = 0; i < n; i++) ((float *)y)[i] = (float)(EXPR); break;       \
     case CT_I32: for (int64_t i = 0; i < n; i++) ((int32_t *)y)[i] = (int32_t)(EXPR); break;   \
@@ -142,11 +142,11 @@ void cast(const lnpu_step *s, void **slots) {
     const void *x = slots[s->slot[0]];
     void *y = slots[s->slot[1]];
     switch (from) {
-    case CT_F32: CAST_TO(float, ((const float *)x)[i]) break;
-    case CT_I32: CAST_TO(int32_t, ((const int32_t *)x)[i]) break;
-    case CT_I64: CAST_TO(int64_t, ((const int64_t *)x)[i]) break;
-    case CT_U8: case CT_BOOL: CAST_TO(uint8_t, ((const uint8_t *)x)[i]) break;
-    default: CAST_TO(int8_t, ((const int8_t *)x)[i]) break;
+    case CT_F32: CAST_TO(((const float *)x)[i]) break;
+    case CT_I32: CAST_TO(((const int32_t *)x)[i]) break;
+    case CT_I64: CAST_TO(((const int64_t *)x)[i]) break;
+    case CT_U8: case CT_BOOL: CAST_TO(((const uint8_t *)x)[i]) break;
+    default: CAST_TO(((const int8_t *)x)[i]) break;
     }
 }
 #undef CAST_TO
