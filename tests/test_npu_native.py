@@ -189,6 +189,8 @@ def test_conv_native_matches_numpy(geometry, seed):
      "residual": True, "act": "RELU"},
     {"c": 12, "o": 24, "group": 12, "k": (5, 5), "stride": (2, 2), "pads": (2, 2, 2, 2),
      "hw": (33, 31), "dil": (1, 2)},
+    # a one-tap depthwise conv: the per-plane affine form
+    {"c": 6, "o": 6, "group": 6, "k": (1, 1), "hw": (5, 7), "n": 2, "residual": True, "act": "RELU"},
     # a strided conv (column phases) large enough to be split into column blocks
     {"c": 3, "o": 16, "k": (7, 7), "stride": (2, 2), "pads": (3, 3, 3, 3), "hw": (64, 64)},
 ], ids=str)
@@ -601,22 +603,113 @@ def test_fp16_program_stays_on_numpy():
     assert_close(got, want)
 
 
-def test_conv_with_sigmoid_stays_on_numpy_and_the_pool_after_it_does_not():
+def test_conv_with_tanh_stays_on_numpy_and_the_pool_after_it_does_not():
     r = rng(5)
     x = randn(r, 1, 4, 8, 8)
     model = graph([
-        ("Conv2DFusion", conv_attrs(4, 6, (3, 3), pads=(1, 1, 1, 1), act="SIGMOID"), ["x", "w", "b"], "c"),
+        ("Conv2DFusion", conv_attrs(4, 6, (3, 3), pads=(1, 1, 1, 1), act="TANH"), ["x", "w", "b"], "c"),
         ("MaxPoolFusion", pool_attrs((2, 2), (2, 2), (0, 0, 0, 0), False), ["c"], "y"),
     ], {"x": (x, False), "w": (randn(r, 6, 4, 3, 3), True), "b": (randn(r, 6), True)}, ["y"])
     program = compile_for(model, {"x": x})
     kinds = [s.kernel for s in program.steps]
     assert kinds == ["conv2d", "max_pool"], kinds
-    assert program.steps[0].attrs["activation"] == "SIGMOID"
+    assert program.steps[0].attrs["activation"] == "TANH"
     assert native_steps.lower(program, 0) is None and native_steps.lower(program, 1) is not None
     got, count = run(program, {"x": x})
     want, _ = run(program, {"x": x}, kernels=KERNELS)
     assert count == 1
     assert_close(got, want)
+
+
+@pytest.mark.parametrize("act", ["SIGMOID", "SWISH"])
+@pytest.mark.parametrize("case", [
+    {"c": 8, "o": 13, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (9, 9)},  # direct
+    {"c": 8, "o": 13, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (9, 9), "residual": True},
+    {"c": 16, "o": 1, "k": (1, 1), "hw": (12, 12)},  # a detector's objectness head: GEMM
+    {"c": 3, "o": 16, "k": (7, 7), "stride": (2, 2), "pads": (3, 3, 3, 3), "hw": (24, 24)},
+    {"c": 20, "o": 20, "group": 20, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (8, 8),
+     "residual": True},  # depthwise, channels-last blocks
+    {"c": 4, "o": 4, "group": 4, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (20, 20)},  # planes
+], ids=str)
+def test_conv_with_a_sigmoid_or_swish_runs_natively(case, act):
+    """Both activations are in the conv kernels' shared epilogue, on every conv path."""
+    check_native(*conv_model(rng(7), act=act, **case), "conv2d")
+
+
+@pytest.mark.parametrize("act", ["SIGMOID", "SWISH", "RELU"])
+@pytest.mark.parametrize("a_shape,b_shape", [((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (1,)),
+                                             ((1,), (2, 5)), ((3, 1), (1, 6))], ids=str)
+def test_binary_with_a_fused_activation_runs_natively(a_shape, b_shape, act):
+    r = rng(8)
+    a, b = randn(r, *a_shape) * 4, randn(r, *b_shape) * 4
+    a.reshape(-1)[0] = np.nan
+    _native_matches_numpy(lite_graph("MulFusion", {"activation_type": act},
+                                     [("a", a, False), ("b", b, False)]), {"a": a, "b": b})
+
+
+@pytest.mark.parametrize("bounds", [(0.0, 1.0), (None, 6.0), (-1.5, None), (None, None),
+                                    (2.0, -2.0), (np.nan, 0.5)], ids=str)
+def test_clip_runs_natively(bounds):
+    """Absent and NaN bounds leave that side open; min > max gives max, as numpy's clip."""
+    x = np.concatenate([SPECIAL, randn(rng(9), 100) * 3]).reshape(4, 29)
+    consts = [(name, np.array(v, F32), True) for name, v in zip(("lo", "hi"), bounds, strict=True)
+              if v is not None]
+    if bounds[0] is None and bounds[1] is not None:  # an absent min before a given max
+        consts.insert(0, ("lo", np.array(np.nan, F32), True))
+    _native_matches_numpy(lite_graph("Clip", {}, [("x", x, False), *consts]), {"x": x})
+
+
+def deconv_model(r, *, n=1, c=4, o=6, hw=(5, 4), k=(2, 2), stride=(2, 2), dil=(1, 1),
+                 pads=(0, 0, 0, 0), out_pad=(0, 0), group=1, bias=True, act="NO_ACTIVATION"):
+    """(model, feeds) of a transposed conv; pads (top, bottom, left, right)."""
+    x = randn(r, n, c, *hw)
+    tensors = {"x": (x, False), "w": (randn(r, c, o // group, *k), True)}
+    if bias:
+        tensors["b"] = (randn(r, o), True)
+    attrs = {"format": "NCHW", "kernel_size": list(k), "stride": list(stride),
+             "dilation": list(dil), "group": group, "pad_mode": "PAD", "pad_list": list(pads),
+             "output_paddings": list(out_pad), "activation_type": act}
+    return graph([("Conv2dTransposeFusion", attrs, list(tensors), "y")], tensors, ["y"]), {"x": x}
+
+
+@pytest.mark.parametrize("case", [
+    {},  # kernel = stride: a segmentation head's upsampling, taps that never overlap
+    {"n": 2, "c": 24, "o": 24, "hw": (10, 12), "act": "SIGMOID"},
+    {"k": (3, 3), "stride": (2, 2), "pads": (1, 1, 1, 1), "out_pad": (1, 1), "act": "RELU"},
+    {"k": (3, 3), "stride": (1, 1), "dil": (2, 2), "bias": False},
+    {"k": (3, 2), "stride": (3, 2), "group": 2, "pads": (0, 1, 1, 0)},
+    {"c": 64, "o": 32, "k": (4, 4), "hw": (16, 16)},  # GEMM rows split over the cores
+], ids=str)
+def test_conv_transpose_runs_natively(case):
+    check_native(*deconv_model(rng(10), **case), "deconv2d")
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5, 7), (1, 4, 9), (3, 6)], ids=str)
+def test_batch_norm_runs_natively_as_a_one_tap_depthwise_conv(shape):
+    r = rng(11)
+    x = randn(r, *shape)
+    c = shape[1]
+    stats = [("scale", randn(r, c), True), ("bias", randn(r, c), True),
+             ("mean", randn(r, c), True), ("var", np.abs(randn(r, c)) + 0.1, True)]
+    program = compile_for(lite_graph("FusedBatchNorm", {"epsilon": 1e-5}, [("x", x, False), *stats]),
+                          {"x": x})
+    assert [s.kernel for s in program.steps] == ["scale_shift"]
+    _native_matches_numpy(lite_graph("FusedBatchNorm", {"epsilon": 1e-5}, [("x", x, False), *stats]),
+                          {"x": x})
+
+
+def test_batch_norm_after_an_activation_runs_natively_in_place():
+    r = rng(12)
+    x = randn(r, 2, 5, 6, 6)
+    stats = {name: (v, True) for name, v in (("scale", randn(r, 5)), ("bias", randn(r, 5)),
+                                              ("mean", randn(r, 5)), ("var", np.abs(randn(r, 5)) + 0.1))}
+    model = graph([("Activation", {"activation_type": "TANH"}, ["x"], "a"),
+                   ("FusedBatchNorm", {"epsilon": 1e-5}, ["a", *stats], "b"),
+                   ("Activation", {"activation_type": "TANH"}, ["b"], "y")],
+                  {"x": (x, False), **stats}, ["y"])
+    program = check_native(model, {"x": x})
+    bn = program.steps[1]
+    assert program.slots[bn.inputs[0]].offset == program.slots[bn.outputs[0]].offset  # in place
 
 
 def test_standalone_sigmoid_runs_natively():

@@ -151,7 +151,7 @@ typedef struct {
 /* binary: op, rank r (<= 6, dims merged), p[2..2+r) output dims, p[8..8+r) a's element
  * strides, p[14..14+r) b's (0 where broadcast), p[20] act, p[21] element type; slots a, b,
  * y (y may be a when a has the output's shape). A NaN passes the clamp as NaN (the numpy
- * kernels' clip). */
+ * kernels' clip). An activation other than a clamp runs on each row once it is written. */
 static void binary_task(const void *ctx, int64_t t) {
     const binary_ctx *cx = ctx;
     const int64_t *p = cx->s->p;
@@ -182,10 +182,12 @@ static void binary_task(const void *ctx, int64_t t) {
             if (p[0] == B_ADD || p[0] == B_MUL || p[0] == B_MAX || p[0] == B_MIN) {
                 binary_row((const float *)b, sb, (const float *)a, sa, (float *)y, inner, p[0],
                            flo, fhi);
+                if (p[20] != ACT_CLAMP) epilogue((float *)y, inner, 0.0f, NULL, act_of(cx->s, 20));
                 continue;
             }
         }
         binary_row((const float *)a, sa, (const float *)b, sb, (float *)y, inner, p[0], flo, fhi);
+        if (p[20] != ACT_CLAMP) epilogue((float *)y, inner, 0.0f, NULL, act_of(cx->s, 20));
     }
 }
 

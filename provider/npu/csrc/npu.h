@@ -30,7 +30,8 @@
 enum { OP_CONV = 1, OP_DWCONV, OP_MAXPOOL, OP_AVGPOOL, OP_GLOBALPOOL, OP_CONCAT, OP_TRANSPOSE,
        OP_MATMUL, OP_ACT, OP_SOFTMAX, OP_COUNT };
 /* the steps of real models beyond CNNs (elementwise.c, dense.c, rnn.c, reduce.c): codes 11-39 */
-enum { OP_UNARY = 11, OP_BINARY, OP_LAYERNORM, OP_BMATMUL, OP_RNN, OP_REDUCE, OP_PAD, OP_CAST, OP_SPLIT };
+enum { OP_UNARY = 11, OP_BINARY, OP_LAYERNORM, OP_BMATMUL, OP_RNN, OP_REDUCE, OP_PAD, OP_CAST, OP_SPLIT,
+       OP_DECONV };
 /* Integer kernels (qconv.c, qeltwise.c): codes 40-69. */
 enum { OP_QCONV = 40, OP_QDENSE = 41, OP_QUANTIZE = 42, OP_DEQUANTIZE = 43, OP_QLUT = 44,
        OP_QADD = 45, OP_QCONCAT = 46, OP_QDWCONV = 47, OP_QMAXPOOL = 48, OP_QMUL = 49,
@@ -49,9 +50,9 @@ typedef struct {
 } lnpu_step;
 
 /* Fused activation of an output: clamp to [lo, hi] (none: -inf..inf, RELU: 0..inf, RELU6:
- * 0..6, HARD_TANH: min..max), leaky (x < 0: alpha * x), or swish (x * sigmoid(x): SiLU,
- * the detectors' activation). */
-enum { ACT_CLAMP = 0, ACT_LEAKY = 1, ACT_SWISH = 2 };
+ * 0..6, HARD_TANH: min..max), leaky (x < 0: alpha * x), swish (x * sigmoid(x): SiLU,
+ * the detectors' activation) or sigmoid (a detector's objectness and class heads). */
+enum { ACT_CLAMP = 0, ACT_LEAKY = 1, ACT_SWISH = 2, ACT_SIGMOID = 3 };
 
 /* ---- GEMM ---------------------------------------------------------------------------- */
 
@@ -197,6 +198,7 @@ static inline act_t act_of(const lnpu_step *s, int at) {
 static inline float act_apply(float v, act_t act) {
     if (act.kind == ACT_LEAKY) return v < 0.0f ? v * act.alpha : v;
     if (act.kind == ACT_SWISH) return v * fsigmoid(v);
+    if (act.kind == ACT_SIGMOID) return fsigmoid(v);
     v = v < act.lo ? act.lo : v;
     return v > act.hi ? act.hi : v;
 }
@@ -233,6 +235,12 @@ static inline __attribute__((always_inline)) void finish(
             float v = x[i] + bias;
             y[i] = v * fsigmoid(v);
         }
+    } else if (act.kind == ACT_SIGMOID && res) {
+#pragma GCC ivdep
+        for (int64_t i = 0; i < n; i++) y[i] = fsigmoid(x[i] + bias + res[i]);
+    } else if (act.kind == ACT_SIGMOID) {
+#pragma GCC ivdep
+        for (int64_t i = 0; i < n; i++) y[i] = fsigmoid(x[i] + bias);
     } else if (res) {
 #pragma GCC ivdep
         for (int64_t i = 0; i < n; i++) {
@@ -273,6 +281,7 @@ int64_t vector_width(void);  /* run.c: 16 (AVX-512) or 8 floats, for kernels wit
 int conv(const lnpu_step *s, void **slots);          /* conv.c: im2col + GEMM, or direct */
 int direct_conv(const lnpu_step *s, void **slots);   /* direct.c */
 int dwconv(const lnpu_step *s, void **slots);        /* window.c */
+void deconv(const lnpu_step *s, void **slots);       /* deconv.c */
 int pool2d(const lnpu_step *s, void **slots, int max);
 void global_pool(const lnpu_step *s, void **slots);
 void concat(const lnpu_step *s, void **slots);       /* layout.c */

@@ -76,6 +76,7 @@ API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, int64_
         case OP_PAD: pad(s, slots); break;
         case OP_CAST: cast(s, slots); break;
         case OP_SPLIT: split_axis(s, slots); break;
+        case OP_DECONV: deconv(s, slots); break;
         case OP_QCONV: status = qconv(s, slots); break;
         case OP_QDENSE: qdense(s, slots); break;
         case OP_QUANTIZE: quantize(s, slots); break;

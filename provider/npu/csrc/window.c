@@ -354,12 +354,47 @@ static void dwcl_task(const void *ctx, int64_t t) {
 
 /* Depthwise conv (one input channel per group): conv parameters, slots x, w, bias,
  * residual, y. Returns -1 when a thread found no memory for its scratch. */
+/* A one-tap depthwise conv (a BatchNorm no conv absorbed): y = act(x * w[c] + b[c]) by
+ * blocks of planes, in place when y is x. */
+typedef struct {
+    const float *x, *w, *bias, *res;
+    float *y;
+    act_t act;
+    int64_t planes, channels, size, per;
+} affine_ctx;
+
+MULTIVERSION static void affine_task(const void *ctx, int64_t t) {
+    const affine_ctx *cx = ctx;
+    int64_t end = (t + 1) * cx->per < cx->planes ? (t + 1) * cx->per : cx->planes;
+    for (int64_t q = t * cx->per; q < end; q++) {
+        int64_t c = q % cx->channels;
+        const float *x = cx->x + q * cx->size;
+        float *y = cx->y + q * cx->size, scale = cx->w[c];
+#pragma GCC ivdep
+        for (int64_t i = 0; i < cx->size; i++) y[i] = x[i] * scale;
+        finish(y, y, cx->size, cx->bias ? cx->bias[c] : 0.0f, cx->res ? cx->res + q * cx->size : NULL,
+               cx->act);
+    }
+}
+
+static int one_tap(const int64_t *p) {
+    return p[C_KH] == 1 && p[C_KW] == 1 && p[C_SH] == 1 && p[C_SW] == 1 && !p[C_PT] && !p[C_PL]
+           && p[C_O] == p[C_C] && p[C_OH] == p[C_H] && p[C_OW] == p[C_W] && !p[C_XCL];
+}
+
 int dwconv(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p;
     const float *x = slots[s->slot[S_X]], *w = slots[s->slot[S_W]];
     const float *bias = s->slot[S_BIAS] >= 0 ? slots[s->slot[S_BIAS]] : NULL;
     const float *res = s->slot[S_RES] >= 0 ? slots[s->slot[S_RES]] : NULL;
     float *y = slots[s->slot[S_Y]];
+    if (one_tap(p)) {
+        int64_t planes = p[C_N] * p[C_C], size = p[C_H] * p[C_W];
+        affine_ctx cx = {x, w, bias, res, y, act_of(s, C_ACT), planes, p[C_C], size, 0};
+        cx.per = per_task(planes, task_count((double)planes * size * 0.5, planes));
+        parallel(affine_task, &cx, (planes + cx.per - 1) / cx.per);
+        return 0;
+    }
     if (p[C_OH] * p[C_OW] <= DW_SMALL_PLANE || p[C_XCL]) {
         atomic_int failed = 0;
         dwcl_ctx cx = {p, x, w, bias, res, y, act_of(s, C_ACT),

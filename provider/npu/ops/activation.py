@@ -30,6 +30,7 @@ from provider.npu.ops.native_builder import (
     ACT_CLAMP,
     ACT_LEAKY,
     CLAMPS,
+    INF,
     StepBuilder,
     f32,
     lower_unary,
@@ -337,6 +338,18 @@ def _activation_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b
         b.params(ACT_LEAKY)
         return True
     return b.activation(kind)
+
+
+@native("clip", op="activation")
+def _clip_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """The activation op's clamp, an absent bound at infinity."""
+    if not f32(ins[0], outs[0]):
+        return False
+    b.params(math.prod(ins[0].shape), ACT_CLAMP)
+    b.slots(b.inputs[0], b.outputs[0])
+    lo, hi = attrs["min"], attrs["max"]
+    b.step.f[0], b.step.f[1] = -INF if lo is None else lo, INF if hi is None else hi
+    return True
 
 
 def _unary_activation(x: Slot, kind: str, attrs: dict, b: StepBuilder) -> bool:

@@ -341,7 +341,7 @@ def _conv2d_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
         if "cols" not in names or outs[1 + names.index("cols")].nbytes < need:
             return False
         cols = b.outputs[1 + names.index("cols")]
-    act = b.activation_code(attrs.get("activation", "NO_ACTIVATION"), swish=True)
+    act = b.activation_code(attrs.get("activation", "NO_ACTIVATION"), finish=True)
     if act is None:
         return False
     if depthwise:
@@ -353,4 +353,31 @@ def _conv2d_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
              direct)
     b.slots(b.inputs[0], b.inputs[1], b.inputs[2] if bias is not None else None,
             b.inputs[-1] if residual else None, b.outputs[0], cols)
+    return True
+
+
+@native("deconv2d", op="deconv")
+def _deconv2d_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """A transposed conv on the C library's GEMM and col2im (csrc/deconv.c)."""
+    x, w, y = ins[0], ins[1], outs[0]
+    bias = ins[2] if len(ins) > 2 else None
+    if not f32(x, w, y, *(() if bias is None else (bias,))) or attrs["scratch"] != ["cols", "full"]:
+        return False
+    n, c, h, wd = x.shape
+    _, o, oh, ow = y.shape
+    g = attrs["group"]
+    kh, kw = attrs["kernel"]
+    cols, full = outs[1], outs[2]
+    fh, fw = full.shape[2:]
+    if (w.shape != (g, o // g * kh * kw, c // g) or (bias is not None and bias.shape != (o, 1))
+            or not n * h * wd or cols.nbytes < o * kh * kw * h * wd * 4 or full.nbytes < o * fh * fw * 4):
+        return False
+    act = b.activation_code(attrs.get("activation", "NO_ACTIVATION"), finish=True)
+    if act is None:
+        return False
+    (sh, sw), (dh, dw) = attrs["stride"], attrs["dilation"]
+    top, _, left, _ = attrs["pads"]
+    b.params(n, c, h, wd, o, oh, ow, g, kh, kw, sh, sw, dh, dw, top, left, act, fh, fw)
+    b.slots(b.inputs[0], b.inputs[1], None if bias is None else b.inputs[2], None, b.outputs[0],
+            b.outputs[1], b.outputs[2])
     return True

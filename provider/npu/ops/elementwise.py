@@ -276,7 +276,7 @@ def _binary_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
     dims, (sa, sb) = merged(y.shape, broadcast_strides(ins[0].shape, y.shape),
                             broadcast_strides(ins[1].shape, y.shape))
     activation = attrs.get("activation", "NO_ACTIVATION")
-    code = b.activation_code(activation)
+    code = b.activation_code(activation, finish=True)
     if len(dims) > MAX_RANK or code is None or (kind and activation != "NO_ACTIVATION"):
         return False
     r = len(dims)

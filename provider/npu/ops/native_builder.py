@@ -18,7 +18,9 @@ INF = float(np.finfo(np.float32).max) * 2  # becomes +inf as float32
 
 # Fused activations with a clamp form: (lo, hi); ACT_CLAMP in csrc/npu.h.
 CLAMPS = {"NO_ACTIVATION": (-INF, INF), "RELU": (0.0, INF), "RELU6": (0.0, 6.0)}
-ACT_CLAMP, ACT_LEAKY, ACT_SWISH = 0, 1, 2
+ACT_CLAMP, ACT_LEAKY, ACT_SWISH, ACT_SIGMOID = 0, 1, 2, 3
+# Fused activations npu.h's finish computes beside the clamps: their codes.
+FINISH = {"SWISH": ACT_SWISH, "SIGMOID": ACT_SIGMOID}
 MAX_SLOTS = native.MAX_SLOTS  # slot positions of one step
 
 
@@ -51,11 +53,13 @@ class StepBuilder:
             self.step.p[self._n] = int(v)
             self._n += 1
 
-    def activation_code(self, kind: str, swish: bool = False) -> int | None:
+    def activation_code(self, kind: str, finish: bool = False) -> int | None:
         """Set f[0:2] for the fused activation `kind`; its code, or None when it has no
-        clamp form (or, for kernels whose epilogue is npu.h's finish, `swish`: SWISH)."""
-        if swish and kind == "SWISH":
-            return ACT_SWISH
+        clamp form (or, for kernels whose epilogue is npu.h's finish, `finish`: SWISH and
+        SIGMOID too)."""
+        if finish and kind in FINISH:
+            self.step.f[0], self.step.f[1] = CLAMPS["NO_ACTIVATION"]
+            return FINISH[kind]
         if kind not in CLAMPS:
             return None
         self.step.f[0], self.step.f[1] = CLAMPS[kind]

@@ -133,3 +133,18 @@ def _layer_norm_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b
     b.slots(b.inputs[0], b.inputs[1] if len(ins) > 1 else None,
             b.inputs[2] if len(ins) > 2 else None, b.outputs[0])
     return True
+
+
+@native("scale_shift", op="dwconv")
+def _scale_shift_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """A 1x1 depthwise conv: the scale its weights, the shift its bias (one per channel)."""
+    x, y = ins[0], outs[0]
+    if not f32(*ins, y) or len(x.shape) < 2 or any(t.nbytes != 4 * x.shape[1] for t in ins[1:]):
+        return False
+    n, c, size = x.shape[0], x.shape[1], math.prod(x.shape[2:])
+    act = b.activation_code(attrs.get("activation", "NO_ACTIVATION"), finish=True)
+    if act is None:
+        return False
+    b.params(n, c, 1, size, c, 1, size, c, 1, 1, 1, 1, 1, 1, 0, 0, act, 0, 0, 0, 0)
+    b.slots(b.inputs[0], b.inputs[1], b.inputs[2], None, b.outputs[0])
+    return True
