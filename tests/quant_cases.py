@@ -204,9 +204,9 @@ def pool(op: str, **attrs):
     return case
 
 
-def unary(op: str, **attrs):
+def unary(op: str, shape=(2, 3, 7, 9), **attrs):
     def case(g: Graph):
-        return g.op(op, [g.activation((2, 3, 7, 9))], **attrs)
+        return g.op(op, [g.activation(shape)], **attrs)
     return case
 
 
@@ -273,6 +273,10 @@ CASES = {
     "hardsigmoid": unary("HardSigmoid", alpha=1 / 6),
     "leakyrelu": unary("LeakyRelu", alpha=0.1),
     "softmax": unary("Softmax", axis=-1),
+    # more lines than the native kernel takes side by side (64): along an inner axis (a
+    # detector's box distribution) and over the last axis
+    "softmax_inner": unary("Softmax", (2, 5, 9, 17), axis=1),
+    "softmax_rows": unary("Softmax", (3, 50, 40), axis=-1),
     "conv_transpose": conv_transpose,
 }
 

@@ -36,7 +36,8 @@ from provider.npu.compiler import compile_model
 DTYPES = (np.int8, np.uint8)
 SEEDS = (0, 1, 2)
 # (fraction of codes allowed to differ by 1 LSB from onnxruntime's fused path)
-FUSED_DIFFERS = {"softmax": 0.15, "qlinear_softmax": 0.2}
+FUSED_DIFFERS = {"softmax": 0.15, "softmax_inner": 0.15, "softmax_rows": 0.15,
+                 "qlinear_softmax": 0.2}
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -214,7 +215,7 @@ def test_an_int8_silu_is_one_table_with_the_two_steps_codes(monkeypatch):
 
 def test_native_steps_cover_the_integer_gemms(int8_path):
     """Convs (depthwise, grouped, pointwise and dilated too), dense layers, casts, tables,
-    adds, concats and max pooling of a QDQ model run on the C library."""
+    adds, concats, max pooling and softmaxes of a QDQ model run on the C library."""
     from provider.npu import native_steps
 
     for case, kernel in (("conv_grouped", "qconv2d"), ("conv_depthwise", "qconv2d"),
@@ -224,7 +225,8 @@ def test_native_steps_cover_the_integer_gemms(int8_path):
                          ("conv_pointwise", "qconv2d"), ("conv_dilated", "qconv2d"),
                          ("globalaveragepool", "qglobal_pool"),
                          ("averagepool_whole", "qglobal_pool"),
-                         ("resize_nearest", "qresize_nearest")):
+                         ("resize_nearest", "qresize_nearest"), ("softmax_inner", "qwrap"),
+                         ("softmax_rows", "qwrap")):
         model, _ = build(case, np.int8, 0)
         program = compile_model(import_onnx(model)[0])
         assert kernel is None or kernel in {step.kernel for step in program.steps}, case

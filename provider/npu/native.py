@@ -57,7 +57,7 @@ OPS.update(unary=11, binary=12, layer_norm=13, bmatmul=14, rnn=15, reduce=16, pa
 # The integer kernels' codes (csrc/qconv.c, qeltwise.c; 40-69 are theirs).
 OPS.update({"qconv": 40, "qdense": 41, "quantize": 42, "dequantize": 43, "qlut": 44, "qadd": 45,
             "qconcat": 46, "qdwconv": 47, "qmaxpool": 48, "qmul": 49, "qglobalpool": 50,
-            "qresize": 51})
+            "qresize": 51, "qsoftmax": 52})
 
 
 class Step(C.Structure):

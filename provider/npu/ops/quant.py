@@ -323,6 +323,24 @@ def qwrap(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: di
         quantize(f, scale, zp, y)
 
 
+@native("qwrap", op="qsoftmax")
+def _qwrap_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """A wrapped softmax of 8-bit codes in one pass (csrc/qsoftmax.c); other wrapped kernels
+    stay on numpy."""
+    x, y = ins[0], outs[0]
+    if attrs["inner"] != "softmax" or attrs["attrs"]["log"] or attrs["in"][0] is None \
+            or len(ins) != 1 or x.dtype not in CODES or y.dtype not in CODES \
+            or x.shape != y.shape or not x.shape:
+        return False
+    (sx, zx), (sy, zy) = attrs["in"][0], attrs["out"][0]
+    axis = attrs["attrs"]["axis"]
+    b.params(math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:]), zx,
+             x.dtype == "int8", zy, *limits(np.dtype(y.dtype)))
+    b.step.f[0], b.step.f[1] = sx, sy
+    b.slots(b.inputs[0], b.outputs[0])
+    return True
+
+
 @define("Softmax", "Conv2dTransposeFusion", dtypes=QDATA, quant=QUANT_ALL, kernels=("qwrap",),
         note="dequantize, the float kernel, quantize")
 def qwrap_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
