@@ -241,6 +241,10 @@ def is_direct(program: Program) -> bool:
     # a plane's last tile of one vector (7x7: 63 positions = 48 + 15) and of two (8x8: 80)
     {"c": 32, "o": 13, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (7, 7), "act": "RELU"},
     {"c": 32, "o": 13, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (8, 8), "residual": True},
+    # phase planes past DIRECT_BAND_BYTES (512 KB a group): bands of rows, every block each
+    {"c": 8, "o": 20, "k": (3, 3), "stride": (2, 2), "pads": (1, 1, 1, 1), "hw": (130, 130)},
+    {"c": 16, "o": 12, "group": 2, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (128, 131),
+     "residual": True, "act": "RELU"},
 ], ids=str)
 def test_direct_conv_cases_match_numpy(case, vector_width):
     """Convs the native library computes directly (no im2col): channel tiles of 8/4/2/1,

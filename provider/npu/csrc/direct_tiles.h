@@ -68,20 +68,24 @@ static inline __attribute__((always_inline)) void DK(direct_tile_any)(
 }
 #undef DK_HEIGHTS
 
-/* Task t: one block of DIRECT_OB output channels (of one group) over every position tile. */
+/* Task t: of one group, a run of its blocks of DIRECT_OB output channels (one block, or
+ * all) over a band of position tiles (every tile, or a chunk of them). */
 DK_ATTR static void DK(direct_task)(const void *ctx, int64_t t) {
     const direct_ctx *cx = ctx;
     const int64_t *p = cx->p;
     int64_t G = p[C_G], O = p[C_O], OG = O / G, OH = p[C_OH], OW = p[C_OW], WQ = cx->wq;
     int64_t K = p[C_C] / G * p[C_KH] * p[C_KW];
-    int64_t g = t / cx->oblocks, o0 = g * OG + t % cx->oblocks * DIRECT_OB;
-    int64_t o1 = o0 + DIRECT_OB < (g + 1) * OG ? o0 + DIRECT_OB : (g + 1) * OG;
+    int64_t per_group = cx->obgroups * cx->chunks, g = t / per_group, r = t % per_group;
+    int64_t obs = cx->oblocks / cx->obgroups, chunk = (cx->ptiles + cx->chunks - 1) / cx->chunks;
+    int64_t o0 = g * OG + r / cx->chunks * obs * DIRECT_OB;
+    int64_t o1 = o0 + obs * DIRECT_OB < (g + 1) * OG ? o0 + obs * DIRECT_OB : (g + 1) * OG;
+    int64_t pt0 = r % cx->chunks * chunk, pt1 = pt0 + chunk < cx->ptiles ? pt0 + chunk : cx->ptiles;
     float tile[DK_OB * DK_TILE];
     const float *src_g = cx->phases + g * (p[C_C] / G) * p[C_SH] * p[C_SW] * cx->plane;
     for (int64_t b = o0; b < o1;) {  /* the stored blocks of 8, 4, 2, 1 rows (K-major) */
         int64_t ld = o1 - b >= DIRECT_OB ? DIRECT_OB : o1 - b >= 4 ? 4 : o1 - b >= 2 ? 2 : 1;
         const float *block = cx->w + b * K;
-        for (int64_t pt = 0; pt < cx->ptiles; pt++) {
+        for (int64_t pt = pt0; pt < pt1; pt++) {
             int64_t k0 = pt * DK_TILE, k1 = k0 + DK_TILE < cx->span ? k0 + DK_TILE : cx->span;
             for (int64_t sub = 0; sub < ld;) {  /* the block in tiles of DK_OB, 4, 2, 1 rows,
                                                  * one after the other on the same positions */
