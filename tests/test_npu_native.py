@@ -204,11 +204,13 @@ def test_conv_cases_native_match_numpy(case, vector_width):
     ({"c": 3, "o": 16, "k": (3, 3), "stride": (2, 2), "hw": (31, 31)}, 0),
     ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (7, 7)}, 1),
     ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (28, 28)}, 1),
+    ({"c": 3, "o": 8, "k": (3, 3), "stride": (2, 2), "pads": (1, 1, 1, 1), "hw": (200, 200)}, 1),
 ], ids=str)
 def test_conv_method_follows_the_measured_rule(case, direct):
-    """1x1 convs, 4x4 outputs (32 positions computed for 16) and 27-tap stems stay on
-    im2col + GEMM; 3x3 convs on 7x7 (64 positions for 49) and 28x28 planes are direct, their
-    weights stored for the direct kernel. Both give numpy's values."""
+    """1x1 convs, 4x4 outputs (32 positions computed for 16) and 27-tap stems on small
+    planes stay on im2col + GEMM; 3x3 convs on 7x7 (64 positions for 49) and 28x28 planes,
+    and a 27-tap stem with 10,000 outputs, are direct, their weights stored for the direct
+    kernel. Both give numpy's values."""
     model, feeds = conv_model(rng(4), **case)
     program = check_native(model, feeds, "conv2d")
     assert is_direct(program) == direct

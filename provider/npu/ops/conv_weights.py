@@ -21,16 +21,24 @@ __all__ = ["DIRECT_ROWS", "direct_conv", "direct_row_blocks", "direct_blocks", "
 # of DIRECT_VECTOR floats, on the output laid out in rows of the padded width. Which convs
 # it takes was measured per shape against im2col + GEMM.
 DIRECT_ROWS, DIRECT_VECTOR, DIRECT_MAX_TAPS, DIRECT_MIN_K = 8, 16, 64, 32
+# From this many output positions up, fewer multiply-adds per output than DIRECT_MIN_K go
+# direct too: an RGB stem's K = 27 im2col matrix is then a memory pass larger than the conv
+# (3 -> 16, 3x3/2, whole step on 2 cores: 1024x1024 7.0 -> 4.5 ms, 640x640 2.0 -> 1.3 ms,
+# 224x224/1 0.58 -> 0.54 ms; at 32x32 outputs GEMM stayed ahead, 22 vs 26 us).
+DIRECT_SMALL_K_POSITIONS = 10_000
 
 
 def direct_conv(cg: int, kh: int, kw: int, sw: int, dw: int, oh: int, ow: int) -> bool:
     """Whether an fp32 conv with cg > 1 input channels per group (depthwise convs have
     their own kernel) runs as the direct convolution: windows only (GEMM does 1x1 better),
-    enough multiply-adds per output (DIRECT_MIN_K) to fill a tile's registers, and planes
+    enough multiply-adds per output (DIRECT_MIN_K) to fill a tile's registers unless the
+    plane is big (DIRECT_SMALL_K_POSITIONS), and planes
     that waste little of the last vector and of the padded rows' extra columns (a 7x7
     output computes 64 positions for 49; a 4x4 one, 32 for 16, stays on GEMM)."""
     taps = kh * kw
-    if cg == 1 or taps == 1 or taps > DIRECT_MAX_TAPS or cg * taps < DIRECT_MIN_K:
+    if cg == 1 or taps == 1 or taps > DIRECT_MAX_TAPS:
+        return False
+    if cg * taps < DIRECT_MIN_K and oh * ow < DIRECT_SMALL_K_POSITIONS:
         return False
     wq = ow + (kw - 1) * dw // sw
     computed = -(-oh * wq // DIRECT_VECTOR) * DIRECT_VECTOR
