@@ -48,6 +48,7 @@ from converters.lite import dtypes as lite_dtypes
 from converters.lite.ir import LiteModel
 from provider.errors import InvalidModelError, UnsupportedError
 from provider.npu import capability, planner
+from provider.npu.affine_folds import fold_conv_affine, fold_input_affine
 from provider.npu.code_tables import fuse_code_tables
 from provider.npu.lowering import (
     Builder,
@@ -62,7 +63,7 @@ from provider.npu.lowering import (
 from provider.npu.memory import DeviceBuffer
 from provider.npu.ops import KERNELS
 from provider.npu.program import Program, Slot, Step
-from provider.npu.rewrites import fold_batchnorm, fuse_activations, fuse_swish
+from provider.npu.rewrites import fold_batchnorm, fuse_activations, fuse_hardswish, fuse_swish
 from provider.options import DEFAULT_COMPILE, CompileOptions
 
 WeightAllocator = Callable[[int], DeviceBuffer]
@@ -323,7 +324,8 @@ def compile_model(model: LiteModel, input_shapes: Mapping[str, Sequence[int]] | 
     if rejected:
         detail = "; ".join(f"{n}: {why}" for n, why in rejected.items())
         raise UnsupportedError(f"model {model.name!r}: {len(rejected)} node(s) not supported on the NPU: {detail}")
-    graph = fuse_activations(fuse_swish(fold_batchnorm(model)))
+    graph = fuse_activations(fuse_swish(fold_conv_affine(fold_batchnorm(model))))
+    graph = fold_input_affine(fuse_activations(fuse_hardswish(graph)))  # after the RELU6 fused
     b = Builder(options.enable_fp16)
     env: dict[int, int] = {}
     inputs = []

@@ -1,8 +1,9 @@
 """Graph rewrites the compiler makes before lowering (each returns a new model, the input is
 never mutated): an inference BatchNorm folded into the conv before it, x * sigmoid(x)
-written as one SWISH Activation (SiLU, exported to ONNX as Sigmoid and Mul), and a
-parameter-free Activation folded into the producer before it (its activation_type), each
-saving one pass over the tensor. Quantized nodes are left alone (their ranges are the
+written as one SWISH Activation (SiLU, exported to ONNX as Sigmoid and Mul),
+x * relu6(x + 3) / 6 as one HSWISH Activation, and a parameter-free Activation folded into
+the producer before it (its activation_type), each saving passes over the tensor
+(affine_folds.py folds constant scales and shifts into convs). Quantized nodes are left alone (their ranges are the
 quantizer's)."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from provider.npu.ops.registry import QUANT_NONE
 
 log = logging.getLogger("litenpu.npu")
 
-__all__ = ["fold_batchnorm", "fuse_swish", "fuse_activations"]
+__all__ = ["fold_batchnorm", "fuse_hardswish", "fuse_swish", "fuse_activations"]
 
 
 def _consumers(model: LiteModel) -> dict[int, list[int]]:
@@ -98,6 +99,55 @@ def fuse_swish(model: LiteModel) -> LiteModel:
                                                 attrs={"activation_type": "SWISH"})
                 nodes[si] = None
                 break
+    return dataclasses.replace(model, nodes=[n for n in nodes if n is not None], subgraphs=[])
+
+
+def _scalar(model: LiteModel, t: int, value: float) -> bool:
+    """Whether tensor t is a constant holding `value` once (any shape of one element)."""
+    data = model.tensors[t].data
+    return data is not None and data.size == 1 and float(data.reshape(-1)[0]) == value
+
+
+def fuse_hardswish(model: LiteModel) -> LiteModel:
+    """A copy of `model` where x * relu6(x + 3) / 6, as exporters write a hard swish (Add,
+    Clip or Relu6, Mul, then Div by 6; run after fuse_activations, which makes the first two
+    one Add with a RELU6), is one Activation[HSWISH](x); fuse_activations may then fold it
+    into x's producer. Every intermediate must feed only the next node and be no graph
+    output; the Mul and the Div must carry no activation."""
+    producers = {t: ni for ni, node in enumerate(model.nodes) for t in node.outputs}
+    users = _consumers(model)
+    nodes: list[LiteNode | None] = list(model.nodes)
+
+    def made_by(t: int, op: str, activation: str, user: int) -> int | None:
+        """The producer of t when it is `op` with `activation`, feeding only node `user`."""
+        ni = producers.get(t)
+        node = nodes[ni] if ni is not None else None
+        if node is None or node.op != op or len(node.inputs) != 2 or len(node.outputs) != 1 \
+                or node.quant_type not in QUANT_NONE or users.get(t) != [user] \
+                or t in model.outputs \
+                or node.attrs.get("activation_type", "NO_ACTIVATION") != activation:
+            return None
+        return ni
+
+    for di, div in enumerate(model.nodes):
+        if div.op != "DivFusion" or len(div.inputs) != 2 or div.quant_type not in QUANT_NONE \
+                or div.attrs.get("activation_type", "NO_ACTIVATION") != "NO_ACTIVATION" \
+                or not _scalar(model, div.inputs[1], 6.0):
+            continue
+        mi = made_by(div.inputs[0], "MulFusion", "NO_ACTIVATION", di)
+        if mi is None:
+            continue
+        mul = nodes[mi]
+        for x, r in (mul.inputs, mul.inputs[::-1]):
+            ai = made_by(r, "AddFusion", "RELU6", mi) if x != r else None
+            add = nodes[ai] if ai is not None else None
+            if add is None or add.inputs.count(x) != 1 or not _scalar(
+                    model, next(t for t in add.inputs if t != x), 3.0):
+                continue
+            nodes[di] = dataclasses.replace(div, op="Activation", inputs=[x],
+                                            attrs={"activation_type": "HSWISH"})
+            nodes[mi] = nodes[ai] = None
+            break
     return dataclasses.replace(model, nodes=[n for n in nodes if n is not None], subgraphs=[])
 
 

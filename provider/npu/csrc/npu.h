@@ -51,8 +51,9 @@ typedef struct {
 
 /* Fused activation of an output: clamp to [lo, hi] (none: -inf..inf, RELU: 0..inf, RELU6:
  * 0..6, HARD_TANH: min..max), leaky (x < 0: alpha * x), swish (x * sigmoid(x): SiLU,
- * the detectors' activation) or sigmoid (a detector's objectness and class heads). */
-enum { ACT_CLAMP = 0, ACT_LEAKY = 1, ACT_SWISH = 2, ACT_SIGMOID = 3 };
+ * the detectors' activation), sigmoid (a detector's objectness and class heads) or hard
+ * swish (x * relu6(x + 3) / 6, as the numpy kernel rounds it: the OCR models' MobileNets). */
+enum { ACT_CLAMP = 0, ACT_LEAKY = 1, ACT_SWISH = 2, ACT_SIGMOID = 3, ACT_HSWISH = 4 };
 
 /* ---- GEMM ---------------------------------------------------------------------------- */
 
@@ -194,11 +195,19 @@ static inline act_t act_of(const lnpu_step *s, int at) {
     return a;
 }
 
+/* relu6(v + 3) / 6, rounded as the numpy kernel does (times 1/6) */
+static inline float hswish_gate(float v) {
+    float r = v + 3.0f;
+    r = r < 0.0f ? 0.0f : (r > 6.0f ? 6.0f : r);
+    return r * (1.0f / 6.0f);
+}
+
 /* act(v) for one value (loops that must vectorize use finish). */
 static inline float act_apply(float v, act_t act) {
     if (act.kind == ACT_LEAKY) return v < 0.0f ? v * act.alpha : v;
     if (act.kind == ACT_SWISH) return v * fsigmoid(v);
     if (act.kind == ACT_SIGMOID) return fsigmoid(v);
+    if (act.kind == ACT_HSWISH) return v * hswish_gate(v);
     v = v < act.lo ? act.lo : v;
     return v > act.hi ? act.hi : v;
 }
@@ -241,6 +250,18 @@ static inline __attribute__((always_inline)) void finish(
     } else if (act.kind == ACT_SIGMOID) {
 #pragma GCC ivdep
         for (int64_t i = 0; i < n; i++) y[i] = fsigmoid(x[i] + bias);
+    } else if (act.kind == ACT_HSWISH && res) {
+#pragma GCC ivdep
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i] + bias + res[i];
+            y[i] = v * hswish_gate(v);
+        }
+    } else if (act.kind == ACT_HSWISH) {
+#pragma GCC ivdep
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i] + bias;
+            y[i] = v * hswish_gate(v);
+        }
     } else if (res) {
 #pragma GCC ivdep
         for (int64_t i = 0; i < n; i++) {

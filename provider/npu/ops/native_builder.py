@@ -18,9 +18,9 @@ INF = float(np.finfo(np.float32).max) * 2  # becomes +inf as float32
 
 # Fused activations with a clamp form: (lo, hi); ACT_CLAMP in csrc/npu.h.
 CLAMPS = {"NO_ACTIVATION": (-INF, INF), "RELU": (0.0, INF), "RELU6": (0.0, 6.0)}
-ACT_CLAMP, ACT_LEAKY, ACT_SWISH, ACT_SIGMOID = 0, 1, 2, 3
+ACT_CLAMP, ACT_LEAKY, ACT_SWISH, ACT_SIGMOID, ACT_HSWISH = 0, 1, 2, 3, 4
 # Fused activations npu.h's finish computes beside the clamps: their codes.
-FINISH = {"SWISH": ACT_SWISH, "SIGMOID": ACT_SIGMOID}
+FINISH = {"SWISH": ACT_SWISH, "SIGMOID": ACT_SIGMOID, "HSWISH": ACT_HSWISH}
 MAX_SLOTS = native.MAX_SLOTS  # slot positions of one step
 
 
@@ -55,8 +55,8 @@ class StepBuilder:
 
     def activation_code(self, kind: str, finish: bool = False) -> int | None:
         """Set f[0:2] for the fused activation `kind`; its code, or None when it has no
-        clamp form (or, for kernels whose epilogue is npu.h's finish, `finish`: SWISH and
-        SIGMOID too)."""
+        clamp form (or, for kernels whose epilogue is npu.h's finish, `finish`: those of
+        FINISH too)."""
         if finish and kind in FINISH:
             self.step.f[0], self.step.f[1] = CLAMPS["NO_ACTIVATION"]
             return FINISH[kind]
