@@ -1,7 +1,7 @@
 /* What every source file of the reference NPU's compiled library shares: the step struct
  * Python lowers Program steps into (provider/npu/ops/<family>.py), parameter layouts, the
  * cores (pool.c), per-thread scratch, the fused epilogue and inlined index helpers.
- * One file per kernel family: conv.c (im2col + GEMM), direct.c, window.c (depthwise,
+ * One file per kernel family: conv.c (im2col + GEMM), direct.c, deconv.c, window.c (depthwise,
  * pooling), layout.c, dense.c; run.c holds the entry points.
  */
 #ifndef LITENPU_NPU_H
