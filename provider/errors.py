@@ -9,6 +9,7 @@ __all__ = [
     "CacheError",
     "DeviceMemoryError",
     "BindingError",
+    "InputValueError",
     "UsageError",
 ]
 
@@ -28,6 +29,11 @@ class DeviceMemoryError(LitenpuError, MemoryError):
 
 class BindingError(LitenpuError, ValueError):
     """An input/output buffer does not match what the model expects (shape, dtype, size)."""
+
+
+class InputValueError(BindingError):
+    """A run-time input holds a value its op cannot take (an index outside its axis);
+    onnxruntime refuses such a run too."""
 
 
 class UsageError(LitenpuError, ValueError):

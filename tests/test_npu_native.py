@@ -32,6 +32,7 @@ from threads import run_threads
 
 from converters.lite import dtypes as lite_dtypes
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
+from provider.errors import InputValueError
 from provider.npu import native, native_steps
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor, step_stamps
@@ -1239,3 +1240,33 @@ def test_slices_run_as_native_strided_copies(starts, ends, axes, steps, dtype):
     stepped_last = 2 in axes and steps[axes.index(2)] != 1
     native_steps = 0 if dtype == np.int64 and stepped_last else 1
     _native_matches_numpy(model, {"x": x}, native_steps)
+
+
+@pytest.mark.parametrize("index_dtype", [np.int64, np.int32])
+@pytest.mark.parametrize("axis, table_shape", [(0, (10, 4)), (1, (3, 7, 2)), (2, (2, 3, 5))], ids=str)
+def test_gather_of_run_time_indices_runs_natively(axis, table_shape, index_dtype):
+    """Negatives wrap; an index outside [-dim, dim) is refused in C with numpy's words."""
+    r = rng(30)
+    table = randn(r, *table_shape)
+    dim = table_shape[axis]
+    ids = r.integers(-dim, dim, size=(2, 3)).astype(index_dtype)
+    model = lite_graph("Gather", {}, [("table", table, True), ("ids", ids, False),
+                                      ("axis", np.array([axis], np.int32), True)])
+    _native_matches_numpy(model, {"ids": ids})
+    program = compile_for(model, {"ids": ids})
+    bad = ids.copy()
+    bad[1, 2] = dim
+    with Executor(program, pool()) as ex:
+        assert ex.native_steps == 1
+        with pytest.raises(InputValueError, match=rf"Gather: index {dim} is outside \[-{dim}, {dim}\)"):
+            ex.run([bad])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_])
+@pytest.mark.parametrize("shape, to", [((1, 16, 1), (1, 16, 384)), ((3, 1, 4), (2, 3, 5, 4)),
+                                       ((), (2, 3)), ((5,), (5,))], ids=str)
+def test_broadcast_runs_natively_as_a_strided_copy(shape, to, dtype):
+    x = np.asarray((rng(31).standard_normal(shape) * 10).astype(dtype))
+    model = lite_graph("BroadcastTo", {}, [("x", x, False), ("shape", np.array(to, np.int64), True)],
+                       out_dtypes=(np.dtype(dtype),))
+    _native_matches_numpy(model, {"x": x})

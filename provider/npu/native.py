@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from provider.errors import BindingError, DeviceMemoryError, LitenpuError
+from provider.errors import BindingError, DeviceMemoryError, InputValueError, LitenpuError
 from provider.extensions import built_library
 
 __all__ = ["Step", "OPS", "MAX_SLOTS", "MAX_PARAMS", "library", "set_threads", "threads",
@@ -47,13 +47,14 @@ log = logging.getLogger("litenpu.npu")
 
 MAX_SLOTS = 16
 MAX_PARAMS = 32
+KERNEL_REFUSED = -3  # lnpu_run: a kernel refused its input (csrc/npu.h)
 # Op codes of lnpu_step.op, in csrc/npu.h's order.
 OPS = {name: code for code, name in enumerate(
     ("conv", "dwconv", "max_pool", "avg_pool", "global_pool", "concat", "transpose",
      "matmul", "activation", "softmax"), start=1)}
 # the steps of real models beyond CNNs: codes 11-39 (npu.h)
 OPS.update(unary=11, binary=12, layer_norm=13, bmatmul=14, rnn=15, reduce=16, pad=17, cast=18,
-           split=19, deconv=20)
+           split=19, deconv=20, gather=21)
 # The integer kernels' codes (csrc/qconv.c, qeltwise.c; 40-69 are theirs).
 OPS.update({"qconv": 40, "qdense": 41, "quantize": 42, "dequantize": 43, "qlut": 44, "qadd": 45,
             "qconcat": 46, "qdwconv": 47, "qmaxpool": 48, "qmul": 49, "qglobalpool": 50,
@@ -156,6 +157,7 @@ def library() -> C.CDLL | None:
                 lib.lnpu_set_sgemm(C.c_void_p(sgemm))
                 lib.lnpu_set_threads(C.c_int(default_threads()))
                 lib.lnpu_run.restype = C.c_int64
+                lib.lnpu_kernel_error.restype = C.c_char_p
                 lib.lnpu_worker_tasks.restype = C.c_int64
                 lib.lnpu_worker_moves.restype = C.c_int64
                 lib.lnpu_run.argtypes = [C.c_void_p, C.c_int64, C.c_void_p, C.c_void_p, C.c_int]
@@ -285,6 +287,8 @@ class StepArray:
         if status == -1:
             raise DeviceMemoryError("native NPU kernel: no memory for its scratch buffer (a "
                                     "step's working set is larger than the machine can give)")
+        if status == KERNEL_REFUSED:
+            raise InputValueError(lib.lnpu_kernel_error().decode(errors="replace"))
         if status:
             raise LitenpuError(f"native NPU run failed with status {status} "
                                f"(-2: no sgemm, else 1 + the step with an unknown op)")
@@ -396,7 +400,8 @@ def _lib() -> C.CDLL:
 
 
 _ERRORS: dict[str, type[Exception]] = {"BindingError": BindingError, "LitenpuError": LitenpuError,
-                                       "MemoryError": MemoryError}
+                                       "MemoryError": MemoryError,
+                                       "InputValueError": InputValueError}
 
 
 def _until_exit(finalizer: weakref.finalize) -> weakref.finalize:

@@ -1,4 +1,4 @@
-/* Data movement: concat, split, transpose (strided copies), pad and cast. */
+/* Data movement: concat, split, transpose (strided copies), gather, pad and cast. */
 #include "npu.h"
 
 /* concat and split: outer, then bytes per outer index of each piece (slots 0..k-1); the
@@ -24,9 +24,10 @@ void split_axis(const lnpu_step *s, void **slots) { pieces(s, slots, 0); }
 
 /* transpose: rank r (<= 6, the last output axis is contiguous in the input too when
  * p[1] > 1), p[1] bytes per innermost block, p[2..2+r) output shape, p[8..8+r) input
- * byte strides permuted to the output's axis order (negative for a reversed axis), p[14] the
- * byte offset of the first element read (a slice's start). Any strided view of x, copied out
- * contiguously: transposes, slices, SpaceToDepth. */
+ * byte strides permuted to the output's axis order (negative for a reversed axis, 0 for a
+ * broadcast one), p[14] the byte offset of the first element read (a slice's start), p[15]
+ * the element bytes when the innermost axis goes element by element (0: 4). Any strided
+ * view of x, copied out contiguously: transposes, slices, broadcasts, SpaceToDepth. */
 void transpose(const lnpu_step *s, void **slots) {
     int64_t r = s->p[0], block = s->p[1];
     const int64_t *shape = s->p + 2, *stride = s->p + 8;
@@ -43,7 +44,8 @@ void transpose(const lnpu_step *s, void **slots) {
             memcpy(y, src, block);
             y += block;
         } else {
-            for (int64_t i = 0; i < inner; i++, y += 4) memcpy(y, src + i * stride[r - 1], 4);
+            int64_t size = s->p[15] ? s->p[15] : 4;
+            for (int64_t i = 0; i < inner; i++, y += size) memcpy(y, src + i * stride[r - 1], size);
         }
         int64_t d = r - 2;
         while (d >= 0 && ++idx[d] == shape[d]) idx[d--] = 0;
@@ -51,6 +53,34 @@ void transpose(const lnpu_step *s, void **slots) {
     }
 }
 
+
+/* gather: outer, the axis's length, bytes per index (the elements after the axis), index
+ * count, index bytes (4 or 8), checked (the compiler made them non-negative and in range);
+ * slots x, indices, y. Run-time indices are checked first, all of them (nothing is written
+ * when one is out of range), and negatives wrap, as the numpy kernel does. */
+static int64_t gather_index(const void *idx, int64_t j, int64_t bytes) {
+    return bytes == 8 ? ((const int64_t *)idx)[j] : ((const int32_t *)idx)[j];
+}
+
+int gather(const lnpu_step *s, void **slots) {
+    int64_t outer = s->p[0], dim = s->p[1], inner = s->p[2], count = s->p[3], bytes = s->p[4];
+    const char *x = slots[s->slot[0]];
+    const void *idx = slots[s->slot[1]];
+    char *y = slots[s->slot[2]];
+    if (!s->p[5])
+        for (int64_t j = 0; j < count; j++) {
+            int64_t k = gather_index(idx, j, bytes);
+            if (k < -dim || k >= dim)
+                return kernel_fail("Gather: index %lld is outside [-%lld, %lld)", (long long)k,
+                                   (long long)dim, (long long)dim);
+        }
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < count; j++, y += inner) {
+            int64_t k = gather_index(idx, j, bytes);
+            memcpy(y, x + (o * dim + (k < 0 ? k + dim : k)) * inner, inner);
+        }
+    return 0;
+}
 
 /* pad: rank r (<= 6, adjacent unpadded axes merged, trailing ones folded into the element),
  * element bytes, mode, the constant's bytes (p[PD_VALUE]: the low `base` bytes, repeated

@@ -31,7 +31,7 @@ enum { OP_CONV = 1, OP_DWCONV, OP_MAXPOOL, OP_AVGPOOL, OP_GLOBALPOOL, OP_CONCAT,
        OP_MATMUL, OP_ACT, OP_SOFTMAX, OP_COUNT };
 /* the steps of real models beyond CNNs (elementwise.c, dense.c, rnn.c, reduce.c): codes 11-39 */
 enum { OP_UNARY = 11, OP_BINARY, OP_LAYERNORM, OP_BMATMUL, OP_RNN, OP_REDUCE, OP_PAD, OP_CAST, OP_SPLIT,
-       OP_DECONV };
+       OP_DECONV, OP_GATHER };
 /* Integer kernels (qconv.c, qeltwise.c): codes 40-69. */
 enum { OP_QCONV = 40, OP_QDENSE = 41, OP_QUANTIZE = 42, OP_DEQUANTIZE = 43, OP_QLUT = 44,
        OP_QADD = 45, OP_QCONCAT = 46, OP_QDWCONV = 47, OP_QMAXPOOL = 48, OP_QMUL = 49,
@@ -112,6 +112,13 @@ int cores(void);                          /* cores of the run in progress on thi
 int64_t task_count(double ns, int64_t limit);  /* tasks worth a kernel of ~ns on one core */
 int64_t per_task(int64_t items, int64_t tasks);  /* items per task, at least 1 */
 long now_ns(void);
+
+/* A kernel that refuses its input (an index outside its axis) records why with kernel_fail
+ * and returns KERNEL_REFUSED; lnpu_run stops there and returns it, and the caller reads the
+ * message with lnpu_kernel_error (this thread's, until its next refusal). */
+#define KERNEL_REFUSED (-3)
+int kernel_fail(const char *format, ...) __attribute__((format(printf, 1, 2)));
+API const char *lnpu_kernel_error(void);
 void run_begin(int threads);              /* lnpu_run's start and end on this thread */
 void run_end(void);
 
@@ -310,6 +317,7 @@ void transpose(const lnpu_step *s, void **slots);
 void pad(const lnpu_step *s, void **slots);
 void cast(const lnpu_step *s, void **slots);
 void split_axis(const lnpu_step *s, void **slots);
+int gather(const lnpu_step *s, void **slots);       /* KERNEL_REFUSED: an index out of range */
 void matmul(const lnpu_step *s, void **slots);       /* dense.c */
 void activation(const lnpu_step *s, void **slots);
 void softmax(const lnpu_step *s, void **slots);

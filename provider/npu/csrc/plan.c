@@ -290,6 +290,10 @@ static int run_segments(lnpu_plan *p, context *c, int cores, int64_t *stamps, ln
                       "buffer (a step's working set is larger than the machine can give)");
             return 0;
         }
+        if (status == KERNEL_REFUSED) {
+            lnpu_fail(err, "InputValueError", "%s", lnpu_kernel_error());
+            return 0;
+        }
         if (status) {
             lnpu_fail(err, "LitenpuError", "native NPU run failed with status %lld (-2: no "
                       "sgemm, else 1 + the step with an unknown op)", (long long)status);

@@ -9,6 +9,9 @@
  * Everything here trusts the lowering: shapes, slot sizes and dtypes were checked when the
  * steps were built, so a kernel never sees a buffer smaller than its parameters say.
  */
+#include <stdarg.h>
+#include <stdio.h>
+
 #include "npu.h"
 
 sgemm_fn sgemm;
@@ -47,7 +50,8 @@ API int64_t lnpu_set_vector_width(int64_t floats) {
  * stamps[2i] and stamps[2i + 1]): the profile of this run; NULL costs one test per step.
  * Returns 0; 1 + the
  * index of a step with an unknown op (a lowering bug); -1 when a kernel found no host memory
- * for its scratch; -2 when no sgemm was set. */
+ * for its scratch; -2 when no sgemm was set; KERNEL_REFUSED when a kernel refused its input
+ * (lnpu_kernel_error says why). */
 API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, int64_t *stamps,
                      int threads) {
     if (!sgemm) return -2;
@@ -77,6 +81,7 @@ API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, int64_
         case OP_CAST: cast(s, slots); break;
         case OP_SPLIT: split_axis(s, slots); break;
         case OP_DECONV: deconv(s, slots); break;
+        case OP_GATHER: status = gather(s, slots); break;
         case OP_QCONV: status = qconv(s, slots); break;
         case OP_QDENSE: qdense(s, slots); break;
         case OP_QUANTIZE: quantize(s, slots); break;
@@ -97,6 +102,18 @@ API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, int64_
     run_end();
     return status;
 }
+
+static __thread char kernel_error[512];
+
+int kernel_fail(const char *format, ...) {
+    va_list args;
+    va_start(args, format);
+    vsnprintf(kernel_error, sizeof kernel_error, format, args);
+    va_end(args);
+    return KERNEL_REFUSED;
+}
+
+API const char *lnpu_kernel_error(void) { return kernel_error; }
 
 /* sizeof(lnpu_step), so Python can check its mirror of the struct. */
 API int64_t lnpu_step_size(void) { return sizeof(lnpu_step); }

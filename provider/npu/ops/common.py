@@ -23,7 +23,12 @@ from typing import Any
 import numpy as np
 
 from converters.lite.ir import LiteNode
-from provider.errors import BindingError, InvalidModelError, LitenpuError, UnsupportedError
+from provider.errors import (
+    InputValueError,
+    InvalidModelError,
+    LitenpuError,
+    UnsupportedError,
+)
 
 Shape = tuple[int, ...]
 F32 = np.dtype(np.float32)
@@ -80,11 +85,6 @@ class Lowered:
     outputs: list[tuple[Shape, np.dtype]]
     scratch: list[tuple[str, Shape, np.dtype]] = field(default_factory=list)
     values: list[np.ndarray] | None = None
-
-
-class InputValueError(BindingError):
-    """A run-time input holds a value its op cannot take (an index outside its axis);
-    onnxruntime refuses such a run too."""
 
 
 def check_indices(idx: np.ndarray, dim: int, what: str) -> None:

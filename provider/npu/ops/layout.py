@@ -32,7 +32,7 @@ from provider.npu.ops.common import (
     enum_check,
     ints,
 )
-from provider.npu.ops.native_builder import MAX_SLOTS, StepBuilder
+from provider.npu.ops.native_builder import MAX_SLOTS, StepBuilder, broadcast_strides, merged
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
 
@@ -471,6 +471,37 @@ def _pad_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepB
     b.step.p[6:6 + len(shape)] = shape
     b.step.p[12:12 + len(shape)] = [before for before, _ in pads]
     b.step.p[18:18 + len(shape)] = [d + before + after for d, (before, after) in zip(shape, pads, strict=True)]
+    b.slots(b.inputs[0], b.outputs[0])
+    return True
+
+
+@native("gather")
+def _gather_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """Rows copied by index (layout.c), run-time indices checked in C with numpy's words."""
+    x, idx, y = ins[0], ins[1], outs[0]
+    axis = attrs["axis"]
+    if idx.np_dtype not in (np.dtype(np.int32), np.dtype(np.int64)) or not x.shape \
+            or y.shape != (*x.shape[:axis], *idx.shape, *x.shape[axis + 1:]):
+        return False
+    b.params(math.prod(x.shape[:axis]), x.shape[axis],
+             math.prod(x.shape[axis + 1:]) * x.np_dtype.itemsize, math.prod(idx.shape),
+             idx.np_dtype.itemsize, attrs.get("checked", True))
+    b.slots(b.inputs[0], b.inputs[1], b.outputs[0])
+    return True
+
+
+@native("broadcast", op="transpose")
+def _broadcast_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """A broadcast as the C library's strided copy, stride 0 along the repeated axes."""
+    x, y = ins[0], outs[0]
+    size = x.np_dtype.itemsize
+    dims, (walk,) = merged(y.shape, broadcast_strides(x.shape, y.shape))
+    if len(dims) > 6 or 0 in y.shape:
+        return False
+    b.params(len(dims), dims[-1] * size if walk[-1] == 1 else 0)
+    b.step.p[2:2 + len(dims)] = dims
+    b.step.p[8:8 + len(dims)] = [w * size for w in walk]
+    b.step.p[15] = size
     b.slots(b.inputs[0], b.outputs[0])
     return True
 
