@@ -28,16 +28,20 @@ static void matmul_task(const void *ctx, int64_t t) {
     }
 }
 
-void matmul(const lnpu_step *s, void **slots) {
+/* Returns -1 when there is no host memory for a task's scratch. */
+int matmul(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p;
     matmul_ctx cx = {p, slots[s->slot[0]], slots[s->slot[1]],
                      s->slot[2] >= 0 ? slots[s->slot[2]] : NULL, slots[s->slot[3]],
                      act_of(s, 4), p[1]};
+    if (row_gemm_takes(p[0], p[1], p[2], p[3]))
+        return row_gemm(p[0], p[1], p[2], cx.a, cx.b, cx.bias, cx.y, cx.act);
     /* at least 64 columns per task; the weights are read at ~8 floats per ns */
     double ns = (double)p[0] * p[1] * p[2] / GEMM_MACS_PER_NS + (double)p[1] * p[2] / 8;
     int64_t tasks = task_count(ns, p[1] / 64 > 1 ? p[1] / 64 : 1);
     cx.cols_per_task = (per_task(p[1], tasks) + 15) / 16 * 16;
     parallel(matmul_task, &cx, (p[1] + cx.cols_per_task - 1) / cx.cols_per_task);
+    return 0;
 }
 
 /* activation: count, act; slots x, y (may be the same memory) */

@@ -318,7 +318,19 @@ void pad(const lnpu_step *s, void **slots);
 void cast(const lnpu_step *s, void **slots);
 void split_axis(const lnpu_step *s, void **slots);
 int gather(const lnpu_step *s, void **slots);       /* KERNEL_REFUSED: an index out of range */
-void matmul(const lnpu_step *s, void **slots);       /* dense.c */
+int matmul(const lnpu_step *s, void **slots);        /* dense.c; -1: no host scratch */
+/* rowgemm.c: Y = A B (+ bias, activation) for few rows of A, B row-major, when
+ * row_gemm_takes (AVX-512, B not transposed, 2 <= M <= ROW_GEMM_MAX_M, B of at most
+ * ROW_GEMM_MAX_B floats); -1: no host scratch */
+#ifndef ROW_GEMM_MAX_M
+#define ROW_GEMM_MAX_M 32
+#endif
+#ifndef ROW_GEMM_MAX_B
+#define ROW_GEMM_MAX_B (1L << 20)
+#endif
+int row_gemm_takes(int64_t M, int64_t N, int64_t K, int64_t trans);
+int row_gemm(int64_t M, int64_t N, int64_t K, const float *a, const float *b, const float *bias,
+             float *y, act_t act);
 void activation(const lnpu_step *s, void **slots);
 void softmax(const lnpu_step *s, void **slots);
 void bmatmul(const lnpu_step *s, void **slots);

@@ -68,7 +68,7 @@ API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, int64_
         case OP_GLOBALPOOL: global_pool(s, slots); break;
         case OP_CONCAT: concat(s, slots); break;
         case OP_TRANSPOSE: transpose(s, slots); break;
-        case OP_MATMUL: matmul(s, slots); break;
+        case OP_MATMUL: status = matmul(s, slots); break;
         case OP_ACT: activation(s, slots); break;
         case OP_SOFTMAX: softmax(s, slots); break;
         case OP_UNARY: unary(s, slots); break;
