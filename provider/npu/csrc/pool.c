@@ -18,7 +18,7 @@ static struct {
     int stop;
     atomic_long generation;
     atomic_int running;      /* multi-core lnpu_run calls in progress: workers spin */
-    atomic_long next;        /* the job's next task */
+    atomic_long next;        /* the job's tasks taken from the front and the back (drain) */
     atomic_int open;         /* the job still takes workers */
     atomic_int joined;       /* workers inside the job */
     int limit;               /* the job takes at most this many workers */
@@ -76,10 +76,20 @@ API int lnpu_leave_cpu(int cpu) {
 
 API int64_t lnpu_worker_moves(void) { return atomic_load(&worker_moves); }
 
+/* The calling thread takes tasks from the front, workers from the back, until they meet:
+ * a kernel's first tasks run on the caller and its last ones on a worker run after run, so
+ * each core finds its part of the data (a conv's weights and rows) in its own cache from
+ * the run before; the meeting point still moves with the cores' speeds. pool.next holds
+ * the count taken from the front in its low 32 bits, from the back in the high ones. */
 static void drain(int worker) {
     for (;;) {
-        int64_t t = atomic_fetch_add(&pool.next, 1);
-        if (t >= pool.tasks) return;
+        int64_t seen = atomic_load(&pool.next), t;
+        do {
+            int64_t front = seen & 0xffffffff, back = seen >> 32;
+            if (front + back >= pool.tasks) return;
+            t = worker ? pool.tasks - 1 - back : front;
+        } while (!atomic_compare_exchange_weak(&pool.next, &seen,
+                                               seen + (worker ? (int64_t)1 << 32 : 1)));
         pool.fn(pool.ctx, t);
         if (worker) atomic_fetch_add_explicit(&worker_tasks, 1, memory_order_relaxed);
     }
@@ -165,7 +175,7 @@ int cores(void) {
 /* fn(ctx, t) for t in [0, tasks), on every core; returns when all are done. */
 void parallel(task_fn fn, const void *ctx, int64_t tasks) {
     if (tasks <= 0) return;
-    if (tasks == 1 || cores() == 1 || pthread_mutex_trylock(&pool.submit) != 0) {
+    if (tasks == 1 || tasks > 0x7fffffff || cores() == 1 || pthread_mutex_trylock(&pool.submit) != 0) {
         for (int64_t t = 0; t < tasks; t++) fn(ctx, t);
         return;
     }
