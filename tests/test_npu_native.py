@@ -1283,3 +1283,46 @@ def test_a_gemm_of_few_rows_matches_numpy(m, k, n, act, vector_width):
     model = lite_graph("MatMulFusion", {"activation_type": act},
                        [("a", a, False), ("w", w, True), ("bias", bias, True)])
     _native_matches_numpy(model, {"a": a})
+
+
+@pytest.mark.parametrize("op, dtype", [
+    *((op, dtype) for op in ("Equal", "Less", "Greater", "LessEqual", "GreaterEqual", "NotEqual")
+      for dtype in (np.float32, np.int32, np.int64, np.bool_)),
+    ("LogicalAnd", np.bool_), ("LogicalOr", np.bool_)], ids=str)
+def test_comparisons_run_natively_into_masks(op, dtype):
+    """Broadcast both ways; NaNs compare as numpy's (only NotEqual holds)."""
+    r = rng(33)
+    a = np.asarray((r.standard_normal((2, 3, 4)) * 2).round().astype(dtype))
+    b = np.asarray((r.standard_normal((3, 1)) * 2).round().astype(dtype))
+    if dtype == np.float32:
+        a.reshape(-1)[:3] = np.nan
+        b.reshape(-1)[0] = np.nan
+    model = lite_graph(op, {}, [("a", a, False), ("b", b, False)], out_dtypes=(np.dtype(np.bool_),))
+    _native_matches_numpy(model, {"a": a, "b": b})
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_, np.int32])
+@pytest.mark.parametrize("shapes", [((2, 3, 4), (2, 3, 4), (2, 3, 4)), ((1, 1, 4, 1), (), (3, 1, 1, 5)),
+                                    ((3, 1), (1, 5), (3, 5))], ids=str)
+def test_where_runs_natively(shapes, dtype):
+    r = rng(34)
+    cond = np.asarray(r.random(shapes[0]) > 0.5)
+    x = np.asarray((r.standard_normal(shapes[1]) * 5).astype(dtype))
+    y = np.asarray((r.standard_normal(shapes[2]) * 5).astype(dtype))
+    model = lite_graph("Where", {}, [("c", cond, False), ("x", x, False), ("y", y, False)],
+                       out_dtypes=(np.dtype(dtype),))
+    _native_matches_numpy(model, {"c": cond, "x": x, "y": y})
+
+
+@pytest.mark.parametrize("index_dtype", [np.int64, np.int32])
+def test_gather_nd_runs_natively_and_refuses_an_index_off_its_axis(index_dtype):
+    r = rng(35)
+    x = randn(r, 3, 4, 5)
+    idx = np.array([[[0, 1], [2, -1]], [[1, 0], [-3, 2]]], index_dtype)
+    model = lite_graph("GatherNd", {}, [("x", x, False), ("idx", idx, False)])
+    _native_matches_numpy(model, {"x": x, "idx": idx})
+    bad = idx.copy()
+    bad[1, 0, 1] = 4  # axis 1 has 4: the first column is checked first, and is fine
+    with Executor(compile_for(model, {"x": x, "idx": idx}), pool()) as ex:
+        with pytest.raises(InputValueError, match=r"GatherND: index 4 is outside \[-4, 4\)"):
+            ex.run([x, bad])

@@ -82,6 +82,34 @@ int gather(const lnpu_step *s, void **slots) {
     return 0;
 }
 
+/* gather_nd (batch_dims 0): p[0] index depth k (<= 6), p[1] bytes per index tuple (the
+ * elements after x's first k axes), p[2] tuple count, p[3] index bytes, p[4..4+k) x's first
+ * k dims; slots x, indices (count x k), y. Each index column is checked against its axis
+ * first, column by column as the numpy kernel does, and negatives wrap. */
+int gather_nd(const lnpu_step *s, void **slots) {
+    int64_t k = s->p[0], inner = s->p[1], count = s->p[2], bytes = s->p[3];
+    const int64_t *dims = s->p + 4;
+    const char *x = slots[s->slot[0]];
+    const void *idx = slots[s->slot[1]];
+    char *y = slots[s->slot[2]];
+    for (int64_t a = 0; a < k; a++)
+        for (int64_t j = 0; j < count; j++) {
+            int64_t v = gather_index(idx, j * k + a, bytes);
+            if (v < -dims[a] || v >= dims[a])
+                return kernel_fail("GatherND: index %lld is outside [-%lld, %lld)", (long long)v,
+                                   (long long)dims[a], (long long)dims[a]);
+        }
+    for (int64_t j = 0; j < count; j++, y += inner) {
+        int64_t linear = 0;
+        for (int64_t a = 0; a < k; a++) {
+            int64_t v = gather_index(idx, j * k + a, bytes);
+            linear = linear * dims[a] + (v < 0 ? v + dims[a] : v);
+        }
+        memcpy(y, x + linear * inner, inner);
+    }
+    return 0;
+}
+
 /* pad: rank r (<= 6, adjacent unpadded axes merged, trailing ones folded into the element),
  * element bytes, mode, the constant's bytes (p[PD_VALUE]: the low `base` bytes, repeated
  * over an element), base element bytes, input dims, pads before, output dims. Each output

@@ -31,7 +31,7 @@ enum { OP_CONV = 1, OP_DWCONV, OP_MAXPOOL, OP_AVGPOOL, OP_GLOBALPOOL, OP_CONCAT,
        OP_MATMUL, OP_ACT, OP_SOFTMAX, OP_COUNT };
 /* the steps of real models beyond CNNs (elementwise.c, dense.c, rnn.c, reduce.c): codes 11-39 */
 enum { OP_UNARY = 11, OP_BINARY, OP_LAYERNORM, OP_BMATMUL, OP_RNN, OP_REDUCE, OP_PAD, OP_CAST, OP_SPLIT,
-       OP_DECONV, OP_GATHER };
+       OP_DECONV, OP_GATHER, OP_COMPARE, OP_WHERE, OP_GATHER_ND };
 /* Integer kernels (qconv.c, qeltwise.c): codes 40-69. */
 enum { OP_QCONV = 40, OP_QDENSE = 41, OP_QUANTIZE = 42, OP_DEQUANTIZE = 43, OP_QLUT = 44,
        OP_QADD = 45, OP_QCONCAT = 46, OP_QDWCONV = 47, OP_QMAXPOOL = 48, OP_QMUL = 49,
@@ -318,6 +318,7 @@ void pad(const lnpu_step *s, void **slots);
 void cast(const lnpu_step *s, void **slots);
 void split_axis(const lnpu_step *s, void **slots);
 int gather(const lnpu_step *s, void **slots);       /* KERNEL_REFUSED: an index out of range */
+int gather_nd(const lnpu_step *s, void **slots);    /* likewise */
 int matmul(const lnpu_step *s, void **slots);        /* dense.c; -1: no host scratch */
 /* rowgemm.c: Y = A B (+ bias, activation) for few rows of A, B row-major, when
  * row_gemm_takes (AVX-512, B not transposed, 2 <= M <= ROW_GEMM_MAX_M, B of at most
@@ -337,6 +338,8 @@ void bmatmul(const lnpu_step *s, void **slots);
 void unary(const lnpu_step *s, void **slots);        /* elementwise.c */
 void binary(const lnpu_step *s, void **slots);
 void layer_norm(const lnpu_step *s, void **slots);
+void compare(const lnpu_step *s, void **slots);      /* logic.c */
+void where(const lnpu_step *s, void **slots);
 int rnn(const lnpu_step *s, void **slots);           /* rnn.c */
 void reduce(const lnpu_step *s, void **slots);       /* reduce.c */
 

@@ -290,3 +290,48 @@ def _binary_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
 @native("unary")
 def _unary_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     return f32(ins[0], outs[0]) and lower_unary(ins[0], attrs["op"], b)
+
+
+# csrc/logic.c's compare codes and input types
+COMPARE_CODES = {name: code for code, name in enumerate(
+    ("equal", "less", "greater", "less_equal", "greater_equal", "not_equal", "logical_and",
+     "logical_or"))}
+LOGIC_TYPES = {np.dtype(np.float32): 0, np.dtype(np.int32): 1, np.dtype(np.int64): 2,
+               np.dtype(np.bool_): 3}
+
+
+def _walk(b: StepBuilder, out: tuple[int, ...], *operands: Slot) -> bool:
+    """p[1] rank, p[2..8) the output's merged dims, then 6 strides per operand (logic.c)."""
+    dims, walks = merged(out, *(broadcast_strides(o.shape, out) for o in operands))
+    if len(dims) > MAX_RANK:
+        return False
+    b.step.p[1] = len(dims)
+    b.step.p[2:2 + len(dims)] = dims
+    for i, walk in enumerate(walks):
+        b.step.p[8 + 6 * i:8 + 6 * i + len(dims)] = walk
+    return True
+
+
+@native("compare")
+def _compare_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """A comparison or logical op into a bool mask (csrc/logic.c)."""
+    a, c, y = ins[0], ins[1], outs[0]
+    kind = LOGIC_TYPES.get(a.np_dtype)
+    if kind is None or c.np_dtype != a.np_dtype or y.np_dtype != np.bool_ \
+            or not _walk(b, y.shape, a, c):
+        return False
+    b.step.p[0], b.step.p[20] = COMPARE_CODES[attrs["op"]], kind
+    b.slots(b.inputs[0], b.inputs[1], b.outputs[0])
+    return True
+
+
+@native("where")
+def _where_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """cond ? x : y, any element size (csrc/logic.c)."""
+    cond, x, y, out = ins[0], ins[1], ins[2], outs[0]
+    if cond.np_dtype != np.bool_ or x.np_dtype != out.np_dtype or y.np_dtype != out.np_dtype \
+            or not _walk(b, out.shape, cond, x, y):
+        return False
+    b.step.p[26] = out.np_dtype.itemsize
+    b.slots(b.inputs[0], b.inputs[1], b.inputs[2], b.outputs[0])
+    return True

@@ -490,6 +490,21 @@ def _gather_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
     return True
 
 
+@native("gather_nd")
+def _gather_nd_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """Index tuples into x's first axes (layout.c), checked in C with numpy's words."""
+    x, idx, y = ins[0], ins[1], outs[0]
+    if idx.np_dtype not in (np.dtype(np.int32), np.dtype(np.int64)) or not idx.shape:
+        return False
+    k = idx.shape[-1]
+    if not 1 <= k <= min(6, len(x.shape)) or y.shape != (*idx.shape[:-1], *x.shape[k:]):
+        return False
+    b.params(k, math.prod(x.shape[k:]) * x.np_dtype.itemsize, math.prod(idx.shape[:-1]),
+             idx.np_dtype.itemsize, *x.shape[:k])
+    b.slots(b.inputs[0], b.inputs[1], b.outputs[0])
+    return True
+
+
 @native("broadcast", op="transpose")
 def _broadcast_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     """A broadcast as the C library's strided copy, stride 0 along the repeated axes."""
