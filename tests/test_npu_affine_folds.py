@@ -95,14 +95,37 @@ def lcnet_block(net: Net, x: str) -> str:
     return net.conv(h, C, C, 1)
 
 
-def test_a_mobilenet_block_of_seventeen_nodes_runs_in_five_steps():
+def test_a_mobilenet_block_of_seventeen_nodes_runs_in_four_steps():
     """The scale and shift after each conv fold into it, each hard swish becomes its conv's
     epilogue, and the scale and shift before the unpadded 1x1 conv fold into that conv; the
-    pair before the padded depthwise conv stays (a padding zero is not shifted)."""
+    pair before the padded depthwise conv (a padding zero is not shifted) is one pass."""
     net = Net(2)
     model = net.model([lcnet_block(net, "x")])
-    assert steps(model) == [("conv2d", "HSWISH"), ("binary", "mul"), ("binary", "add"),
+    assert steps(model) == [("conv2d", "HSWISH"), ("scale_shift", "NO_ACTIVATION"),
                             ("conv2d", "HSWISH"), ("conv2d", "NO_ACTIVATION")]
+    check(model)
+
+
+@pytest.mark.parametrize("shift_op", ["Add", "Sub"])
+def test_a_scale_then_a_shift_is_one_pass_with_the_same_roundings(shift_op):
+    """Mul then Add / Sub by per-channel constants on a tensor no conv takes: one scale_shift
+    step, equal to onnxruntime's two nodes bit for bit (same two roundings)."""
+    net = Net(8)
+    h = net.op("Relu", ["x"])
+    h = net.op("Mul", [net.const(net.r.uniform(0.5, 2.0, (1, C, 1, 1))), h])
+    model = net.model([net.op(shift_op, [h, net.const(net.r.standard_normal((C, 1, 1)))])])
+    assert steps(model) == [("activation", None), ("scale_shift", "NO_ACTIVATION")]
+    x = rng(9).standard_normal((2, C, *HW)).astype(F32)
+    program = compile_model(import_onnx(model)[0])
+    with Executor(program, pool()) as ex:
+        np.testing.assert_array_equal(np.array(ex.run([x])[0]), run_ort(model, {"x": x})[0])
+
+
+def test_a_shift_with_its_own_activation_stays_apart():
+    net = Net(10)
+    h = net.op("Mul", [net.op("Tanh", ["x"]), net.const(1.5)])
+    model = net.model([net.op("Relu", [net.op("Add", [h, net.const(0.25)])])])
+    assert ("scale_shift", "NO_ACTIVATION") not in steps(model)
     check(model)
 
 

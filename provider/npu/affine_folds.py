@@ -11,7 +11,10 @@ or one value per channel folds into
   and bias s * b + t;
 - the conv after it when that conv pads nothing (`fold_input_affine`): conv(s * x + t) has
   weights W * s (per input channel) and bias b + sum(W * t), exact only where no padding
-  zero enters a window.
+  zero enters a window;
+- else a scale then a shift become one pass (`merge_scale_shift`): a BatchNorm with mean 0,
+  variance 1 and epsilon 0, whose scale and shift are then exactly the two constants (the
+  same two roundings as the Mul and the Add).
 
 Weights and biases are computed in float64 and rounded once. Quantized nodes are left alone
 (their ranges are the quantizer's).
@@ -29,7 +32,7 @@ from provider.npu.ops.registry import QUANT_NONE
 
 log = logging.getLogger("litenpu.npu")
 
-__all__ = ["fold_conv_affine", "fold_input_affine"]
+__all__ = ["fold_conv_affine", "fold_input_affine", "merge_scale_shift"]
 
 _AFFINE = ("MulFusion", "DivFusion", "AddFusion", "SubFusion")
 
@@ -196,5 +199,47 @@ def fold_input_affine(model: LiteModel) -> LiteModel:
             log.debug("folded %s into %s", node.name, conv.name)
             changed = True
             break
+    return dataclasses.replace(model, tensors=tensors, nodes=[n for n in nodes if n is not None],
+                               subgraphs=[])
+
+
+def merge_scale_shift(model: LiteModel) -> LiteModel:
+    """A copy of `model` where Mul(x, s) then Add(., t) (or Sub), s and t scalars or one
+    value per channel of an NCHW x of known channels, is one FusedBatchNorm (mean 0,
+    variance 1, epsilon 0): one pass over the tensor instead of two. The Mul's output must
+    feed only the Add and be no graph output; neither may carry an activation."""
+    producers = {t: ni for ni, node in enumerate(model.nodes) for t in node.outputs}
+    users = _users(model)
+    tensors = list(model.tensors)
+    nodes: list[LiteNode | None] = list(model.nodes)
+    for ai, add in enumerate(model.nodes):
+        if add.op not in ("AddFusion", "SubFusion") \
+                or add.attrs.get("activation_type", "NO_ACTIVATION") != "NO_ACTIVATION":
+            continue
+        m = next((t for t in add.inputs if tensors[t].data is None), None)
+        mi = producers.get(m) if m is not None else None
+        mul = nodes[mi] if mi is not None else None
+        if mul is None or mul.op != "MulFusion" or users.get(m) != [ai] or m in model.outputs \
+                or mul.attrs.get("activation_type", "NO_ACTIVATION") != "NO_ACTIVATION":
+            continue
+        x = next((t for t in mul.inputs if tensors[t].data is None), None)
+        found = _operand(model, mul, x) if x is not None else None
+        shift = _operand(model, add, m)
+        if found is None or shift is None or len(tensors[x].shape) != 4 \
+                or not isinstance(tensors[x].shape[1], int) or tensors[x].shape[1] <= 0:
+            continue
+        channels = tensors[x].shape[1]
+        s, t = _channel_vector(found[0], channels), _channel_vector(shift[0], channels)
+        if s is None or t is None:
+            continue
+        t = -t if add.op == "SubFusion" else t
+        first = len(tensors)
+        for name, value in (("scale", s), ("shift", t), ("mean", np.zeros(channels)),
+                            ("var", np.ones(channels))):
+            tensors.append(LiteTensor.of(f"{add.name}/{name}", np.dtype(np.float32), (channels,),
+                                         value.astype(np.float32)))
+        nodes[ai] = dataclasses.replace(add, op="FusedBatchNorm", attrs={"epsilon": 0.0},
+                                        inputs=[x, *range(first, first + 4)])
+        nodes[mi] = None
     return dataclasses.replace(model, tensors=tensors, nodes=[n for n in nodes if n is not None],
                                subgraphs=[])

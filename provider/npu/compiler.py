@@ -48,7 +48,7 @@ from converters.lite import dtypes as lite_dtypes
 from converters.lite.ir import LiteModel
 from provider.errors import InvalidModelError, UnsupportedError
 from provider.npu import capability, planner
-from provider.npu.affine_folds import fold_conv_affine, fold_input_affine
+from provider.npu.affine_folds import fold_conv_affine, fold_input_affine, merge_scale_shift
 from provider.npu.code_tables import fuse_code_tables
 from provider.npu.lowering import (
     Builder,
@@ -326,6 +326,7 @@ def compile_model(model: LiteModel, input_shapes: Mapping[str, Sequence[int]] | 
         raise UnsupportedError(f"model {model.name!r}: {len(rejected)} node(s) not supported on the NPU: {detail}")
     graph = fuse_activations(fuse_swish(fold_conv_affine(fold_batchnorm(model))))
     graph = fold_input_affine(fuse_activations(fuse_hardswish(graph)))  # after the RELU6 fused
+    graph = merge_scale_shift(graph)
     b = Builder(options.enable_fp16)
     env: dict[int, int] = {}
     inputs = []
