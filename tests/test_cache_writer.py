@@ -116,6 +116,8 @@ def _child(model: str, cache_dir: str, out) -> None:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="fork")
+# forking while the writer thread runs is the point of the test (Python 3.12+ warns of it)
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_a_forked_child_writes_its_own_entries(tmp_path, source):
     parent = session(source, tmp_path / "parent")  # its writes may be under way at the fork
     context = multiprocessing.get_context("fork")
