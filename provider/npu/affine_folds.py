@@ -29,6 +29,7 @@ import numpy as np
 
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
 from provider.npu.ops.registry import QUANT_NONE
+from provider.npu.rewrites import consumers
 
 log = logging.getLogger("litenpu.npu")
 
@@ -61,8 +62,11 @@ def _operand(model: LiteModel, node: LiteNode, x: int) -> tuple[np.ndarray, bool
     return data, first
 
 
-def _linear(op: str, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(scale, shift) per channel of y = x op c."""
+def _linear(op: str, c: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(scale, shift) per channel of y = x op c; None for a division by zero (left as
+    written: its infinities and NaNs are the graph's)."""
+    if op == "DivFusion" and not np.all(c):
+        return None
     one, zero = np.ones_like(c), np.zeros_like(c)
     return {"MulFusion": (c, zero), "DivFusion": (1.0 / c, zero),
             "AddFusion": (one, c), "SubFusion": (one, -c)}[op]
@@ -94,14 +98,6 @@ def _weights(tensors: list[LiteTensor], conv: LiteNode) -> tuple[np.ndarray, np.
     return w, b
 
 
-def _users(model: LiteModel) -> dict[int, list[int]]:
-    users: dict[int, list[int]] = {}
-    for ni, node in enumerate(model.nodes):
-        for t in node.inputs:
-            users.setdefault(t, []).append(ni)
-    return users
-
-
 def fold_conv_affine(model: LiteModel) -> LiteModel:
     """A copy of `model` where each Mul / Div / Add / Sub by a per-channel constant right
     after a Conv2DFusion is folded into it (repeatedly: a scale then a shift both fold).
@@ -116,7 +112,7 @@ def fold_conv_affine(model: LiteModel) -> LiteModel:
         changed = False
         live = dataclasses.replace(model, tensors=tensors, nodes=[n for n in nodes if n is not None])
         producers = {t: ni for ni, node in enumerate(live.nodes) for t in node.outputs}
-        users = _users(live)
+        users = consumers(live)
         nodes = list(live.nodes)
         for bi, node in enumerate(live.nodes):
             for x in node.inputs:
@@ -129,9 +125,10 @@ def fold_conv_affine(model: LiteModel) -> LiteModel:
                     continue
                 w, b = _weights(tensors, conv)
                 c = _channel_vector(found[0], w.shape[0])
-                if c is None:
+                linear = _linear(node.op, c) if c is not None else None
+                if linear is None:
                     continue
-                scale, shift = _linear(node.op, c)
+                scale, shift = linear
                 nodes[ci] = _with_conv(
                     tensors, conv, w * scale.reshape(-1, 1, 1, 1), b * scale + shift,
                     outputs=list(node.outputs),
@@ -170,7 +167,7 @@ def fold_input_affine(model: LiteModel) -> LiteModel:
         changed = False
         live = dataclasses.replace(model, tensors=tensors, nodes=[n for n in nodes if n is not None])
         producers = {t: ni for ni, node in enumerate(live.nodes) for t in node.outputs}
-        users = _users(live)
+        users = consumers(live)
         nodes = list(live.nodes)
         for ci, conv in enumerate(live.nodes):
             if not _foldable_conv(live, conv) or not _pads_nothing(conv):
@@ -188,7 +185,10 @@ def fold_input_affine(model: LiteModel) -> LiteModel:
             c = _channel_vector(found[0], w.shape[1] * group) if found is not None else None
             if c is None or (found[0].size > 1 and not _has_channels(tensors[x], len(c))):
                 continue  # a per-channel constant must not be what widens x to the channels
-            scale, shift = _linear(node.op, c)
+            linear = _linear(node.op, c)
+            if linear is None:
+                continue
+            scale, shift = linear
             # input channel i of group g is channel g * (C / G) + i
             per_out = np.repeat(np.arange(group), w.shape[0] // group)
             s = scale.reshape(group, -1)[per_out].reshape(w.shape[0], w.shape[1], 1, 1)
@@ -209,7 +209,7 @@ def merge_scale_shift(model: LiteModel) -> LiteModel:
     variance 1, epsilon 0): one pass over the tensor instead of two. The Mul's output must
     feed only the Add and be no graph output; neither may carry an activation."""
     producers = {t: ni for ni, node in enumerate(model.nodes) for t in node.outputs}
-    users = _users(model)
+    users = consumers(model)
     tensors = list(model.tensors)
     nodes: list[LiteNode | None] = list(model.nodes)
     for ai, add in enumerate(model.nodes):

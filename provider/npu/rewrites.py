@@ -20,10 +20,11 @@ from provider.npu.ops.registry import QUANT_NONE
 
 log = logging.getLogger("litenpu.npu")
 
-__all__ = ["fold_batchnorm", "fuse_hardswish", "fuse_swish", "fuse_activations"]
+__all__ = ["consumers", "fold_batchnorm", "fuse_hardswish", "fuse_swish", "fuse_activations"]
 
 
-def _consumers(model: LiteModel) -> dict[int, list[int]]:
+def consumers(model: LiteModel) -> dict[int, list[int]]:
+    """Per tensor index, the indices of the nodes that read it."""
     users: dict[int, list[int]] = {}
     for ni, node in enumerate(model.nodes):
         for t in node.inputs:
@@ -38,7 +39,7 @@ def fold_batchnorm(model: LiteModel) -> LiteModel:
     is not a graph output, and weights, bias and BN statistics are all constants.
     """
     producers = {t: ni for ni, node in enumerate(model.nodes) for t in node.outputs}
-    users = _consumers(model)
+    users = consumers(model)
     tensors = list(model.tensors)
     nodes: list[LiteNode | None] = list(model.nodes)
     for bi, bn in enumerate(model.nodes):
@@ -81,7 +82,7 @@ def fuse_swish(model: LiteModel) -> LiteModel:
     output, and the Mul have no activation of its own. fuse_activations may then fold the
     SWISH into x's producer (a conv's epilogue)."""
     producers = {t: ni for ni, node in enumerate(model.nodes) for t in node.outputs}
-    users = _consumers(model)
+    users = consumers(model)
     nodes: list[LiteNode | None] = list(model.nodes)
     for mi, mul in enumerate(model.nodes):
         if (mul.op != "MulFusion" or len(mul.inputs) != 2 or len(mul.outputs) != 1
@@ -115,7 +116,7 @@ def fuse_hardswish(model: LiteModel) -> LiteModel:
     into x's producer. Every intermediate must feed only the next node and be no graph
     output; the Mul and the Div must carry no activation."""
     producers = {t: ni for ni, node in enumerate(model.nodes) for t in node.outputs}
-    users = _consumers(model)
+    users = consumers(model)
     nodes: list[LiteNode | None] = list(model.nodes)
 
     def made_by(t: int, op: str, activation: str, user: int) -> int | None:
@@ -167,7 +168,7 @@ def fuse_activations(model: LiteModel) -> LiteModel:
     and is not a graph output, and the activation takes no parameters.
     """
     producers = {t: ni for ni, node in enumerate(model.nodes) for t in node.outputs}
-    users = _consumers(model)
+    users = consumers(model)
     nodes: list[LiteNode | None] = list(model.nodes)
     for ai, act in enumerate(model.nodes):
         kind = act.attrs.get("activation_type")
