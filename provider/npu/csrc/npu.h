@@ -321,7 +321,7 @@ int gather(const lnpu_step *s, void **slots);       /* KERNEL_REFUSED: an index 
 int gather_nd(const lnpu_step *s, void **slots);    /* likewise */
 int matmul(const lnpu_step *s, void **slots);        /* dense.c; -1: no host scratch */
 /* rowgemm.c: Y = A B (+ bias, activation) for few rows of A, B row-major, when
- * row_gemm_takes (AVX-512, B not transposed, 2 <= M <= ROW_GEMM_MAX_M, B of at most
+ * row_gemm_takes (AVX-512, B not transposed, 2 <= M <= ROW_GEMM_MAX_M, K > 0, B of at most
  * ROW_GEMM_MAX_B floats); -1: no host scratch */
 #ifndef ROW_GEMM_MAX_M
 #define ROW_GEMM_MAX_M 32

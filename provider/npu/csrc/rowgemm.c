@@ -142,10 +142,11 @@ static void rg_task(const void *ctx, int64_t t) {
 /* Measured against OpenBLAS's path (whole step, 2 cores, alternating builds): 16 x 384 x
  * 1536 0.31 -> 0.15-0.17 ms, 16 x 1536 x 384 0.20-0.31 -> 0.15-0.17 ms, 16 x 384 x 384 even;
  * OpenBLAS kept ahead on a B of 8.4 M floats (16 x 1024 x 8210: 2.1-2.3 vs 3.3-3.8 ms) and
- * at one row (1 x 1024 x 1000: even or ahead), hence the bounds. */
+ * at one row (1 x 1024 x 1000: even or ahead), hence the bounds. With K = 0 no tile runs:
+ * OpenBLAS writes the zeros. */
 int row_gemm_takes(int64_t M, int64_t N, int64_t K, int64_t trans) {
-    return RG_AVAILABLE && !trans && M >= 2 && M <= ROW_GEMM_MAX_M && N * K <= ROW_GEMM_MAX_B
-           && vector_width() == 16;
+    return RG_AVAILABLE && !trans && M >= 2 && M <= ROW_GEMM_MAX_M && K > 0
+           && N * K <= ROW_GEMM_MAX_B && vector_width() == 16;
 }
 
 int row_gemm(int64_t M, int64_t N, int64_t K, const float *a, const float *b, const float *bias,
