@@ -222,6 +222,7 @@ def test_native_steps_cover_the_integer_gemms(int8_path):
                          ("gemm", "qdense"), ("sigmoid", "qlut"), ("add", None),
                          ("concat", "qconcat"), ("maxpool", "qmax_pool"),
                          ("add_same_shape", "qadd"), ("mul_same_shape", "qmul"),
+                         ("add_rows", "qadd"), ("mul_rows", "qmul"),
                          ("conv_pointwise", "qconv2d"), ("conv_dilated", "qconv2d"),
                          ("globalaveragepool", "qglobal_pool"),
                          ("averagepool_whole", "qglobal_pool"),

@@ -116,7 +116,9 @@ void qlut(const lnpu_step *s, void **slots) {
     parallel(lut_task, &a, split(&a, s->p[0]));
 }
 
-/* add: p = count, za, zb, zy, lo, hi, signed inputs (a then b); f[0] = ra, f[1] = rb;
+/* add: p = count, za, zb, zy, lo, hi, signed inputs (a then b), then each input's period (its
+ * element count: the output's trailing dims it repeats along the leading ones, or the whole
+ * output); f[0] = ra, f[1] = rb;
  * slots a, b, y: y = clamp(rint(float(a - za) * ra + float(b - zb) * rb) + zy), the two
  * products rounded before the sum (no fused multiply-add: the library is built with
  * -ffp-contract=fast, which would round once and differ from onnxruntime in the last bit). */
@@ -130,11 +132,14 @@ static void add_task(const void *ctx, int64_t t) {
     float lo = (float)(s->p[4] - zy), hi = (float)(s->p[5] - zy), ra = s->f[0], rb = s->f[1];
     int sa = (int)s->p[6], sb = (int)s->p[7];
     int64_t begin = t * a->chunk, end = begin + a->chunk < a->count ? begin + a->chunk : a->count;
+    int64_t pa = s->p[8], pb = s->p[9], ia = begin % pa, ib = begin % pb;
     for (int64_t i = begin; i < end; i++) {
-        int32_t va = sa ? (int32_t)(int8_t)x0[i] : (int32_t)x0[i];
-        int32_t vb = sb ? (int32_t)(int8_t)x1[i] : (int32_t)x1[i];
+        int32_t va = sa ? (int32_t)(int8_t)x0[ia] : (int32_t)x0[ia];
+        int32_t vb = sb ? (int32_t)(int8_t)x1[ib] : (int32_t)x1[ib];
         float f = (float)(va - za) * ra + (float)(vb - zb) * rb;
         y[i] = (uint8_t)((int32_t)rne(clamp_nan(f, lo, hi)) + zy);
+        if (++ia == pa) ia = 0;
+        if (++ib == pb) ib = 0;
     }
 }
 
@@ -150,11 +155,14 @@ static void mul_task(const void *ctx, int64_t t) {
     float lo = (float)(s->p[4] - zy), hi = (float)(s->p[5] - zy), m = s->f[0];
     int sa = (int)s->p[6], sb = (int)s->p[7];
     int64_t begin = t * a->chunk, end = begin + a->chunk < a->count ? begin + a->chunk : a->count;
+    int64_t pa = s->p[8], pb = s->p[9], ia = begin % pa, ib = begin % pb;
     for (int64_t i = begin; i < end; i++) {
-        int32_t va = sa ? (int32_t)(int8_t)x0[i] : (int32_t)x0[i];
-        int32_t vb = sb ? (int32_t)(int8_t)x1[i] : (int32_t)x1[i];
+        int32_t va = sa ? (int32_t)(int8_t)x0[ia] : (int32_t)x0[ia];
+        int32_t vb = sb ? (int32_t)(int8_t)x1[ib] : (int32_t)x1[ib];
         float f = (float)((va - za) * (vb - zb)) * m;
         y[i] = (uint8_t)((int32_t)rne(clamp_nan(f, lo, hi)) + zy);
+        if (++ia == pa) ia = 0;
+        if (++ib == pb) ib = 0;
     }
 }
 

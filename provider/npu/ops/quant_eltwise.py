@@ -239,15 +239,28 @@ def qresize_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowere
 # ---- native lowerings ------------------------------------------------------------------
 
 
+def _period(x: Sequence[int], y: Sequence[int]) -> int | None:
+    """The elements after which x repeats in y: all of y's when x has y's shape, x's when
+    x (leading 1s aside) is y's trailing dims; None for other broadcasts."""
+    dims = list(x)
+    while dims and dims[0] == 1:
+        dims.pop(0)
+    if tuple(dims) != tuple(y[len(y) - len(dims):]) or not math.prod(y):
+        return None
+    return max(1, math.prod(dims))
+
+
 @native("qadd", "qmul")
 def _qbinary_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
-    """A quantized Add / Mul of two tensors of the output's shape (csrc/qeltwise.c)."""
+    """A quantized Add / Mul (csrc/qeltwise.c) where each input has the output's shape or
+    repeats along its leading dims (a detector's per-anchor scale: (4, N) times (N,))."""
     a, c, y = ins[0], ins[1], outs[0]
-    if not (a.shape == c.shape == y.shape) or {a.dtype, c.dtype, y.dtype} - CODES:
+    pa, pc = _period(a.shape, y.shape), _period(c.shape, y.shape)
+    if pa is None or pc is None or {a.dtype, c.dtype, y.dtype} - CODES:
         return False
     lo, hi = attrs["range"]
     b.params(math.prod(y.shape), attrs["za"], attrs["zb"], attrs["zy"], lo, hi,
-             a.dtype == "int8", c.dtype == "int8")
+             a.dtype == "int8", c.dtype == "int8", pa, pc)
     if b.op == "qadd":
         b.step.f[0], b.step.f[1] = attrs["ra"], attrs["rb"]
     else:
