@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 
 import numpy as np
 
@@ -98,6 +99,53 @@ def _weights(tensors: list[LiteTensor], conv: LiteNode) -> tuple[np.ndarray, np.
     return w, b
 
 
+# One fold: (the live model, its tensors (appended to), its nodes (a fold sets the removed
+# one to None), producers, consumers) -> whether it folded something.
+Fold = Callable[[LiteModel, list, list, dict, dict], bool]
+
+
+def _until_stable(model: LiteModel, fold: Fold) -> LiteModel:
+    """`fold` applied pass after pass, each on the graph the last one left, until a pass
+    folds nothing (a scale then a shift fold one after the other)."""
+    tensors = list(model.tensors)
+    nodes: list[LiteNode | None] = list(model.nodes)
+    while True:
+        live = dataclasses.replace(model, tensors=tensors, nodes=[n for n in nodes if n is not None])
+        producers = {t: ni for ni, node in enumerate(live.nodes) for t in node.outputs}
+        nodes = list(live.nodes)
+        if not fold(live, tensors, nodes, producers, consumers(live)):
+            return dataclasses.replace(live, nodes=[n for n in nodes if n is not None],
+                                       subgraphs=[])
+
+
+def _fold_after_conv(live: LiteModel, tensors: list, nodes: list, producers: dict,
+                     users: dict) -> bool:
+    for bi, node in enumerate(live.nodes):
+        for x in node.inputs:
+            ci = producers.get(x)
+            conv = nodes[ci] if ci is not None else None
+            found = _operand(live, node, x) if conv is not None else None
+            if found is None or not _foldable_conv(live, conv) or users.get(x) != [bi] \
+                    or x in live.outputs \
+                    or conv.attrs.get("activation_type", "NO_ACTIVATION") != "NO_ACTIVATION":
+                continue
+            w, b = _weights(tensors, conv)
+            c = _channel_vector(found[0], w.shape[0])
+            linear = _linear(node.op, c) if c is not None else None
+            if linear is None:
+                continue
+            scale, shift = linear
+            nodes[ci] = _with_conv(
+                tensors, conv, w * scale.reshape(-1, 1, 1, 1), b * scale + shift,
+                outputs=list(node.outputs),
+                attrs={**conv.attrs, "activation_type": node.attrs.get("activation_type",
+                                                                        "NO_ACTIVATION")})
+            nodes[bi] = None
+            log.debug("folded %s into %s", node.name, conv.name)
+            return True
+    return False
+
+
 def fold_conv_affine(model: LiteModel) -> LiteModel:
     """A copy of `model` where each Mul / Div / Add / Sub by a per-channel constant right
     after a Conv2DFusion is folded into it (repeatedly: a scale then a shift both fold).
@@ -105,43 +153,7 @@ def fold_conv_affine(model: LiteModel) -> LiteModel:
     Applies when the conv has no activation yet (the binary's becomes the conv's), its output
     feeds only the binary and is not a graph output, and the binary keeps the conv's shape.
     """
-    tensors = list(model.tensors)
-    nodes: list[LiteNode | None] = list(model.nodes)
-    changed = True
-    while changed:
-        changed = False
-        live = dataclasses.replace(model, tensors=tensors, nodes=[n for n in nodes if n is not None])
-        producers = {t: ni for ni, node in enumerate(live.nodes) for t in node.outputs}
-        users = consumers(live)
-        nodes = list(live.nodes)
-        for bi, node in enumerate(live.nodes):
-            for x in node.inputs:
-                ci = producers.get(x)
-                conv = nodes[ci] if ci is not None else None
-                found = _operand(live, node, x) if conv is not None else None
-                if found is None or not _foldable_conv(live, conv) or users.get(x) != [bi] \
-                        or x in model.outputs \
-                        or conv.attrs.get("activation_type", "NO_ACTIVATION") != "NO_ACTIVATION":
-                    continue
-                w, b = _weights(tensors, conv)
-                c = _channel_vector(found[0], w.shape[0])
-                linear = _linear(node.op, c) if c is not None else None
-                if linear is None:
-                    continue
-                scale, shift = linear
-                nodes[ci] = _with_conv(
-                    tensors, conv, w * scale.reshape(-1, 1, 1, 1), b * scale + shift,
-                    outputs=list(node.outputs),
-                    attrs={**conv.attrs, "activation_type": node.attrs.get("activation_type",
-                                                                            "NO_ACTIVATION")})
-                nodes[bi] = None
-                log.debug("folded %s into %s", node.name, conv.name)
-                changed = True
-                break
-            if changed:
-                break
-    return dataclasses.replace(model, tensors=tensors, nodes=[n for n in nodes if n is not None],
-                               subgraphs=[])
+    return _until_stable(model, _fold_after_conv)
 
 
 def _pads_nothing(conv: LiteNode) -> bool:
@@ -156,51 +168,45 @@ def _has_channels(tensor: LiteTensor, channels: int) -> bool:
     return len(tensor.shape) == 4 and tensor.shape[1] == channels
 
 
+def _fold_before_conv(live: LiteModel, tensors: list, nodes: list, producers: dict,
+                      users: dict) -> bool:
+    for ci, conv in enumerate(live.nodes):
+        if not _foldable_conv(live, conv) or not _pads_nothing(conv):
+            continue
+        h = conv.inputs[0]
+        bi = producers.get(h)
+        node = nodes[bi] if bi is not None else None
+        if node is None or users.get(h) != [ci] or h in live.outputs \
+                or node.attrs.get("activation_type", "NO_ACTIVATION") != "NO_ACTIVATION":
+            continue
+        x = next((t for t in node.inputs if tensors[t].data is None), None)
+        found = _operand(live, node, x) if x is not None else None
+        w, b = _weights(tensors, conv)
+        group = int(conv.attrs.get("group", 1)) or 1
+        c = _channel_vector(found[0], w.shape[1] * group) if found is not None else None
+        if c is None or (found[0].size > 1 and not _has_channels(tensors[x], len(c))):
+            continue  # a per-channel constant must not be what widens x to the channels
+        linear = _linear(node.op, c)
+        if linear is None:
+            continue
+        scale, shift = linear
+        # input channel i of group g is channel g * (C / G) + i
+        per_out = np.repeat(np.arange(group), w.shape[0] // group)
+        s = scale.reshape(group, -1)[per_out].reshape(w.shape[0], w.shape[1], 1, 1)
+        t = shift.reshape(group, -1)[per_out].reshape(w.shape[0], w.shape[1], 1, 1)
+        nodes[ci] = _with_conv(tensors, dataclasses.replace(conv, inputs=[x, *conv.inputs[1:]]),
+                               w * s, b + (w * t).sum(axis=(1, 2, 3)))
+        nodes[bi] = None
+        log.debug("folded %s into %s", node.name, conv.name)
+        return True
+    return False
+
+
 def fold_input_affine(model: LiteModel) -> LiteModel:
     """A copy of `model` where each Mul / Div / Add / Sub by a per-channel constant whose
     output feeds only a Conv2DFusion that pads nothing is folded into that conv (repeatedly:
     a scale then a shift both fold). The binary must have no activation of its own."""
-    tensors = list(model.tensors)
-    nodes: list[LiteNode | None] = list(model.nodes)
-    changed = True
-    while changed:
-        changed = False
-        live = dataclasses.replace(model, tensors=tensors, nodes=[n for n in nodes if n is not None])
-        producers = {t: ni for ni, node in enumerate(live.nodes) for t in node.outputs}
-        users = consumers(live)
-        nodes = list(live.nodes)
-        for ci, conv in enumerate(live.nodes):
-            if not _foldable_conv(live, conv) or not _pads_nothing(conv):
-                continue
-            h = conv.inputs[0]
-            bi = producers.get(h)
-            node = nodes[bi] if bi is not None else None
-            if node is None or users.get(h) != [ci] or h in model.outputs \
-                    or node.attrs.get("activation_type", "NO_ACTIVATION") != "NO_ACTIVATION":
-                continue
-            x = next((t for t in node.inputs if tensors[t].data is None), None)
-            found = _operand(live, node, x) if x is not None else None
-            w, b = _weights(tensors, conv)
-            group = int(conv.attrs.get("group", 1)) or 1
-            c = _channel_vector(found[0], w.shape[1] * group) if found is not None else None
-            if c is None or (found[0].size > 1 and not _has_channels(tensors[x], len(c))):
-                continue  # a per-channel constant must not be what widens x to the channels
-            linear = _linear(node.op, c)
-            if linear is None:
-                continue
-            scale, shift = linear
-            # input channel i of group g is channel g * (C / G) + i
-            per_out = np.repeat(np.arange(group), w.shape[0] // group)
-            s = scale.reshape(group, -1)[per_out].reshape(w.shape[0], w.shape[1], 1, 1)
-            t = shift.reshape(group, -1)[per_out].reshape(w.shape[0], w.shape[1], 1, 1)
-            nodes[ci] = _with_conv(tensors, dataclasses.replace(conv, inputs=[x, *conv.inputs[1:]]),
-                                   w * s, b + (w * t).sum(axis=(1, 2, 3)))
-            nodes[bi] = None
-            log.debug("folded %s into %s", node.name, conv.name)
-            changed = True
-            break
-    return dataclasses.replace(model, tensors=tensors, nodes=[n for n in nodes if n is not None],
-                               subgraphs=[])
+    return _until_stable(model, _fold_before_conv)
 
 
 def merge_scale_shift(model: LiteModel) -> LiteModel:
