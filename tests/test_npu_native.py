@@ -194,6 +194,13 @@ def test_conv_native_matches_numpy(geometry, seed):
     {"c": 6, "o": 6, "group": 6, "k": (1, 1), "hw": (5, 7), "n": 2, "residual": True, "act": "RELU"},
     # a strided conv (column phases) large enough to be split into column blocks
     {"c": 3, "o": 16, "k": (7, 7), "stride": (2, 2), "pads": (3, 3, 3, 3), "hw": (64, 64)},
+    # small planes, one GEMM over the batch's columns: conv1d-like clips, strided, with a
+    # residual; groups of 17 channels; one image on a 9x9 plane in two blocks of channels
+    {"c": 12, "o": 20, "k": (1, 3), "stride": (1, 2), "pads": (0, 1, 0, 1), "hw": (1, 8),
+     "n": 4, "residual": True, "act": "RELU"},
+    {"c": 8, "o": 34, "group": 2, "k": (3, 3), "dil": (1, 2), "pads": (1, 2, 1, 2),
+     "hw": (5, 6), "n": 3, "act": "RELU6"},
+    {"c": 40, "o": 48, "k": (3, 3), "stride": (2, 2), "hw": (9, 9)},
 ], ids=str)
 def test_conv_cases_native_match_numpy(case, vector_width):
     check_native(*conv_model(rng(1), **case), "conv2d")
