@@ -34,7 +34,7 @@ from provider.npu.capability import assess, supported_nodes
 from provider.options import NpuOptions
 from provider.ort import abi, epcontext
 from provider.ort.abi import ELEMENT_TO_NUMPY
-from provider.ort.graph import OrtGraphContents, OrtGraphReader, OrtNode, read_graph
+from provider.ort.graph import OrtGraphContents, OrtNode, read_graph, string_attribute
 
 log = logging.getLogger("litenpu.ort")
 
@@ -270,13 +270,12 @@ def _context_claim(ort: abi.Ort, graph: int) -> Claim | None:
     if not nodes or any(ort.string("Node_GetOperatorType", n) != epcontext.OP_TYPE
                         or ort.string("Node_GetDomain", n) != epcontext.DOMAIN for n in nodes):
         return None
-    reader = OrtGraphReader(ort, copy_initializers=False, nodes_in_full=False)
     names = []
     for node in nodes:
         attrs = {ort.string("OpAttr_GetName", a): a
                  for a in ort.array("Node_GetNumAttributes", "Node_GetAttributes", node)}
         source = attrs.get("source")
-        if source is None or reader.attribute(source, abi.ATTR_STRING) != epcontext.SOURCE:
+        if source is None or string_attribute(ort, source) != epcontext.SOURCE:
             return None
         names.append(ort.string("Node_GetName", node) or f"{epcontext.OP_TYPE}_{len(names)}")
     parent = abi.vp()

@@ -21,6 +21,9 @@ from provider.ort import EP_NAME, abi
 
 __all__ = ["library_path", "library", "install", "data_plane", "function"]
 
+# onnxruntime functions the library checks for NULL: newer than the oldest onnxruntime served
+OPTIONAL = frozenset({"TensorTypeAndShape_HasShape"})
+
 _LOCK = threading.Lock()
 _STATE: dict[str, object] = {}  # "lib": CDLL, "npu": bool (the NPU table is filled)
 
@@ -61,6 +64,8 @@ _SIGNATURES = {
     "litenpu_kernel_remove": (None, [C.c_void_p, C.c_int64]),
     "litenpu_kernel_tick": (C.c_uint64, [C.c_void_p, C.c_int64, C.c_int]),
     "litenpu_kernel_runs": (C.c_int64, [C.c_void_p]),
+    "litenpu_read_graph": (C.c_int64, [C.c_void_p, C.c_int, C.POINTER(C.c_void_p)]),
+    "litenpu_free": (None, [C.c_void_p]),
 }
 
 
@@ -101,7 +106,8 @@ def install(ort: abi.Ort) -> None:
             return
         names = _names(lib.litenpu_ort_names())
         tables = [(ort.api, abi.ORT_API), (ort.ep, abi.EP_API)]
-        fns = [next(table.pointer(n) for table, entries in tables if n in entries) for n in names]
+        fns = [next((table.pointer(n) if n not in OPTIONAL or table.available(n) else 0)
+                    for table, entries in tables if n in entries) for n in names]
         if not lib.litenpu_set_ort((C.c_void_p * len(fns))(*fns), len(fns), EP_NAME.encode(),
                                    abi.ORT_EP_FAIL):
             raise LitenpuError("the EP library's onnxruntime table does not match its names")

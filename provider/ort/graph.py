@@ -1,9 +1,10 @@
 """OrtGraph -> `converters.graph_view.GraphView`: the importer reads onnxruntime's graphs too.
 
 onnxruntime hands GetCapability and Compile an `OrtGraph` (the whole model, or one fused
-partition). `read_graph` reads it through the C API into plain Python (`OrtGraphReader`), and
-`view` / `node_view_graph` build the GraphViews the importer consumes: the whole graph, or one
-node with its constants (to ask the NPU about a single candidate).
+partition). `read_graph` reads it through the C API in one call to the EP library, which
+writes it as one JSON document (csrc/graph_reader.c), into plain Python, and `view` /
+`node_graph` build the GraphViews the importer consumes: the whole graph, or one node with
+its constants (to ask the NPU about a single candidate).
 
 Limits: GRAPH attributes (If/Loop/Scan bodies) and attribute kinds the C API cannot read are
 left out; such nodes carry an `unreadable` reason and are never claimed. Initializers of types
@@ -13,14 +14,14 @@ numpy lacks (strings, float8) are not read either.
 from __future__ import annotations
 
 import ctypes as C
+import json
 from dataclasses import dataclass
 
 import numpy as np
 
 from converters.graph_view import GraphView, NodeView, ValueInfo, normalize_domain
-from provider.ort import abi
+from provider.ort import abi, clib
 
-ONNX_TYPE_TENSOR = 1
 PARENT_NODE_RELIABLE_SINCE = 31  # Graph_GetParentNode is NULL for subgraphs on 1.23; right on 1.31
 
 
@@ -62,155 +63,69 @@ class OrtGraphContents:
         return self.value_info.get(name) or ValueInfo(name)
 
 
-class OrtGraphReader:
-    """Reads OrtGraph / OrtNode / OrtValueInfo objects through the C API."""
+def _value(doc: dict | str | None, value_info: dict[str, ValueInfo],
+           initializers: dict[str, np.ndarray], copy: bool) -> str:
+    """Register one value of the reader's document (the first reading of a name wins, and
+    constants go into `initializers`); returns its name ("" for a missing input)."""
+    if doc is None:
+        return ""
+    if isinstance(doc, str):
+        return doc
+    name = doc["name"]
+    if name in value_info:
+        return name
+    dims = doc["dims"]
+    shape = None if dims is None else tuple(
+        d if d >= 0 else (s or None) for d, s in zip(dims, doc["symbols"], strict=True))
+    value_info[name] = ValueInfo(name, doc["elem"], shape)
+    constant = doc["constant"]
+    if constant is not None and constant[1] in abi.ELEMENT_TO_NUMPY:
+        address, elem, tensor_dims = constant
+        array = abi.array_at(address, abi.ELEMENT_TO_NUMPY[elem], tuple(tensor_dims))
+        initializers[name] = array.copy() if copy else _readonly(array)
+    return name
 
-    def __init__(self, ort: abi.Ort, copy_initializers: bool, nodes_in_full: bool = True):
-        self.ort = ort
-        self.copy_initializers = copy_initializers
-        self.nodes_in_full = nodes_in_full
-        self.value_info: dict[str, ValueInfo] = {}
-        self.initializers: dict[str, np.ndarray] = {}
 
-    def read(self, graph: int) -> OrtGraphContents:
-        o = self.ort
-        inputs = [self.value(v) for v in o.array("Graph_GetNumInputs", "Graph_GetInputs", graph)]
-        outputs = [self.value(v) for v in o.array("Graph_GetNumOutputs", "Graph_GetOutputs", graph)]
-        initializer_names = {self.value(v).name for v in
-                             o.array("Graph_GetNumInitializers", "Graph_GetInitializers", graph)}
-        nodes = tuple(self.node(n) for n in o.array("Graph_GetNumNodes", "Graph_GetNodes", graph))
-        parent = abi.vp()
-        o.api.Graph_GetParentNode(graph, C.byref(parent))
-        nested = bool(parent.value)
-        if not nested and o.runtime_version < PARENT_NODE_RELIABLE_SINCE:
-            # onnxruntime 1.23 reports no parent for If/Loop/Scan bodies: recognise them by
-            # reading values from an enclosing graph, or by having no inputs at all.
-            defined = {vi.name for vi in inputs} | initializer_names | {""}
-            defined |= {name for n in nodes for name in n.view.outputs}
-            nested = not inputs or any(name not in defined for n in nodes for name in n.view.inputs)
-        return OrtGraphContents(
-            name=o.string("Graph_GetName", graph),
-            nested=nested,
-            nodes=nodes,
-            inputs=tuple(v for v in inputs if v.name not in self.initializers),
-            outputs=tuple(outputs),
-            initializers=dict(self.initializers),
-            value_info=dict(self.value_info),
-            opset=self.opset(graph),
-        )
+def _attribute(ort: abi.Ort, kind: int, value):
+    """One attribute of the document as a plain Python value (graph_view's conventions)."""
+    if kind == abi.ATTR_TENSOR:
+        try:
+            return ort.value_array(value).copy()
+        finally:
+            ort.api.ReleaseValue(value)
+    if kind == abi.ATTR_STRING:
+        return _text(bytes.fromhex(value))
+    if kind == abi.ATTR_STRINGS:
+        raw = bytes.fromhex(value)
+        return [_text(item) for item in raw.split(b"\0")[:-1]] if raw else []
+    return value
 
-    def opset(self, graph: int) -> dict[str, int]:
-        n = abi.sz()
-        self.ort.api.Graph_GetNumOperatorSets(graph, C.byref(n))
-        domains = (C.c_char_p * n.value)()
-        versions = (C.c_int64 * n.value)()
-        if n.value:
-            self.ort.api.Graph_GetOperatorSets(graph, domains, versions, n.value)
-        return {normalize_domain((d or b"").decode()): int(v) for d, v in zip(domains, versions, strict=True)}
 
-    def value(self, value_info: int) -> ValueInfo:
-        """Name, type and shape of an OrtValueInfo; constants are also read into `initializers`."""
-        o = self.ort
-        name = o.string("GetValueInfoName", value_info)
-        if name in self.value_info:
-            return self.value_info[name]
-        info = ValueInfo(name, *self._type(value_info))
-        self.value_info[name] = info
-        is_const = C.c_bool()
-        o.api.ValueInfo_IsConstantInitializer(value_info, C.byref(is_const))
-        if is_const.value and info.elem_type in abi.ELEMENT_TO_NUMPY:
-            value = abi.vp()
-            o.api.ValueInfo_GetInitializerValue(value_info, C.byref(value))
-            array = o.value_array(value.value)
-            self.initializers[name] = array.copy() if self.copy_initializers else _readonly(array)
-        return info
+def _node(ort: abi.Ort, doc: dict, value_info, initializers, copy: bool) -> OrtNode:
+    names = [tuple(_value(v, value_info, initializers, copy) for v in doc[key])
+             for key in ("inputs", "outputs", "implicit")]
+    view = NodeView(
+        name=doc["name"],
+        op_type=doc["op"],
+        domain=normalize_domain(doc["domain"]),
+        inputs=names[0],
+        outputs=names[1],
+        attrs={name: _attribute(ort, kind, value) for name, kind, value in doc["attrs"]},
+        implicit_inputs=tuple(n for n in names[2] if n),  # outer values its bodies read
+    )
+    return OrtNode(doc["address"], view, doc["unreadable"])
 
-    def _type(self, value_info: int) -> tuple[int, tuple | None]:
-        o = self.ort
-        type_info = abi.vp()
-        o.api.GetValueInfoTypeInfo(value_info, C.byref(type_info))
-        onnx_type = C.c_int()
-        o.api.GetOnnxTypeFromTypeInfo(type_info, C.byref(onnx_type))
-        if onnx_type.value != ONNX_TYPE_TENSOR:
-            return 0, None
-        tensor_info = abi.vp()
-        o.api.CastTypeInfoToTensorInfo(type_info, C.byref(tensor_info))
-        if not tensor_info.value:
-            return 0, None
-        elem, dims, symbols = o.tensor_info(tensor_info.value)
-        if not dims and o.api.available("TensorTypeAndShape_HasShape") and \
-                not o.api.TensorTypeAndShape_HasShape(tensor_info.value):
-            return elem, None  # rank unknown (before onnxruntime 1.24 this reads as a scalar)
-        shape = tuple(d if d >= 0 else (s or None) for d, s in zip(dims, symbols, strict=True))
-        return elem, shape
 
-    def node(self, node: int) -> OrtNode:
-        """A node; not in full: its inputs and outputs by name only, no attributes."""
-        o = self.ort
-        names = []
-        for getter in (("Node_GetNumInputs", "Node_GetInputs"),
-                       ("Node_GetNumOutputs", "Node_GetOutputs"),
-                       ("Node_GetNumImplicitInputs", "Node_GetImplicitInputs")):
-            values = o.array(*getter, node) if self.nodes_in_full or getter[0] != \
-                "Node_GetNumImplicitInputs" else []
-            names.append(tuple(("" if not v else self.value(v).name if self.nodes_in_full
-                                else o.string("GetValueInfoName", v)) for v in values))
-        attrs, unreadable = {}, None
-        for attr in o.array("Node_GetNumAttributes", "Node_GetAttributes", node) \
-                if self.nodes_in_full else []:
-            try:
-                kind = C.c_int()
-                o.api.OpAttr_GetType(attr, C.byref(kind))
-                if kind.value == abi.ATTR_GRAPH:
-                    unreadable = "has subgraph attributes (control flow stays on CPU)"
-                    continue
-                attrs[o.string("OpAttr_GetName", attr)] = self.attribute(attr, kind.value)
-            except (abi.OrtCallError, ValueError) as e:
-                unreadable = f"an attribute cannot be read through the C API: {e}"
-        view = NodeView(
-            name=o.string("Node_GetName", node),
-            op_type=o.string("Node_GetOperatorType", node),
-            domain=normalize_domain(o.string("Node_GetDomain", node)),
-            inputs=names[0],
-            outputs=names[1],
-            attrs=attrs,
-            implicit_inputs=tuple(n for n in names[2] if n),  # outer values its bodies read
-        )
-        return OrtNode(node, view, unreadable)
-
-    def attribute(self, attr: int, kind: int):
-        """One attribute as a plain Python value (graph_view's conventions)."""
-        if kind == abi.ATTR_TENSOR:
-            value = abi.vp()
-            self.ort.api.OpAttr_GetTensorAttributeAsOrtValue(attr, C.byref(value))
-            try:
-                return self.ort.value_array(value.value).copy()
-            finally:
-                self.ort.api.ReleaseValue(value)
-        raw = self._read(attr, kind)
-        if kind == abi.ATTR_INT:
-            return int(np.frombuffer(raw, np.int64)[0])
-        if kind == abi.ATTR_FLOAT:
-            return float(np.frombuffer(raw, np.float32)[0])
-        if kind == abi.ATTR_INTS:
-            return [int(v) for v in np.frombuffer(raw, np.int64)]
-        if kind == abi.ATTR_FLOATS:
-            return [float(v) for v in np.frombuffer(raw, np.float32)]
-        if kind == abi.ATTR_STRING:
-            return _text(raw)
-        if kind == abi.ATTR_STRINGS:
-            return [_text(item) for item in raw.split(b"\0")[:-1]] if raw else []
-        raise ValueError(f"attribute type {kind} is not read by the NPU EP")
-
-    def _read(self, attr: int, kind: int) -> bytes:
-        """ReadOpAttr twice: once for the size, once into a buffer of that size."""
-        needed = abi.sz()
-        status = self.ort.api.raw("ReadOpAttr")(attr, kind, None, 0, C.byref(needed))
-        if status:
-            self.ort.api.ReleaseStatus(status)  # expected: "buffer too small", with the size
-        buf = C.create_string_buffer(max(needed.value, 1))
-        self.ort.api.ReadOpAttr(attr, kind, buf, needed.value, C.byref(needed))
-        return buf.raw[: needed.value]
+def string_attribute(ort: abi.Ort, attr: int) -> str | bytes:
+    """One STRING attribute read on its own (an EPContext node's `source`, without reading
+    its other attributes, one of which may be a whole Program)."""
+    needed = abi.sz()
+    status = ort.api.raw("ReadOpAttr")(attr, abi.ATTR_STRING, None, 0, C.byref(needed))
+    if status:
+        ort.api.ReleaseStatus(status)  # expected: "buffer too small", with the size
+    buf = C.create_string_buffer(max(needed.value, 1))
+    ort.api.ReadOpAttr(attr, abi.ATTR_STRING, buf, needed.value, C.byref(needed))
+    return _text(buf.raw[: needed.value])
 
 
 def _text(raw: bytes) -> str | bytes:
@@ -228,8 +143,43 @@ def _readonly(array: np.ndarray) -> np.ndarray:
 
 def read_graph(ort: abi.Ort, graph: int, *, copy_initializers: bool,
                nodes_in_full: bool = True) -> OrtGraphContents:
-    """Read an OrtGraph; `copy_initializers` when the arrays must outlive the callback;
-    without `nodes_in_full`, nodes are read by name, op and the names of their inputs and
-    outputs only (what Compile needs to find a partition it was told about: a third of the
-    calls)."""
-    return OrtGraphReader(ort, copy_initializers, nodes_in_full).read(graph)
+    """Read an OrtGraph in one call to the EP library (csrc/graph_reader.c);
+    `copy_initializers` when the arrays must outlive the callback; without `nodes_in_full`,
+    nodes are read by name, op and the names of their inputs and outputs only (what Compile
+    needs to find a partition it was told about)."""
+    lib = clib.library()
+    text = C.c_void_p()
+    if lib.litenpu_read_graph(graph, int(nodes_in_full), C.byref(text)) < 0:
+        raise MemoryError("no host memory to read the onnxruntime graph")
+    try:
+        doc = json.loads(C.string_at(text).decode("utf-8", errors="replace"))
+    finally:
+        lib.litenpu_free(text)
+    if "error" in doc:
+        raise abi.OrtCallError(*doc["error"])
+    value_info: dict[str, ValueInfo] = {}
+    initializers: dict[str, np.ndarray] = {}
+
+    def values(key: str) -> list[ValueInfo]:
+        return [value_info[_value(v, value_info, initializers, copy_initializers)] for v in doc[key]]
+
+    inputs, outputs = values("inputs"), values("outputs")
+    initializer_names = {v.name for v in values("initializers")}
+    nodes = tuple(_node(ort, n, value_info, initializers, copy_initializers) for n in doc["nodes"])
+    nested = bool(doc["parent"])
+    if not nested and ort.runtime_version < PARENT_NODE_RELIABLE_SINCE:
+        # onnxruntime 1.23 reports no parent for If/Loop/Scan bodies: recognise them by
+        # reading values from an enclosing graph, or by having no inputs at all.
+        defined = {vi.name for vi in inputs} | initializer_names | {""}
+        defined |= {name for n in nodes for name in n.view.outputs}
+        nested = not inputs or any(name not in defined for n in nodes for name in n.view.inputs)
+    return OrtGraphContents(
+        name=doc["name"],
+        nested=nested,
+        nodes=nodes,
+        inputs=tuple(v for v in inputs if v.name not in initializers),
+        outputs=tuple(outputs),
+        initializers=initializers,
+        value_info=value_info,
+        opset={normalize_domain(d): int(v) for d, v in doc["opset"]},
+    )

@@ -37,7 +37,50 @@ typedef struct OrtStatus OrtStatus;
     X(const void *, Value_GetMemoryDevice, (const void *value))                                   \
     X(int, MemoryDevice_GetDeviceType, (const void *device))                                      \
     X(uint32_t, MemoryDevice_GetVendorId, (const void *device))                                   \
-    X(const char *, GetRunConfigEntry, (const void *run_options, const char *key))
+    X(const char *, GetRunConfigEntry, (const void *run_options, const char *key))              \
+    LITENPU_ORT_GRAPH_FUNCTIONS(X)
+
+/* what graph_reader.c reads an OrtGraph with; TensorTypeAndShape_HasShape (onnxruntime 1.24
+ * on) is NULL where the running onnxruntime lacks it */
+#define LITENPU_ORT_GRAPH_FUNCTIONS(X)                                                            \
+    X(int, GetErrorCode, (const OrtStatus *status))                                               \
+    X(const char *, GetErrorMessage, (const OrtStatus *status))                                   \
+    X(OrtStatus *, Graph_GetName, (const void *graph, const char **out))                         \
+    X(OrtStatus *, Graph_GetNumInputs, (const void *graph, size_t *n))                           \
+    X(OrtStatus *, Graph_GetInputs, (const void *graph, const void **out, size_t n))             \
+    X(OrtStatus *, Graph_GetNumOutputs, (const void *graph, size_t *n))                          \
+    X(OrtStatus *, Graph_GetOutputs, (const void *graph, const void **out, size_t n))            \
+    X(OrtStatus *, Graph_GetNumInitializers, (const void *graph, size_t *n))                     \
+    X(OrtStatus *, Graph_GetInitializers, (const void *graph, const void **out, size_t n))       \
+    X(OrtStatus *, Graph_GetNumNodes, (const void *graph, size_t *n))                            \
+    X(OrtStatus *, Graph_GetNodes, (const void *graph, const void **out, size_t n))              \
+    X(OrtStatus *, Graph_GetParentNode, (const void *graph, const void **out))                   \
+    X(OrtStatus *, Graph_GetNumOperatorSets, (const void *graph, size_t *n))                     \
+    X(OrtStatus *, Graph_GetOperatorSets,                                                         \
+      (const void *graph, const char **domains, int64_t *versions, size_t n))                     \
+    X(OrtStatus *, Node_GetName, (const void *node, const char **out))                           \
+    X(OrtStatus *, Node_GetOperatorType, (const void *node, const char **out))                   \
+    X(OrtStatus *, Node_GetDomain, (const void *node, const char **out))                         \
+    X(OrtStatus *, Node_GetNumInputs, (const void *node, size_t *n))                             \
+    X(OrtStatus *, Node_GetInputs, (const void *node, const void **out, size_t n))               \
+    X(OrtStatus *, Node_GetNumOutputs, (const void *node, size_t *n))                            \
+    X(OrtStatus *, Node_GetOutputs, (const void *node, const void **out, size_t n))              \
+    X(OrtStatus *, Node_GetNumImplicitInputs, (const void *node, size_t *n))                     \
+    X(OrtStatus *, Node_GetImplicitInputs, (const void *node, const void **out, size_t n))       \
+    X(OrtStatus *, Node_GetNumAttributes, (const void *node, size_t *n))                         \
+    X(OrtStatus *, Node_GetAttributes, (const void *node, const void **out, size_t n))           \
+    X(OrtStatus *, OpAttr_GetType, (const void *attr, int *type))                                \
+    X(OrtStatus *, OpAttr_GetName, (const void *attr, const char **out))                         \
+    X(OrtStatus *, ReadOpAttr, (const void *attr, int type, void *data, size_t len, size_t *out)) \
+    X(OrtStatus *, OpAttr_GetTensorAttributeAsOrtValue, (const void *attr, void **value))        \
+    X(OrtStatus *, GetValueInfoName, (const void *value_info, const char **out))                 \
+    X(OrtStatus *, GetValueInfoTypeInfo, (const void *value_info, const void **out))             \
+    X(OrtStatus *, GetOnnxTypeFromTypeInfo, (const void *type_info, int *out))                   \
+    X(OrtStatus *, CastTypeInfoToTensorInfo, (const void *type_info, const void **out))          \
+    X(OrtStatus *, GetSymbolicDimensions, (const void *info, const char **out, size_t n))        \
+    X(OrtStatus *, ValueInfo_IsConstantInitializer, (const void *value_info, bool *out))         \
+    X(OrtStatus *, ValueInfo_GetInitializerValue, (const void *value_info, const void **out))    \
+    X(bool, TensorTypeAndShape_HasShape, (const void *info))
 
 /* the NPU library's data plane (plane.h): X(return type, name, parameters) */
 #define LITENPU_NPU_FUNCTIONS(X)                                                                 \
