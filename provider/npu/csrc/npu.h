@@ -1,8 +1,8 @@
 /* What every source file of the reference NPU's compiled library shares: the step struct
  * Python lowers Program steps into (provider/npu/ops/<family>.py), parameter layouts, the
  * cores (pool.c), per-thread scratch, the fused epilogue and inlined index helpers.
- * One file per kernel family: conv.c (im2col + GEMM), direct.c, deconv.c, window.c (depthwise,
- * pooling), layout.c, dense.c; run.c holds the entry points.
+ * One file per kernel family: conv.c (im2col + GEMM), direct.c, deconv.c, dwconv.c (depthwise),
+ * window.c (pooling and depthwise planes), layout.c, dense.c; run.c holds the entry points.
  */
 #ifndef LITENPU_NPU_H
 #define LITENPU_NPU_H
@@ -308,7 +308,7 @@ enum { S_X, S_W, S_BIAS, S_RES, S_Y, S_COLS };
 int64_t vector_width(void);  /* run.c: 16 (AVX-512) or 8 floats, for kernels with both widths */
 int conv(const lnpu_step *s, void **slots);          /* conv.c: im2col + GEMM, or direct */
 int direct_conv(const lnpu_step *s, void **slots);   /* direct.c */
-int dwconv(const lnpu_step *s, void **slots);        /* window.c */
+int dwconv(const lnpu_step *s, void **slots);        /* dwconv.c */
 void deconv(const lnpu_step *s, void **slots);       /* deconv.c */
 int pool2d(const lnpu_step *s, void **slots, int max);
 void global_pool(const lnpu_step *s, void **slots);

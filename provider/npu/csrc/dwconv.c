@@ -1,0 +1,198 @@
+/* ---- the depthwise conv ------------------------------------------------------------------
+ *
+ * Its entry (dwconv) picks one of three forms: one tap (a BatchNorm no conv absorbed) as a
+ * per-plane affine pass; small planes (or a channels-last input) channels last, a block of
+ * channels per vector; bigger planes one at a time by phase planes (window.c). */
+#include "window.h"
+
+/* Depthwise conv on small planes, channels last: a block of DW_BLOCK output channels is
+ * transposed to (pixel, channel), padded, so that every tap of every pixel is one vector
+ * multiply-add across the block's channels (on a 4x4 plane the per-plane loops of
+ * dw_plane would be all overhead), then transposed back with the epilogue. An input
+ * stored channels last (C_XCL) is copied as it is, a run of channels per pixel, and then
+ * this form is used whatever the plane size. */
+#define DW_BLOCK 16
+#ifndef DW_SMALL_PLANE
+#define DW_SMALL_PLANE 256  /* output planes up to this many pixels go channels-last (64 and
+                            * 1024 measured slower on MobileNetV2 and ShuffleNet) */
+#endif
+
+typedef struct {
+    const int64_t *p;
+    const float *x, *w, *bias, *res;
+    float *y;
+    act_t act;
+    int64_t hp, wp, blocks, per_task;  /* padded input extent; channel blocks per image */
+    atomic_int *failed;
+} dwcl_ctx;
+
+static int64_t dwcl_scratch(const dwcl_ctx *cx) {
+    const int64_t *p = cx->p;
+    return (cx->hp * cx->wp + p[C_KH] * p[C_KW] + p[C_OH] * p[C_OW]) * DW_BLOCK;
+}
+
+/* A block of DW_BLOCK channels as one vector value (GCC/clang vector extensions). */
+typedef float dw_vec __attribute__((vector_size(DW_BLOCK * sizeof(float)), aligned(4)));
+/* Output pixels of a row computed together: independent accumulator chains (one pixel's
+ * taps form a chain of dependent multiply-adds). 8 with AVX-512 (8 registers); with 8-float
+ * vectors each pixel takes two, so 4 (16 accumulators spilled on AVX2, 8x slower). */
+#define DW_PIXELS 8
+#define DW_PIXELS_NARROW 4
+
+/* NP consecutive output pixels of a row, every tap, into out (pixel-major, DW_BLOCK lanes);
+ * `row` is the padded input at the first pixel's window corner. */
+static inline __attribute__((always_inline)) void dw_pixels(
+        const float *row, const float *wt, dw_vec bias, const int64_t *p, int64_t wp,
+        float *out, int NP) {
+    int64_t KW = p[C_KW], step = p[C_SW] * DW_BLOCK;
+    dw_vec acc[DW_PIXELS];
+    for (int q = 0; q < NP; q++) acc[q] = bias;
+    for (int64_t i = 0; i < p[C_KH]; i++) {
+        for (int64_t j = 0; j < KW; j++) {
+            const float *src = row + (i * p[C_DH] * wp + j * p[C_DW]) * DW_BLOCK;
+            /* plain loads of the unaligned vector type (memcpy became a copy loop) */
+            dw_vec w = *(const dw_vec *)(wt + (i * KW + j) * DW_BLOCK);
+            for (int q = 0; q < NP; q++) acc[q] += w * *(const dw_vec *)(src + q * step);
+        }
+    }
+    for (int q = 0; q < NP; q++) *(dw_vec *)(out + q * DW_BLOCK) = acc[q];
+}
+
+MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, float *scratch) {
+    const int64_t *p = cx->p;
+    int64_t H = p[C_H], W = p[C_W], OH = p[C_OH], OW = p[C_OW], KH = p[C_KH], KW = p[C_KW];
+    int64_t SH = p[C_SH], SW = p[C_SW], PT = p[C_PT], PL = p[C_PL];
+    int64_t O = p[C_O], C = p[C_C], mult = O / C, KK = KH * KW, HP = cx->hp, WP = cx->wp;
+    int64_t cb = O - c0 < DW_BLOCK ? O - c0 : DW_BLOCK;
+    float *xin = scratch, *wt = xin + HP * WP * DW_BLOCK, *out = wt + KK * DW_BLOCK;
+    int64_t r0 = PT, r1 = H + PT < HP ? H + PT : HP, q0 = PL, q1 = W + PL < WP ? W + PL : WP;
+    if (cb < DW_BLOCK) {  /* lanes past the channels are computed too: zero them */
+        for (int64_t k = 0; k < HP * WP * DW_BLOCK; k++) xin[k] = 0.0f;
+    } else {  /* the padding only; the input overwrites the rest */
+        for (int64_t k = 0; k < r0 * WP * DW_BLOCK; k++) xin[k] = 0.0f;
+        for (int64_t k = r1 * WP * DW_BLOCK; k < HP * WP * DW_BLOCK; k++) xin[k] = 0.0f;
+        for (int64_t r = r0; r < r1; r++) {
+            float *row = xin + r * WP * DW_BLOCK;
+            for (int64_t k = 0; k < q0 * DW_BLOCK; k++) row[k] = 0.0f;
+            for (int64_t k = q1 * DW_BLOCK; k < WP * DW_BLOCK; k++) row[k] = 0.0f;
+        }
+    }
+    for (int64_t k = 0; k < KK * DW_BLOCK; k++) wt[k] = 0.0f;
+    if (p[C_XCL]) {  /* channels last already (then mult is 1): a run of channels per pixel */
+        for (int64_t r = r0; r < r1; r++) {
+            for (int64_t q = q0; q < q1; q++) {
+                const float *src = cx->x + ((n * H + r - PT) * W + q - PL) * C + c0;
+                if (cb == DW_BLOCK) memcpy(xin + (r * WP + q) * DW_BLOCK, src, sizeof(dw_vec));
+                else memcpy(xin + (r * WP + q) * DW_BLOCK, src, cb * sizeof(float));
+            }
+        }
+    } else {
+        for (int64_t cc = 0; cc < cb; cc++) {
+            const float *xc = cx->x + (n * C + (c0 + cc) / mult) * H * W;
+            for (int64_t r = r0; r < r1; r++)
+                for (int64_t q = q0; q < q1; q++)
+                    xin[(r * WP + q) * DW_BLOCK + cc] = xc[(r - PT) * W + q - PL];
+        }
+    }
+    for (int64_t cc = 0; cc < cb; cc++)
+        for (int64_t t = 0; t < KK; t++) wt[t * DW_BLOCK + cc] = cx->w[(c0 + cc) * KK + t];
+    float b[DW_BLOCK];
+    for (int64_t cc = 0; cc < DW_BLOCK; cc++) b[cc] = cx->bias && cc < cb ? cx->bias[c0 + cc] : 0.0f;
+    dw_vec bias;
+    memcpy(&bias, b, sizeof bias);
+    int wide = vector_width() == 16;
+    for (int64_t oh = 0; oh < OH; oh++) {
+        const float *row = xin + oh * SH * WP * DW_BLOCK;
+        float *o = out + oh * OW * DW_BLOCK;
+        int64_t ow = 0;
+        if (wide) {
+            for (; ow + DW_PIXELS <= OW; ow += DW_PIXELS)
+                dw_pixels(row + ow * SW * DW_BLOCK, wt, bias, p, WP, o + ow * DW_BLOCK, DW_PIXELS);
+        }
+        for (; ow + DW_PIXELS_NARROW <= OW; ow += DW_PIXELS_NARROW)
+            dw_pixels(row + ow * SW * DW_BLOCK, wt, bias, p, WP, o + ow * DW_BLOCK,
+                      DW_PIXELS_NARROW);
+        for (; ow < OW; ow++)
+            dw_pixels(row + ow * SW * DW_BLOCK, wt, bias, p, WP, o + ow * DW_BLOCK, 1);
+    }
+    for (int64_t cc = 0; cc < cb; cc++) {
+        float *yc = cx->y + (n * O + c0 + cc) * OH * OW;
+        const float *rc = cx->res ? cx->res + (n * O + c0 + cc) * OH * OW : NULL;
+        for (int64_t k = 0; k < OH * OW; k++)
+            yc[k] = act_apply(out[k * DW_BLOCK + cc] + (rc ? rc[k] : 0.0f), cx->act);
+    }
+}
+
+static void dwcl_task(const void *ctx, int64_t t) {
+    const dwcl_ctx *cx = ctx;
+    float *scratch = thread_scratch(dwcl_scratch(cx));
+    if (!scratch) { atomic_store(cx->failed, 1); return; }
+    int64_t total = cx->p[C_N] * cx->blocks, q0 = t * cx->per_task, q1 = q0 + cx->per_task;
+    for (int64_t q = q0; q < q1 && q < total; q++)
+        dwcl_block(cx, q / cx->blocks, q % cx->blocks * DW_BLOCK, scratch);
+}
+
+/* A one-tap depthwise conv (a BatchNorm no conv absorbed): y = act(x * w[c] + b[c]) by
+ * blocks of planes, in place when y is x. */
+typedef struct {
+    const float *x, *w, *bias, *res;
+    float *y;
+    act_t act;
+    int64_t planes, channels, size, per;
+} affine_ctx;
+
+MULTIVERSION static void affine_task(const void *ctx, int64_t t) {
+    const affine_ctx *cx = ctx;
+    int64_t end = (t + 1) * cx->per < cx->planes ? (t + 1) * cx->per : cx->planes;
+    for (int64_t q = t * cx->per; q < end; q++) {
+        int64_t c = q % cx->channels;
+        const float *x = cx->x + q * cx->size;
+        float *y = cx->y + q * cx->size, scale = cx->w[c];
+#pragma GCC ivdep
+        for (int64_t i = 0; i < cx->size; i++) y[i] = x[i] * scale;
+        finish(y, y, cx->size, cx->bias ? cx->bias[c] : 0.0f, cx->res ? cx->res + q * cx->size : NULL,
+               cx->act);
+    }
+}
+
+static int one_tap(const int64_t *p) {
+    return p[C_KH] == 1 && p[C_KW] == 1 && p[C_SH] == 1 && p[C_SW] == 1 && !p[C_PT] && !p[C_PL]
+           && p[C_O] == p[C_C] && p[C_OH] == p[C_H] && p[C_OW] == p[C_W] && !p[C_XCL];
+}
+
+/* Depthwise conv (one input channel per group): conv parameters, slots x, w, bias,
+ * residual, y. Returns -1 when a thread found no memory for its scratch. */
+int dwconv(const lnpu_step *s, void **slots) {
+    const int64_t *p = s->p;
+    const float *x = slots[s->slot[S_X]], *w = slots[s->slot[S_W]];
+    const float *bias = s->slot[S_BIAS] >= 0 ? slots[s->slot[S_BIAS]] : NULL;
+    const float *res = s->slot[S_RES] >= 0 ? slots[s->slot[S_RES]] : NULL;
+    float *y = slots[s->slot[S_Y]];
+    if (one_tap(p)) {
+        int64_t planes = p[C_N] * p[C_C], size = p[C_H] * p[C_W];
+        affine_ctx cx = {x, w, bias, res, y, act_of(s, C_ACT), planes, p[C_C], size, 0};
+        cx.per = per_task(planes, task_count((double)planes * size * 0.5, planes));
+        parallel(affine_task, &cx, (planes + cx.per - 1) / cx.per);
+        return 0;
+    }
+    if (p[C_OH] * p[C_OW] <= DW_SMALL_PLANE || p[C_XCL]) {
+        atomic_int failed = 0;
+        dwcl_ctx cx = {p, x, w, bias, res, y, act_of(s, C_ACT),
+                       (p[C_OH] - 1) * p[C_SH] + (p[C_KH] - 1) * p[C_DH] + 1,
+                       (p[C_OW] - 1) * p[C_SW] + (p[C_KW] - 1) * p[C_DW] + 1,
+                       (p[C_O] + DW_BLOCK - 1) / DW_BLOCK, 1, &failed};
+        int64_t total = p[C_N] * cx.blocks;
+        /* per block: the taps' vector loops and ~1 ns per element moved */
+        double ns = (double)p[C_OH] * p[C_OW] * p[C_KH] * p[C_KW] / 2
+                    + (double)(cx.hp * cx.wp + 2 * p[C_OH] * p[C_OW]) * DW_BLOCK;
+        cx.per_task = per_task(total, task_count(total * ns, total));
+        parallel(dwcl_task, &cx, (total + cx.per_task - 1) / cx.per_task);
+        return atomic_load(&failed) ? -1 : 0;
+    }
+    window_ctx cx = {window_of(p[C_H], p[C_W], p[C_OH], p[C_OW], p[C_KH], p[C_KW], p[C_SH],
+                               p[C_SW], p[C_DH], p[C_DW], p[C_PT], p[C_PL]),
+                     WIN_DW, x, w, bias, NULL, res, y, act_of(s, C_ACT), p[C_N] * p[C_O],
+                     p[C_O] / p[C_C], p[C_O], 1, NULL};
+    return windowed(&cx);
+}
+
