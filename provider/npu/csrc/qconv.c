@@ -18,6 +18,9 @@
  * a portable one in plain C (compiled per instruction set by MULTIVERSION) on every other
  * CPU; a test forces each available one (lnpu_set_int8_path) and compares them with the
  * numpy kernels.
+ *
+ * Over 400 lines on purpose: the four paths share the packed layouts, the tile and its
+ * requantizing epilogue, and are kept side by side so they stay one algorithm.
  */
 #include "npu.h"
 
