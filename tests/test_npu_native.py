@@ -186,6 +186,9 @@ def test_conv_native_matches_numpy(geometry, seed):
      "residual": True, "act": "RELU6"},
     {"c": 20, "o": 40, "group": 20, "k": (3, 3), "stride": (2, 2), "pads": (1, 1, 1, 1),
      "hw": (9, 7), "n": 2},
+    # two whole blocks of 16 channels: a pixel's lanes gathered at once
+    {"c": 32, "o": 32, "group": 32, "k": (3, 3), "stride": (2, 2), "pads": (1, 1, 1, 1),
+     "hw": (11, 10), "n": 2, "residual": True, "act": "RELU6"},
     {"c": 20, "o": 20, "group": 20, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (17, 17),
      "residual": True, "act": "RELU"},
     {"c": 12, "o": 24, "group": 12, "k": (5, 5), "stride": (2, 2), "pads": (2, 2, 2, 2),

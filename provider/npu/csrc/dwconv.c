@@ -86,6 +86,15 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
                 else memcpy(xin + (r * WP + q) * DW_BLOCK, src, cb * sizeof(float));
             }
         }
+    } else if (cb == DW_BLOCK && mult == 1) {  /* a pixel's lanes at once (a gather of 16
+                                                * planes' values): the stores go in order */
+        const float *xc = cx->x + (n * C + c0) * H * W;
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t q = q0; q < q1; q++) {
+                const float *src = xc + (r - PT) * W + q - PL;
+                float *dst = xin + (r * WP + q) * DW_BLOCK;
+                for (int64_t cc = 0; cc < DW_BLOCK; cc++) dst[cc] = src[cc * H * W];
+            }
     } else {
         for (int64_t cc = 0; cc < cb; cc++) {
             const float *xc = cx->x + (n * C + (c0 + cc) / mult) * H * W;
@@ -115,11 +124,13 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
         for (; ow < OW; ow++)
             dw_pixels(row + ow * SW * DW_BLOCK, wt, bias, p, WP, o + ow * DW_BLOCK, 1);
     }
+    /* back to planes, then the epilogue's vector loop over each (one act_apply per element
+     * cost more than the taps) */
     for (int64_t cc = 0; cc < cb; cc++) {
         float *yc = cx->y + (n * O + c0 + cc) * OH * OW;
-        const float *rc = cx->res ? cx->res + (n * O + c0 + cc) * OH * OW : NULL;
-        for (int64_t k = 0; k < OH * OW; k++)
-            yc[k] = act_apply(out[k * DW_BLOCK + cc] + (rc ? rc[k] : 0.0f), cx->act);
+        for (int64_t k = 0; k < OH * OW; k++) yc[k] = out[k * DW_BLOCK + cc];
+        finish(yc, yc, OH * OW, 0.0f, cx->res ? cx->res + (n * O + c0 + cc) * OH * OW : NULL,
+               cx->act);
     }
 }
 
