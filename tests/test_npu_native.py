@@ -258,6 +258,11 @@ def is_direct(program: Program) -> bool:
     {"c": 8, "o": 20, "k": (3, 3), "stride": (2, 2), "pads": (1, 1, 1, 1), "hw": (130, 130)},
     {"c": 16, "o": 12, "group": 2, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (128, 131),
      "residual": True, "act": "RELU"},
+    # each band builds its own phase rows: a batch (the second image's rows), dilation
+    {"c": 8, "o": 9, "k": (3, 3), "stride": (2, 2), "pads": (1, 0, 1, 2), "hw": (131, 130),
+     "n": 2},
+    {"c": 6, "o": 16, "k": (3, 3), "dil": (2, 2), "pads": (2, 2, 2, 2), "hw": (150, 149),
+     "act": "RELU6"},
 ], ids=str)
 def test_direct_conv_cases_match_numpy(case, vector_width):
     """Convs the native library computes directly (no im2col): channel tiles of 8/4/2/1,

@@ -30,8 +30,33 @@ typedef struct {
     act_t act;
     int64_t n, wq, hq, plane, span, ptiles, oblocks;
     int64_t obgroups, chunks;     /* tasks per group: obgroups x chunks (see direct_conv) */
+    int64_t band_rows;            /* banded (chunks > 1): phase rows a task builds, else 0 */
+    atomic_int *failed;           /* set by a task that found no memory for its band */
     int64_t taps, tap_off[MAX_TAPS];  /* per tap: offset within a channel's phases */
 } direct_ctx;
+
+/* A banded task's own phase planes (direct_conv says when): the rows [r0, r0 + band_rows)
+ * of every phase plane of group g's channels, built in the task's scratch just before its
+ * tiles read them, so they are read from cache; NULL when there is no memory for them. */
+static const float *direct_band(const direct_ctx *cx, int64_t g, int64_t r0) {
+    const int64_t *p = cx->p;
+    int64_t H = p[C_H], W = p[C_W], SH = p[C_SH], SW = p[C_SW], CG = p[C_C] / p[C_G];
+    float *band = thread_scratch(CG * SH * SW * cx->plane);
+    if (!band) return NULL;
+    for (int64_t c = 0; c < CG; c++) {
+        const float *xc = cx->x + (cx->n * p[C_C] + g * CG + c) * H * W;
+        for (int64_t ph = 0; ph < SH; ph++) {
+            for (int64_t pw = 0; pw < SW; pw++) {
+                float *q = band + ((c * SH + ph) * SW + pw) * cx->plane;
+                /* local row i is phase row r0 + i: input row i*SH + ph - (PT - r0*SH) */
+                fill_phase(q, cx->band_rows, cx->wq, xc, H, W, SH, SW, ph, pw,
+                           p[C_PT] - r0 * SH, p[C_PL], 0.0f);
+                for (int64_t k = cx->band_rows * cx->wq; k < cx->plane; k++) q[k] = 0.0f;
+            }
+        }
+    }
+    return band;
+}
 
 /* Output channel oc's positions k0 .. k1 of the tile row t (`tile` floats, positions on rows
  * of the padded width WQ) into y, with the epilogue. */
@@ -105,7 +130,9 @@ int direct_conv(const lnpu_step *s, void **slots) {
                      s->slot[S_BIAS] >= 0 ? slots[s->slot[S_BIAS]] : NULL,
                      s->slot[S_RES] >= 0 ? slots[s->slot[S_RES]] : NULL, slots[s->slot[S_Y]],
                      NULL, act_of(s, C_ACT), 0, 0, 0, 0, 0, 0, (OG + DIRECT_OB - 1) / DIRECT_OB, 0, 1,
-                     p[C_KH] * p[C_KW], {0}};
+                     0, NULL, p[C_KH] * p[C_KW], {0}};
+    atomic_int failed = 0;
+    cx.failed = &failed;
     int64_t row_reach = (p[C_KH] - 1) * p[C_DH] / SH, col_reach = (p[C_KW] - 1) * p[C_DW] / SW;
     cx.wq = OW + col_reach;
     cx.hq = OH + row_reach + 1;  /* + a spare row: the last taps read past their row end */
@@ -113,17 +140,15 @@ int direct_conv(const lnpu_step *s, void **slots) {
     cx.span = OH * cx.wq;
     cx.ptiles = (cx.span + tile - 1) / tile;
     cx.plane = cx.hq * cx.wq + tile;  /* + slack: the last tile reads past the span */
-    for (int64_t i = 0; i < p[C_KH]; i++) {
-        for (int64_t j = 0; j < p[C_KW]; j++) {
-            int64_t a = i * p[C_DH], b = j * p[C_DW];
-            cx.tap_off[i * p[C_KW] + j] = ((a % SH) * SW + b % SW) * cx.plane + a / SH * cx.wq + b / SW;
-        }
-    }
     /* Tasks. When a group's phase planes fit in DIRECT_BAND_BYTES, one per block of output
-     * channels over every position; else bands of positions, each with every block of the
-     * group: the band's rows stay in cache while each block's weights pass over them (one
-     * block per task streamed the whole image from memory once per block: a detector's
-     * 16 -> 32 channel 3x3/2 conv at 512x512 ran at a quarter of the stride-1 speed). */
+     * channels over every position, the phases built first for all of them; else bands of
+     * positions, each with every block of the group, each task building the phase rows its
+     * band reads (direct_band) just before it reads them. A band's rows stay in cache while
+     * each block's weights pass over them: one block per task streamed the whole image from
+     * memory once per block (a detector's 16 -> 32 channel 3x3/2 conv at 512x512 ran at a
+     * quarter of the stride-1 speed), and phases built for the whole image first went to
+     * memory and back: that conv 7.4-11.2 -> 4.9-7.5 ms, a 3 -> 16 channel stem at
+     * 1024x1024 4.1-5.2 -> 2.9-4.2 ms on 2 cores (4 alternating rounds). */
     int64_t group_bytes = p[C_C] / G * SH * SW * cx.plane * (int64_t)sizeof(float);
     cx.obgroups = cx.oblocks;
     if (group_bytes > DIRECT_BAND_BYTES) {
@@ -131,17 +156,32 @@ int direct_conv(const lnpu_step *s, void **slots) {
         cx.chunks = (group_bytes + DIRECT_BAND_BYTES - 1) / DIRECT_BAND_BYTES;
         if (cx.chunks > cx.ptiles) cx.chunks = cx.ptiles;
     }
-    cx.phases = thread_scratch(p[C_C] * SH * SW * cx.plane);
-    if (!cx.phases) return -1;
+    if (cx.chunks > 1) {
+        /* a band's positions span at most this many rows, straddling; then the deepest
+         * tap's rows, and a spare row for the columns read past a row's end */
+        int64_t chunk = (cx.ptiles + cx.chunks - 1) / cx.chunks;
+        cx.band_rows = (chunk * tile - 1) / cx.wq + 2 + row_reach + 1;
+        cx.plane = cx.band_rows * cx.wq + tile;
+    }
+    for (int64_t i = 0; i < p[C_KH]; i++) {
+        for (int64_t j = 0; j < p[C_KW]; j++) {
+            int64_t a = i * p[C_DH], b = j * p[C_DW];
+            cx.tap_off[i * p[C_KW] + j] = ((a % SH) * SW + b % SW) * cx.plane + a / SH * cx.wq + b / SW;
+        }
+    }
+    if (!cx.band_rows) {
+        cx.phases = thread_scratch(p[C_C] * SH * SW * cx.plane);
+        if (!cx.phases) return -1;
+    }
     for (int64_t n = 0; n < p[C_N]; n++) {
         cx.n = n;
-        parallel(direct_phase_task, &cx, p[C_C]);
+        if (!cx.band_rows) parallel(direct_phase_task, &cx, p[C_C]);
 #if DIRECT_WIDE
         parallel(tile == 48 ? direct_task_16 : direct_task_8, &cx, G * cx.obgroups * cx.chunks);
 #else
         parallel(direct_task_8, &cx, G * cx.obgroups * cx.chunks);
 #endif
     }
-    return 0;
+    return atomic_load(&failed) ? -1 : 0;
 }
 

@@ -81,7 +81,20 @@ DK_ATTR static void DK(direct_task)(const void *ctx, int64_t t) {
     int64_t o1 = o0 + obs * DIRECT_OB < (g + 1) * OG ? o0 + obs * DIRECT_OB : (g + 1) * OG;
     int64_t pt0 = r % cx->chunks * chunk, pt1 = pt0 + chunk < cx->ptiles ? pt0 + chunk : cx->ptiles;
     float tile[DK_OB * DK_TILE];
-    const float *src_g = cx->phases + g * (p[C_C] / G) * p[C_SH] * p[C_SW] * cx->plane;
+    const float *src_g;
+    int64_t base = 0;  /* the position src_g's planes start at */
+    if (pt0 >= pt1) return;
+    if (cx->band_rows) {  /* this band's own phase rows, from the row of its first position */
+        int64_t r0 = pt0 * DK_TILE / WQ;
+        src_g = direct_band(cx, g, r0);
+        if (!src_g) {
+            atomic_store(cx->failed, 1);
+            return;
+        }
+        base = r0 * WQ;
+    } else {
+        src_g = cx->phases + g * (p[C_C] / G) * p[C_SH] * p[C_SW] * cx->plane;
+    }
     for (int64_t b = o0; b < o1;) {  /* the stored blocks of 8, 4, 2, 1 rows (K-major) */
         int64_t ld = o1 - b >= DIRECT_OB ? DIRECT_OB : o1 - b >= 4 ? 4 : o1 - b >= 2 ? 2 : 1;
         const float *block = cx->w + b * K;
@@ -91,7 +104,7 @@ DK_ATTR static void DK(direct_task)(const void *ctx, int64_t t) {
                                                  * one after the other on the same positions */
                 int64_t left = ld - sub;
                 int ob = left >= DK_OB ? DK_OB : left >= 4 ? 4 : left >= 2 ? 2 : 1;
-                DK(direct_tile_any)(cx, block + sub, ld, src_g + k0, tile, ob,
+                DK(direct_tile_any)(cx, block + sub, ld, src_g + k0 - base, tile, ob,
                                     (int)((k1 - k0 + DK_VEC - 1) / DK_VEC));
                 for (int r = 0; r < ob; r++)
                     direct_store(cx, b + sub + r, tile + r * DK_TILE, k0, k1, OH, OW, WQ, O,
