@@ -289,27 +289,25 @@ static void put_attribute(doc_t *d, const void *attr, int *first, char *unreadab
     putf(d, ",%d,", kind);
     if (kind == ATTR_TENSOR) {
         putf(d, "%" PRIuPTR, (uintptr_t)tensor);
-    } else if (kind == ATTR_INT || kind == ATTR_INTS) {
-        size_t n = size / sizeof(int64_t);
-        if (kind == ATTR_INTS) put(d, "[");
+    } else if (kind != ATTR_STRING && kind != ATTR_STRINGS) {  /* a number or a list */
+        int ints = kind == ATTR_INT || kind == ATTR_INTS;
+        int list = kind == ATTR_INTS || kind == ATTR_FLOATS;
+        size_t width = ints ? sizeof(int64_t) : sizeof(float), n = size / width;
+        if (list) put(d, "[");
         for (size_t i = 0; i < n; i++) {
-            int64_t v;
-            memcpy(&v, raw + i * sizeof v, sizeof v);
-            putf(d, i ? ",%" PRId64 : "%" PRId64, v);
-        }
-        if (kind == ATTR_INTS) put(d, "]");
-        else if (!n) put(d, "0");
-    } else if (kind == ATTR_FLOAT || kind == ATTR_FLOATS) {
-        size_t n = size / sizeof(float);
-        if (kind == ATTR_FLOATS) put(d, "[");
-        for (size_t i = 0; i < n; i++) {
-            float v;
-            memcpy(&v, raw + i * sizeof v, sizeof v);
             if (i) put(d, ",");
-            put_float(d, v);
+            if (ints) {
+                int64_t v;
+                memcpy(&v, raw + i * width, sizeof v);
+                putf(d, "%" PRId64, v);
+            } else {
+                float v;
+                memcpy(&v, raw + i * width, sizeof v);
+                put_float(d, v);
+            }
         }
-        if (kind == ATTR_FLOATS) put(d, "]");
-        else if (!n) put(d, "0.0");
+        if (list) put(d, "]");
+        else if (!n) put(d, ints ? "0" : "0.0");
     } else {
         put_hex(d, raw, size);
     }
