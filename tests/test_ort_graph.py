@@ -91,3 +91,20 @@ def test_cnn_runs_on_the_npu_and_matches_cpu(seen):
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], expected[0], atol=1e-4, rtol=1e-3)
     on_npu = {p.op_type for p in sess.partition() if p.device == "NPU"}
     assert {"Conv", "LeakyRelu", "Gemm"} <= on_npu
+
+
+def test_a_name_that_is_not_utf8_leaves_the_graph_to_the_cpu():
+    """The C reader decodes names strictly, as the C API's strings were: a value whose name
+    is not UTF-8 leaves the graph unclaimed, with the reason, and the run is onnxruntime's."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Add", ["r", "x"], ["y"], name="add")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    raw = model.SerializeToString().replace(b"\x12\x01r", b"\x12\x01\xed").replace(b"\x0a\x01r", b"\x0a\x01\xed")
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    expected = ort.InferenceSession(raw, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    session = InferenceSession(raw, providers=["NPUExecutionProvider"])
+    assert "not claimed" in session.partition_summary()
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], expected)

@@ -152,11 +152,13 @@ def read_graph(ort: abi.Ort, graph: int, *, copy_initializers: bool,
     if lib.litenpu_read_graph(graph, int(nodes_in_full), C.byref(text)) < 0:
         raise MemoryError("no host memory to read the onnxruntime graph")
     try:
-        doc = json.loads(C.string_at(text).decode("utf-8", errors="replace"))
+        # strict: a name that is not UTF-8 fails the read as the C API's strings did before
+        doc = json.loads(C.string_at(text).decode("utf-8"))
     finally:
         lib.litenpu_free(text)
     if "error" in doc:
-        raise abi.OrtCallError(*doc["error"])
+        function, code, message = doc["error"]
+        raise abi.OrtCallError(function, code, bytes.fromhex(message).decode(errors="replace"))
     value_info: dict[str, ValueInfo] = {}
     initializers: dict[str, np.ndarray] = {}
 

@@ -12,7 +12,7 @@
  * rank unknown), "symbols", "constant" (an initializer's [data address, element type, dims],
  * or null)}, or only its name when nodes are not read in full. Attribute values: numbers and lists of them;
  * strings as hex of their bytes (they need not be UTF-8); a tensor as the address of an
- * OrtValue the reader owns. A failed call gives {"error": [function, code, message]}.
+ * OrtValue the reader owns. A failed call gives {"error": [function, code, message (hex)]}.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -400,7 +400,7 @@ LITENPU_EXPORT int64_t litenpu_read_graph(const void *graph, int full, char **ou
         put(&d, "{\"error\":[");
         put_string(&d, d.function);
         putf(&d, ",%d,", d.code);
-        put_string(&d, d.message);
+        put_hex(&d, (const unsigned char *)d.message, strlen(d.message));
         put(&d, "]}");
     }
     if (d.out_of_memory) {
