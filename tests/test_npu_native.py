@@ -204,6 +204,12 @@ def test_conv_native_matches_numpy(geometry, seed):
     {"c": 8, "o": 34, "group": 2, "k": (3, 3), "dil": (1, 2), "pads": (1, 2, 1, 2),
      "hw": (5, 6), "n": 3, "act": "RELU6"},
     {"c": 40, "o": 48, "k": (3, 3), "stride": (2, 2), "hw": (9, 9)},
+    # a stride past the input (one output row or column): the kernels take it as 1 (2**62
+    # overflowed their phase arithmetic and crashed the process)
+    {"c": 16, "o": 8, "k": (3, 3), "stride": (2**62, 1), "pads": (1, 1, 1, 1), "hw": (6, 40)},
+    {"c": 8, "o": 8, "group": 8, "k": (3, 3), "stride": (1, 2**62), "pads": (1, 1, 1, 1),
+     "hw": (9, 5)},
+    {"c": 4, "o": 6, "k": (1, 1), "stride": (2**62, 2**62), "hw": (3, 3), "n": 2},
 ], ids=str)
 def test_conv_cases_native_match_numpy(case, vector_width):
     check_native(*conv_model(rng(1), **case), "conv2d")
@@ -379,6 +385,7 @@ def test_pool_native_matches_numpy(op, kh, kw, sh, sw, pads, ceil, include, n, c
     ((3, 2), (1, 1), (1, 0, 1, 1), False, 100),
     ((3, 1), (1, 1), (0, 0, 0, 0), False, 8),  # one column per window: no horizontal pass
     ((1, 4), (1, 1), (0, 0, 1, 2), False, 8),  # one row: no vertical pass
+    ((3, 3), (2**62, 1), (1, 1, 0, 0), False, 8),  # one output row: the stride is clamped
 ], ids=str)
 def test_pool_on_small_and_wide_planes(op, k, s, pads, ceil, w):
     """The two ways a plane is pooled (flat passes over small planes at stride 1, row by

@@ -159,6 +159,15 @@ def same_pads(size: int, k: int, stride: int, dilation: int) -> tuple[int, int]:
     return total // 2, total - total // 2
 
 
+def clamp_strides(stride: Sequence[int], out_hw: Sequence[int], padded_hw: Sequence[int]) -> list[int]:
+    """A window's strides, each at most its padded input extent along an axis of one output
+    position: only window 0 exists there, so the output is the same, and a stride far past
+    the input (a fuzzed 2**62) overflowed both the numpy kernel's strided views and the C
+    kernels' phase arithmetic (a segfault)."""
+    return [min(int(s), max(1, int(p))) if extent == 1 else int(s)
+            for s, extent, p in zip(stride, out_hw, padded_hw, strict=True)]
+
+
 def window_pads(node: LiteNode, hw: Sequence[int], kernel, stride, dilation, pads_attr: str) -> list[int]:
     """[top, bottom, left, right] for pad_mode PAD (the pads_attr list), SAME or VALID."""
     mode = node.attrs.get("pad_mode", "PAD")

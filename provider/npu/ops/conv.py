@@ -30,6 +30,7 @@ from provider.npu.ops.common import (
     activation_of,
     all_checks,
     check_nchw,
+    clamp_strides,
     const,
     describe,
     enum_check,
@@ -39,7 +40,7 @@ from provider.npu.ops.common import (
     window_pads,
 )
 from provider.npu.ops.conv_weights import DIRECT_MAX_TAPS, direct_blocks, direct_conv, gemm_weights
-from provider.npu.ops.native_builder import StepBuilder, f32
+from provider.npu.ops.native_builder import StepBuilder, f32, fits_int32
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
 
@@ -239,6 +240,7 @@ def conv2d_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered
         raise InvalidModelError(f"{describe(node)}: the {kh}x{kw} kernel (stride {stride}, "
                                 f"dilation {dilation}, pads {pads}) fits no position of input "
                                 f"{x.shape}: output {oh}x{ow}")
+    stride = clamp_strides(stride, (oh, ow), (h + pads[0] + pads[1], wd + pads[2] + pads[3]))
     direct = x.dtype == F32 and direct_conv(cg, kh, kw, stride[1], dilation[1], oh, ow)
     operands: list[int | np.ndarray | Packed] = [0, Packed(
         (g, o // g, cg * kh * kw), w.dtype, lambda: _conv_weights(w, g, direct))]
@@ -324,9 +326,12 @@ def _conv2d_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
     _, o, oh, ow = y.shape
     g = attrs["group"]
     kh, kw = attrs["kernel"]
-    (sh, sw), (dh, dw) = attrs["stride"], attrs["dilation"]
+    (dh, dw) = attrs["dilation"]
     top, _, left, _ = attrs["pads"]
     if w.shape != (g, o // g, c // g * kh * kw) or (bias is not None and bias.shape != (o, 1)):
+        return False
+    sh, sw = attrs["stride"]
+    if not fits_int32(h, wd, kh, kw, sh, sw, dh, dw, *attrs["pads"]):
         return False
     # one input channel is depthwise too (a plane per output channel), unless the kernel is
     # long: a window of hundreds of taps over few positions (an STFT's 1x256/128 frames:

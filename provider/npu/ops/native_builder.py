@@ -85,6 +85,12 @@ UNARY_CODES = {name: code for code, name in enumerate((
 MAX_RANK = 6
 
 
+def fits_int32(*sizes: int) -> bool:
+    """Whether a kernel's sizes (extents, strides, dilations, pads) all fit the C kernels'
+    32-bit arithmetic; bigger ones (a fuzzed dilation of 2**62) stay on the numpy kernel."""
+    return all(0 <= v < 2**31 for v in sizes)
+
+
 def broadcast_strides(shape: Sequence[int], out: Sequence[int]) -> list[int]:
     """Element strides of a contiguous `shape` read at each index of `out` (0 where it is
     broadcast), aligned to out's rank."""

@@ -30,13 +30,14 @@ from provider.npu.ops.common import (
     activation_of,
     all_checks,
     check_nchw,
+    clamp_strides,
     describe,
     enum_check,
     pair,
     two_d,
     window_pads,
 )
-from provider.npu.ops.native_builder import StepBuilder, f32
+from provider.npu.ops.native_builder import StepBuilder, f32, fits_int32
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
 
@@ -175,6 +176,7 @@ def pool_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
                                 f"by two strides or more: output {oh}x{ow} (onnxruntime refuses "
                                 "it too)")
     eff = [pads[0], pads[1] + extra_h, pads[2], pads[3] + extra_w]
+    stride = clamp_strides(stride, (oh, ow), (h + eff[0] + eff[1], w + eff[2] + eff[3]))
     planned = []
     hp = h + eff[0] + eff[1]
     if any(eff):
@@ -212,6 +214,8 @@ def _pool_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: Step
         b.params(n * c, h * wd, is_max)
         b.slots(b.inputs[0], b.outputs[0])
         return b.activation(attrs.get("activation", "NO_ACTIVATION"))
+    if not fits_int32(h, wd, *attrs["kernel"], *attrs["stride"], *attrs["pads"]):
+        return False
     b.params(n * c, h, wd, oh, ow, *attrs["kernel"], *attrs["stride"], top, left)
     b.slots(b.inputs[0], b.inputs[1] if len(ins) > 1 else None, b.outputs[0])
     return b.activation(attrs.get("activation", "NO_ACTIVATION"))

@@ -40,7 +40,7 @@ from provider.npu.ops.common import (
     describe,
 )
 from provider.npu.ops.conv import conv2d_rule, windows
-from provider.npu.ops.native_builder import StepBuilder
+from provider.npu.ops.native_builder import StepBuilder, fits_int32
 from provider.npu.ops.quant import CODES, F64, I32, limits, multiplier, quant_of, quantize
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
@@ -351,6 +351,8 @@ def _qconv_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: Ste
     lo, hi = attrs["range"]
     flip = 128 if x.dtype == "int8" else 0
     shifted = attrs.get("shifted", False)
+    if not fits_int32(h, wd, kh, kw, *attrs["stride"], *attrs["dilation"], *attrs["pads"]):
+        return False
     params = (n, c, h, wd, o, oh, ow, g, kh, kw, *attrs["stride"], *attrs["dilation"],
               attrs["pads"][0], attrs["pads"][2], kg, attrs["zx"] + flip, flip, attrs["zy"], lo, hi,
               shifted)
