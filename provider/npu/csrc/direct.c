@@ -35,26 +35,33 @@ typedef struct {
     int64_t taps, tap_off[MAX_TAPS];  /* per tap: offset within a channel's phases */
 } direct_ctx;
 
+/* Channel c's SH x SW phase planes into q, `rows` rows of each from phase row r0 (zero
+ * padding; zero slack after each plane for the last tiles' overrun). Local row i is phase
+ * row r0 + i: input row i*SH + ph - (PT - r0*SH). */
+MULTIVERSION static void direct_phases(const direct_ctx *cx, int64_t c, float *q, int64_t rows,
+                                       int64_t r0) {
+    const int64_t *p = cx->p;
+    int64_t H = p[C_H], W = p[C_W], SH = p[C_SH], SW = p[C_SW];
+    const float *xc = cx->x + (cx->n * p[C_C] + c) * H * W;
+    for (int64_t ph = 0; ph < SH; ph++) {
+        for (int64_t pw = 0; pw < SW; pw++, q += cx->plane) {
+            fill_phase(q, rows, cx->wq, xc, H, W, SH, SW, ph, pw, p[C_PT] - r0 * SH, p[C_PL],
+                       0.0f);
+            for (int64_t k = rows * cx->wq; k < cx->plane; k++) q[k] = 0.0f;
+        }
+    }
+}
+
 /* A banded task's own phase planes (direct_conv says when): the rows [r0, r0 + band_rows)
  * of every phase plane of group g's channels, built in the task's scratch just before its
  * tiles read them, so they are read from cache; NULL when there is no memory for them. */
 static const float *direct_band(const direct_ctx *cx, int64_t g, int64_t r0) {
     const int64_t *p = cx->p;
-    int64_t H = p[C_H], W = p[C_W], SH = p[C_SH], SW = p[C_SW], CG = p[C_C] / p[C_G];
-    float *band = thread_scratch(CG * SH * SW * cx->plane);
+    int64_t planes = p[C_SH] * p[C_SW] * cx->plane, CG = p[C_C] / p[C_G];
+    float *band = thread_scratch(CG * planes);
     if (!band) return NULL;
-    for (int64_t c = 0; c < CG; c++) {
-        const float *xc = cx->x + (cx->n * p[C_C] + g * CG + c) * H * W;
-        for (int64_t ph = 0; ph < SH; ph++) {
-            for (int64_t pw = 0; pw < SW; pw++) {
-                float *q = band + ((c * SH + ph) * SW + pw) * cx->plane;
-                /* local row i is phase row r0 + i: input row i*SH + ph - (PT - r0*SH) */
-                fill_phase(q, cx->band_rows, cx->wq, xc, H, W, SH, SW, ph, pw,
-                           p[C_PT] - r0 * SH, p[C_PL], 0.0f);
-                for (int64_t k = cx->band_rows * cx->wq; k < cx->plane; k++) q[k] = 0.0f;
-            }
-        }
-    }
+    for (int64_t c = 0; c < CG; c++)
+        direct_phases(cx, g * CG + c, band + c * planes, cx->band_rows, r0);
     return band;
 }
 
@@ -105,20 +112,10 @@ static inline __attribute__((always_inline)) void direct_store(
 #define DK_SPLAT(w) {w, w, w, w, w, w, w, w}
 #include "direct_tiles.h"
 
-/* The phase planes of channel t (zero padding, zero slack after each plane for the last
- * tiles' overrun). */
-MULTIVERSION static void direct_phase_task(const void *ctx, int64_t t) {
+/* The phase planes of channel t, every row. */
+static void direct_phase_task(const void *ctx, int64_t t) {
     const direct_ctx *cx = ctx;
-    const int64_t *p = cx->p;
-    int64_t H = p[C_H], W = p[C_W], SH = p[C_SH], SW = p[C_SW];
-    for (int64_t ph = 0; ph < SH; ph++) {
-        for (int64_t pw = 0; pw < SW; pw++) {
-            float *q = cx->phases + ((t * SH + ph) * SW + pw) * cx->plane;
-            fill_phase(q, cx->hq, cx->wq, cx->x + (cx->n * p[C_C] + t) * H * W, H, W, SH, SW,
-                       ph, pw, p[C_PT], p[C_PL], 0.0f);
-            for (int64_t k = cx->hq * cx->wq; k < cx->plane; k++) q[k] = 0.0f;
-        }
-    }
+    direct_phases(cx, t, cx->phases + t * cx->p[C_SH] * cx->p[C_SW] * cx->plane, cx->hq, 0);
 }
 
 /* Returns -1 when there is no host memory for the phase planes. */
