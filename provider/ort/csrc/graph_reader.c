@@ -10,9 +10,12 @@
  * "op", "domain", "inputs" / "outputs" / "implicit" [value or null], "attrs" [[name, kind,
  * value]], "unreadable"}]}, a value being {"name", "type" (ONNX type), "elem", "dims" (null:
  * rank unknown), "symbols", "constant" (an initializer's [data address, element type, dims],
- * or null)}, or only its name when nodes are not read in full. Attribute values: numbers and lists of them;
- * strings as hex of their bytes (they need not be UTF-8); a tensor as the address of an
- * OrtValue the reader owns. A failed call gives {"error": [function, code, message (hex)]}.
+ * or null)}, or only its name when nodes are not read in full. Attribute values: numbers
+ * and lists of them; strings as hex of their bytes (they need not be UTF-8); a tensor as
+ * the address of an OrtValue the reader owns. A failed call gives {"error": [function,
+ * code, message (hex)]}.
+ *
+ * Just over 400 lines on purpose: the small JSON writer at the top serves only this walk.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -142,6 +145,13 @@ static const void **items(doc_t *d, const char *count_name, count_fn count, get_
     return out;
 }
 
+/* A JSON list of n int64s. */
+static void put_ints(doc_t *d, const int64_t *v, size_t n) {
+    put(d, "[");
+    for (size_t i = 0; i < n; i++) putf(d, i ? ",%" PRId64 : "%" PRId64, v[i]);
+    put(d, "]");
+}
+
 /* The element type, dims (NULL: rank unknown) and symbols of a tensor value. */
 static void put_type(doc_t *d, const void *value) {
     const void *type_info = NULL, *tensor = NULL;
@@ -169,9 +179,8 @@ static void put_type(doc_t *d, const void *value) {
         put(d, "null,\"symbols\":[]");  /* rank unknown (before 1.24 this reads as a scalar) */
         return;
     }
-    put(d, "[");
-    for (size_t i = 0; i < rank; i++) putf(d, i ? ",%" PRId64 : "%" PRId64, dims[i]);
-    put(d, "],\"symbols\":[");
+    put_ints(d, dims, rank);
+    put(d, ",\"symbols\":[");
     for (size_t i = 0; i < rank; i++) {
         if (i) put(d, ",");
         put_string(d, symbols[i]);
@@ -199,9 +208,9 @@ static void put_tensor(doc_t *d, const void *tensor) {
         put(d, "null");
         return;
     }
-    putf(d, "[%" PRIuPTR ",%d,[", (uintptr_t)data, elem);
-    for (size_t i = 0; i < rank; i++) putf(d, i ? ",%" PRId64 : "%" PRId64, dims[i]);
-    put(d, "]]");
+    putf(d, "[%" PRIuPTR ",%d,", (uintptr_t)data, elem);
+    put_ints(d, dims, rank);
+    put(d, "]");
 }
 
 /* One value: in full, or (full = 0) by name; null for a missing optional input. */
@@ -248,33 +257,34 @@ static void put_attribute(doc_t *d, const void *attr, int *first, char *unreadab
     doc_t local = {0};  /* this attribute's own failures: they do not fail the graph */
     int kind = 0;
     const char *name = NULL;
-    if (CALL(&local, OpAttr_GetType, attr, &kind) || CALL(&local, OpAttr_GetName, attr, &name)) {
-        snprintf(unreadable, unreadable_size,
-                 "an attribute cannot be read through the C API: %s failed (OrtErrorCode %d): %s",
-                 local.function, local.code, local.message);
-        return;
-    }
-    if (kind == ATTR_GRAPH) {
-        snprintf(unreadable, unreadable_size, "has subgraph attributes (control flow stays on CPU)");
-        return;
-    }
-    if (kind < ATTR_INT || kind > ATTR_TENSOR) {
-        snprintf(unreadable, unreadable_size,
-                 "an attribute cannot be read through the C API: attribute type %d is not read "
-                 "by the NPU EP", kind);
-        return;
-    }
     void *tensor = NULL;
     unsigned char *raw = NULL;
     size_t size = 0;
-    if (kind == ATTR_TENSOR) {
-        CALL(&local, OpAttr_GetTensorAttributeAsOrtValue, attr, &tensor);
-    } else {
-        OrtStatus *status = ort.ReadOpAttr(attr, kind, NULL, 0, &size);
-        if (status) ort.ReleaseStatus(status);  /* expected: "buffer too small", with the size */
-        raw = malloc(size ? size : 1);
-        if (!raw) d->out_of_memory = 1;
-        else CALL(&local, ReadOpAttr, attr, kind, raw, size, &size);
+    if (!CALL(&local, OpAttr_GetType, attr, &kind) && !CALL(&local, OpAttr_GetName, attr, &name)) {
+        if (kind == ATTR_GRAPH) {
+            snprintf(unreadable, unreadable_size,
+                     "has subgraph attributes (control flow stays on CPU)");
+            return;
+        }
+        if (kind < ATTR_INT || kind > ATTR_TENSOR) {
+            snprintf(unreadable, unreadable_size,
+                     "an attribute cannot be read through the C API: attribute type %d is not "
+                     "read by the NPU EP", kind);
+            return;
+        }
+        if (kind == ATTR_TENSOR) {
+            CALL(&local, OpAttr_GetTensorAttributeAsOrtValue, attr, &tensor);
+        } else {
+            /* the size first: its status, "buffer too small", is expected */
+            OrtStatus *status = ort.ReadOpAttr(attr, kind, NULL, 0, &size);
+            if (status) ort.ReleaseStatus(status);
+            raw = malloc(size ? size : 1);
+            if (!raw) {  /* the whole document is dropped */
+                d->out_of_memory = 1;
+                return;
+            }
+            CALL(&local, ReadOpAttr, attr, kind, raw, size, &size);
+        }
     }
     if (local.function) {
         snprintf(unreadable, unreadable_size,
