@@ -240,13 +240,13 @@ def conv2d_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered
         raise InvalidModelError(f"{describe(node)}: the {kh}x{kw} kernel (stride {stride}, "
                                 f"dilation {dilation}, pads {pads}) fits no position of input "
                                 f"{x.shape}: output {oh}x{ow}")
-    stride = clamp_strides(stride, (oh, ow), (h + pads[0] + pads[1], wd + pads[2] + pads[3]))
+    hp, wp = h + pads[0] + pads[1], wd + pads[2] + pads[3]
+    stride = clamp_strides(stride, (oh, ow), (hp, wp))
     direct = x.dtype == F32 and direct_conv(cg, kh, kw, stride[1], dilation[1], oh, ow)
     operands: list[int | np.ndarray | Packed] = [0, Packed(
         (g, o // g, cg * kh * kw), w.dtype, lambda: _conv_weights(w, g, direct))]
     if len(ins) > 2:
         operands.append(const(node, ins, 2, "bias").reshape(o, 1))
-    hp, wp = h + pads[0] + pads[1], wd + pads[2] + pads[3]
     planned = []
     # The shifted stride-1 form (_shifted_cols) copies long contiguous taps but makes the
     # GEMM compute Wp - OW wasted columns per row: worth it unless that waste is over 1/8 of

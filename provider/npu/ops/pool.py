@@ -176,11 +176,11 @@ def pool_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
                                 f"by two strides or more: output {oh}x{ow} (onnxruntime refuses "
                                 "it too)")
     eff = [pads[0], pads[1] + extra_h, pads[2], pads[3] + extra_w]
-    stride = clamp_strides(stride, (oh, ow), (h + eff[0] + eff[1], w + eff[2] + eff[3]))
+    hp, wp = h + eff[0] + eff[1], w + eff[2] + eff[3]
+    stride = clamp_strides(stride, (oh, ow), (hp, wp))
     planned = []
-    hp = h + eff[0] + eff[1]
     if any(eff):
-        planned.append(("pad", (n, c, hp, w + eff[2] + eff[3]), x.dtype))
+        planned.append(("pad", (n, c, hp, wp), x.dtype))
     if kernel[0] > 1 and kernel[1] > 1:  # separable window reduction (_reduce_windows)
         planned.append(("rows", (n, c, hp, ow), x.dtype))
     attrs = {"kernel": kernel, "stride": stride, "pads": eff, "activation": act,
