@@ -1258,10 +1258,43 @@ def test_slices_run_as_native_strided_copies(starts, ends, axes, steps, dtype):
                                   (("starts", starts), ("ends", ends), ("axes", axes),
                                    ("steps", steps))]
     model = lite_graph("StridedSlice", {}, inputs, [dtype])
-    # an int64 slice with a step along the last axis copies 8-byte elements: numpy
-    stepped_last = 2 in axes and steps[axes.index(2)] != 1
-    native_steps = 0 if dtype == np.int64 and stepped_last else 1
-    _native_matches_numpy(model, {"x": x}, native_steps)
+    _native_matches_numpy(model, {"x": x})
+
+
+def _copies_model(x: np.ndarray, case: str) -> LiteModel:
+    dt = x.dtype.type
+    if case == "transpose":
+        return lite_graph("Transpose", {}, [("x", x, False), ("perm", np.array([0, 3, 1, 2], np.int32), True)],
+                          out_dtypes=(dt,))
+    if case == "concat":
+        return lite_graph("Concat", {"axis": 1}, [("x", x, False), ("y", x[:, :2] + 1, True)], out_dtypes=(dt,))
+    inputs = [("x", x, False)] + [(n, np.array(v, np.int32), True) for n, v in
+                                  (("starts", [1, 0]), ("ends", [100, 100]), ("axes", [2, 3]),
+                                   ("steps", [2, 3 if case == "slice3" else 2]))]
+    return lite_graph("StridedSlice", {}, inputs, [dt])
+
+
+@pytest.mark.parametrize("case", ["slice2", "slice3", "transpose", "concat"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8, np.int64])
+def test_big_copies_split_over_cores_copy_the_same_bytes(case, dtype, restore_threads):
+    """Slices (every other or every third column: typed strided rows), a transpose that walks
+    elements and a concat, big enough to be cut into tasks: every dtype native, the bytes the
+    numpy kernel gives, on one core and on two with the worker taking tasks."""
+    x = (randn(rng(31), 2, 6, 90, 100) * 50).astype(dtype)
+    program = compile_for(_copies_model(x, case), {"x": x})
+    want, _ = run(program, {"x": x}, kernels=KERNELS)
+    native.set_threads(1)
+    got, count = run(program, {"x": x})
+    assert count == 1
+    np.testing.assert_array_equal(got[0], want[0])
+    native.set_threads(2)
+    before = native.worker_tasks()
+    with Executor(program, pool()) as ex:
+        for _ in range(200):  # a worker that wakes late finds the tasks taken
+            np.testing.assert_array_equal(ex.run([x])[0], want[0])
+            if native.worker_tasks() > before:
+                break
+    assert native.worker_tasks() > before
 
 
 @pytest.mark.parametrize("index_dtype", [np.int64, np.int32])

@@ -421,7 +421,7 @@ def _transpose_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b:
     shape, perm = _merged_transpose(attrs.get("view", x.shape), attrs["perm"])
     if not shape:
         shape, perm = [1], [0]
-    if len(shape) > 6 or (perm[-1] != len(shape) - 1 and size != 4):
+    if len(shape) > 6:
         return False
     strides = [math.prod(shape[a + 1:]) * size for a in range(len(shape))]
     out_shape = [shape[a] for a in perm]
@@ -429,6 +429,7 @@ def _transpose_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b:
     b.params(len(shape), block)
     b.step.p[2:2 + len(shape)] = out_shape
     b.step.p[8:8 + len(shape)] = [strides[a] for a in perm]
+    b.step.p[15] = size
     b.slots(b.inputs[0], b.outputs[0])
     return True
 
@@ -540,11 +541,10 @@ def _slice_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: Ste
     if len(shape) > 6 or 0 in shape:
         return False
     block = shape[-1] * size if strides[-1] == size else 0
-    if not block and size != 4:
-        return False
     b.params(len(shape), block)
     b.step.p[2:2 + len(shape)] = shape
     b.step.p[8:8 + len(shape)] = strides
     b.step.p[14] = offset
+    b.step.p[15] = size
     b.slots(b.inputs[0], b.outputs[0])
     return True
