@@ -36,6 +36,7 @@ from provider.errors import InputValueError
 from provider.npu import native, native_steps
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor, step_stamps
+from provider.npu.memory import DevicePool
 from provider.npu.ops import KERNELS, conv_weights
 from provider.npu.program import Program, from_bytes, to_bytes
 from provider.options import CompileOptions
@@ -807,20 +808,26 @@ def mid_conv(seed: int = 10, **kw):
 
 
 @pytest.mark.parametrize("kw", [{}, {"group": 32, "o": 64}, {"k": (1, 1), "pads": (0, 0, 0, 0)},
-                                {"stride": (2, 2), "n": 2}], ids=str)
+                                {"stride": (2, 2), "n": 2}, {"o": 24},
+                                {"c": 24, "o": 24, "hw": (104, 104)}], ids=str)
 def test_thread_count_does_not_change_the_result(kw, restore_threads):
     """Same values on 1, 2 and 3 cores. The GEMM convs split their output into other blocks
     per core count and OpenBLAS sums a block's edge in another order (1-ulp differences), so
-    they agree to rounding; depthwise planes are computed whole by one core: bit-identical."""
+    they agree to rounding; depthwise planes are computed whole by one core: bit-identical.
+    Direct convs whose channel blocks do not divide among the cores are cut in bands of
+    positions too (24 channels: 3 blocks), banded ones (104x104) in whole rounds of bands.
+    Each count runs in a new device pool: an output no task wrote reads 0 there instead of
+    an earlier run's value."""
     program, feeds = mid_conv(**kw)
+    x = [feeds[program.slots[i].name] for i in program.inputs]
     results = {}
     for n in (1, 3, 2):
         native.set_threads(n)
         assert native.threads() == n
-        results[n], count = run(program, feeds)
-        assert count == len(program.steps)
-        again, _ = run(program, feeds)
-        np.testing.assert_array_equal(again[0], results[n][0])  # deterministic per count
+        with Executor(program, DevicePool()) as ex:
+            assert ex.native_steps == len(program.steps)
+            results[n] = [np.array(ex.run(x)[0])]
+            np.testing.assert_array_equal(ex.run(x)[0], results[n][0])  # deterministic per count
     for n in (2, 3):
         if "group" in kw:
             np.testing.assert_array_equal(results[n][0], results[1][0])
@@ -1279,17 +1286,18 @@ def _copies_model(x: np.ndarray, case: str) -> LiteModel:
 def test_big_copies_split_over_cores_copy_the_same_bytes(case, dtype, restore_threads):
     """Slices (every other or every third column: typed strided rows), a transpose that walks
     elements and a concat, big enough to be cut into tasks: every dtype native, the bytes the
-    numpy kernel gives, on one core and on two with the worker taking tasks."""
+    numpy kernel gives, on one core and on two with the worker taking tasks (in new device
+    pools: bytes no task wrote read 0, not an earlier run's)."""
     x = (randn(rng(31), 2, 6, 90, 100) * 50).astype(dtype)
     program = compile_for(_copies_model(x, case), {"x": x})
     want, _ = run(program, {"x": x}, kernels=KERNELS)
     native.set_threads(1)
-    got, count = run(program, {"x": x})
-    assert count == 1
-    np.testing.assert_array_equal(got[0], want[0])
+    with Executor(program, DevicePool()) as ex:
+        assert ex.native_steps == 1
+        np.testing.assert_array_equal(ex.run([x])[0], want[0])
     native.set_threads(2)
     before = native.worker_tasks()
-    with Executor(program, pool()) as ex:
+    with Executor(program, DevicePool()) as ex:
         for _ in range(200):  # a worker that wakes late finds the tasks taken
             np.testing.assert_array_equal(ex.run([x])[0], want[0])
             if native.worker_tasks() > before:
