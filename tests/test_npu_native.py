@@ -1275,31 +1275,43 @@ def _copies_model(x: np.ndarray, case: str) -> LiteModel:
                           out_dtypes=(dt,))
     if case == "concat":
         return lite_graph("Concat", {"axis": 1}, [("x", x, False), ("y", x[:, :2] + 1, True)], out_dtypes=(dt,))
+    if case.startswith("add"):  # same shapes merge into one row; a row broadcast into two
+        other = x[::-1] if case == "add" else x[:1] * 2
+        act = "SWISH" if dt == np.float32 else "NO_ACTIVATION"
+        return lite_graph("AddFusion", {"activation_type": act}, [("x", x, False), ("y", other, True)],
+                          out_dtypes=(dt,))
     inputs = [("x", x, False)] + [(n, np.array(v, np.int32), True) for n, v in
                                   (("starts", [1, 0]), ("ends", [100, 100]), ("axes", [2, 3]),
                                    ("steps", [2, 3 if case == "slice3" else 2]))]
     return lite_graph("StridedSlice", {}, inputs, [dt])
 
 
-@pytest.mark.parametrize("case", ["slice2", "slice3", "transpose", "concat"])
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8, np.int64])
+@pytest.mark.parametrize("case,dtype", [
+    *((c, d) for c in ("slice2", "slice3", "transpose", "concat")
+      for d in (np.float32, np.float16, np.int8, np.int64)),
+    ("add", np.float32), ("add", np.int32), ("add_row", np.float32), ("add_row", np.int64)], ids=str)
 def test_big_copies_split_over_cores_copy_the_same_bytes(case, dtype, restore_threads):
     """Slices (every other or every third column: typed strided rows), a transpose that walks
-    elements and a concat, big enough to be cut into tasks: every dtype native, the bytes the
-    numpy kernel gives, on one core and on two with the worker taking tasks (in new device
-    pools: bytes no task wrote read 0, not an earlier run's)."""
+    elements, a concat, and adds whose operands merge into one or two rows (cut in pieces),
+    big enough to be cut into tasks: natively, what the numpy kernel gives (the same bytes;
+    a fused swish to rounding), on one core and, the same bytes, on two with the worker taking
+    tasks (in new device pools: bytes no task wrote read 0, not an earlier run's)."""
     x = (randn(rng(31), 2, 6, 90, 100) * 50).astype(dtype)
     program = compile_for(_copies_model(x, case), {"x": x})
     want, _ = run(program, {"x": x}, kernels=KERNELS)
     native.set_threads(1)
     with Executor(program, DevicePool()) as ex:
         assert ex.native_steps == 1
-        np.testing.assert_array_equal(ex.run([x])[0], want[0])
+        one = np.array(ex.run([x])[0])
+    if case.startswith("add") and dtype == np.float32:
+        assert_close([one], want)
+    else:
+        np.testing.assert_array_equal(one, want[0])
     native.set_threads(2)
     before = native.worker_tasks()
     with Executor(program, DevicePool()) as ex:
         for _ in range(200):  # a worker that wakes late finds the tasks taken
-            np.testing.assert_array_equal(ex.run([x])[0], want[0])
+            np.testing.assert_array_equal(ex.run([x])[0], one)
             if native.worker_tasks() > before:
                 break
     assert native.worker_tasks() > before

@@ -145,7 +145,8 @@ typedef struct {
     const lnpu_step *s;
     const char *a, *b;
     char *y;
-    int64_t rows_per, size;  /* element bytes */
+    int64_t per, size;      /* units per task; element bytes */
+    int64_t pieces, piece;  /* units per row and their length: rows are cut when few */
 } binary_ctx;
 
 /* binary: op, rank r (<= 6, dims merged), p[2..2+r) output dims, p[8..8+r) a's element
@@ -157,10 +158,13 @@ static void binary_task(const void *ctx, int64_t t) {
     const int64_t *p = cx->s->p;
     int64_t r = p[1], inner = p[2 + r - 1], rows = 1;
     for (int64_t d = 0; d < r - 1; d++) rows *= p[2 + d];
-    int64_t lo = t * cx->rows_per, hi = lo + cx->rows_per < rows ? lo + cx->rows_per : rows;
+    int64_t units = rows * cx->pieces, lo = t * cx->per;
+    int64_t hi = lo + cx->per < units ? lo + cx->per : units;
     float flo = cx->s->f[0], fhi = cx->s->f[1];
-    for (int64_t row = lo; row < hi; row++) {
-        int64_t rest = row, oa = 0, ob = 0;
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t row = u / cx->pieces, i0 = u % cx->pieces * cx->piece;
+        int64_t n = inner - i0 < cx->piece ? inner - i0 : cx->piece;
+        int64_t rest = row, sa = p[8 + r - 1], sb = p[14 + r - 1], oa = i0 * sa, ob = i0 * sb;
         for (int64_t d = r - 2; d >= 0; d--) {
             int64_t i = rest % p[2 + d];
             rest /= p[2 + d];
@@ -168,38 +172,42 @@ static void binary_task(const void *ctx, int64_t t) {
             ob += i * p[14 + d];
         }
         const char *a = cx->a + oa * cx->size, *b = cx->b + ob * cx->size;
-        char *y = cx->y + row * inner * cx->size;
-        int64_t sa = p[8 + r - 1], sb = p[14 + r - 1];
+        char *y = cx->y + (row * inner + i0) * cx->size;
         if (p[21] == BT_I32) {
-            binary_row_i32((const int32_t *)a, sa, (const int32_t *)b, sb, (int32_t *)y, inner, p[0]);
+            binary_row_i32((const int32_t *)a, sa, (const int32_t *)b, sb, (int32_t *)y, n, p[0]);
             continue;
         }
         if (p[21] == BT_I64) {
-            binary_row_i64((const int64_t *)a, sa, (const int64_t *)b, sb, (int64_t *)y, inner, p[0]);
+            binary_row_i64((const int64_t *)a, sa, (const int64_t *)b, sb, (int64_t *)y, n, p[0]);
             continue;
         }
         if (sa == 0 && sb != 0) {  /* keep the broadcast operand second: swap for + and * */
             if (p[0] == B_ADD || p[0] == B_MUL || p[0] == B_MAX || p[0] == B_MIN) {
-                binary_row((const float *)b, sb, (const float *)a, sa, (float *)y, inner, p[0],
+                binary_row((const float *)b, sb, (const float *)a, sa, (float *)y, n, p[0],
                            flo, fhi);
-                if (p[20] != ACT_CLAMP) epilogue((float *)y, inner, 0.0f, NULL, act_of(cx->s, 20));
+                if (p[20] != ACT_CLAMP) epilogue((float *)y, n, 0.0f, NULL, act_of(cx->s, 20));
                 continue;
             }
         }
-        binary_row((const float *)a, sa, (const float *)b, sb, (float *)y, inner, p[0], flo, fhi);
-        if (p[20] != ACT_CLAMP) epilogue((float *)y, inner, 0.0f, NULL, act_of(cx->s, 20));
+        binary_row((const float *)a, sa, (const float *)b, sb, (float *)y, n, p[0], flo, fhi);
+        if (p[20] != ACT_CLAMP) epilogue((float *)y, n, 0.0f, NULL, act_of(cx->s, 20));
     }
 }
 
 void binary(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p;
     binary_ctx cx = {s, slots[s->slot[0]], slots[s->slot[1]], slots[s->slot[2]], 0,
-                     p[21] == BT_I64 ? 8 : 4};
+                     p[21] == BT_I64 ? 8 : 4, 1, 0};
     int64_t r = p[1], inner = p[2 + r - 1], rows = 1;
     for (int64_t d = 0; d < r - 1; d++) rows *= p[2 + d];
-    int64_t tasks = task_count((double)rows * inner * 0.5, rows);
-    cx.rows_per = per_task(rows, tasks);
-    parallel(binary_task, &cx, (rows + cx.rows_per - 1) / cx.rows_per);
+    /* same-shape operands merge into one row: a detector's residual add of 16x256x256 ran
+     * on one core; rows fewer than the tasks are cut in pieces of at least 4096 elements */
+    int64_t tasks = task_count((double)rows * inner * 0.5, rows * (inner / 4096 > 1 ? inner / 4096 : 1));
+    if (tasks > rows) cx.pieces = (tasks + rows - 1) / rows;
+    cx.piece = (inner + cx.pieces - 1) / cx.pieces;
+    int64_t units = rows * cx.pieces;
+    cx.per = per_task(units, tasks);
+    parallel(binary_task, &cx, (units + cx.per - 1) / cx.per);
 }
 
 /* layer_norm: rows, length, has gamma, has beta; f[0] epsilon; slots x, gamma, beta, y.
