@@ -1350,15 +1350,18 @@ def test_broadcast_runs_natively_as_a_strided_copy(shape, to, dtype):
 @pytest.mark.parametrize("m, k, n", [(19, 150, 100), (2, 64, 48), (32, 300, 1000), (5, 7, 3),
                                      (4, 0, 50)], ids=str)
 @pytest.mark.parametrize("act", ["NO_ACTIVATION", "RELU6"])
-def test_a_gemm_of_few_rows_matches_numpy(m, k, n, act, vector_width):
+def test_a_gemm_of_few_rows_matches_numpy(m, k, n, act, vector_width, restore_threads):
     """Row tiles of 8, 4, 2 and 1, passes of 64 rows of B with a partial one, a partial last
     panel of 48 columns (csrc/rowgemm.c where the CPU has AVX-512; OpenBLAS with 8-float
-    vectors), bias and activation; an empty K is the bias alone."""
+    vectors), bias and activation; an empty K is the bias alone. On 1, 2 and 3 cores (a run
+    of panels per core)."""
     r = rng(32)
     a, w, bias = randn(r, m, k), randn(r, k, n), randn(r, n)
     model = lite_graph("MatMulFusion", {"activation_type": act},
                        [("a", a, False), ("w", w, True), ("bias", bias, True)])
-    _native_matches_numpy(model, {"a": a})
+    for cores in (1, 2, 3):
+        native.set_threads(cores)
+        _native_matches_numpy(model, {"a": a})
 
 
 @pytest.mark.parametrize("op, dtype", [
