@@ -203,7 +203,7 @@ void binary(const lnpu_step *s, void **slots) {
     /* same-shape operands merge into one row: a detector's residual add of 16x256x256 ran
      * on one core; rows fewer than the tasks are cut in pieces of at least 4096 elements */
     int64_t tasks = task_count((double)rows * inner * 0.5, rows * (inner / 4096 > 1 ? inner / 4096 : 1));
-    if (tasks > rows) cx.pieces = (tasks + rows - 1) / rows;
+    if (rows > 0 && tasks > rows) cx.pieces = (tasks + rows - 1) / rows;
     cx.piece = (inner + cx.pieces - 1) / cx.pieces;
     int64_t units = rows * cx.pieces;
     cx.per = per_task(units, tasks);
