@@ -147,19 +147,19 @@ typedef struct {
     char *y;
     int64_t per, size;      /* units per task; element bytes */
     int64_t pieces, piece;  /* units per row and their length: rows are cut when few */
+    int64_t units, inner;   /* units in all (rows x pieces); elements per row */
 } binary_ctx;
 
 /* binary: op, rank r (<= 6, dims merged), p[2..2+r) output dims, p[8..8+r) a's element
  * strides, p[14..14+r) b's (0 where broadcast), p[20] act, p[21] element type; slots a, b,
  * y (y may be a when a has the output's shape). A NaN passes the clamp as NaN (the numpy
- * kernels' clip). An activation other than a clamp runs on each row once it is written. */
+ * kernels' clip). An activation other than a clamp runs on each row (or piece) once it is
+ * written. */
 static void binary_task(const void *ctx, int64_t t) {
     const binary_ctx *cx = ctx;
     const int64_t *p = cx->s->p;
-    int64_t r = p[1], inner = p[2 + r - 1], rows = 1;
-    for (int64_t d = 0; d < r - 1; d++) rows *= p[2 + d];
-    int64_t units = rows * cx->pieces, lo = t * cx->per;
-    int64_t hi = lo + cx->per < units ? lo + cx->per : units;
+    int64_t r = p[1], inner = cx->inner, lo = t * cx->per;
+    int64_t hi = lo + cx->per < cx->units ? lo + cx->per : cx->units;
     float flo = cx->s->f[0], fhi = cx->s->f[1];
     for (int64_t u = lo; u < hi; u++) {
         int64_t row = u / cx->pieces, i0 = u % cx->pieces * cx->piece;
@@ -196,18 +196,18 @@ static void binary_task(const void *ctx, int64_t t) {
 
 void binary(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p;
-    binary_ctx cx = {s, slots[s->slot[0]], slots[s->slot[1]], slots[s->slot[2]], 0,
-                     p[21] == BT_I64 ? 8 : 4, 1, 0};
     int64_t r = p[1], inner = p[2 + r - 1], rows = 1;
     for (int64_t d = 0; d < r - 1; d++) rows *= p[2 + d];
+    binary_ctx cx = {s, slots[s->slot[0]], slots[s->slot[1]], slots[s->slot[2]], 0,
+                     p[21] == BT_I64 ? 8 : 4, 1, 0, 0, inner};
     /* same-shape operands merge into one row: a detector's residual add of 16x256x256 ran
      * on one core; rows fewer than the tasks are cut in pieces of at least 4096 elements */
     int64_t tasks = task_count((double)rows * inner * 0.5, rows * (inner / 4096 > 1 ? inner / 4096 : 1));
     if (rows > 0 && tasks > rows) cx.pieces = (tasks + rows - 1) / rows;
     cx.piece = (inner + cx.pieces - 1) / cx.pieces;
-    int64_t units = rows * cx.pieces;
-    cx.per = per_task(units, tasks);
-    parallel(binary_task, &cx, (units + cx.per - 1) / cx.per);
+    cx.units = rows * cx.pieces;
+    cx.per = per_task(cx.units, tasks);
+    parallel(binary_task, &cx, (cx.units + cx.per - 1) / cx.per);
 }
 
 /* layer_norm: rows, length, has gamma, has beta; f[0] epsilon; slots x, gamma, beta, y.

@@ -5,7 +5,6 @@
  * whole tensor in slot 15. Concat copies the pieces into the whole, split the whole into
  * the pieces. Tasks take equal byte ranges of the whole: a detector's concat of four
  * 3x208x208 slices (2 MB) took 148 us on one core. */
-#define COPY_BYTES_PER_NS 12.0
 
 typedef struct {
     const lnpu_step *s;

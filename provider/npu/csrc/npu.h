@@ -125,6 +125,7 @@ void run_end(void);
 /* Rates for task_count's estimates. */
 #define GEMM_MACS_PER_NS 80.0   /* fp32 GEMM on one AVX-512 core */
 #define COPY_FLOATS_PER_NS 4.0  /* short strided copies (im2col) */
+#define COPY_BYTES_PER_NS 12.0  /* memcpy of long blocks (concat, split, transposes) */
 
 /* Per-thread scratch (phase and window planes; a conv's caller keeps its phases there while
  * the conv's tasks run, so those tasks use none). NULL when out of memory. */
