@@ -1364,6 +1364,35 @@ def test_a_gemm_of_few_rows_matches_numpy(m, k, n, act, vector_width, restore_th
         _native_matches_numpy(model, {"a": a})
 
 
+@pytest.mark.parametrize("op, attrs", [("MatMulFusion", {}), ("MatMulFusion", {"transpose_b": True}),
+                                       ("FullConnection", {})], ids=str)
+@pytest.mark.parametrize("m", [16, 3, 40])
+def test_a_big_constant_b_of_few_rows_is_stored_in_panels(op, attrs, m, vector_width,
+                                                           restore_threads):
+    """A constant B over PANEL_MIN_FLOATS times at most PANEL_MAX_ROWS rows is stored in
+    panels of 48 columns (the last one partial here: 1100 = 22 x 48 + 44), for every way a
+    constant B comes (MatMul as is or transposed, FullConnection's (out, in)); both kernels
+    read them, on AVX-512 tiles or the portable loop, over 1 and 2 cores."""
+    from provider.npu.ops import matmul as mm
+
+    r = rng(36)
+    k, n = 1024, 1100
+    a, w, bias = randn(r, m, k), randn(r, k, n) * 0.05, randn(r, n)
+    stored = w.T.copy() if attrs or op == "FullConnection" else w
+    model = lite_graph(op, {"activation_type": "RELU", **attrs},
+                       [("a", a, False), ("w", stored, True), ("bias", bias, True)])
+    program = compile_for(model, {"a": a})
+    (step,) = program.steps
+    assert step.attrs["weights"] == "panels"
+    assert program.slots[step.inputs[1]].shape == (23, k, mm.PANEL)
+    expected = np.maximum(a.astype(np.float64) @ w + bias, 0)
+    for cores in (1, 2):
+        native.set_threads(cores)
+        _native_matches_numpy(model, {"a": a})
+        assert_close(run(program, {"a": a})[0], [expected.astype(np.float32)])
+    assert mm.from_panels(mm.to_panels(w), n).tolist() == w.tolist()
+
+
 @pytest.mark.parametrize("op, dtype", [
     *((op, dtype) for op in ("Equal", "Less", "Greater", "LessEqual", "GreaterEqual", "NotEqual")
       for dtype in (np.float32, np.int32, np.int64, np.bool_)),

@@ -1,7 +1,8 @@
 /* Fully connected / 2-D matmul, batched matmul, standalone activations, softmax. */
 #include "npu.h"
 
-/* matmul: M, N, K, transpose_b, act; slots a, b, bias (N) or -1, y. Split by blocks of
+/* matmul: M, N, K, transpose_b, act, packed (B in rowgemm.c's panels); slots a, b, bias (N)
+ * or -1, y. Split by blocks of
  * columns: with one row (a fully connected layer at batch 1) it streams the weights, which
  * goes faster on every core. */
 typedef struct {
@@ -34,8 +35,8 @@ int matmul(const lnpu_step *s, void **slots) {
     matmul_ctx cx = {p, slots[s->slot[0]], slots[s->slot[1]],
                      s->slot[2] >= 0 ? slots[s->slot[2]] : NULL, slots[s->slot[3]],
                      act_of(s, 4), p[1]};
-    if (row_gemm_takes(p[0], p[1], p[2], p[3]))
-        return row_gemm(p[0], p[1], p[2], cx.a, cx.b, cx.bias, cx.y, cx.act);
+    if (p[5] || row_gemm_takes(p[0], p[1], p[2], p[3]))
+        return row_gemm(p[0], p[1], p[2], cx.a, cx.b, cx.bias, cx.y, cx.act, (int)p[5]);
     /* at least 64 columns per task; the weights are read at ~8 floats per ns */
     double ns = (double)p[0] * p[1] * p[2] / GEMM_MACS_PER_NS + (double)p[1] * p[2] / 8;
     int64_t tasks = task_count(ns, p[1] / 64 > 1 ? p[1] / 64 : 1);

@@ -321,9 +321,11 @@ void split_axis(const lnpu_step *s, void **slots);
 int gather(const lnpu_step *s, void **slots);       /* KERNEL_REFUSED: an index out of range */
 int gather_nd(const lnpu_step *s, void **slots);    /* likewise */
 int matmul(const lnpu_step *s, void **slots);        /* dense.c; -1: no host scratch */
-/* rowgemm.c: Y = A B (+ bias, activation) for few rows of A, B row-major, when
+/* rowgemm.c: Y = A B (+ bias, activation) for few rows of A, B row-major when
  * row_gemm_takes (AVX-512, B not transposed, 2 <= M <= ROW_GEMM_MAX_M, K > 0, B of at most
- * ROW_GEMM_MAX_B floats); -1: no host scratch */
+ * ROW_GEMM_MAX_B floats), or `packed` at compile time in panels of ROW_GEMM_PANEL columns
+ * (ops/matmul.py: (panels, K, ROW_GEMM_PANEL), zero-padded; any CPU); -1: no host scratch */
+#define ROW_GEMM_PANEL 48
 #ifndef ROW_GEMM_MAX_M
 #define ROW_GEMM_MAX_M 32
 #endif
@@ -332,7 +334,7 @@ int matmul(const lnpu_step *s, void **slots);        /* dense.c; -1: no host scr
 #endif
 int row_gemm_takes(int64_t M, int64_t N, int64_t K, int64_t trans);
 int row_gemm(int64_t M, int64_t N, int64_t K, const float *a, const float *b, const float *bias,
-             float *y, act_t act);
+             float *y, act_t act, int packed);
 void activation(const lnpu_step *s, void **slots);
 void softmax(const lnpu_step *s, void **slots);
 void bmatmul(const lnpu_step *s, void **slots);

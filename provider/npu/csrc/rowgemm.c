@@ -1,4 +1,5 @@
-/* A GEMM of few rows, Y (M x N) = A (M x K) B (K x N), B read in place (row-major).
+/* A GEMM of few rows, Y (M x N) = A (M x K) B (K x N), B read in place (row-major) or from
+ * panels packed at compile time.
  *
  * OpenBLAS packs B for every call; when A has few rows (a dense layer at batch 1, a
  * transformer at a short sequence, an RNN's output layer) each packed element serves only M
@@ -7,25 +8,31 @@
  * registers while k walks down B's rows, three vectors of each row, one broadcast of A per
  * row and vector. A task is a run of 48-column panels: the panel's rows stay in cache while
  * the blocks of 8 rows pass over it. The last, partial panel is copied into a zero-padded
- * one first. AVX-512 only (16-float vectors); other CPUs keep OpenBLAS. */
+ * one first. A constant B too big for cache comes packed (ROW_GEMM_PANELS: panel p holds
+ * B's columns [48p, 48p + 48) for every k, zero-padded, one contiguous stream), read once
+ * per run. AVX-512 runs the tiles; other CPUs take OpenBLAS for B in place and a portable
+ * loop for packed panels. */
 #include "npu.h"
+
+#define RG_NR ROW_GEMM_PANEL  /* columns per panel: 3 vectors */
+#define RG_MR 8   /* rows per tile */
+#define RG_KB 64  /* rows of B in place per pass over a task's panels */
+/* How far ahead (floats) a packed panel's first tile asks for B: 16 rows. The 16 x 1024 x
+ * 8210 layer alone, 2 cores, 3 rounds: none 2.1-2.9 ms, 16 rows 1.3-1.45, 64 rows 1.36-1.42
+ * (OpenBLAS, B in place: 2.1-2.9). */
+#define RG_PANEL_PREFETCH (16 * RG_NR)
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define RG_AVAILABLE 1
-#define RG_NR 48  /* columns per panel: 3 vectors */
-#define RG_MR 8   /* rows per tile */
-#ifndef RG_KB
-#define RG_KB 64  /* rows of B per pass over a task's panels */
-#endif
 
 typedef float rg_vec __attribute__((vector_size(64), aligned(4)));
 
 /* rows rows (1..RG_MR, a constant after inlining) of A, packed k-major (a[k * lda + r]: lda
  * is the tile's row count), times K rows of the panel from b (ldb), into y (ldy), or added
- * to y when `add`; with `pf`, asking for the next panel's part of each row as it goes */
+ * to y when `add`; with `pf` > 0, asking for the floats pf ahead of each row as it goes */
 static inline __attribute__((always_inline, target("arch=x86-64-v4"))) void rg_tile(
         int rows, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t K, float *y,
-        int64_t ldy, int add, int pf) {
+        int64_t ldy, int add, int64_t pf) {
     rg_vec acc[RG_MR][3];
     for (int r = 0; r < rows; r++) {
         if (add) {
@@ -38,10 +45,10 @@ static inline __attribute__((always_inline, target("arch=x86-64-v4"))) void rg_t
     }
     for (int64_t k = 0; k < K; k++) {
         const float *bk = b + k * ldb;
-        if (pf) {  /* the next panel's part of this row (see rg_panel) */
-            __builtin_prefetch(bk + RG_NR);
-            __builtin_prefetch(bk + RG_NR + 16);
-            __builtin_prefetch(bk + RG_NR + 32);
+        if (pf) {  /* see rg_panel */
+            __builtin_prefetch(bk + pf);
+            __builtin_prefetch(bk + pf + 16);
+            __builtin_prefetch(bk + pf + 32);
         }
         rg_vec b0 = *(const rg_vec *)bk, b1 = *(const rg_vec *)(bk + 16);
         rg_vec b2 = *(const rg_vec *)(bk + 32);
@@ -61,19 +68,49 @@ static inline __attribute__((always_inline, target("arch=x86-64-v4"))) void rg_t
 }
 
 /* Every row of A (packed by rg_pack) over one panel, in tiles of 8, 4, 2 and 1 rows. The
- * first tile prefetches the next panel's part of the rows it reads: a panel's rows are B's
- * width apart, 64 of them per pass, too many short streams for the hardware prefetcher, and
- * a model's weights come from memory (MiniLM-L3 at 16 tokens, whole Program on 2 cores,
- * 4 alternating rounds: 2.86-3.37 -> 1.85-2.28 ms; its 16 x 384 x 1536 layers took twice
- * their time alone, where the same weights stay in cache). */
+ * first tile prefetches pf floats ahead of the rows it reads: in place, the next panel's
+ * part of each row (a panel's rows are B's width apart, 64 of them per pass, too many short
+ * streams for the hardware prefetcher, and a model's weights come from memory: MiniLM-L3 at
+ * 16 tokens, whole Program on 2 cores, 4 alternating rounds: 2.86-3.37 -> 1.85-2.28 ms; its
+ * 16 x 384 x 1536 layers took twice their time alone, where the same weights stay in
+ * cache). */
 __attribute__((target("arch=x86-64-v4"))) static void rg_panel(
         int64_t M, const float *a, const float *b, int64_t ldb, int64_t K, float *y,
-        int64_t ldy, int add) {
+        int64_t ldy, int add, int64_t pf) {
     int64_t m = 0;
-    for (; m + 8 <= M; m += 8) rg_tile(8, a + m * K, 8, b, ldb, K, y + m * ldy, ldy, add, m == 0);
-    if (m + 4 <= M) rg_tile(4, a + m * K, 4, b, ldb, K, y + m * ldy, ldy, add, m == 0), m += 4;
-    if (m + 2 <= M) rg_tile(2, a + m * K, 2, b, ldb, K, y + m * ldy, ldy, add, m == 0), m += 2;
-    if (m < M) rg_tile(1, a + m * K, 1, b, ldb, K, y + m * ldy, ldy, add, m == 0);
+    for (; m + 8 <= M; m += 8) rg_tile(8, a + m * K, 8, b, ldb, K, y + m * ldy, ldy, add, m ? 0 : pf);
+    if (m + 4 <= M) rg_tile(4, a + m * K, 4, b, ldb, K, y + m * ldy, ldy, add, m ? 0 : pf), m += 4;
+    if (m + 2 <= M) rg_tile(2, a + m * K, 2, b, ldb, K, y + m * ldy, ldy, add, m ? 0 : pf), m += 2;
+    if (m < M) rg_tile(1, a + m * K, 1, b, ldb, K, y + m * ldy, ldy, add, m ? 0 : pf);
+}
+#define RG_WIDE_CPU (vector_width() == 16)
+#else
+#define RG_AVAILABLE 0
+#define RG_WIDE_CPU 0
+static void rg_panel(int64_t M, const float *a, const float *b, int64_t ldb, int64_t K,
+                     float *y, int64_t ldy, int add, int64_t pf) {
+    (void)M, (void)a, (void)b, (void)ldb, (void)K, (void)y, (void)ldy, (void)add, (void)pf;
+}
+#endif
+
+/* rg_panel's work without the tiles, for CPUs without AVX-512 and packed panels: a (packed
+ * by rg_pack) times one panel (K rows of RG_NR floats), the 48 columns of each row in a loop
+ * the compiler vectorizes for the CPU that runs it. */
+MULTIVERSION static void rg_panel_portable(int64_t M, const float *a, const float *b, int64_t K,
+                                           float *y, int64_t ldy, int add) {
+    for (int64_t m = 0; m < M;) {
+        int64_t rows = M - m >= 8 ? 8 : M - m >= 4 ? 4 : M - m >= 2 ? 2 : 1;
+        for (int64_t r = 0; r < rows; r++) {
+            float acc[RG_NR];
+            for (int j = 0; j < RG_NR; j++) acc[j] = add ? y[(m + r) * ldy + j] : 0.0f;
+            for (int64_t k = 0; k < K; k++) {
+                float v = a[m * K + k * rows + r];
+                for (int j = 0; j < RG_NR; j++) acc[j] += v * b[k * RG_NR + j];
+            }
+            memcpy(y + (m + r) * ldy, acc, sizeof acc);
+        }
+        m += rows;
+    }
 }
 
 typedef struct {
@@ -81,6 +118,7 @@ typedef struct {
     const float *a, *b, *bias;
     float *y;
     act_t act;
+    int packed, wide;  /* B in panels; the CPU runs the AVX-512 tiles */
     atomic_int *failed;
 } rg_ctx;
 
@@ -107,37 +145,52 @@ static void rg_pack(const float *a, int64_t M, int64_t K, int64_t kb, float *ap)
     }
 }
 
-/* Task t: its run of panels, B taken RG_KB rows at a time across all of them (a panel's
- * rows are apart by B's whole width: walked panel by panel, every row of a wide B was a
- * page of its own, and an RNN's 1024 x 8210 output layer ran 2.5x slower than OpenBLAS).
- * The last, partial panel goes through zero-padded copies of its B rows and Y rows. */
+/* Task t: its run of panels. In place, B is taken RG_KB rows at a time across all of them (a
+ * panel's rows are apart by B's whole width: walked panel by panel, every row of a wide B
+ * was a page of its own, and an RNN's 1024 x 8210 output layer ran 2.5x slower than
+ * OpenBLAS), and the last, partial panel goes through a zero-padded copy of its B rows.
+ * Packed panels are read whole, one after the other. A partial last panel writes to
+ * zero-padded Y rows, copied out at the end. */
 static void rg_task(const void *ctx, int64_t t) {
     const rg_ctx *cx = ctx;
-    int64_t M = cx->M, N = cx->N, K = cx->K;
+    int64_t M = cx->M, N = cx->N, K = cx->K, kbmax = cx->packed ? K : RG_KB;
     int64_t p0 = t * cx->per, p1 = (t + 1) * cx->per, last = (N + RG_NR - 1) / RG_NR;
     if (p1 > last) p1 = last;
     int64_t cols = N - (last - 1) * RG_NR;  /* of the last panel */
-    float *scratch = thread_scratch(M * RG_KB + RG_KB * RG_NR + M * RG_NR);
+    int64_t bfloats = cx->packed ? 0 : RG_KB * RG_NR;
+    float *scratch = thread_scratch(M * kbmax + bfloats + M * RG_NR);
     if (!scratch) {
         atomic_store(cx->failed, 1);
         return;
     }
-    float *ap = scratch, *bp = ap + M * RG_KB, *yp = p1 == last && cols < RG_NR ? bp + RG_KB * RG_NR : NULL;
-    for (int64_t k0 = 0; k0 < K; k0 += RG_KB) {
-        int64_t kb = K - k0 < RG_KB ? K - k0 : RG_KB;
-        const float *b = cx->b + k0 * N;
+    float *ap = scratch, *bp = ap + M * kbmax;
+    float *yp = p1 == last && cols < RG_NR ? bp + bfloats : NULL;
+    for (int64_t k0 = 0; k0 < K; k0 += kbmax) {
+        int64_t kb = K - k0 < kbmax ? K - k0 : kbmax;
         rg_pack(cx->a + k0, M, K, kb, ap);
         for (int64_t p = p0; p < p1; p++) {
             int64_t n0 = p * RG_NR;
-            if (p < last - 1 || cols == RG_NR) {
-                rg_panel(M, ap, b + n0, N, kb, cx->y + n0, N, k0 > 0);
+            int full = p < last - 1 || cols == RG_NR;
+            float *y = full ? cx->y + n0 : yp;
+            int64_t ldy = full ? N : RG_NR;
+            if (cx->packed) {
+                const float *panel = cx->b + p * K * RG_NR;
+                if (cx->wide)
+                    rg_panel(M, ap, panel, RG_NR, K, y, ldy, 0, RG_PANEL_PREFETCH);
+                else
+                    rg_panel_portable(M, ap, panel, K, y, ldy, 0);
                 continue;
             }
-            for (int64_t k = 0; k < kb; k++) {
-                memcpy(bp + k * RG_NR, b + k * N + n0, cols * sizeof(float));
-                memset(bp + k * RG_NR + cols, 0, (RG_NR - cols) * sizeof(float));
+            const float *b = cx->b + k0 * N + n0;
+            int64_t ldb = N;
+            if (!full) {
+                for (int64_t k = 0; k < kb; k++) {
+                    memcpy(bp + k * RG_NR, b + k * N, cols * sizeof(float));
+                    memset(bp + k * RG_NR + cols, 0, (RG_NR - cols) * sizeof(float));
+                }
+                b = bp, ldb = RG_NR;
             }
-            rg_panel(M, ap, bp, RG_NR, kb, yp, RG_NR, k0 > 0);
+            rg_panel(M, ap, b, ldb, kb, y, ldy, k0 > 0, RG_NR);
         }
     }
     if (yp)
@@ -145,26 +198,22 @@ static void rg_task(const void *ctx, int64_t t) {
             memcpy(cx->y + m * N + (last - 1) * RG_NR, yp + m * RG_NR, cols * sizeof(float));
     rg_finish(cx, p0 * RG_NR, p1 * RG_NR < N ? p1 * RG_NR : N);
 }
-#else
-#define RG_AVAILABLE 0
-#endif
 
 /* Measured against OpenBLAS's path (whole step, 2 cores, alternating builds): 16 x 384 x
  * 1536 0.31 -> 0.15-0.17 ms, 16 x 1536 x 384 0.20-0.31 -> 0.15-0.17 ms, 16 x 384 x 384 even;
- * OpenBLAS kept ahead on a B of 8.4 M floats (16 x 1024 x 8210: 2.1-2.3 vs 3.3-3.8 ms) and
- * at one row (1 x 1024 x 1000: even or ahead), hence the bounds. With K = 0 no tile runs:
- * OpenBLAS writes the zeros. */
+ * OpenBLAS kept ahead on a B of 8.4 M floats read in place (16 x 1024 x 8210: 2.1-2.3 vs
+ * 3.3-3.8 ms) and at one row (1 x 1024 x 1000: even or ahead), hence the bounds; a B that
+ * big comes packed instead. With K = 0 no tile runs: OpenBLAS writes the zeros. */
 int row_gemm_takes(int64_t M, int64_t N, int64_t K, int64_t trans) {
     return RG_AVAILABLE && !trans && M >= 2 && M <= ROW_GEMM_MAX_M && K > 0
-           && N * K <= ROW_GEMM_MAX_B && vector_width() == 16;
+           && N * K <= ROW_GEMM_MAX_B && RG_WIDE_CPU;
 }
 
 int row_gemm(int64_t M, int64_t N, int64_t K, const float *a, const float *b, const float *bias,
-             float *y, act_t act) {
-#if RG_AVAILABLE
+             float *y, act_t act, int packed) {
     atomic_int failed = 0;
     int64_t panels = (N + RG_NR - 1) / RG_NR;
-    rg_ctx cx = {M, N, K, 0, a, b, bias, y, act, &failed};
+    rg_ctx cx = {M, N, K, 0, a, b, bias, y, act, packed, RG_WIDE_CPU, &failed};
     /* one run of consecutive panels per core: a task prefetches its next panel, which with
      * several tasks per core was often the other core's (MiniLM-L6 at 16 tokens ran slower
      * on 2 cores than on 1; its matmul steps 3.13 -> 2.44 ms, alternating per run) */
@@ -172,8 +221,4 @@ int row_gemm(int64_t M, int64_t N, int64_t K, const float *a, const float *b, co
     cx.per = per_task(panels, tasks < cores() ? tasks : cores());
     parallel(rg_task, &cx, (panels + cx.per - 1) / cx.per);
     return atomic_load(&failed) ? -1 : 0;
-#else
-    (void)M, (void)N, (void)K, (void)a, (void)b, (void)bias, (void)y, (void)act;
-    return -1;
-#endif
 }

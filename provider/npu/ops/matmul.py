@@ -1,6 +1,10 @@
 """MatMulFusion and FullConnection: capability, rules, the numpy kernel (one broadcasting,
 batched GEMM plus bias and activation) and the native lowerings: 2-D GEMMs (batched A
-times one matrix flattened into one) and batched products (one GEMM per batch index)."""
+times one matrix flattened into one) and batched products (one GEMM per batch index).
+
+A constant B too big for the cache, multiplied by few rows (an RNN's output layer over a
+short sequence), is stored in panels of columns (`to_panels`): the C kernel then streams it
+once per run instead of repacking it on every call."""
 
 from __future__ import annotations
 
@@ -40,6 +44,8 @@ def matmul(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: d
     """
     a, b = inputs[0], inputs[1]
     y = outputs[0]
+    if attrs.get("weights") == "panels":
+        b = from_panels(b, y.shape[-1])
     if "a_shape" in attrs:
         a = a.reshape(attrs["a_shape"])
         y = y.reshape(attrs["y_shape"])
@@ -51,6 +57,41 @@ def matmul(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: d
     if len(inputs) > 2:
         y += inputs[2]
     fused(y, attrs)
+
+
+# ---- B in panels --------------------------------------------------------------------------
+
+PANEL = 48  # columns per panel: npu.h's ROW_GEMM_PANEL
+PANEL_MAX_ROWS = 64  # more rows of A make B's packing cheap next to the arithmetic
+PANEL_MIN_FLOATS = 1 << 20  # smaller B stay in cache: the kernel reads them in place
+
+
+def panels_pay(rows: int, k: int, n: int) -> bool:
+    """Whether a constant (k, n) B times `rows` rows is stored in panels (measured: CRNN's
+    16 x 1024 x 8210 output layer, see rowgemm.c)."""
+    return 0 < rows <= PANEL_MAX_ROWS and k > 0 and k * n >= PANEL_MIN_FLOATS
+
+
+def to_panels(b: np.ndarray) -> np.ndarray:
+    """(K, N) as (ceil(N / PANEL), K, PANEL): panel p holds columns [PANEL p, PANEL p + PANEL)
+    of every row, contiguous, the last one zero-padded."""
+    k, n = b.shape
+    padded = np.zeros((k, -(-n // PANEL) * PANEL), b.dtype)
+    padded[:, :n] = b
+    return np.ascontiguousarray(padded.reshape(k, -1, PANEL).transpose(1, 0, 2))
+
+
+def from_panels(panels: np.ndarray, n: int) -> np.ndarray:
+    """The (K, n) matrix `to_panels` stored (a strided view)."""
+    p, k, width = panels.shape
+    return panels.transpose(1, 0, 2).reshape(k, p * width)[:, :n]
+
+
+def _panels(value: np.ndarray, attrs: dict) -> Packed:
+    """A constant (K, N) B stored in panels (attrs["weights"] says so to both kernels)."""
+    k, n = value.shape
+    attrs["weights"] = "panels"
+    return Packed((-(-n // PANEL), k, PANEL), value.dtype, lambda: to_panels(value))
 
 
 # ---- rules -------------------------------------------------------------------------------
@@ -70,14 +111,18 @@ def matmul_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered
     b_shape = (*b.shape[:-2], b.shape[-1], b.shape[-2]) if tb else b.shape
     out = _matmul_shape(node, a_shape, b_shape)
     operands: list[int | np.ndarray | Packed] = [0, 1]
-    if b.value is not None and tb:  # pack the constant once, pre-transposed
-        value = b.value
+    attrs = {"transpose_a": ta, "transpose_b": False, "activation": activation_of(node)}
+    value = b.value
+    if (value is not None and value.ndim == 2 and not ta
+            and panels_pay(math.prod(a_shape[:-1]), *b_shape)):
+        operands[1] = _panels(value.T if tb else value, attrs)
+    elif value is not None and tb:  # pack the constant once, pre-transposed
         operands[1] = Packed(b_shape, value.dtype,
                              lambda: np.ascontiguousarray(np.swapaxes(value, -1, -2)))
-        tb = False
+    else:
+        attrs["transpose_b"] = tb
     if len(ins) > 2:
         operands.append(2)
-    attrs = {"transpose_a": ta, "transpose_b": tb, "activation": activation_of(node)}
     return Lowered("matmul", attrs, operands, [(out, a.dtype)])
 
 
@@ -91,15 +136,16 @@ def full_connection_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -
         axis = axis_of(node, int(node.attrs.get("axis", 1)), len(x.shape))
     else:
         axis = len(x.shape) - 1
-    rows, k = math.prod(x.shape[:axis]), math.prod(x.shape[axis:])
+    rows, k, n = math.prod(x.shape[:axis]), math.prod(x.shape[axis:]), int(w.shape[0])
     if k != w.shape[1]:
         raise InvalidModelError(f"{describe(node)}: input {x.shape} flattens to K={k}, weight {w.shape}")
-    operands: list[int | np.ndarray | Packed] = [
-        0, Packed((int(w.shape[1]), int(w.shape[0])), w.dtype, lambda: np.ascontiguousarray(w.T))]
+    attrs = {"transpose_a": False, "transpose_b": False, "activation": activation_of(node),
+             "a_shape": [rows, k], "y_shape": [rows, n]}
+    weight = (_panels(w.T, attrs) if panels_pay(rows, k, n)
+              else Packed((k, n), w.dtype, lambda: np.ascontiguousarray(w.T)))
+    operands: list[int | np.ndarray | Packed] = [0, weight]
     if len(ins) > 2:
         operands.append(const(node, ins, 2, "bias").reshape(-1))
-    attrs = {"transpose_a": False, "transpose_b": False, "activation": activation_of(node),
-             "a_shape": [rows, k], "y_shape": [rows, int(w.shape[0])]}
     return Lowered("matmul", attrs, operands, [((*x.shape[:axis], int(w.shape[0])), x.dtype)])
 
 
@@ -115,18 +161,24 @@ def _matmul_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
     y_shape = attrs.get("y_shape", outs[0].shape)
     if not f32(*ins, outs[0]) or attrs["transpose_a"]:
         return False
-    if len(ins[1].shape) != 2 or len(a_shape) < 2:
+    panels = attrs.get("weights") == "panels"
+    if (len(ins[1].shape) != 2 and not panels) or len(a_shape) < 2:
         return _bmatmul_native(ins, outs, attrs, b)
     if len(a_shape) != len(y_shape) or tuple(a_shape[:-1]) != tuple(y_shape[:-1]):
         return False
     m, k, n = math.prod(a_shape[:-1]), a_shape[-1], y_shape[-1]
-    if ins[1].shape != ((n, k) if attrs["transpose_b"] else (k, n)):
-        return False
-    if len(ins) > 2 and ins[2].nbytes != n * 4:
+    if panels:
+        expected = (-(-n // PANEL), k, PANEL)
+    else:
+        expected = (n, k) if attrs["transpose_b"] else (k, n)
+    if ins[1].shape != expected or (len(ins) > 2 and ins[2].nbytes != n * 4):
         return False
     b.params(m, n, k, attrs["transpose_b"])
     b.slots(b.inputs[0], b.inputs[1], b.inputs[2] if len(ins) > 2 else None, b.outputs[0])
-    return b.activation(attrs.get("activation", "NO_ACTIVATION"))
+    if not b.activation(attrs.get("activation", "NO_ACTIVATION")):
+        return False
+    b.params(int(panels))
+    return True
 
 
 MAX_BATCH_RANK = 4
