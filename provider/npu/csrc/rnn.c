@@ -71,17 +71,28 @@ static void rnn_direction(const void *ctx, int64_t d) {
     const float *rb = slot[4] >= 0 ? (const float *)slots[slot[4]] + d * H : NULL;
     float *Y = slot[7] >= 0 ? slots[slot[7]] : NULL;
     float *xw = (float *)slots[slot[10]] + d * T * B * G;
+    /* X @ W + bias for every step at once; few steps on rowgemm's tiles (in this task: a
+     * direction is one), which read W in place where OpenBLAS packed it for every call.
+     * Before this task's scratch is taken: rowgemm takes it too. */
+    if (row_gemm_takes(T * B, G, I, 0)) {
+        act_t none = {ACT_CLAMP, -INFINITY, INFINITY, 0.0f};
+        if (row_gemm(T * B, G, I, x, wt, bias, xw, none, 0)) {
+            cx->status = -1;
+            return;
+        }
+    } else {
+        if (T * B > 0)
+            sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (int)(T * B), (int)G, (int)I, 1.0f, x, (int)I,
+                  wt, (int)G, 0.0f, xw, (int)G);
+        for (int64_t r = 0; r < T * B; r++)
+            for (int64_t j = 0; j < G; j++) xw[r * G + j] += bias[j];
+    }
     float *mem = thread_scratch(2 * B * H + B * G);
     if (!mem) {
         cx->status = -1;
         return;
     }
     float *h = mem, *c = mem + B * H, *g = mem + 2 * B * H;
-    if (T * B > 0)
-        sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (int)(T * B), (int)G, (int)I, 1.0f, x, (int)I, wt,
-              (int)G, 0.0f, xw, (int)G);
-    for (int64_t r = 0; r < T * B; r++)
-        for (int64_t j = 0; j < G; j++) xw[r * G + j] += bias[j];
     if (slot[5] >= 0) memcpy(h, (const float *)slots[slot[5]] + d * B * H, B * H * sizeof(float));
     else memset(h, 0, B * H * sizeof(float));
     if (!gru && slot[6] >= 0)
