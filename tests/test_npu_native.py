@@ -1409,10 +1409,11 @@ def test_comparisons_run_natively_into_masks(op, dtype):
     _native_matches_numpy(model, {"a": a, "b": b})
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_, np.int32])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_, np.int32, np.float16])
 @pytest.mark.parametrize("shapes", [((2, 3, 4), (2, 3, 4), (2, 3, 4)), ((1, 1, 4, 1), (), (3, 1, 1, 5)),
                                     ((3, 1), (1, 5), (3, 5))], ids=str)
 def test_where_runs_natively(shapes, dtype):
+    """Every element size (1, 2, 4, 8 bytes: a typed loop each), broadcast both ways."""
     r = rng(34)
     cond = np.asarray(r.random(shapes[0]) > 0.5)
     x = np.asarray((r.standard_normal(shapes[1]) * 5).astype(dtype))
