@@ -12,7 +12,8 @@ max|ref|); int8: the fraction within one 8-bit step of the output's range and th
 against onnxruntime as timed and against onnxruntime with graph optimizations off, which
 runs the QDQ graph as written instead of its fused int8 kernels), the median run times and
 the speed ratio = onnxruntime time / litenpu time, the median over turns of each turn's
-ratio (runs alternate in blocks, see provider.bench.timing.interleaved_ms / paired_ratio).
+ratio (runs alternate in blocks, see provider.bench.timing.interleaved_ms / paired_ratio; a
+fast shape gets more runs than --runs, ~0.5 s per side: case_runs).
 When the NPU takes every node of a model, the model is also compiled whole at each shape and
 profiled without onnxruntime: "Program alone" is the median Executor.run (so litenpu ms minus
 it is the EP's per-call cost), and the numpy share counts the steps, and their time, that
@@ -49,6 +50,10 @@ from provider.zoo.inputs import Inputs  # noqa: E402
 
 OUT = real_models.ROOT / "docs" / "benchmarks" / "real_models.md"
 ORT_THREADS = 2
+# Fast cases get more runs: at least this long per side, up to MAX_RUNS_FACTOR x --runs (20
+# runs of Silero's 0.3 ms made 4 turns, and its ratio moved 0.58x-1.15x between bench runs).
+MIN_SIDE_S = 0.5
+MAX_RUNS_FACTOR = 10
 GOAL_MEDIAN, GOAL_WORST, GOAL_PARTITIONS = 1.0, 0.8, 2
 CONTROL_FLOW = {"If", "Loop", "Scan"}
 
@@ -144,6 +149,17 @@ def _cpu(model, optimized: bool = True) -> ort.InferenceSession:
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
+def case_runs(runs: int, sessions: list, feeds: dict) -> int:
+    """`runs`, or more for a fast case: enough for MIN_SIDE_S per side (the slower side's one
+    warm run as the guide), at most MAX_RUNS_FACTOR x `runs`."""
+    slowest = 0.0
+    for session in sessions:
+        start = time.perf_counter()
+        session.run(None, feeds)
+        slowest = max(slowest, time.perf_counter() - start)
+    return max(runs, min(runs * MAX_RUNS_FACTOR, int(MIN_SIDE_S / max(slowest, 1e-6))))
+
+
 def measure(name: str, family: str, model, spec: Inputs, int8: bool, runs: int,
             quick: bool) -> Row:
     """Run `model` (a path or ONNX bytes) on both sides at each of its shapes."""
@@ -164,7 +180,8 @@ def measure(name: str, family: str, model, spec: Inputs, int8: bool, runs: int,
         accuracy = compare(got, want, int8=int8)
         plain = compare(got, unfused.run(None, feeds), int8=True) if unfused else None
         ort_blocks, npu_blocks = interleaved_ms([lambda f=feeds: cpu.run(None, f),
-                                                 lambda f=feeds: npu.run(None, f)], runs)
+                                                 lambda f=feeds: npu.run(None, f)],
+                                                runs if quick else case_runs(runs, [cpu, npu], feeds))
         row.cases.append(Case(label, accuracy, plain,
                               statistics.median(t for b in ort_blocks for t in b),
                               statistics.median(t for b in npu_blocks for t in b),
@@ -267,7 +284,8 @@ def write(real: list[Row], families: list[Row], skipped: list[str], runs: int,
              f"{info['load average (1/5/15 min)']}, onnxruntime {info['onnxruntime']}, "
              f"numpy {info['numpy']}. onnxruntime CPU with {ORT_THREADS} intra-op threads "
              f"and litenpu in the same process, same seeded inputs, alternating blocks, "
-             f"{runs} timed runs each per shape; *ratio* = onnxruntime time / litenpu time "
+             f"{runs} timed runs each per shape (more for fast shapes: ~{MIN_SIDE_S} s per side, "
+             f"at most {MAX_RUNS_FACTOR * runs}); *ratio* = onnxruntime time / litenpu time "
              "(median of per-turn ratios; > 1: litenpu is faster). The VM is a shared 2-core "
              "box: with other work on it (load average 3-5) single ratios moved by up to 2x "
              "between runs (e.g. yolov8n_doclaynet 0.70x-1.31x on one day), so read a ratio "
