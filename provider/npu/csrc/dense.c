@@ -2,9 +2,8 @@
 #include "npu.h"
 
 /* matmul: M, N, K, transpose_b, act, packed (B in rowgemm.c's panels); slots a, b, bias (N)
- * or -1, y. Split by blocks of
- * columns: with one row (a fully connected layer at batch 1) it streams the weights, which
- * goes faster on every core. */
+ * or -1, y. Split by blocks of columns: with one row (a fully connected layer at batch 1)
+ * it streams the weights, which goes faster on every core. */
 typedef struct {
     const int64_t *p;
     const float *a, *b, *bias;
