@@ -1226,6 +1226,46 @@ def test_rnn_runs_natively_like_numpy(op, bidirectional, states, outputs):
     _native_matches_numpy(model, feeds)
 
 
+@pytest.mark.parametrize("op, hidden", [("LSTM", 256), ("GRU", 304)])
+@pytest.mark.parametrize("batch", [3, 5])
+def test_a_big_recurrence_is_cut_over_the_cores_in_blocks(op, hidden, batch, restore_threads,
+                                                          monkeypatch):
+    """R^T of at least 1 MB per direction is stored in blocks of 16 hidden units, and each
+    step is cut over the cores by blocks (3 cores: uneven shares; 304 units = 19 blocks):
+    both directions, initial states, every output, 3 and 5 batch rows; the same values on
+    1, 2 and 3 cores, as the numpy kernel, and as the Program that stores R^T by rows. New
+    device pools: units no task computed read 0, not an earlier run's."""
+    from provider.npu.ops import rnn as rnn_ops
+
+    r = rng(28)
+    steps, size, gates = 4, 16, (4 if op == "LSTM" else 3)
+    x = randn(r, steps, batch, size)
+    inputs = [("x", x, False), ("w", randn(r, 2, gates * hidden, size) * 0.3, True),
+              ("r", randn(r, 2, gates * hidden, hidden) * 0.1, True),
+              ("b", randn(r, 2, 2 * gates * hidden) * 0.3, True),
+              ("lengths", np.zeros(0, np.int32), True)]
+    feeds = {"x": x}
+    for name in ("h0", "c0")[:2 if op == "LSTM" else 1]:
+        feeds[name] = randn(r, 2, batch, hidden)
+        inputs.append((name, feeds[name], False))
+    model = lite_graph(op, {"bidirectional": True}, inputs, [np.float32] * (3 if op == "LSTM" else 2))
+    program = compile_for(model, feeds)
+    (step,) = program.steps
+    assert step.attrs["r_layout"] == "blocks"
+    want, _ = run(program, feeds, kernels=KERNELS)
+    monkeypatch.setattr(rnn_ops, "BLOCKED_MIN_BYTES", 1 << 62)
+    by_rows = compile_for(model, feeds)
+    assert by_rows.steps[0].attrs["r_layout"] == "rows"
+    assert_close(run(by_rows, feeds, kernels=KERNELS)[0], want, "by rows")
+    for cores in (1, 2, 3):
+        native.set_threads(cores)
+        with Executor(program, DevicePool()) as ex:
+            assert ex.native_steps == 1
+            for _ in range(2):
+                assert_close([np.array(o) for o in ex.run([feeds[n] for n in ex.input_names])],
+                             want, f"{cores} cores")
+
+
 def test_rnn_with_sequence_lengths_stays_on_numpy():
     r = rng(27)
     x = randn(r, 4, 2, 3)

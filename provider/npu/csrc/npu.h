@@ -109,6 +109,7 @@ static inline float ftanh(float x) {
 typedef void (*task_fn)(const void *ctx, int64_t task);
 void parallel(task_fn fn, const void *ctx, int64_t tasks);  /* fn(ctx, t) for every t, on every core */
 int cores(void);                          /* cores of the run in progress on this thread */
+int worker_index(void);                   /* 0 on a calling thread, 1.. on the pool's workers */
 int64_t task_count(double ns, int64_t limit);  /* tasks worth a kernel of ~ns on one core */
 int64_t per_task(int64_t items, int64_t tasks);  /* items per task, at least 1 */
 long now_ns(void);

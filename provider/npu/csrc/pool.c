@@ -101,8 +101,16 @@ API int64_t lnpu_worker_tasks(void) { return atomic_load(&worker_tasks); }
  * for workers that joined, so a worker that wakes late never holds a job up.
  * arg: the generation current when the worker was created (it may start after the job
  * that created it was published, and must still take part in that job). */
+static atomic_int workers_made;
+static __thread int this_worker;  /* 0 on a calling thread */
+
+/* 0 on a thread that calls parallel(), 1, 2, ... on the pool's workers: lets a kernel whose
+ * calls follow each other give a thread the same share of its data each time. */
+int worker_index(void) { return this_worker; }
+
 static void *worker(void *arg) {
     long seen = (long)(intptr_t)arg;
+    this_worker = atomic_fetch_add(&workers_made, 1) + 1;
     for (;;) {
         long start = now_ns(), g;
         unsigned spins = 0;
@@ -136,6 +144,7 @@ static void stop_workers(void) {
     pthread_mutex_unlock(&pool.mu);
     for (int i = 0; i < pool.started; i++) pthread_join(pool.tid[i], NULL);
     pool.started = 0;
+    atomic_store(&workers_made, 0);
     pool.stop = 0;
 }
 
@@ -147,6 +156,7 @@ static void after_fork_child(void) {
     pool.started = 0;
     pool.sleeping = 0;
     pool.stop = 0;
+    atomic_store(&workers_made, 0);
 }
 
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;

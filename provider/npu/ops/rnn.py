@@ -69,9 +69,31 @@ def _check_lengths(lengths: np.ndarray | None, steps: int) -> np.ndarray | None:
     return None if (lengths == steps).all() else lengths
 
 
+# R^T of at least this many bytes per direction is stored in blocks of BLOCK hidden units
+# (see `blocks`): the C kernel then cuts each step over the cores, a contiguous share each.
+BLOCKED_MIN_BYTES = 1 << 20
+BLOCK = 16
+
+
+def blocks(rt: np.ndarray, gates: int) -> np.ndarray:
+    """R^T (D, H, gates * H) as (D, H / BLOCK, H, gates, BLOCK): block b holds, for every k,
+    the gates' columns of hidden units [BLOCK b, BLOCK b + BLOCK), contiguous."""
+    dirs, hidden, _ = rt.shape
+    return np.ascontiguousarray(
+        rt.reshape(dirs, hidden, gates, hidden // BLOCK, BLOCK).transpose(0, 3, 1, 2, 4))
+
+
+def unblocked(stored: np.ndarray) -> np.ndarray:
+    """The R^T (D, H, gates * H) that `blocks` stored."""
+    dirs, _, hidden, gates, _ = stored.shape
+    return stored.transpose(0, 2, 3, 1, 4).reshape(dirs, hidden, gates * hidden)
+
+
 def _run(kind: str, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
     x = inputs[0]
     wt, rt, bias = inputs[1], inputs[2], inputs[3]
+    if attrs.get("r_layout") == "blocks":
+        rt = unblocked(rt)
     steps, batch, _ = x.shape
     dirs, hidden = wt.shape[0], rt.shape[1]
     lengths, states = _operands(inputs, attrs)
@@ -199,8 +221,11 @@ def rnn_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     def packed(make, shape) -> Packed:
         return Packed(shape, F32, lambda: np.ascontiguousarray(make(), dtype=F32))
 
+    blocked = hidden % BLOCK == 0 and hidden * gh * 4 >= BLOCKED_MIN_BYTES
     operands: list = [0, packed(lambda: w.transpose(0, 2, 1), (dirs, size, gh)),
-                      packed(lambda: r.transpose(0, 2, 1), (dirs, hidden, gh))]
+                      packed(lambda: blocks(r.transpose(0, 2, 1), gates),
+                             (dirs, hidden // BLOCK, hidden, gates, BLOCK)) if blocked
+                      else packed(lambda: r.transpose(0, 2, 1), (dirs, hidden, gh))]
     if kind == "LSTM":
         operands.append(packed(lambda: b[:, :gh] + b[:, gh:], (dirs, gh)))
     else:  # z and r take both biases; the new gate's recurrent bias is scaled by r
@@ -208,6 +233,7 @@ def rnn_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
             [b[:, gh:gh + 2 * hidden], np.zeros((dirs, hidden), b.dtype)], axis=1), (dirs, gh)))
         operands.append(packed(lambda: b[:, gh + 2 * hidden:], (dirs, hidden)))
     attrs = {"first_optional": len(operands), "has_lengths": _present(ins, 4),
+             "r_layout": "blocks" if blocked else "rows",
              "has_states": [_present(ins, 5 + k) for k in range(STATES[kind])],
              "outputs": len(node.outputs)}
     if attrs["has_lengths"]:
@@ -236,10 +262,11 @@ def _rnn_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepB
     gru = len(attrs["has_states"]) == 1
     if not f32(*ins, *outs) or attrs["has_lengths"]:
         return False
-    x, wt, rt = ins[0], ins[1], ins[2]
+    x, wt = ins[0], ins[1]
     steps, batch, size = x.shape
-    dirs, hidden, gh = wt.shape[0], rt.shape[1], wt.shape[2]
-    b.params(steps, batch, size, hidden, dirs, int(gru))
+    dirs, gh = wt.shape[0], wt.shape[2]
+    hidden = gh // (3 if gru else 4)
+    b.params(steps, batch, size, hidden, dirs, int(gru), int(attrs.get("r_layout") == "blocks"))
     k = attrs["first_optional"]
     states = []
     for present in attrs["has_states"]:
