@@ -97,10 +97,6 @@ static void drain(int worker) {
 
 API int64_t lnpu_worker_tasks(void) { return atomic_load(&worker_tasks); }
 
-/* A worker joins each published job it sees while the job is open; the caller waits only
- * for workers that joined, so a worker that wakes late never holds a job up.
- * arg: the generation current when the worker was created (it may start after the job
- * that created it was published, and must still take part in that job). */
 static atomic_int workers_made;
 static __thread int this_worker;  /* 0 on a calling thread */
 
@@ -108,6 +104,10 @@ static __thread int this_worker;  /* 0 on a calling thread */
  * calls follow each other give a thread the same share of its data each time. */
 int worker_index(void) { return this_worker; }
 
+/* A worker joins each published job it sees while the job is open; the caller waits only
+ * for workers that joined, so a worker that wakes late never holds a job up.
+ * arg: the generation current when the worker was created (it may start after the job
+ * that created it was published, and must still take part in that job). */
 static void *worker(void *arg) {
     long seen = (long)(intptr_t)arg;
     this_worker = atomic_fetch_add(&workers_made, 1) + 1;

@@ -21,6 +21,9 @@
 
 typedef float rnn_vec __attribute__((vector_size(RNN_BLOCK * sizeof(float)), aligned(4)));
 
+/* G: the gates' columns of R^T and of X @ W, from the step's parameters. */
+static inline int64_t gate_columns(const int64_t *p) { return (p[5] == 1 ? 3 : 4) * p[3]; }
+
 typedef struct {
     const lnpu_step *s;
     void **slots;
@@ -113,7 +116,7 @@ MULTIVERSION static void gru_gates(const float *h_in, float *h_out, const float 
  * read W in place where OpenBLAS packed it for every call. */
 static int project(const rnn_ctx *cx, int64_t d) {
     const int64_t *p = cx->s->p, *slot = cx->s->slot;
-    int64_t T = p[0], B = p[1], I = p[2], H = p[3], G = p[5] == 1 ? 3 * H : 4 * H;
+    int64_t T = p[0], B = p[1], I = p[2], G = gate_columns(p);
     const float *x = cx->slots[slot[0]];
     const float *wt = (const float *)cx->slots[slot[1]] + d * I * G;
     const float *bias = (const float *)cx->slots[slot[3]] + d * G;
@@ -190,7 +193,7 @@ static void step_units(const rnn_ctx *cx, int64_t d, int64_t t, const float *h_i
 static void direction_task(const void *ctx, int64_t d) {
     rnn_ctx *cx = (rnn_ctx *)ctx;
     const int64_t *p = cx->s->p;
-    int64_t T = p[0], B = p[1], H = p[3], G = p[5] == 1 ? 3 * H : 4 * H;
+    int64_t T = p[0], B = p[1], H = p[3], G = gate_columns(p);
     if (project(cx, d)) {  /* before this thread's scratch is taken: rowgemm takes it too */
         cx->status = -1;
         return;
@@ -225,7 +228,7 @@ static void share_task(const void *ctx, int64_t task) {
 
 int rnn(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p;
-    int64_t T = p[0], B = p[1], H = p[3], D = p[4], G = p[5] == 1 ? 3 * H : 4 * H;
+    int64_t T = p[0], B = p[1], H = p[3], D = p[4], G = gate_columns(p);
     rnn_ctx cx = {.s = s, .slots = slots};
     int64_t blocks = H / RNN_BLOCK;
     int64_t shares = cores() < RNN_MAX_SHARES ? cores() : RNN_MAX_SHARES;

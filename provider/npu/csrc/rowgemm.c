@@ -8,7 +8,7 @@
  * registers while k walks down B's rows, three vectors of each row, one broadcast of A per
  * row and vector. A task is a run of 48-column panels: the panel's rows stay in cache while
  * the blocks of 8 rows pass over it. The last, partial panel is copied into a zero-padded
- * one first. A constant B too big for cache comes packed (ROW_GEMM_PANELS: panel p holds
+ * one first. A constant B too big for cache comes packed (ROW_GEMM_PANEL wide: panel p holds
  * B's columns [48p, 48p + 48) for every k, zero-padded, one contiguous stream), read once
  * per run. AVX-512 runs the tiles; other CPUs take OpenBLAS for B in place and a portable
  * loop for packed panels. */
@@ -93,16 +93,21 @@ static void rg_panel(int64_t M, const float *a, const float *b, int64_t ldb, int
 }
 #endif
 
+/* Rows of the tile that starts `left` rows before A's end: 8, 4, 2 or 1 (rg_pack's layout,
+ * which rg_panel's tiles and rg_panel_portable read). */
+static inline int64_t rg_tile_rows(int64_t left) {
+    return left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+}
+
 /* rg_panel's work without the tiles, for CPUs without AVX-512 and packed panels: a (packed
- * by rg_pack) times one panel (K rows of RG_NR floats), the 48 columns of each row in a loop
- * the compiler vectorizes for the CPU that runs it. */
+ * by rg_pack) times one whole panel (K rows of RG_NR floats) into y, the 48 columns of each
+ * row in a loop the compiler vectorizes for the CPU that runs it. */
 MULTIVERSION static void rg_panel_portable(int64_t M, const float *a, const float *b, int64_t K,
-                                           float *y, int64_t ldy, int add) {
+                                           float *y, int64_t ldy) {
     for (int64_t m = 0; m < M;) {
-        int64_t rows = M - m >= 8 ? 8 : M - m >= 4 ? 4 : M - m >= 2 ? 2 : 1;
+        int64_t rows = rg_tile_rows(M - m);
         for (int64_t r = 0; r < rows; r++) {
-            float acc[RG_NR];
-            for (int j = 0; j < RG_NR; j++) acc[j] = add ? y[(m + r) * ldy + j] : 0.0f;
+            float acc[RG_NR] = {0};
             for (int64_t k = 0; k < K; k++) {
                 float v = a[m * K + k * rows + r];
                 for (int j = 0; j < RG_NR; j++) acc[j] += v * b[k * RG_NR + j];
@@ -138,7 +143,7 @@ static void rg_finish(const rg_ctx *cx, int64_t n0, int64_t n1) {
 static void rg_pack(const float *a, int64_t M, int64_t K, int64_t kb, float *ap) {
     int64_t m = 0;
     while (m < M) {
-        int64_t rows = M - m >= 8 ? 8 : M - m >= 4 ? 4 : M - m >= 2 ? 2 : 1;
+        int64_t rows = rg_tile_rows(M - m);
         for (int64_t k = 0; k < kb; k++)
             for (int64_t r = 0; r < rows; r++) ap[m * kb + k * rows + r] = a[(m + r) * K + k];
         m += rows;
@@ -178,7 +183,7 @@ static void rg_task(const void *ctx, int64_t t) {
                 if (cx->wide)
                     rg_panel(M, ap, panel, RG_NR, K, y, ldy, 0, RG_PANEL_PREFETCH);
                 else
-                    rg_panel_portable(M, ap, panel, K, y, ldy, 0);
+                    rg_panel_portable(M, ap, panel, K, y, ldy);
                 continue;
             }
             const float *b = cx->b + k0 * N + n0;

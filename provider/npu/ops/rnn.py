@@ -72,7 +72,7 @@ def _check_lengths(lengths: np.ndarray | None, steps: int) -> np.ndarray | None:
 # R^T of at least this many bytes per direction is stored in blocks of BLOCK hidden units
 # (see `blocks`): the C kernel then cuts each step over the cores, a contiguous share each.
 BLOCKED_MIN_BYTES = 1 << 20
-BLOCK = 16
+BLOCK = 16  # rnn.c's RNN_BLOCK
 
 
 def blocks(rt: np.ndarray, gates: int) -> np.ndarray:
