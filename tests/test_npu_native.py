@@ -594,6 +594,9 @@ def block_model(r, *, c=8, e=24, hw=(9, 9), stride=(1, 1), n=1, expand_k=(1, 1),
     {"hw": (32, 32)},                      # 1024 output pixels: a plane size that is planar otherwise
     {"hw": (32, 31), "stride": (2, 2)},
     {"e": 20, "hw": (7, 7), "n": 2},       # a last channel block of 4, two images
+    # the 1x1 conv on rowgemm's tiles (>= 64 pixels): three panels of W^T, the last of 4
+    # columns; K = 20 (a partial block of the packing's transposes), two images
+    {"c": 20, "e": 100, "hw": (10, 9), "n": 2},
     {"expand_group": 2, "c": 8, "e": 32},  # a grouped 1x1 producer
     {"expand_k": (3, 3), "expand_stride": (2, 2), "c": 3, "e": 16, "hw": (17, 17)},  # an im2col stem
     {"also": ("dw2",)},                    # two depthwise readers

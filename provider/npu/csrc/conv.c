@@ -215,6 +215,13 @@ int conv(const lnpu_step *s, void **slots) {
                    .cols = p[C_IM2COL] ? slots[s->slot[S_COLS]] : NULL,
                    .act = act_of(s, C_ACT), .mblocks = 1, .nblocks = 1};
     int64_t G = p[C_G], OG = p[C_O] / G, HW = p[C_OH] * p[C_OW];
+    if (p[C_YCL] && !p[C_IM2COL] && G == 1 && row_gemm_t_takes(HW)) {  /* a 1x1 conv (rowgemm.c) */
+        for (int64_t n = 0; n < p[C_N]; n++)
+            if (row_gemm_t(HW, p[C_O], p[C_C], cx.x + n * p[C_C] * HW, HW, cx.w, cx.bias,
+                           cx.y + n * HW * p[C_O], cx.act))
+                return -1;
+        return 0;
+    }
     if (HW < GEMM_MIN_COLS && !p[C_YCL] && (p[C_N] > 1 || p[C_IM2COL])) return conv_batched(&cx);
     int64_t K = p[C_C] / G * p[C_KH] * p[C_KW], rows = p[C_C] * p[C_KH] * p[C_KW];
     /* GEMM tasks: one per core (more, smaller GEMMs pack their operands more often and run

@@ -5,47 +5,6 @@
  * channels per vector; bigger planes one at a time by phase planes (window.c). */
 #include "window.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define DW_AVX512 1
-
-/* dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols (both at most 16): one 16 x 16
- * block in registers (unpacks, then 128-bit lane shuffles), rows past `rows` read as zeros
- * and lanes past `cols` neither read nor written. The channels-last form moves every
- * element in and out through it; element by element, the moves took 3x the taps' time
- * (MobileNetV2's 3x3 depthwise convs on 16x16 planes). */
-__attribute__((target("avx512f"))) static void transpose16(const float *src, int64_t lds,
-                                                            float *dst, int64_t ldd, int rows,
-                                                            int cols) {
-    __mmask16 in = (__mmask16)((1u << cols) - 1), out = (__mmask16)((1u << rows) - 1);
-    __m512 r[16], t[16];
-    for (int i = 0; i < 16; i++)
-        r[i] = i < rows ? _mm512_maskz_loadu_ps(in, src + i * lds) : _mm512_setzero_ps();
-    for (int i = 0; i < 16; i += 2) {  /* pairs of rows interleaved per 128-bit lane */
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {  /* lane l of r[i + j]: column 4l + j of rows i..i+3 */
-        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
-        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-    }
-    for (int j = 0; j < 4; j++) {  /* the four row quarters of columns j, j + 4, j + 8, j + 12 */
-        __m512 a = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);   /* j, j + 8 of rows 0-7 */
-        __m512 b = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);   /* j + 4, j + 12 */
-        __m512 c = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
-        __m512 d = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
-        t[j] = _mm512_shuffle_f32x4(a, c, 0x88);
-        t[j + 8] = _mm512_shuffle_f32x4(a, c, 0xdd);
-        t[j + 4] = _mm512_shuffle_f32x4(b, d, 0x88);
-        t[j + 12] = _mm512_shuffle_f32x4(b, d, 0xdd);
-    }
-    for (int j = 0; j < cols; j++) _mm512_mask_storeu_ps(dst + j * ldd, out, t[j]);
-}
-#else
-#define DW_AVX512 0
-#endif
 
 /* Depthwise conv on small planes, channels last: a block of DW_BLOCK output channels is
  * transposed to (pixel, channel), padded, so that every tap of every pixel is one vector
@@ -107,7 +66,7 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
     int64_t O = p[C_O], C = p[C_C], mult = O / C, KK = KH * KW, HP = cx->hp, WP = cx->wp;
     int64_t cb = O - c0 < DW_BLOCK ? O - c0 : DW_BLOCK;
     float *xin = scratch, *wt = xin + HP * WP * DW_BLOCK, *out = wt + KK * DW_BLOCK;
-    int wide = vector_width() == 16;
+    int wide = vector_width() == 16;  /* 8 pixels per call, and transpose16 */
     int64_t r0 = PT, r1 = H + PT < HP ? H + PT : HP, q0 = PL, q1 = W + PL < WP ? W + PL : WP;
     if (cb < DW_BLOCK) {  /* lanes past the channels are computed too: zero them */
         for (int64_t k = 0; k < HP * WP * DW_BLOCK; k++) xin[k] = 0.0f;
@@ -132,7 +91,7 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
     } else if (cb == DW_BLOCK && mult == 1) {  /* a pixel's lanes at once (a gather of 16
                                                 * planes' values): the stores go in order */
         const float *xc = cx->x + (n * C + c0) * H * W;
-#if DW_AVX512
+#if HAVE_TRANSPOSE16
         if (wide) {  /* 16 pixels of a row at a time */
             for (int64_t r = r0; r < r1; r++)
                 for (int64_t q = q0; q < q1; q += 16)
@@ -177,7 +136,7 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
     /* back to planes, then the epilogue's vector loop over each (one act_apply per element
      * cost more than the taps) */
     float *y0 = cx->y + (n * O + c0) * OH * OW;
-#if DW_AVX512
+#if HAVE_TRANSPOSE16
     if (wide) {
         for (int64_t k = 0; k < OH * OW; k += 16)
             transpose16(out + k * DW_BLOCK, DW_BLOCK, y0 + k, OH * OW,

@@ -316,6 +316,13 @@ int pool2d(const lnpu_step *s, void **slots, int max);
 void global_pool(const lnpu_step *s, void **slots);
 void concat(const lnpu_step *s, void **slots);       /* layout.c */
 void transpose(const lnpu_step *s, void **slots);
+/* layout.c: one 16 x 16 block transposed in registers (x86 with AVX-512 at run time) */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define HAVE_TRANSPOSE16 1
+void transpose16(const float *src, int64_t lds, float *dst, int64_t ldd, int rows, int cols);
+#else
+#define HAVE_TRANSPOSE16 0
+#endif
 void pad(const lnpu_step *s, void **slots);
 void cast(const lnpu_step *s, void **slots);
 void split_axis(const lnpu_step *s, void **slots);
@@ -336,6 +343,15 @@ int matmul(const lnpu_step *s, void **slots);        /* dense.c; -1: no host scr
 int row_gemm_takes(int64_t M, int64_t N, int64_t K, int64_t trans);
 int row_gemm(int64_t M, int64_t N, int64_t K, const float *a, const float *b, const float *bias,
              float *y, act_t act, int packed);
+/* Y (M x N) = A^T B (+ bias along rows, activation) with A (K x M) read in place, row
+ * stride lda (a 1x1 conv's input planes: Y is its channels-last output), B = W^T of a (N x K)
+ * W; AVX-512 and at least ROW_GEMM_T_MIN_M rows (row_gemm_t_takes); -1: no host scratch */
+#ifndef ROW_GEMM_T_MIN_M
+#define ROW_GEMM_T_MIN_M 64
+#endif
+int row_gemm_t_takes(int64_t M);
+int row_gemm_t(int64_t M, int64_t N, int64_t K, const float *a, int64_t lda, const float *w,
+               const float *bias, float *y, act_t act);
 void activation(const lnpu_step *s, void **slots);
 void softmax(const lnpu_step *s, void **slots);
 void bmatmul(const lnpu_step *s, void **slots);
