@@ -243,12 +243,11 @@ typedef struct {
     const float *a, *panels, *bias;
     float *y;
     act_t act;
-    atomic_int *failed;
 } rgt_ctx;
 
 #if RG_AVAILABLE
-/* rows (8, 4, 2, 1) rows of Y from pixel m over every panel; the last panel, when partial,
- * through yp (rows x RG_NR) */
+/* `rows` rows of Y (8, 4, 2 or 1, a constant after inlining) from pixel m, over every
+ * panel; the last panel, when partial, through yp (rows x RG_NR) */
 static inline __attribute__((always_inline, target("arch=x86-64-v4"))) void rgt_rows(
         const rgt_ctx *cx, int rows, int64_t m, float *yp) {
     int64_t N = cx->N, K = cx->K, last = (N + RG_NR - 1) / RG_NR, cols = N - (last - 1) * RG_NR;
@@ -296,7 +295,7 @@ int row_gemm_t(int64_t M, int64_t N, int64_t K, const float *a, int64_t lda, con
         for (int64_t k = 0; k < K; k += 16)
             transpose16(w + o * K + k, K, panels + (o / RG_NR * K + k) * RG_NR + o % RG_NR, RG_NR,
                         N - o < 16 ? (int)(N - o) : 16, K - k < 16 ? (int)(K - k) : 16);
-    rgt_ctx cx = {M, N, K, lda, 0, a, panels, bias, y, act, NULL};
+    rgt_ctx cx = {M, N, K, lda, 0, a, panels, bias, y, act};
     int64_t tasks = task_count((double)M * N * K / GEMM_MACS_PER_NS, (M + RG_MR - 1) / RG_MR);
     if (tasks > cores()) tasks = cores();
     cx.per = (per_task(M, tasks) + RG_MR - 1) / RG_MR * RG_MR;
