@@ -5,7 +5,6 @@
  * channels per vector; bigger planes one at a time by phase planes (window.c). */
 #include "window.h"
 
-
 /* Depthwise conv on small planes, channels last: a block of DW_BLOCK output channels is
  * transposed to (pixel, channel), padded, so that every tap of every pixel is one vector
  * multiply-add across the block's channels (on a 4x4 plane the per-plane loops of

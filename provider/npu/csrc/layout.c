@@ -10,9 +10,8 @@
  * move in and out through it (element by element, the moves took 3x the taps' time on
  * MobileNetV2's 16x16 planes), and a 1x1 conv's W^T panels are made with it. AVX-512 only:
  * callers check vector_width() == 16. */
-__attribute__((target("avx512f"))) void transpose16(const float *src, int64_t lds,
-                                                            float *dst, int64_t ldd, int rows,
-                                                            int cols) {
+__attribute__((target("avx512f"))) void transpose16(const float *src, int64_t lds, float *dst,
+                                                     int64_t ldd, int rows, int cols) {
     __mmask16 in = (__mmask16)((1u << cols) - 1), out = (__mmask16)((1u << rows) - 1);
     __m512 r[16], t[16];
     for (int i = 0; i < 16; i++)
