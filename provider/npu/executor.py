@@ -159,6 +159,11 @@ def _slot_view(per_slot: Mapping[int, np.ndarray], index: int, slot: Slot) -> np
     return region.view(slot.np_dtype).reshape(slot.shape)
 
 
+def _address(region: np.ndarray | None) -> int:
+    """The address of a region's first byte (0 for none)."""
+    return 0 if region is None else region.ctypes.data
+
+
 def _describe(slot: Slot) -> str:
     return f"{slot.dtype}{list(slot.shape)} ({slot.nbytes} bytes)"
 
@@ -204,18 +209,28 @@ class Executor:
             if arenas is None or arena is not None:
                 own_arena = self._hold(arena, program.internal_bytes, "arena")
             self._views: list[np.ndarray | None] = [None] * len(program.slots)
+            # each view's address: its region's plus its offset (numpy's per-array
+            # .ctypes.data took 2 us a slot)
+            addresses = [0] * len(program.slots)
+            weight_base = _address(weight_region)
+            arena_base = _address(own_arena) if heap is None else None
             for index, slot in enumerate(program.slots):
                 if slot.kind == "weight":
-                    view = (view_slot(weight_region, slot) if per_slot is None
-                            else _slot_view(per_slot, index, slot))
+                    if per_slot is None:
+                        view = view_slot(weight_region, slot)
+                        addresses[index] = weight_base + slot.offset
+                    else:
+                        view = _slot_view(per_slot, index, slot)
+                        addresses[index] = view.ctypes.data
                     view.flags.writeable = False
                     self._views[index] = view
                 elif slot.kind == "internal" and heap is None:
                     self._views[index] = view_slot(own_arena, slot)
+                    addresses[index] = arena_base + slot.offset
             self.numpy_steps: NumpySteps | None = None
             if heap is not None:
                 plan, self.numpy_steps = build_plan(
-                    program, self._segments, self._plan, self._views, heap,
+                    program, self._segments, self._plan, self._views, addresses, heap,
                     arenas if arenas is not None else native.ArenaSet(None),
                     0 if own_arena is None or not own_arena.nbytes else own_arena.ctypes.data,
                     cores)
@@ -224,7 +239,7 @@ class Executor:
             self._close()
             raise
         # Slot addresses for the native steps: weights and arena fixed, I/O set per run.
-        self._addresses = AddressTable([0 if v is None else v.ctypes.data for v in self._views])
+        self._addresses = AddressTable(addresses)
         self._staging: dict[int, np.ndarray] = {}
         self._buffer_views: dict[int, tuple[DeviceBuffer, np.ndarray]] = {}
         self.copy_stats = CopyStats()

@@ -72,12 +72,14 @@ class NumpySteps:
 
 
 def build_plan(program: Program, segments: Sequence[int | NativeRun], plan: KernelPlan,
-               weight_views: Sequence[np.ndarray | None], heap: native.Heap,
+               weight_views: Sequence[np.ndarray | None], addresses: Sequence[int],
+               heap: native.Heap,
                arenas: native.ArenaSet, own_arena: int, cores: int
                ) -> tuple[native.Plan, NumpySteps]:
-    """The native plan of `program` and the runner of its numpy segments."""
+    """The native plan of `program` and the runner of its numpy segments (`addresses`: each
+    weight slot's)."""
     slots = [(s.kind, s.nbytes, max(s.offset, 0) if s.kind == "internal" else 0,
-              weight_views[i].ctypes.data if s.kind == "weight" and s.nbytes else 0, s.name)
+              addresses[i] if s.kind == "weight" and s.nbytes else 0, s.name)
              for i, s in enumerate(program.slots)]
     runs: list[tuple[int, int, native.StepArray | None]] = []
     for segment in segments:

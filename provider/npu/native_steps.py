@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from provider.npu import native
 from provider.npu.ops import NATIVE
 from provider.npu.ops.native_builder import StepBuilder
-from provider.npu.program import Program
+from provider.npu.program import Program, Slot
 
 __all__ = ["NativeRun", "channels_last", "lower", "segments"]
 
@@ -73,6 +73,8 @@ def channels_last(program: Program, steps: Sequence[native.Step | None]) -> list
             span = spans.setdefault(i, [number, number])
             span[1] = number
     marked = []
+    arena = [(other, s) for other, s in enumerate(program.slots)
+             if s.kind == "internal" and other in spans]
     for index, slot in enumerate(program.slots):
         if slot.kind != "internal" or len(slot.shape) != 4 or len(writers.get(index, ())) != 1:
             continue
@@ -81,7 +83,7 @@ def channels_last(program: Program, steps: Sequence[native.Step | None]) -> list
             continue
         if not all(_reads_channels_last(steps[u], index) for u in users):
             continue
-        if _shares_memory(program, index, spans):
+        if _shares_memory(program, index, spans, arena):
             continue
         producer.p[_C_YCL] = 1
         for u in users:
@@ -101,11 +103,13 @@ def _reads_channels_last(step: native.Step | None, index: int) -> bool:
             and not any(step.slot[s] == index for s in range(1, native.MAX_SLOTS)))
 
 
-def _shares_memory(program: Program, index: int, spans: dict[int, list[int]]) -> bool:
-    """Whether another arena slot overlaps slot `index`'s bytes while both are in use."""
+def _shares_memory(program: Program, index: int, spans: dict[int, list[int]],
+                   arena: list[tuple[int, Slot]]) -> bool:
+    """Whether another arena slot in `arena` ((index, slot) pairs) overlaps slot `index`'s
+    bytes while both are in use."""
     slot, (first, last) = program.slots[index], spans[index]
-    for other, s in enumerate(program.slots):
-        if other == index or s.kind != "internal" or other not in spans:
+    for other, s in arena:
+        if other == index:
             continue
         if s.offset < slot.offset + slot.nbytes and slot.offset < s.offset + s.nbytes:
             if spans[other][0] <= last and first <= spans[other][1]:

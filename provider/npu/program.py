@@ -101,7 +101,7 @@ class Slot:
     @property
     def np_dtype(self) -> np.dtype:
         """The slot's dtype as a numpy dtype."""
-        return np.dtype(self.dtype)
+        return _DTYPES.get(self.dtype) or np.dtype(self.dtype)
 
 
 @dataclass
@@ -164,31 +164,42 @@ def view_slot(region: np.ndarray, slot: Slot) -> np.ndarray:
     return flat.view(slot.np_dtype).reshape(slot.shape)
 
 
+# the dtypes Programs hold, by name: looked up per slot on every load and Executor
+_DTYPES = {name: np.dtype(name) for name in (
+    "float32", "float16", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
+    "int64", "uint64", "bool")}
+
+
 def _validate_slot(index: int, slot: Slot, weight_bytes: int, internal_bytes: int) -> None:
     """Check one slot's kind, dtype, shape, size and placement."""
-    where = f"slot {index} ({slot.name!r})"
     if slot.kind not in SLOT_KINDS:
-        raise InvalidModelError(f"{where}: kind {slot.kind!r}, expected one of {SLOT_KINDS}")
-    try:
-        dt = np.dtype(slot.dtype)
-    except TypeError as exc:
-        raise InvalidModelError(f"{where}: unknown dtype {slot.dtype!r}") from exc
+        raise InvalidModelError(f"{_where(index, slot)}: kind {slot.kind!r}, expected one of {SLOT_KINDS}")
+    dt = _DTYPES.get(slot.dtype) if isinstance(slot.dtype, str) else None
+    if dt is None:
+        try:
+            dt = np.dtype(slot.dtype)
+        except TypeError as exc:
+            raise InvalidModelError(f"{_where(index, slot)}: unknown dtype {slot.dtype!r}") from exc
     if dt.hasobject or not all(isinstance(d, int) and d >= 0 for d in slot.shape):
-        raise InvalidModelError(f"{where}: dtype {slot.dtype!r} shape {slot.shape} not concrete")
+        raise InvalidModelError(f"{_where(index, slot)}: dtype {slot.dtype!r} shape {slot.shape} not concrete")
     expected = math.prod(slot.shape) * dt.itemsize
     if slot.nbytes != expected:
-        raise InvalidModelError(f"{where}: nbytes {slot.nbytes}, expected {expected}")
+        raise InvalidModelError(f"{_where(index, slot)}: nbytes {slot.nbytes}, expected {expected}")
     if slot.kind in ("input", "output"):
         if slot.offset != -1:
-            raise InvalidModelError(f"{where}: I/O slots have offset -1, got {slot.offset}")
+            raise InvalidModelError(f"{_where(index, slot)}: I/O slots have offset -1, got {slot.offset}")
         return
     limit = weight_bytes if slot.kind == "weight" else internal_bytes
     region = "weight blob" if slot.kind == "weight" else "arena"
     if slot.offset < 0 or slot.offset + slot.nbytes > limit or slot.offset % dt.itemsize:
         raise InvalidModelError(
-            f"{where}: [{slot.offset}, {slot.offset + slot.nbytes}) is not an "
+            f"{_where(index, slot)}: [{slot.offset}, {slot.offset + slot.nbytes}) is not an "
             f"{dt.itemsize}-byte aligned range inside the {limit}-byte {region}"
         )
+
+
+def _where(index: int, slot: Slot) -> str:
+    return f"slot {index} ({slot.name!r})"
 
 
 def _validate_io(program: Program, attr: str) -> None:
