@@ -94,9 +94,10 @@ class Slot:
     @classmethod
     def of(cls, name: str, dtype: Any, shape: Sequence[int], kind: str, offset: int = -1) -> Slot:
         """A slot with a normalised dtype name and `nbytes` computed from dtype and shape."""
-        dt = np.dtype(dtype)
+        dt = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         shape = tuple(int(d) for d in shape)
-        return cls(name, dt.name, shape, kind, offset, math.prod(shape) * dt.itemsize)
+        return cls(name, _NAMES.get(dt) or dt.name, shape, kind, offset,
+                   math.prod(shape) * dt.itemsize)
 
     @property
     def np_dtype(self) -> np.dtype:
@@ -168,6 +169,7 @@ def view_slot(region: np.ndarray, slot: Slot) -> np.ndarray:
 _DTYPES = {name: np.dtype(name) for name in (
     "float32", "float16", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
     "int64", "uint64", "bool")}
+_NAMES = {dt: name for name, dt in _DTYPES.items()}  # numpy computes dtype.name per call
 
 
 def _validate_slot(index: int, slot: Slot, weight_bytes: int, internal_bytes: int) -> None:
