@@ -373,6 +373,24 @@ def array_at(address: int, dtype: np.dtype, shape: tuple[int, ...], owner: objec
     return np.frombuffer(buf, dtype=dtype).reshape(shape)
 
 
+_memory_view = C.pythonapi.PyMemoryView_FromMemory
+_memory_view.restype, _memory_view.argtypes = C.py_object, [C.c_void_p, C.c_ssize_t, C.c_int]
+_PyBUF_READ = 0x100
+
+
+def readonly_array_at(address: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """A read-only numpy array over memory someone else keeps alive (onnxruntime's
+    initializers while a callback runs), without copying. A memoryview, not array_at's ctypes
+    array: a ctypes array type per distinct size cost 13.6 us the first time (3.6 after),
+    the view 1.3 us, per initializer of every graph read."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes == 0 or not address:
+        array = np.empty(shape, dtype)
+        array.flags.writeable = False
+        return array
+    return np.frombuffer(_memory_view(address, nbytes, _PyBUF_READ), dtype=dtype).reshape(shape)
+
+
 # --------------------------------------------------------------------------------------------
 # Structs an execution provider implements: version field, then function pointers in header
 # order. We describe them as of MAX_API_VERSION; onnxruntime reads only the members that exist

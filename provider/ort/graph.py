@@ -81,8 +81,8 @@ def _value(doc: dict | str | None, value_info: dict[str, ValueInfo],
     constant = doc["constant"]
     if constant is not None and constant[1] in abi.ELEMENT_TO_NUMPY:
         address, elem, tensor_dims = constant
-        array = abi.array_at(address, abi.ELEMENT_TO_NUMPY[elem], tuple(tensor_dims))
-        initializers[name] = array.copy() if copy else _readonly(array)
+        array = abi.readonly_array_at(address, abi.ELEMENT_TO_NUMPY[elem], tuple(tensor_dims))
+        initializers[name] = array.copy() if copy else array
     return name
 
 
@@ -134,11 +134,6 @@ def _text(raw: bytes) -> str | bytes:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         return raw
-
-
-def _readonly(array: np.ndarray) -> np.ndarray:
-    array.flags.writeable = False
-    return array
 
 
 def read_graph(ort: abi.Ort, graph: int, *, copy_initializers: bool,
