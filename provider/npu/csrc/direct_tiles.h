@@ -73,11 +73,14 @@ static inline __attribute__((always_inline)) void DK(direct_tile_any)(
 }
 #undef DK_HEIGHTS
 
-/* Task t: of one group, a run of its blocks of DIRECT_OB output channels (one block, or
- * all) over a band of position tiles (every tile, or a chunk of them). */
+/* Task t: of one image (cx->n + t / per_image) and group, a run of its blocks of DIRECT_OB
+ * output channels (one block, or all) over a band of position tiles (every tile, or a chunk
+ * of them). */
 DK_ATTR static void DK(direct_task)(const void *ctx, int64_t t) {
     const direct_ctx *cx = ctx;
     const int64_t *p = cx->p;
+    int64_t image = t / cx->per_image, n = cx->n + image;
+    t %= cx->per_image;
     int64_t G = p[C_G], O = p[C_O], OG = O / G, OH = p[C_OH], OW = p[C_OW], WQ = cx->wq;
     int64_t K = p[C_C] / G * p[C_KH] * p[C_KW];
     int64_t per_group = cx->obgroups * cx->chunks, g = t / per_group, r = t % per_group;
@@ -91,14 +94,14 @@ DK_ATTR static void DK(direct_task)(const void *ctx, int64_t t) {
     if (pt0 >= pt1) return;
     if (cx->band_rows) {  /* this band's own phase rows, from the row of its first position */
         int64_t r0 = pt0 * DK_TILE / WQ;
-        src_g = direct_band(cx, g, r0);
+        src_g = direct_band(cx, n, g, r0);
         if (!src_g) {
             atomic_store(cx->failed, 1);
             return;
         }
         base = r0 * WQ;
     } else {
-        src_g = cx->phases + g * (p[C_C] / G) * p[C_SH] * p[C_SW] * cx->plane;
+        src_g = cx->phases + (image * p[C_C] + g * (p[C_C] / G)) * p[C_SH] * p[C_SW] * cx->plane;
     }
     for (int64_t b = o0; b < o1;) {  /* the stored blocks of 8, 4, 2, 1 rows (K-major) */
         int64_t ld = o1 - b >= DIRECT_OB ? DIRECT_OB : o1 - b >= 4 ? 4 : o1 - b >= 2 ? 2 : 1;
@@ -112,7 +115,7 @@ DK_ATTR static void DK(direct_task)(const void *ctx, int64_t t) {
                 DK(direct_tile_any)(cx, block + sub, ld, src_g + k0 - base, tile, ob,
                                     (int)((k1 - k0 + DK_VEC - 1) / DK_VEC));
                 for (int r = 0; r < ob; r++)
-                    direct_store(cx, b + sub + r, tile + r * DK_TILE, k0, k1, OH, OW, WQ, O,
+                    direct_store(cx, n, b + sub + r, tile + r * DK_TILE, k0, k1, OH, OW, WQ, O,
                                  DK_TILE);
                 sub += ob;
             }
