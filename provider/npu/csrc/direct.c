@@ -62,8 +62,8 @@ MULTIVERSION static void direct_phases(const direct_ctx *cx, int64_t n, int64_t 
 }
 
 /* A banded task's own phase planes (direct_conv says when): the rows [r0, r0 + band_rows)
- * of every phase plane of image n's group g's channels, built in the task's scratch just before its
- * tiles read them, so they are read from cache; NULL when there is no memory for them. */
+ * of every phase plane of image n's group g's channels, built in the task's scratch just
+ * before its tiles read them, so they are read from cache; NULL when there is no memory. */
 static const float *direct_band(const direct_ctx *cx, int64_t n, int64_t g, int64_t r0) {
     const int64_t *p = cx->p;
     int64_t planes = p[C_SH] * p[C_SW] * cx->plane, CG = p[C_C] / p[C_G];
@@ -74,8 +74,8 @@ static const float *direct_band(const direct_ctx *cx, int64_t n, int64_t g, int6
     return band;
 }
 
-/* Image n's output channel oc's positions k0 .. k1 of the tile row t (`tile` floats, positions on rows
- * of the padded width WQ) into y, with the epilogue. */
+/* Image n's output channel oc's positions k0 .. k1 of the tile row t (`tile` floats,
+ * positions on rows of the padded width WQ) into y, with the epilogue. */
 static inline __attribute__((always_inline)) void direct_store(
         const direct_ctx *cx, int64_t n, int64_t oc, float *t, int64_t k0, int64_t k1, int64_t OH,
         int64_t OW, int64_t WQ, int64_t O, int64_t tile) {
@@ -194,7 +194,8 @@ int direct_conv(const lnpu_step *s, void **slots) {
         for (int64_t j = 0; j < p[C_KW]; j++) {
             int64_t a = i * p[C_DH], b = j * p[C_DW];
             cx.tap_off[i * p[C_KW] + j] = ((a % SH) * SW + b % SW) * cx.plane + a / SH * cx.wq + b / SW;
-            if (b / SW == 0) cx.row_off[cx.rows++] = cx.tap_off[i * p[C_KW] + j];  /* a row's first tap */
+            if (b / SW == 0)  /* a row's first tap */
+                cx.row_off[cx.rows++] = cx.tap_off[i * p[C_KW] + j];
         }
     }
     /* Phases built by every core: half of each tile's input rows are in the other core's

@@ -33,7 +33,8 @@ static inline __attribute__((always_inline)) void DK(direct_tile)(
         if (cx->ahead) {  /* a channel's rows a few channels ahead (see direct_conv) */
             const float *next = xc + cx->ahead * cstride;
             for (int64_t r = 0; r < cx->rows; r++)
-                for (int64_t f = 0; f <= DK_TILE; f += 16) __builtin_prefetch(next + cx->row_off[r] + f);
+                for (int64_t f = 0; f <= DK_TILE; f += 16)
+                    __builtin_prefetch(next + cx->row_off[r] + f);
         }
         for (int64_t tap = 0; tap < cx->taps; tap++, t++) {
             const float *src = xc + cx->tap_off[tap];
