@@ -81,7 +81,8 @@ def _value(doc: dict | str | None, value_info: dict[str, ValueInfo],
     constant = doc["constant"]
     if constant is not None and constant[1] in abi.ELEMENT_TO_NUMPY:
         address, elem, tensor_dims = constant
-        array = abi.readonly_array_at(address, abi.ELEMENT_TO_NUMPY[elem], tuple(tensor_dims))
+        array = abi.array_at(address, abi.ELEMENT_TO_NUMPY[elem], tuple(tensor_dims),
+                             readonly=True)
         initializers[name] = array.copy() if copy else array
     return name
 
