@@ -362,6 +362,74 @@ def test_a_sigmoid_that_is_not_a_silu_gate_stays(variant):
         assert_matches(got, want)
 
 
+def _dense_model(variant: str) -> onnx.ModelProto:
+    """x (2, 5, 16) @ W (16, 24) + b, as exporters write a dense layer (the bias first, as
+    BERT's do), then Relu; variants: the product first, the product also a graph output, a
+    (5, 24) bias (a full matrix, no bias vector), W an input of a symbolic width."""
+    r = rng(31)
+    w, b = r.standard_normal((16, 24)).astype(F32), r.standard_normal(24).astype(F32)
+    b = r.standard_normal((5, 24)).astype(F32) if variant == "matrix_bias" else b
+    add = ["p", "b"] if variant == "product_first" else ["b", "p"]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Add", add, ["s"]),
+             helper.make_node("Relu", ["s"], ["y"])]
+    ins = [helper.make_tensor_value_info("x", 1, (2, 5, 16))]
+    inits = [numpy_helper.from_array(b, "b")]
+    if variant == "weights_input":
+        ins.append(helper.make_tensor_value_info("w", 1, (16, "n")))
+    else:
+        inits.append(numpy_helper.from_array(w, "w"))
+    outs = [helper.make_tensor_value_info("y", 1, (2, 5, "n" if variant == "weights_input" else 24))]
+    if variant == "product_read":
+        outs.append(helper.make_tensor_value_info("p", 1, (2, 5, 24)))
+    graph = helper.make_graph(nodes, "dense", ins, outs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("kernels", ["native", "numpy"])
+@pytest.mark.parametrize("variant", ["bias_first", "product_first"])
+def test_a_dense_layers_bias_add_joins_its_matmul(variant, kernels):
+    """MatMul, Add of a bias vector (either operand order), Relu: one matmul step with the
+    bias and the Relu in its epilogue (rewrites.fuse_bias_adds), equal to onnxruntime."""
+    model = _dense_model(variant)
+    lite, _ = import_onnx(model)
+    program = compile_model(lite)
+    assert [(st.kernel, st.attrs["activation"], len(st.inputs)) for st in program.steps] == [
+        ("matmul", "RELU", 3)]
+    xv = rng(32).standard_normal((2, 5, 16)).astype(F32)
+    with Executor(from_bytes(to_bytes(program)), pool(),
+                  kernels=KERNELS if kernels == "numpy" else None) as ex:
+        assert ex.native_steps == (1 if kernels == "native" else 0)
+        got = np.array(ex.run([xv])[0])
+    assert_matches(got, run_ort(model, {"x": xv})[0])
+
+
+@pytest.mark.parametrize("variant", ["product_read", "matrix_bias", "weights_input"])
+def test_adds_that_are_no_dense_bias_stay(variant):
+    """The Add stays a step of its own when the product is read elsewhere (a graph output),
+    when what it adds is no vector of the output's width, or when B's width is symbolic
+    (a B of a static shape fuses, constant or not); the values equal onnxruntime's."""
+    model = _dense_model(variant)
+    lite, _ = import_onnx(model)
+    feeds = {"x": rng(33).standard_normal((2, 5, 16)).astype(F32)}
+    if variant == "weights_input":
+        feeds["w"] = rng(34).standard_normal((16, 24)).astype(F32)
+    program = compile_model(lite, {k: v.shape for k, v in feeds.items()})
+    assert "binary" in [st.kernel for st in program.steps]
+    for got, want in zip(run_npu(lite, feeds), run_ort(model, feeds), strict=True):
+        assert_matches(got, want)
+
+
+def test_a_matmul_bias_of_the_wrong_width_is_refused():
+    """A MatMulFusion whose bias is no vector of its output's width (a malformed .ms) gets
+    InvalidModelError naming the node and the width it needs."""
+    g = Graph("bad_bias")
+    x = g.input("x", (3, 4))
+    y = g.node("MatMulFusion", [x, g.const("w", np.ones((4, 6), F32)), g.const("b", np.ones(5, F32))],
+               {"transpose_a": False, "transpose_b": False, "activation_type": "NO_ACTIVATION"})
+    with pytest.raises(InvalidModelError, match=r"bias \(5,\), expected \(6,\)"):
+        compile_model(g.outputs(y))
+
+
 def test_residual_add_folds_into_the_conv_that_runs_last(monkeypatch):
     """ResNet's shortcut: relu(conv_c(relu(conv_b(x))) + conv_a(x)) and a plain conv_d(x) +
     conv_e(x): each Add joins the epilogue of the conv computed after the other operand; a

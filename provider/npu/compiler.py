@@ -3,6 +3,7 @@
 Pipeline (each stage returns new data, the input model is never mutated):
 1. `rewrites.fold_batchnorm`: inference BatchNorm / FusedBatchNorm after a Conv2DFusion whose output
    feeds nothing else is folded into the conv's weights and bias (float64 arithmetic);
+   `rewrites.fuse_bias_adds` makes a constant bias Add after a MatMul that MatMul's bias;
    `rewrites.fuse_swish` writes x * sigmoid(x) as one SWISH Activation (SiLU);
    `rewrites.fuse_activations` then folds a parameter-free Activation into the conv / GEMM /
    binary / pooling node before it (its activation_type), saving one pass over the tensor;
@@ -63,7 +64,13 @@ from provider.npu.lowering import (
 from provider.npu.memory import DeviceBuffer
 from provider.npu.ops import KERNELS
 from provider.npu.program import Program, Slot, Step
-from provider.npu.rewrites import fold_batchnorm, fuse_activations, fuse_hardswish, fuse_swish
+from provider.npu.rewrites import (
+    fold_batchnorm,
+    fuse_activations,
+    fuse_bias_adds,
+    fuse_hardswish,
+    fuse_swish,
+)
 from provider.options import DEFAULT_COMPILE, CompileOptions
 
 WeightAllocator = Callable[[int], DeviceBuffer]
@@ -324,7 +331,7 @@ def compile_model(model: LiteModel, input_shapes: Mapping[str, Sequence[int]] | 
     if rejected:
         detail = "; ".join(f"{n}: {why}" for n, why in rejected.items())
         raise UnsupportedError(f"model {model.name!r}: {len(rejected)} node(s) not supported on the NPU: {detail}")
-    graph = fuse_activations(fuse_swish(fold_conv_affine(fold_batchnorm(model))))
+    graph = fuse_activations(fuse_swish(fold_conv_affine(fold_batchnorm(fuse_bias_adds(model)))))
     graph = fold_input_affine(fuse_activations(fuse_hardswish(graph)))  # after the RELU6 fused
     graph = merge_scale_shift(graph)
     b = Builder(options.enable_fp16)

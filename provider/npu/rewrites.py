@@ -1,10 +1,10 @@
 """Graph rewrites the compiler makes before lowering (each returns a new model, the input is
 never mutated): an inference BatchNorm folded into the conv before it, x * sigmoid(x)
 written as one SWISH Activation (SiLU, exported to ONNX as Sigmoid and Mul),
-x * relu6(x + 3) / 6 as one HSWISH Activation, and a parameter-free Activation folded into
-the producer before it (its activation_type), each saving passes over the tensor
-(affine_folds.py folds constant scales and shifts into convs). Quantized nodes are left alone (their ranges are the
-quantizer's)."""
+x * relu6(x + 3) / 6 as one HSWISH Activation, a constant bias Add after a MatMul as the
+MatMul's bias, and a parameter-free Activation folded into the producer before it (its
+activation_type), each saving passes over the tensor (affine_folds.py folds constant scales
+and shifts into convs). Quantized nodes are left alone (their ranges are the quantizer's)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from provider.npu.ops.registry import QUANT_NONE
 
 log = logging.getLogger("litenpu.npu")
 
-__all__ = ["consumers", "fold_batchnorm", "fuse_hardswish", "fuse_swish", "fuse_activations"]
+__all__ = ["consumers", "fold_batchnorm", "fuse_bias_adds", "fuse_hardswish", "fuse_swish",
+           "fuse_activations"]
 
 
 def consumers(model: LiteModel) -> dict[int, list[int]]:
@@ -100,6 +101,45 @@ def fuse_swish(model: LiteModel) -> LiteModel:
                                                 attrs={"activation_type": "SWISH"})
                 nodes[si] = None
                 break
+    return dataclasses.replace(model, nodes=[n for n in nodes if n is not None], subgraphs=[])
+
+
+def fuse_bias_adds(model: LiteModel) -> LiteModel:
+    """A copy of `model` where AddFusion(MatMulFusion(a, B), c) (either operand order) is one
+    MatMulFusion(a, B, c) whose kernel adds c in its epilogue: B a matrix of a static shape
+    (a constant, or weights the compiler folds: a dequantized int8 matrix), c a constant of
+    B's N columns (shape (N,)) of B's dtype, the
+    product feeding only the Add and no graph output, the MatMul with no bias or activation
+    of its own (the Add's activation moves to it). Exporters write a dense layer so (BERT's
+    every projection); the Add was a pass over the layer's output of its own."""
+    producers = {t: ni for ni, node in enumerate(model.nodes) for t in node.outputs}
+    users = consumers(model)
+    nodes: list[LiteNode | None] = list(model.nodes)
+    for ai, add in enumerate(model.nodes):
+        if (add.op != "AddFusion" or len(add.inputs) != 2 or len(add.outputs) != 1
+                or add.quant_type not in QUANT_NONE):
+            continue
+        for x, c in (add.inputs, add.inputs[::-1]):
+            mi = producers.get(x)
+            mm = nodes[mi] if mi is not None else None
+            if (mm is None or mm.op != "MatMulFusion" or len(mm.inputs) != 2 or x == c
+                    or mm.quant_type not in QUANT_NONE or users.get(x) != [ai]
+                    or x in model.outputs or mm.attrs.get("transpose_a", False)
+                    or mm.attrs.get("activation_type", "NO_ACTIVATION") != "NO_ACTIVATION"):
+                continue
+            b, bias = model.tensors[mm.inputs[1]], model.tensors[c].data
+            if (len(b.shape) != 2 or not all(isinstance(d, int) and d > 0 for d in b.shape)
+                    or bias is None or bias.dtype != b.dtype):
+                continue
+            n = b.shape[0] if mm.attrs.get("transpose_b", False) else b.shape[1]
+            if bias.shape != (n,):  # (1, N) would broadcast a 1-D product up a rank
+                continue
+            nodes[mi] = dataclasses.replace(
+                mm, inputs=[*mm.inputs, c], outputs=list(add.outputs),
+                attrs={**mm.attrs, "activation_type": add.attrs.get("activation_type",
+                                                                    "NO_ACTIVATION")})
+            nodes[ai] = None
+            break
     return dataclasses.replace(model, nodes=[n for n in nodes if n is not None], subgraphs=[])
 
 

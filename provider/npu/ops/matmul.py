@@ -122,6 +122,9 @@ def matmul_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered
     else:
         attrs["transpose_b"] = tb
     if len(ins) > 2:
+        if tuple(ins[2].shape) != (out[-1],):
+            raise InvalidModelError(f"{describe(node)}: bias {tuple(ins[2].shape)}, expected "
+                                    f"({out[-1]},)")
         operands.append(2)
     return Lowered("matmul", attrs, operands, [(out, a.dtype)])
 
