@@ -430,6 +430,60 @@ def test_a_matmul_bias_of_the_wrong_width_is_refused():
         compile_model(g.outputs(y))
 
 
+def _gelu_model(variant: str) -> onnx.ModelProto:
+    """x (2, 6, 32) -> y: an exact GELU as exporters write it, x * 0.5 * (1 + erf(x / sqrt(2))),
+    grouped per variant: (x * a) * 0.5 (BERT's), (a * 0.5) * x, a * (x * 0.5), the scale as a
+    Mul by 1/sqrt(2); and two that are no GELU: erf's output also a graph output, a divisor
+    other than sqrt(2)."""
+    c = {"sqrt2": np.float32(np.sqrt(2)), "isqrt2": np.float32(np.sqrt(0.5)),
+         "one": np.float32(1), "half": np.float32(0.5), "other": np.float32(1.5)}
+    scale = (helper.make_node("Mul", ["x", "isqrt2"], ["d"]) if variant == "mul_scale" else
+             helper.make_node("Div", ["x", "other" if variant == "other_divisor" else "sqrt2"],
+                              ["d"]))
+    nodes = [scale, helper.make_node("Erf", ["d"], ["e"]), helper.make_node("Add", ["e", "one"], ["a"])]
+    if variant == "half_first":
+        nodes += [helper.make_node("Mul", ["a", "half"], ["m"]), helper.make_node("Mul", ["x", "m"], ["y"])]
+    elif variant == "x_halved":
+        nodes += [helper.make_node("Mul", ["x", "half"], ["h"]), helper.make_node("Mul", ["a", "h"], ["y"])]
+    else:
+        nodes += [helper.make_node("Mul", ["x", "a"], ["m"]), helper.make_node("Mul", ["m", "half"], ["y"])]
+    outs = [helper.make_tensor_value_info("y", 1, (2, 6, 32))]
+    if variant == "erf_read":
+        outs.append(helper.make_tensor_value_info("e", 1, (2, 6, 32)))
+    graph = helper.make_graph(nodes, "gelu", [helper.make_tensor_value_info("x", 1, (2, 6, 32))], outs,
+                              [numpy_helper.from_array(np.array(v), k) for k, v in c.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("variant", ["bert", "half_first", "x_halved", "mul_scale"])
+def test_an_exported_exact_gelu_is_one_activation(variant):
+    """The five nodes of an exported exact GELU, in each grouping, are one native GELU step
+    (rewrites.fuse_gelu), equal to onnxruntime."""
+    model = _gelu_model(variant)
+    lite, _ = import_onnx(model)
+    program = compile_model(lite)
+    assert [(st.kernel, st.attrs.get("activation_type")) for st in program.steps] == [
+        ("activation", "GELU")]
+    xv = (rng(35).standard_normal((2, 6, 32)) * 3).astype(F32)
+    with Executor(from_bytes(to_bytes(program)), pool()) as ex:
+        assert ex.native_steps == 1
+        got = np.array(ex.run([xv])[0])
+    assert_matches(got, run_ort(model, {"x": xv})[0])
+
+
+@pytest.mark.parametrize("variant", ["erf_read", "other_divisor"])
+def test_a_near_gelu_stays_as_written(variant):
+    """No GELU when an intermediate is read elsewhere or the divisor is not sqrt(2): the
+    nodes stay steps of their own, with onnxruntime's values."""
+    model = _gelu_model(variant)
+    lite, _ = import_onnx(model)
+    program = compile_model(lite)
+    assert "unary" in [st.kernel for st in program.steps]
+    feeds = {"x": (rng(36).standard_normal((2, 6, 32)) * 3).astype(F32)}
+    for got, want in zip(run_npu(lite, feeds), run_ort(model, feeds), strict=True):
+        assert_matches(got, want)
+
+
 def test_residual_add_folds_into_the_conv_that_runs_last(monkeypatch):
     """ResNet's shortcut: relu(conv_c(relu(conv_b(x))) + conv_a(x)) and a plain conv_d(x) +
     conv_e(x): each Add joins the epilogue of the conv computed after the other operand; a

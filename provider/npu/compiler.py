@@ -4,6 +4,7 @@ Pipeline (each stage returns new data, the input model is never mutated):
 1. `rewrites.fold_batchnorm`: inference BatchNorm / FusedBatchNorm after a Conv2DFusion whose output
    feeds nothing else is folded into the conv's weights and bias (float64 arithmetic);
    `rewrites.fuse_bias_adds` makes a constant bias Add after a MatMul that MatMul's bias;
+   `rewrites.fuse_gelu` writes x * 0.5 * (1 + erf(x / sqrt(2))) as one GELU Activation;
    `rewrites.fuse_swish` writes x * sigmoid(x) as one SWISH Activation (SiLU);
    `rewrites.fuse_activations` then folds a parameter-free Activation into the conv / GEMM /
    binary / pooling node before it (its activation_type), saving one pass over the tensor;
@@ -68,6 +69,7 @@ from provider.npu.rewrites import (
     fold_batchnorm,
     fuse_activations,
     fuse_bias_adds,
+    fuse_gelu,
     fuse_hardswish,
     fuse_swish,
 )
@@ -331,7 +333,8 @@ def compile_model(model: LiteModel, input_shapes: Mapping[str, Sequence[int]] | 
     if rejected:
         detail = "; ".join(f"{n}: {why}" for n, why in rejected.items())
         raise UnsupportedError(f"model {model.name!r}: {len(rejected)} node(s) not supported on the NPU: {detail}")
-    graph = fuse_activations(fuse_swish(fold_conv_affine(fold_batchnorm(fuse_bias_adds(model)))))
+    graph = fuse_gelu(fuse_bias_adds(model))
+    graph = fuse_activations(fuse_swish(fold_conv_affine(fold_batchnorm(graph))))
     graph = fold_input_affine(fuse_activations(fuse_hardswish(graph)))  # after the RELU6 fused
     graph = merge_scale_shift(graph)
     b = Builder(options.enable_fp16)

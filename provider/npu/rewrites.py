@@ -2,14 +2,16 @@
 never mutated): an inference BatchNorm folded into the conv before it, x * sigmoid(x)
 written as one SWISH Activation (SiLU, exported to ONNX as Sigmoid and Mul),
 x * relu6(x + 3) / 6 as one HSWISH Activation, a constant bias Add after a MatMul as the
-MatMul's bias, and a parameter-free Activation folded into the producer before it (its
-activation_type), each saving passes over the tensor (affine_folds.py folds constant scales
-and shifts into convs). Quantized nodes are left alone (their ranges are the quantizer's)."""
+MatMul's bias, x * 0.5 * (1 + erf(x / sqrt(2))) as one GELU Activation, and a
+parameter-free Activation folded into the producer before it (its activation_type), each
+saving passes over the tensor (affine_folds.py folds constant scales and shifts into convs).
+Quantized nodes are left alone (their ranges are the quantizer's)."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 
 import numpy as np
 
@@ -20,8 +22,8 @@ from provider.npu.ops.registry import QUANT_NONE
 
 log = logging.getLogger("litenpu.npu")
 
-__all__ = ["consumers", "fold_batchnorm", "fuse_bias_adds", "fuse_hardswish", "fuse_swish",
-           "fuse_activations"]
+__all__ = ["consumers", "fold_batchnorm", "fuse_bias_adds", "fuse_gelu", "fuse_hardswish",
+           "fuse_swish", "fuse_activations"]
 
 
 def consumers(model: LiteModel) -> dict[int, list[int]]:
@@ -140,6 +142,83 @@ def fuse_bias_adds(model: LiteModel) -> LiteModel:
                                                                     "NO_ACTIVATION")})
             nodes[ai] = None
             break
+    return dataclasses.replace(model, nodes=[n for n in nodes if n is not None], subgraphs=[])
+
+
+def fuse_gelu(model: LiteModel) -> LiteModel:
+    """A copy of `model` where x * 0.5 * (1 + erf(x / sqrt(2))), as exporters write an exact
+    GELU (Div by sqrt(2) or Mul by its inverse, Erf, Add 1, then the Muls by x and by 0.5
+    in any order and grouping), is one Activation[GELU](x): five passes over the tensor (a
+    transformer's widest, its feed-forward layer) become one. Every intermediate must feed
+    only the next node and be no graph output, and carry no activation."""
+    producers = {t: ni for ni, node in enumerate(model.nodes) for t in node.outputs}
+    users = consumers(model)
+    nodes: list[LiteNode | None] = list(model.nodes)
+
+    def plain(ni: int | None, op: str) -> LiteNode | None:
+        """Node ni when it is a live, unquantized, activation-free `op` with two inputs."""
+        node = nodes[ni] if ni is not None else None
+        if (node is None or node.op != op or node.quant_type not in QUANT_NONE
+                or len(node.outputs) != 1
+                or node.attrs.get("activation_type", "NO_ACTIVATION") != "NO_ACTIVATION"):
+            return None
+        return node if op == "Erf" or len(node.inputs) == 2 else None
+
+    def only_user(t: int) -> int | None:
+        """The one node reading t (no graph output), else None."""
+        readers = users.get(t, [])
+        return readers[0] if len(readers) == 1 and t not in model.outputs else None
+
+    def other(node: LiteNode, t: int) -> int:
+        return node.inputs[1] if node.inputs[0] == t else node.inputs[0]
+
+    def near(t: int, value: float) -> bool:
+        data = model.tensors[t].data
+        return (data is not None and data.size == 1
+                and abs(float(data.reshape(-1)[0]) - value) <= 1e-6 * abs(value))
+
+    for ei, erf in enumerate(model.nodes):
+        if plain(ei, "Erf") is None or len(erf.inputs) != 1:
+            continue
+        di = producers.get(erf.inputs[0])
+        scale = plain(di, "DivFusion") or plain(di, "MulFusion")
+        if scale is None or only_user(erf.inputs[0]) != ei:
+            continue
+        by = math.sqrt(2) if scale.op == "DivFusion" else math.sqrt(0.5)
+        if near(scale.inputs[1], by):
+            x = scale.inputs[0]
+        elif scale.op == "MulFusion" and near(scale.inputs[0], by):
+            x = scale.inputs[1]
+        else:
+            continue
+        ai = only_user(erf.outputs[0])
+        add = plain(ai, "AddFusion")
+        if add is None or not near(other(add, erf.outputs[0]), 1.0):
+            continue
+        # then x * a * 0.5 as (x * a) * 0.5, (a * 0.5) * x, or a * (x * 0.5)
+        m1i = only_user(add.outputs[0])
+        m1 = plain(m1i, "MulFusion")
+        if m1 is None:
+            continue
+        f = other(m1, add.outputs[0])
+        hi = producers.get(f)
+        half = plain(hi, "MulFusion")
+        if f == x or near(f, 0.5):  # a second Mul by the other factor
+            yi = only_user(m1.outputs[0])
+            y = plain(yi, "MulFusion")
+            if y is None or not (near(other(y, m1.outputs[0]), 0.5) if f == x
+                                 else other(y, m1.outputs[0]) == x):
+                continue
+            gone, last = [di, ei, ai, m1i], yi
+        elif (half is not None and only_user(f) == m1i and x in half.inputs
+              and near(other(half, x), 0.5)):
+            gone, last = [di, ei, ai, hi], m1i
+        else:
+            continue
+        nodes[last] = dataclasses.replace(nodes[last], op="Activation", inputs=[x],
+                                          attrs={"activation_type": "GELU", "approximate": False})
+        for ni in gone:
+            nodes[ni] = None
     return dataclasses.replace(model, nodes=[n for n in nodes if n is not None], subgraphs=[])
 
 
