@@ -171,14 +171,18 @@ def test_what_does_not_fold_stays_and_keeps_its_values():
     check(model)
 
 
-@pytest.mark.parametrize("variant", ["intermediate_output", "not_three", "not_six"])
+@pytest.mark.parametrize("variant", ["intermediate_output", "not_three", "not_six", "rank_raising"])
 def test_a_near_hard_swish_stays_as_written(variant):
+    """No HSWISH for other constants, an intermediate read elsewhere, or a 6 of shape
+    (1, 1, 1, 1, 1), which makes the result of the rank-4 x rank 5 (one Activation kept x's
+    rank: a wrong output shape)."""
     net = Net(6)
     x = net.op("Relu", ["x"])
     s = net.op("Add", [x, net.const(2.0 if variant == "not_three" else 3.0)])
     r = net.op("Clip", [s, net.const(0.0), net.const(6.0)])
     m = net.op("Mul", [x, r])
-    y = net.op("Div", [m, net.const(5.0 if variant == "not_six" else 6.0)])
+    six = np.full((1, 1, 1, 1, 1), 6.0, F32) if variant == "rank_raising" else 6.0
+    y = net.op("Div", [m, net.const(5.0 if variant == "not_six" else six)])
     model = net.model([y, m] if variant == "intermediate_output" else [y])
     assert all(a != "HSWISH" for _, a in steps(model))
     check(model)

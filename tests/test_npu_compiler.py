@@ -433,10 +433,12 @@ def test_a_matmul_bias_of_the_wrong_width_is_refused():
 def _gelu_model(variant: str) -> onnx.ModelProto:
     """x (2, 6, 32) -> y: an exact GELU as exporters write it, x * 0.5 * (1 + erf(x / sqrt(2))),
     grouped per variant: (x * a) * 0.5 (BERT's), (a * 0.5) * x, a * (x * 0.5), the scale as a
-    Mul by 1/sqrt(2); and two that are no GELU: erf's output also a graph output, a divisor
-    other than sqrt(2)."""
+    Mul by 1/sqrt(2); and three that are no GELU: erf's output also a graph output, a divisor
+    other than sqrt(2), a 0.5 of shape (1, 1, 1, 1) (which makes y one rank more than x)."""
     c = {"sqrt2": np.float32(np.sqrt(2)), "isqrt2": np.float32(np.sqrt(0.5)),
          "one": np.float32(1), "half": np.float32(0.5), "other": np.float32(1.5)}
+    if variant == "rank_raising":
+        c["half"] = np.full((1, 1, 1, 1), 0.5, F32)
     scale = (helper.make_node("Mul", ["x", "isqrt2"], ["d"]) if variant == "mul_scale" else
              helper.make_node("Div", ["x", "other" if variant == "other_divisor" else "sqrt2"],
                               ["d"]))
@@ -447,7 +449,8 @@ def _gelu_model(variant: str) -> onnx.ModelProto:
         nodes += [helper.make_node("Mul", ["x", "half"], ["h"]), helper.make_node("Mul", ["a", "h"], ["y"])]
     else:
         nodes += [helper.make_node("Mul", ["x", "a"], ["m"]), helper.make_node("Mul", ["m", "half"], ["y"])]
-    outs = [helper.make_tensor_value_info("y", 1, (2, 6, 32))]
+    outs = [helper.make_tensor_value_info("y", 1, (1, 2, 6, 32) if variant == "rank_raising"
+                                          else (2, 6, 32))]
     if variant == "erf_read":
         outs.append(helper.make_tensor_value_info("e", 1, (2, 6, 32)))
     graph = helper.make_graph(nodes, "gelu", [helper.make_tensor_value_info("x", 1, (2, 6, 32))], outs,
@@ -471,10 +474,11 @@ def test_an_exported_exact_gelu_is_one_activation(variant):
     assert_matches(got, run_ort(model, {"x": xv})[0])
 
 
-@pytest.mark.parametrize("variant", ["erf_read", "other_divisor"])
+@pytest.mark.parametrize("variant", ["erf_read", "other_divisor", "rank_raising"])
 def test_a_near_gelu_stays_as_written(variant):
-    """No GELU when an intermediate is read elsewhere or the divisor is not sqrt(2): the
-    nodes stay steps of their own, with onnxruntime's values."""
+    """No GELU when an intermediate is read elsewhere, the divisor is not sqrt(2) or a
+    constant would raise the rank: the nodes stay steps of their own, with onnxruntime's
+    values."""
     model = _gelu_model(variant)
     lite, _ = import_onnx(model)
     program = compile_model(lite)

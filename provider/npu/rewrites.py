@@ -172,10 +172,8 @@ def fuse_gelu(model: LiteModel) -> LiteModel:
     def other(node: LiteNode, t: int) -> int:
         return node.inputs[1] if node.inputs[0] == t else node.inputs[0]
 
-    def near(t: int, value: float) -> bool:
-        data = model.tensors[t].data
-        return (data is not None and data.size == 1
-                and abs(float(data.reshape(-1)[0]) - value) <= 1e-6 * abs(value))
+    def near(t: int, value: float) -> bool:  # once x is known
+        return _scalar(model, t, value, x, 1e-6)
 
     for ei, erf in enumerate(model.nodes):
         if plain(ei, "Erf") is None or len(erf.inputs) != 1:
@@ -185,9 +183,9 @@ def fuse_gelu(model: LiteModel) -> LiteModel:
         if scale is None or only_user(erf.inputs[0]) != ei:
             continue
         by = math.sqrt(2) if scale.op == "DivFusion" else math.sqrt(0.5)
-        if near(scale.inputs[1], by):
+        if _scalar(model, scale.inputs[1], by, scale.inputs[0], 1e-6):
             x = scale.inputs[0]
-        elif scale.op == "MulFusion" and near(scale.inputs[0], by):
+        elif scale.op == "MulFusion" and _scalar(model, scale.inputs[0], by, scale.inputs[1], 1e-6):
             x = scale.inputs[1]
         else:
             continue
@@ -222,10 +220,13 @@ def fuse_gelu(model: LiteModel) -> LiteModel:
     return dataclasses.replace(model, nodes=[n for n in nodes if n is not None], subgraphs=[])
 
 
-def _scalar(model: LiteModel, t: int, value: float) -> bool:
-    """Whether tensor t is a constant holding `value` once (any shape of one element)."""
+def _scalar(model: LiteModel, t: int, value: float, x: int, rel: float = 0.0) -> bool:
+    """Whether tensor t is a constant holding `value` (within rel of it) once, of no more dims
+    than x (the tensor the rewritten nodes take): a (1, 1, 1, 1) constant in a chain on a
+    rank-3 x makes its result rank 4, which the one Activation replacing it would not."""
     data = model.tensors[t].data
-    return data is not None and data.size == 1 and float(data.reshape(-1)[0]) == value
+    return (data is not None and data.size == 1 and data.ndim <= len(model.tensors[x].shape)
+            and abs(float(data.reshape(-1)[0]) - value) <= rel * abs(value))
 
 
 def fuse_hardswish(model: LiteModel) -> LiteModel:
@@ -251,8 +252,7 @@ def fuse_hardswish(model: LiteModel) -> LiteModel:
 
     for di, div in enumerate(model.nodes):
         if div.op != "DivFusion" or len(div.inputs) != 2 or div.quant_type not in QUANT_NONE \
-                or div.attrs.get("activation_type", "NO_ACTIVATION") != "NO_ACTIVATION" \
-                or not _scalar(model, div.inputs[1], 6.0):
+                or div.attrs.get("activation_type", "NO_ACTIVATION") != "NO_ACTIVATION":
             continue
         mi = made_by(div.inputs[0], "MulFusion", "NO_ACTIVATION", di)
         if mi is None:
@@ -262,7 +262,8 @@ def fuse_hardswish(model: LiteModel) -> LiteModel:
             ai = made_by(r, "AddFusion", "RELU6", mi) if x != r else None
             add = nodes[ai] if ai is not None else None
             if add is None or add.inputs.count(x) != 1 or not _scalar(
-                    model, next(t for t in add.inputs if t != x), 3.0):
+                    model, next(t for t in add.inputs if t != x), 3.0, x) \
+                    or not _scalar(model, div.inputs[1], 6.0, x):
                 continue
             nodes[di] = dataclasses.replace(div, op="Activation", inputs=[x],
                                             attrs={"activation_type": "HSWISH"})
