@@ -1199,11 +1199,13 @@ def test_binary_with_a_constant_and_a_fused_relu_runs_natively():
     _native_matches_numpy(model, {"x": x})
 
 
+@pytest.mark.parametrize("length", [48, 7, 100])
 @pytest.mark.parametrize("affine", [0, 1, 2])
-def test_layer_norm_runs_natively(affine):
+def test_layer_norm_runs_natively(affine, length):
+    """Rows of whole blocks of the kernel's partial sums, shorter than one, and with a tail."""
     r = rng(25)
-    x = randn(r, 2, 5, 48) * 3 + 1
-    inputs = [("x", x, False), ("g", randn(r, 48), True), ("b", randn(r, 48), True)][:affine + 1]
+    x = randn(r, 2, 5, length) * 3 + 1
+    inputs = [("x", x, False), ("g", randn(r, length), True), ("b", randn(r, length), True)][:affine + 1]
     _native_matches_numpy(lite_graph("LayerNormFusion", {"begin_norm_axis": -1, "epsilon": 1e-5},
                                      inputs), {"x": x})
 
