@@ -1292,6 +1292,20 @@ def test_reduce_over_consecutive_axes_runs_natively(mode, axes, keep):
     _native_matches_numpy(model, {"x": x})
 
 
+@pytest.mark.parametrize("mode", ["ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL2",
+                                  "ReduceMax"])
+@pytest.mark.parametrize("axes", [[-1], [1]], ids=["lines", "across"])
+def test_reduce_of_long_lines_and_wide_inner_axes_runs_natively(mode, axes):
+    """Sums of contiguous lines in the kernel's partial sums, with a tail (300 = 18 x 16 +
+    12), and across an axis with 300 lines side by side (more than one block of 256); a NaN
+    and an infinity reach their own lines only."""
+    x = randn(rng(30), 2, 37, 300) * 3
+    x[0, 5, 7], x[1, 9, 290] = np.nan, np.inf
+    model = lite_graph("ReduceFusion", {"mode": mode, "keep_dims": False},
+                       [("x", x, False), ("axes", np.array(axes, np.int32), True)])
+    _native_matches_numpy(model, {"x": x})
+
+
 def test_reduce_over_axes_apart_and_prod_stay_on_numpy():
     x = randn(rng(29), 3, 4, 5)
     for mode, axes in (("ReduceMean", [0, 2]), ("ReduceProd", [1])):

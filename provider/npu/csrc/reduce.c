@@ -12,6 +12,16 @@ typedef struct {
     int64_t per;
 } reduce_ctx;
 
+#define RED_LANES 16     /* partial sums of a contiguous line */
+#define RED_COLUMNS 256  /* lines summed side by side across an inner axis */
+
+/* a line's sum as the mode's result */
+static inline float reduced(double sum, int64_t len, int64_t mode) {
+    if (mode == R_MEAN) return (float)(sum / (double)len);
+    if (mode == R_L2) return (float)sqrt(sum);
+    return (float)sum;
+}
+
 MULTIVERSION static float reduce_line(const float *x, int64_t len, int64_t stride, int64_t mode) {
     if (mode == R_MAX || mode == R_MIN) {
         float m = x[0];
@@ -21,23 +31,53 @@ MULTIVERSION static float reduce_line(const float *x, int64_t len, int64_t strid
         }
         return m;
     }
+    int squares = mode == R_SUMSQUARE || mode == R_L2;
     double sum = 0.0;
-    if (mode == R_SUMSQUARE || mode == R_L2)
-        for (int64_t i = 0; i < len; i++) sum += (double)x[i * stride] * x[i * stride];
-    else
-        for (int64_t i = 0; i < len; i++) sum += x[i * stride];
-    if (mode == R_MEAN) return (float)(sum / (double)len);
-    if (mode == R_L2) return (float)sqrt(sum);
-    return (float)sum;
+    if (stride == 1) {  /* in lanes that vectorize (one running sum: 4 cycles an element) */
+        double lane[RED_LANES] = {0};
+        int64_t whole = len / RED_LANES * RED_LANES;
+        for (int64_t i = 0; i < whole; i += RED_LANES)
+            for (int l = 0; l < RED_LANES; l++)
+                lane[l] += squares ? (double)x[i + l] * x[i + l] : (double)x[i + l];
+        for (int l = 0; l < RED_LANES; l++) sum += lane[l];
+        for (int64_t i = whole; i < len; i++) sum += squares ? (double)x[i] * x[i] : x[i];
+    } else {
+        for (int64_t i = 0; i < len; i++)
+            sum += squares ? (double)x[i * stride] * x[i * stride] : x[i * stride];
+    }
+    return reduced(sum, len, mode);
+}
+
+/* Sums of one outer block's lines across an inner axis: the lines side by side, RED_COLUMNS
+ * at a time, each row of x added to all of them (contiguous, vectorized), in the order a
+ * line alone would take (the same bits as reduce_line). */
+MULTIVERSION static void reduce_columns(const float *x, float *y, int64_t len, int64_t inner,
+                                        int64_t mode) {
+    int squares = mode == R_SUMSQUARE || mode == R_L2;
+    for (int64_t k0 = 0; k0 < inner; k0 += RED_COLUMNS) {
+        int64_t n = inner - k0 < RED_COLUMNS ? inner - k0 : RED_COLUMNS;
+        double acc[RED_COLUMNS] = {0};
+        for (int64_t i = 0; i < len; i++) {
+            const float *row = x + i * inner + k0;
+            for (int64_t k = 0; k < n; k++)
+                acc[k] += squares ? (double)row[k] * row[k] : (double)row[k];
+        }
+        for (int64_t k = 0; k < n; k++) y[k0 + k] = reduced(acc[k], len, mode);
+    }
 }
 
 static void reduce_task(const void *ctx, int64_t t) {
     const reduce_ctx *cx = ctx;
     const int64_t *p = cx->s->p;
-    int64_t len = p[1], inner = p[2];
-    for (int64_t o = t * cx->per; o < (t + 1) * cx->per && o < p[0]; o++)
+    int64_t len = p[1], inner = p[2], mode = p[3];
+    for (int64_t o = t * cx->per; o < (t + 1) * cx->per && o < p[0]; o++) {
+        if (inner > 1 && mode != R_MAX && mode != R_MIN) {
+            reduce_columns(cx->x + o * len * inner, cx->y + o * inner, len, inner, mode);
+            continue;
+        }
         for (int64_t i = 0; i < inner; i++)
-            cx->y[o * inner + i] = reduce_line(cx->x + o * len * inner + i, len, inner, p[3]);
+            cx->y[o * inner + i] = reduce_line(cx->x + o * len * inner + i, len, inner, mode);
+    }
 }
 
 /* reduce: outer, len (>= 1), inner, mode; slots x, y */
