@@ -459,6 +459,26 @@ def test_transpose_native_matches_numpy(data, rank, dtype, seed):
     check_native(model, {"x": x}, "transpose")
 
 
+@pytest.mark.parametrize("shape,perm", [((2, 37, 21), (0, 2, 1)), ((2, 5, 6, 20), (0, 2, 3, 1)),
+                                        ((40, 33), (1, 0)), ((3, 16, 2, 48), (2, 0, 3, 1))],
+                         ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_transposes_of_the_contiguous_axis_run_in_blocks(shape, perm, dtype):
+    """Transposes that bring the input's contiguous axis second-last (a matrix transpose per
+    index of the axes before) go 16 x 16 at a time (layout.c, AVX-512): sizes that are not
+    multiples of 16, a matrix of one block, 4-byte integers and NaN bit patterns come out as
+    numpy's."""
+    x = (randn(rng(40), *shape) * 100).astype(dtype)
+    if dtype == np.float32:
+        x.reshape(-1)[::7] = np.nan
+    model = lite_graph("Transpose", {}, [("x", x, False), ("perm", np.array(perm, np.int32), True)],
+                       out_dtypes=(dtype,))
+    program = compile_for(model, {"x": x})
+    got, count = run(program, {"x": x})
+    assert count == 1
+    np.testing.assert_array_equal(got[0].view(np.uint32), np.transpose(x, perm).view(np.uint32))
+
+
 @SETTINGS
 @given(m=st.integers(1, 9), k=st.integers(1, 40), n=st.integers(1, 12), bias=st.booleans(),
        act=st.sampled_from(ACTS), seed=st.integers(0, 2**16))
