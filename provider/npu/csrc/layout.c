@@ -212,8 +212,8 @@ void transpose(const lnpu_step *s, void **slots) {
     for (int64_t d = 0; d < r - 1; d++) rows *= s->p[2 + d];
     blocks_ctx bx;
     if (transpose_by_blocks(s, slots, &bx)) {
-        bx.per_task = per_task(bx.total, task_count(rows * s->p[2 + r - 1] / COPY_FLOATS_PER_NS / 4,
-                                                    bx.total));
+        double ns = (double)rows * s->p[2 + r - 1] / (4 * COPY_FLOATS_PER_NS);
+        bx.per_task = per_task(bx.total, task_count(ns, bx.total));
         parallel(transpose_blocks_task, &bx, (bx.total + bx.per_task - 1) / bx.per_task);
         return;
     }
