@@ -253,6 +253,8 @@ CASES = {
     "mul": binary("Mul"),
     "add_same_shape": lambda g: g.op("Add", [g.activation((2, 8, 6, 6)), g.activation((2, 8, 6, 6))]),
     "mul_same_shape": lambda g: g.op("Mul", [g.activation((2, 8, 6, 6)), g.activation((2, 8, 6, 6))]),
+    # big enough to split across tasks (each one's run of elements starts mid-tensor)
+    "add_split": lambda g: g.op("Add", [g.activation((2, 16, 48, 48)), g.activation((2, 16, 48, 48))]),
     # one operand repeated along the other's leading dims (a detector's per-anchor scale)
     "add_rows": lambda g: g.op("Add", [g.activation((2, 8, 36)), g.activation((8, 36))]),
     "mul_rows": lambda g: g.op("Mul", [g.activation((1, 36)), g.activation((3, 4, 36))]),

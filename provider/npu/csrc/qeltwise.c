@@ -122,6 +122,37 @@ void qlut(const lnpu_step *s, void **slots) {
  * slots a, b, y: y = clamp(rint(float(a - za) * ra + float(b - zb) * rb) + zy), the two
  * products rounded before the sum (no fused multiply-add: the library is built with
  * -ffp-contract=fast, which would round once and differ from onnxruntime in the last bit). */
+/* The code of input element k (u8 or s8 codes as int32). */
+#define CODE(x, k, signed_) ((signed_) ? (int32_t)(int8_t)(x)[k] : (int32_t)(x)[k])
+
+/* n elements of add_task's (or mul_task's) y from a and b with no period wrapping inside:
+ * a loop the compiler vectorizes (the wrapping indices of the general loop kept it scalar:
+ * YOLOv8n int8's 16 x 256 x 256 residual add took 1.2 ms). The same arithmetic per element. */
+#define EW_RUN(NAME, EXPR)                                                                 \
+    static inline __attribute__((always_inline)) void NAME(                                \
+            const uint8_t *x0, const uint8_t *x1, uint8_t *y, int64_t n, int sa, int sb,   \
+            int32_t za, int32_t zb, int32_t zy, float lo, float hi, float ra, float rb) {  \
+        for (int64_t k = 0; k < n; k++) {                                                  \
+            int32_t va = CODE(x0, k, sa), vb = CODE(x1, k, sb);                            \
+            float f = EXPR;                                                                \
+            y[k] = (uint8_t)((int32_t)rne(clamp_nan(f, lo, hi)) + zy);                     \
+        }                                                                                  \
+    }
+EW_RUN(add_run, (float)(va - za) * ra + (float)(vb - zb) * rb)
+EW_RUN(mul_run, (float)((va - za) * (vb - zb)) * ra)  /* ra: mul's m; rb unused */
+
+/* add_run or mul_run over this task's elements, the signedness of both inputs constant
+ * inside (the locals of add_task / mul_task) */
+#define EW_ARGS x0 + ia, x1 + ib, y + begin, end - begin
+#define EW_REST za, zb, zy, lo, hi, ra, rb
+#define EW_SIGNED(RUN)                                                                     \
+    do {                                                                                   \
+        if (!sa && !sb) RUN(EW_ARGS, 0, 0, EW_REST);                                       \
+        else if (sa && sb) RUN(EW_ARGS, 1, 1, EW_REST);                                    \
+        else if (sa) RUN(EW_ARGS, 1, 0, EW_REST);                                          \
+        else RUN(EW_ARGS, 0, 1, EW_REST);                                                  \
+    } while (0)
+
 MULTIVERSION __attribute__((optimize("fp-contract=off")))
 static void add_task(const void *ctx, int64_t t) {
     const ew_args *a = ctx;
@@ -133,6 +164,10 @@ static void add_task(const void *ctx, int64_t t) {
     int sa = (int)s->p[6], sb = (int)s->p[7];
     int64_t begin = t * a->chunk, end = begin + a->chunk < a->count ? begin + a->chunk : a->count;
     int64_t pa = s->p[8], pb = s->p[9], ia = begin % pa, ib = begin % pb;
+    if (ia + (end - begin) <= pa && ib + (end - begin) <= pb) {
+        EW_SIGNED(add_run);
+        return;
+    }
     for (int64_t i = begin; i < end; i++) {
         int32_t va = sa ? (int32_t)(int8_t)x0[ia] : (int32_t)x0[ia];
         int32_t vb = sb ? (int32_t)(int8_t)x1[ib] : (int32_t)x1[ib];
@@ -153,9 +188,14 @@ static void mul_task(const void *ctx, int64_t t) {
     uint8_t *y = a->slots[s->slot[2]];
     int32_t za = (int32_t)s->p[1], zb = (int32_t)s->p[2], zy = (int32_t)s->p[3];
     float lo = (float)(s->p[4] - zy), hi = (float)(s->p[5] - zy), m = s->f[0];
+    float ra = m, rb = 0.0f;  /* mul_run's m, and its unused second scale */
     int sa = (int)s->p[6], sb = (int)s->p[7];
     int64_t begin = t * a->chunk, end = begin + a->chunk < a->count ? begin + a->chunk : a->count;
     int64_t pa = s->p[8], pb = s->p[9], ia = begin % pa, ib = begin % pb;
+    if (ia + (end - begin) <= pa && ib + (end - begin) <= pb) {
+        EW_SIGNED(mul_run);
+        return;
+    }
     for (int64_t i = begin; i < end; i++) {
         int32_t va = sa ? (int32_t)(int8_t)x0[ia] : (int32_t)x0[ia];
         int32_t vb = sb ? (int32_t)(int8_t)x1[ib] : (int32_t)x1[ib];
