@@ -210,10 +210,10 @@ def unary(op: str, shape=(2, 3, 7, 9), **attrs):
     return case
 
 
-def resize(mode: str):
+def resize(mode: str, shape=(1, 4, 5, 6), scale: float = 2):
     def case(g: Graph):
-        scales = g.const(np.array([1, 1, 2, 2], np.float32))
-        return g.op("Resize", [g.activation((1, 4, 5, 6)), "", scales], mode=mode)
+        scales = g.const(np.array([1, 1, scale, scale], np.float32))
+        return g.op("Resize", [g.activation(shape), "", scales], mode=mode)
     return case
 
 
@@ -269,6 +269,10 @@ CASES = {
     "averagepool_whole": pool("AveragePool", kernel_shape=[11, 11]),
     "globalmaxpool": pool("GlobalMaxPool"),
     "resize_nearest": resize("nearest"),
+    # rows split across tasks mid-plane (a task's first row is made, not copied); 3x: no
+    # column doubling
+    "resize_nearest_split": resize("nearest", (1, 16, 40, 40)),
+    "resize_nearest_3x": resize("nearest", (1, 8, 20, 20), 3),
     "resize_linear": resize("linear"),
     "relu": unary("Relu"),
     "clip": clip,
