@@ -110,10 +110,10 @@ def fuse_bias_adds(model: LiteModel) -> LiteModel:
     """A copy of `model` where AddFusion(MatMulFusion(a, B), c) (either operand order) is one
     MatMulFusion(a, B, c) whose kernel adds c in its epilogue: B a matrix of a static shape
     (a constant, or weights the compiler folds: a dequantized int8 matrix), c a constant of
-    B's N columns (shape (N,)) of B's dtype, the
-    product feeding only the Add and no graph output, the MatMul with no bias or activation
-    of its own (the Add's activation moves to it). Exporters write a dense layer so (BERT's
-    every projection); the Add was a pass over the layer's output of its own."""
+    B's N columns (shape (N,)) of B's dtype, the product feeding only the Add and no graph
+    output, the MatMul with no bias or activation of its own (the Add's activation moves to
+    it). Exporters write a dense layer so (BERT's every projection); the Add was a pass over
+    the layer's output of its own."""
     producers = {t: ni for ni, node in enumerate(model.nodes) for t in node.outputs}
     users = consumers(model)
     nodes: list[LiteNode | None] = list(model.nodes)
