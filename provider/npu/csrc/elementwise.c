@@ -211,30 +211,8 @@ void binary(const lnpu_step *s, void **slots) {
 }
 
 /* layer_norm: rows, length, has gamma, has beta; f[0] epsilon; slots x, gamma, beta, y.
- * Mean and variance accumulated in double, then rounded to float; y may be x. The sums go
- * in NORM_LANES partial sums that vectorize: one running double sum is a chain of dependent
- * adds the compiler may not reorder, 4 cycles an element (MiniLM's 256 x 384 rows took
- * 124 us a step). */
-#define NORM_LANES 16
-
-/* sum of x[i] (or of (x[i] - mean)^2 with `squares`) for i < n, in double */
-static inline __attribute__((always_inline)) double norm_sum(const float *x, int64_t n,
-                                                             float mean, int squares) {
-    double lane[NORM_LANES] = {0};
-    int64_t whole = n / NORM_LANES * NORM_LANES;
-    for (int64_t i = 0; i < whole; i += NORM_LANES)
-        for (int l = 0; l < NORM_LANES; l++) {
-            double v = squares ? (double)(x[i + l] - mean) : (double)x[i + l];
-            lane[l] += squares ? v * v : v;
-        }
-    double sum = 0.0;
-    for (int l = 0; l < NORM_LANES; l++) sum += lane[l];
-    for (int64_t i = whole; i < n; i++) {
-        double v = squares ? (double)(x[i] - mean) : (double)x[i];
-        sum += squares ? v * v : v;
-    }
-    return sum;
-}
+ * Mean and variance accumulated in double (lane_sum: in one running sum, MiniLM's 256 x 384
+ * rows took 124 us a step), then rounded to float; y may be x. */
 typedef struct {
     const lnpu_step *s;
     const float *x, *g, *b;
@@ -248,8 +226,8 @@ MULTIVERSION static void norm_rows(const norm_ctx *cx, int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; r++) {
         const float *x = cx->x + r * len;
         float *y = cx->y + r * len;
-        float mean = (float)(norm_sum(x, len, 0.0f, 0) / (double)len);
-        double sq = norm_sum(x, len, mean, 1);
+        float mean = (float)(lane_sum(x, len, 0.0f, 0) / (double)len);
+        double sq = lane_sum(x, len, mean, 1);
         /* the variance as float32 holds it (an overflow is inf, as onnxruntime's is) */
         float inv = 1.0f / sqrtf((float)(sq / (double)len) + eps);
         for (int64_t i = 0; i < len; i++) {

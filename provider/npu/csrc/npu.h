@@ -70,6 +70,29 @@ extern sgemm_fn sgemm;  /* OpenBLAS's, set by lnpu_set_sgemm */
  * took branches that mispredict on real data (pool_plane 2x slower). */
 static inline float max_nan(float a, float b) { return a != a ? a : (a > b ? a : b); }
 
+/* Sum of x[i], or with `squares` of (x[i] - mean)^2, for i < n, in double: in LANE_SUMS
+ * partial sums that vectorize (one running double sum is a chain of dependent adds the
+ * compiler may not reorder, 4 cycles an element), then the tail. layer_norm's rows and
+ * reduce's lines take it. */
+#define LANE_SUMS 16
+static inline __attribute__((always_inline)) double lane_sum(const float *x, int64_t n,
+                                                             float mean, int squares) {
+    double lane[LANE_SUMS] = {0};
+    int64_t whole = n / LANE_SUMS * LANE_SUMS;
+    for (int64_t i = 0; i < whole; i += LANE_SUMS)
+        for (int l = 0; l < LANE_SUMS; l++) {
+            double v = squares ? (double)(x[i + l] - mean) : (double)x[i + l];
+            lane[l] += squares ? v * v : v;
+        }
+    double sum = 0.0;
+    for (int l = 0; l < LANE_SUMS; l++) sum += lane[l];
+    for (int64_t i = whole; i < n; i++) {
+        double v = squares ? (double)(x[i] - mean) : (double)x[i];
+        sum += squares ? v * v : v;
+    }
+    return sum;
+}
+
 /* e^v in float: range reduction to [-ln2/2, ln2/2] and a degree-6 polynomial, within 2 ulp;
  * inf past 88.72, 0 below float's normal range (< 1.2e-38), NaN for NaN. Inlined (no libm
  * call) so that loops over it vectorize. */

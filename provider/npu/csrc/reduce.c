@@ -12,7 +12,6 @@ typedef struct {
     int64_t per;
 } reduce_ctx;
 
-#define RED_LANES 16     /* partial sums of a contiguous line */
 #define RED_COLUMNS 256  /* lines summed side by side across an inner axis */
 
 /* a line's sum as the mode's result */
@@ -33,14 +32,8 @@ MULTIVERSION static float reduce_line(const float *x, int64_t len, int64_t strid
     }
     int squares = mode == R_SUMSQUARE || mode == R_L2;
     double sum = 0.0;
-    if (stride == 1) {  /* in lanes that vectorize (one running sum: 4 cycles an element) */
-        double lane[RED_LANES] = {0};
-        int64_t whole = len / RED_LANES * RED_LANES;
-        for (int64_t i = 0; i < whole; i += RED_LANES)
-            for (int l = 0; l < RED_LANES; l++)
-                lane[l] += squares ? (double)x[i + l] * x[i + l] : (double)x[i + l];
-        for (int l = 0; l < RED_LANES; l++) sum += lane[l];
-        for (int64_t i = whole; i < len; i++) sum += squares ? (double)x[i] * x[i] : x[i];
+    if (stride == 1) {
+        sum = lane_sum(x, len, 0.0f, squares);
     } else {
         for (int64_t i = 0; i < len; i++)
             sum += squares ? (double)x[i * stride] * x[i * stride] : x[i * stride];
