@@ -142,16 +142,15 @@ void qlut(const lnpu_step *s, void **slots) {
 EW_RUN(add_run, (float)(va - za) * ra + (float)(vb - zb) * rb)
 EW_RUN(mul_run, (float)((va - za) * (vb - zb)) * ra)  /* ra: mul's m; rb unused */
 
-/* add_run or mul_run over this task's elements, the signedness of both inputs constant
- * inside (the locals of add_task / mul_task) */
+/* add_run or mul_run over this task's elements with scales RA, RB, the signedness of both
+ * inputs constant inside (the other arguments: the locals of add_task / mul_task) */
 #define EW_ARGS x0 + ia, x1 + ib, y + begin, end - begin
-#define EW_REST za, zb, zy, lo, hi, ra, rb
-#define EW_SIGNED(RUN)                                                                     \
+#define EW_SIGNED(RUN, RA, RB)                                                             \
     do {                                                                                   \
-        if (!sa && !sb) RUN(EW_ARGS, 0, 0, EW_REST);                                       \
-        else if (sa && sb) RUN(EW_ARGS, 1, 1, EW_REST);                                    \
-        else if (sa) RUN(EW_ARGS, 1, 0, EW_REST);                                          \
-        else RUN(EW_ARGS, 0, 1, EW_REST);                                                  \
+        if (!sa && !sb) RUN(EW_ARGS, 0, 0, za, zb, zy, lo, hi, RA, RB);                    \
+        else if (sa && sb) RUN(EW_ARGS, 1, 1, za, zb, zy, lo, hi, RA, RB);                 \
+        else if (sa) RUN(EW_ARGS, 1, 0, za, zb, zy, lo, hi, RA, RB);                       \
+        else RUN(EW_ARGS, 0, 1, za, zb, zy, lo, hi, RA, RB);                               \
     } while (0)
 
 MULTIVERSION __attribute__((optimize("fp-contract=off")))
@@ -166,7 +165,7 @@ static void add_task(const void *ctx, int64_t t) {
     int64_t begin = t * a->chunk, end = begin + a->chunk < a->count ? begin + a->chunk : a->count;
     int64_t pa = s->p[8], pb = s->p[9], ia = begin % pa, ib = begin % pb;
     if (ia + (end - begin) <= pa && ib + (end - begin) <= pb) {
-        EW_SIGNED(add_run);
+        EW_SIGNED(add_run, ra, rb);
         return;
     }
     for (int64_t i = begin; i < end; i++) {
@@ -189,12 +188,11 @@ static void mul_task(const void *ctx, int64_t t) {
     uint8_t *y = a->slots[s->slot[2]];
     int32_t za = (int32_t)s->p[1], zb = (int32_t)s->p[2], zy = (int32_t)s->p[3];
     float lo = (float)(s->p[4] - zy), hi = (float)(s->p[5] - zy), m = s->f[0];
-    float ra = m, rb = 0.0f;  /* mul_run's m, and its unused second scale */
     int sa = (int)s->p[6], sb = (int)s->p[7];
     int64_t begin = t * a->chunk, end = begin + a->chunk < a->count ? begin + a->chunk : a->count;
     int64_t pa = s->p[8], pb = s->p[9], ia = begin % pa, ib = begin % pb;
     if (ia + (end - begin) <= pa && ib + (end - begin) <= pb) {
-        EW_SIGNED(mul_run);
+        EW_SIGNED(mul_run, m, 0.0f);  /* mul_run takes m as ra; rb unused */
         return;
     }
     for (int64_t i = begin; i < end; i++) {
