@@ -30,8 +30,10 @@ NPU = ["NPUExecutionProvider", "CPUExecutionProvider"]
 # residual Sums are quantized as Adds: a one-step difference in one branch reaches the
 # output through the later adds (97.8% with onnxruntime 1.32, 95.2% with 1.23, every
 # difference within 8 steps; the cosine to the float model stays at onnxruntime's, which the
-# test checks too).
-WITHIN = {"yolo_detector_int8": 0.98, "light_shufflenet": 0.95}
+# test checks too). On a CPU without VNNI (reduce_range, 7-bit weights) ShuffleNet measured
+# 94.2% with onnxruntime 1.32 (AVX2 EPYC): onnxruntime's fused path agrees with its own exact
+# unfused one on 94.1% there, the NPU (native and numpy alike) on 96.8%.
+WITHIN = {"yolo_detector_int8": 0.98, "light_shufflenet": 0.93 if REDUCE_RANGE else 0.95}
 # (model, format, activations); the light models get seeded random weights
 MODELS = [
     ("resnet_block", "qdq", "int8"),
