@@ -15,7 +15,7 @@ import models
 import provider
 from provider.errors import BindingError, DeviceMemoryError
 from provider.npu import session_memory
-from provider.npu.memory import DevicePool, default_pool
+from provider.npu.memory import ARENA_RETAINED_BYTES, DevicePool, default_pool
 from provider.npu.weights import block_bytes, weight_store
 from provider.options import InvalidOptionError
 from provider.session import InferenceSession
@@ -363,3 +363,40 @@ def test_inspect_memory_prints_the_plan_of_a_real_session(capsys):
     assert main(["inspect", str(path), "--memory", "--no-placement"]) == 0
     out = capsys.readouterr().out
     assert f"memory (at batch=1): weights {program.weights}, internal {program.internal}" in out
+
+
+def _pool_rss(pool: DevicePool) -> int:
+    """Bytes of the pool's mapping resident now (its smaps entry)."""
+    start = f"{pool.base_address:x}-"
+    with open("/proc/self/smaps") as f:
+        lines = iter(f)
+        for line in lines:
+            if line.startswith(start):
+                for field in lines:
+                    if field.startswith("Rss:"):
+                        return int(field.split()[1]) * 1024
+    raise AssertionError("the pool's mapping is not in /proc/self/smaps")
+
+
+def test_a_closed_sessions_arena_pages_wait_for_the_next_session():
+    """A closing session's arena gives its block back to the pool but keeps its pages (up to
+    memory.ARENA_RETAINED_BYTES): the next session's arena lands on them instead of faulting
+    fresh zeroed pages in; trim() gives them back."""
+    pool = default_pool()
+    pool.trim()
+    before = _pool_rss(pool)
+    sess = _session("resnet_block", batch=4)
+    _check(sess, "resnet_block", batch=4)
+    assert sess.memory_info().pool_in_use < ARENA_RETAINED_BYTES
+    used = _pool_rss(pool) - before  # weights, and the arena's pages the run touched
+    assert used > 1 << 20
+    del sess
+    gc.collect()
+    assert _pool_rss(pool) - before >= used - (64 << 10)
+    again = _session("resnet_block", batch=4)
+    _check(again, "resnet_block", batch=4)
+    assert _pool_rss(pool) - before <= used + (256 << 10)  # the same pages, not new ones
+    del again
+    gc.collect()
+    pool.trim()
+    assert _pool_rss(pool) - before < (256 << 10)

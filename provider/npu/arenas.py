@@ -4,7 +4,8 @@ Every partition of a session has one group, private (`ArenaGroup(shared=False)`)
 Programs of its input shapes share its arenas. With the native library its arenas are a
 `native.ArenaSet` of up to `max_arenas`: a run takes a free arena, or a new one while fewer
 exist, so concurrent runs of one session each have their own (released to the group when
-done, given back to the pool when the group resizes or goes). A named group
+done, given back to the pool when the group resizes or goes, their pages to the OS past
+`memory.ARENA_RETAINED_BYTES`, kept for the next arena). A named group
 (`internal_memory_group=<name>`, `named_group`) spans the Programs of every session that
 names it, across models: one arena, runs take turns, by design. Without the library a group
 is one region and runs of the whole group are serialized by its lock. A member needing more
@@ -20,7 +21,7 @@ import threading
 
 from provider.errors import DeviceMemoryError
 from provider.npu import native
-from provider.npu.memory import DevicePool
+from provider.npu.memory import ARENA_RETAINED_BYTES, DevicePool
 from provider.npu.weights import allocate
 
 __all__ = ["ArenaGroup", "named_group"]
@@ -90,7 +91,7 @@ class ArenaGroup:
             old, self.region = self.region, new
             old.release()
         self.nbytes = nbytes
-        self.pool.trim()  # the old arenas' pages go back to the OS
+        self.pool.trim(keep=ARENA_RETAINED_BYTES)  # the old arenas' pages, past those kept
         self.generation += 1
         log.info("arena group %r: %d bytes", self.name, nbytes)
 

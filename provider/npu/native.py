@@ -368,7 +368,7 @@ def _declare_plane(lib: C.CDLL) -> None:
         "lnpu_heap_get_stats": (None, [vp, C.POINTER(_HeapStats)]),
         "lnpu_heap_block": (i64, [vp, i64, C.POINTER(i64)]),
         "lnpu_heap_free_blocks": (i64, [vp, C.POINTER(i64), i64]),
-        "lnpu_heap_trim": (i64, [vp, i64]),
+        "lnpu_heap_trim": (i64, [vp, i64, i64]),
         "lnpu_heap_add_range": (C.c_int, [vp, vp, i64]),
         "lnpu_heap_remove_range": (C.c_int, [vp, vp]),
         "lnpu_heap_contains": (C.c_int, [vp, vp, i64]),
@@ -467,10 +467,10 @@ class Heap:
         self._lib.lnpu_heap_free_blocks(self.address, out, n)
         return [(out[2 * i], out[2 * i + 1]) for i in range(n)]
 
-    def trim(self, page: int) -> int:
+    def trim(self, page: int, keep: int = 0) -> int:
         """Free blocks' pages back to the OS under the heap's lock (a C run may allocate
-        meanwhile); the bytes released."""
-        return self._lib.lnpu_heap_trim(self.address, page)
+        meanwhile), all but the first `keep` free bytes; the bytes released."""
+        return self._lib.lnpu_heap_trim(self.address, page, keep)
 
     def add_range(self, address: int, nbytes: int) -> None:
         if not self._lib.lnpu_heap_add_range(self.address, address, nbytes):

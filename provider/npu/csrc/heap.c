@@ -231,15 +231,18 @@ API int64_t lnpu_heap_block(lnpu_heap *h, int64_t offset, int64_t *nbytes) {
     return start;
 }
 
-/* Give the pages of every free block back to the OS (MADV_REMOVE: the shared mapping's pages
- * are freed and committed again on next touch), under the heap's lock, so that no allocation
- * (a run's staging or arena, on another thread) takes a block while its pages go. Returns the
- * bytes released. */
-API int64_t lnpu_heap_trim(lnpu_heap *h, int64_t page) {
+/* Give the pages of the free blocks back to the OS (MADV_REMOVE: the shared mapping's pages
+ * are freed and committed again on next touch), all but the first `keep` free bytes in address
+ * order (best fit takes a block's low end, so those are what the next allocation reuses), under
+ * the heap's lock, so that no allocation (a run's staging or arena, on another thread) takes a
+ * block while its pages go. Returns the bytes released. */
+API int64_t lnpu_heap_trim(lnpu_heap *h, int64_t page, int64_t keep) {
     int64_t released = 0;
     pthread_mutex_lock(&h->mu);
     for (int64_t i = 0; i < h->n_free; i++) {
-        int64_t first = align_up(h->free[i].start, page);
+        int64_t kept = keep < h->free[i].size ? keep : h->free[i].size;
+        keep -= kept;
+        int64_t first = align_up(h->free[i].start + kept, page);
         int64_t length = (h->free[i].start + h->free[i].size - first) / page * page;
         if (length > 0 && madvise((void *)(h->base + first), (size_t)length, MADV_REMOVE) == 0)
             released += length;

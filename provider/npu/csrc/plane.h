@@ -59,7 +59,7 @@ API int64_t lnpu_heap_block(lnpu_heap *heap, int64_t offset, int64_t *nbytes);
 /* Free blocks as (start, size) pairs into out[0 .. 2 * max); returns how many there are. */
 API int64_t lnpu_heap_free_blocks(lnpu_heap *heap, int64_t *out, int64_t max);
 /* Free blocks' pages back to the OS, atomically with allocation; the bytes released. */
-API int64_t lnpu_heap_trim(lnpu_heap *heap, int64_t page);
+API int64_t lnpu_heap_trim(lnpu_heap *heap, int64_t page, int64_t keep);
 /* External device memory: registered while its buffer lives. */
 API int lnpu_heap_add_range(lnpu_heap *heap, const void *address, int64_t nbytes);
 API int lnpu_heap_remove_range(lnpu_heap *heap, const void *address);
