@@ -376,14 +376,15 @@ def test_session_entry_holds_context_model_and_source_stat(tmp_path, source):
 def test_npu_only_context_model_is_loaded_without_graph_optimisation(
         tmp_path, source, expected, monkeypatch, options, npu_only):
     """A stored EPContext model of our EPContext nodes only is created with onnxruntime's graph
-    optimisations off (nothing to optimise) and claimed without reading its graph in full; the
-    caller's options keep their level. A model with CPU nodes keeps the caller's level."""
+    optimisations off (nothing to optimise) and one intra-op thread (no CPU kernel to run)
+    unless the caller sized them, and claimed without reading its graph in full; the
+    caller's options keep their settings. A model with CPU nodes keeps the caller's."""
     session(source, tmp_path, **options)
     seen = []
     create = InferenceSession._create
 
     def spy(self, model, sess_options, kwargs):
-        seen.append(sess_options.graph_optimization_level)
+        seen.append((sess_options.graph_optimization_level, sess_options.intra_op_num_threads))
         return create(self, model, sess_options, kwargs)
 
     monkeypatch.setattr(InferenceSession, "_create", spy)
@@ -397,9 +398,10 @@ def test_npu_only_context_model_is_loaded_without_graph_optimisation(
         ("NPUExecutionProvider", {"cache_dir": str(tmp_path), "model_name": "resnet", **options}),
         "CPUExecutionProvider"])
     assert warm.cache_stats().path == "context-model"
-    assert seen == [ort.GraphOptimizationLevel.ORT_DISABLE_ALL if npu_only
-                    else ort.GraphOptimizationLevel.ORT_ENABLE_ALL]
+    assert seen == [(ort.GraphOptimizationLevel.ORT_DISABLE_ALL, 1) if npu_only
+                    else (ort.GraphOptimizationLevel.ORT_ENABLE_ALL, 0)]
     assert mine.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    assert mine.intra_op_num_threads == 0
     assert len(reads) == (0 if npu_only else 1)  # GetCapability read the graph in full
     (ep,) = warm._npu_eps
     assert "assess" not in ep.counters.seconds and ep.counters.imports == 0
@@ -407,6 +409,12 @@ def test_npu_only_context_model_is_loaded_without_graph_optimisation(
     assert bool(placement.cpu) != npu_only and placement.partitions
     assert set(placement.op_types.values()) >= {"EPContext"}
     np.testing.assert_allclose(run(warm), expected, atol=1e-4, rtol=1e-3)
+    sized = ort.SessionOptions()
+    sized.intra_op_num_threads = 2  # the caller's own choice stands
+    InferenceSession(str(source), sized, providers=[
+        ("NPUExecutionProvider", {"cache_dir": str(tmp_path), "model_name": "resnet", **options}),
+        "CPUExecutionProvider"])
+    assert seen[-1][1] == 2 and sized.intra_op_num_threads == 2
 
 
 def test_a_moved_cache_directory_stays_warm(tmp_path, source, expected):

@@ -142,15 +142,20 @@ class CacheSession:
     def loading(self, options: ort.SessionOptions) -> Iterator[None]:
         """Around onnxruntime's creation of the stored EPContext model: when it holds our
         EPContext nodes only, no graph optimisation applies to it (each node is one fused
-        kernel, no CPU node is left), so the passes are skipped; the caller's level is restored
-        afterwards (the session keeps its own copy of the options)."""
-        level = options.graph_optimization_level
+        kernel, no CPU node is left), so the passes are skipped, and onnxruntime's own
+        intra-op threads would have no kernel to run, so unless the caller sized them none
+        are started (each spun beside the NPU's first run: 1 ms of a warm MobileNetV2's);
+        the caller's settings are restored afterwards (the session keeps its own copy)."""
+        level, threads = options.graph_optimization_level, options.intra_op_num_threads
         if self._npu_only:
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            if not threads:
+                options.intra_op_num_threads = 1
         try:
             yield
         finally:
             options.graph_optimization_level = level
+            options.intra_op_num_threads = threads
 
     def cold(self, options: ort.SessionOptions, why: str = "") -> None:
         """Set up the normal path: stat the source, ask onnxruntime for an EPContext model."""
