@@ -1254,12 +1254,13 @@ def test_rnn_runs_natively_like_numpy(op, bidirectional, states, outputs):
 @pytest.mark.parametrize("op, hidden", [("LSTM", 256), ("GRU", 304)])
 @pytest.mark.parametrize("batch", [3, 5])
 def test_a_big_recurrence_is_cut_over_the_cores_in_blocks(op, hidden, batch, restore_threads,
-                                                          monkeypatch):
+                                                          monkeypatch, vector_width):
     """R^T of at least 1 MB per direction is stored in blocks of 16 hidden units, and each
     step is cut over the cores by blocks (3 cores: uneven shares; 304 units = 19 blocks):
     both directions, initial states, every output, 3 and 5 batch rows; the same values on
-    1, 2 and 3 cores, as the numpy kernel, and as the Program that stores R^T by rows. New
-    device pools: units no task computed read 0, not an earlier run's."""
+    1, 2 and 3 cores, as the numpy kernel, and as the Program that stores R^T by rows, in
+    both vector widths. New device pools: units no task computed read 0, not an earlier
+    run's."""
     from provider.npu.ops import rnn as rnn_ops
 
     r = rng(28)

@@ -19,8 +19,6 @@
 #define RNN_BLOCK 16  /* hidden units per block of R^T */
 #define RNN_MAX_SHARES 64
 
-typedef float rnn_vec __attribute__((vector_size(RNN_BLOCK * sizeof(float)), aligned(4)));
-
 /* G: the gates' columns of R^T and of X @ W, from the step's parameters. */
 static inline int64_t gate_columns(const int64_t *p) { return (p[5] == 1 ? 3 : 4) * p[3]; }
 
@@ -58,34 +56,32 @@ MULTIVERSION static void recurrent(float *restrict g, const float *restrict h,
     }
 }
 
-/* The gates' columns of blocks [b0, b1) into g (B x gates*H) = [g +] h @ R^T, R^T in blocks:
- * a block's accumulators (one vector per gate) stay in registers down its H rows. */
-static inline __attribute__((always_inline)) void blocks_of(
-        float *restrict g, const float *restrict h, const float *restrict rb, int64_t B,
-        int64_t H, int gates, int64_t b0, int64_t b1, int accumulate) {
-    int64_t G = gates * H;
-    for (int64_t blk = b0; blk < b1; blk++) {
-        const float *base = rb + blk * H * gates * RNN_BLOCK;
-        for (int64_t row = 0; row < B; row++) {
-            float *out = g + row * G + blk * RNN_BLOCK;
-            rnn_vec acc[4];
-            for (int q = 0; q < gates; q++)
-                acc[q] = accumulate ? *(const rnn_vec *)(out + q * H) : (rnn_vec){0};
-            for (int64_t k = 0; k < H; k++) {
-                float hk = h[row * H + k];
-                const float *rk = base + k * gates * RNN_BLOCK;
-                for (int q = 0; q < gates; q++) acc[q] += hk * *(const rnn_vec *)(rk + q * RNN_BLOCK);
-            }
-            for (int q = 0; q < gates; q++) *(rnn_vec *)(out + q * H) = acc[q];
-        }
-    }
-}
+/* recurrent_blocks_16 (AVX-512, where the CPU has it) and recurrent_blocks_8 (the rest). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define RNN_WIDE 1
+#define RB_LANES 16
+#define RB(name) name##_16
+#define RB_ATTR __attribute__((target("arch=x86-64-v4")))
+#include "rnn_blocks.h"
+#else
+#define RNN_WIDE 0
+#endif
 
-MULTIVERSION static void recurrent_blocks(float *restrict g, const float *restrict h,
-                                          const float *restrict rb, int64_t B, int64_t H,
-                                          int gates, int64_t b0, int64_t b1, int accumulate) {
-    if (gates == 4) blocks_of(g, h, rb, B, H, 4, b0, b1, accumulate);
-    else blocks_of(g, h, rb, B, H, 3, b0, b1, accumulate);
+#define RB_LANES 8
+#define RB(name) name##_8
+#define RB_ATTR MULTIVERSION
+#include "rnn_blocks.h"
+
+static void recurrent_blocks(float *restrict g, const float *restrict h,
+                             const float *restrict rb, int64_t B, int64_t H, int gates,
+                             int64_t b0, int64_t b1, int accumulate) {
+#if RNN_WIDE
+    if (vector_width() == 16) {
+        recurrent_blocks_16(g, h, rb, B, H, gates, b0, b1, accumulate);
+        return;
+    }
+#endif
+    recurrent_blocks_8(g, h, rb, B, H, gates, b0, b1, accumulate);
 }
 
 /* Hidden units [0, n) of one batch row: gate q of unit j at g[q * H + j]. */
