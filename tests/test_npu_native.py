@@ -1446,7 +1446,7 @@ def test_a_gemm_of_few_rows_matches_numpy(m, k, n, act, vector_width, restore_th
 
 @pytest.mark.parametrize("op, attrs", [("MatMulFusion", {}), ("MatMulFusion", {"transpose_b": True}),
                                        ("FullConnection", {})], ids=str)
-@pytest.mark.parametrize("m", [16, 3, 40])
+@pytest.mark.parametrize("m", [16, 3, 13, 40])
 def test_a_big_constant_b_of_few_rows_is_stored_in_panels(op, attrs, m, vector_width,
                                                            restore_threads):
     """A constant B over PANEL_MIN_FLOATS times at most PANEL_MAX_ROWS rows is stored in
