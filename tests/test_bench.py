@@ -51,8 +51,8 @@ def test_measure_matches_onnxruntime_and_binding_copies_nothing(tmp_path):
 
 def test_machine_description_names_cpu_cores_load_blas_versions():
     info = machine.describe()
-    for key in ("CPU", "cores", "load average (1/5/15 min)", "BLAS threads", "onnxruntime",
-                "numpy", "litenpu", "Python"):
+    for key in ("CPU", "vector extensions", "cores", "load average (1/5/15 min)", "BLAS threads",
+                "onnxruntime", "numpy", "litenpu", "Python"):
         assert info[key], key
 
 
