@@ -5,9 +5,9 @@ unavailable), with a capacity (default 1 GiB, the provider option `device_memory
 that can grow (`grow`) within an address range reserved at creation, and committed lazily:
 the file is sparse, so a page costs memory only once something writes it, and `trim()`
 gives the pages of free blocks back (arena groups, as they shrink, keep
-`ARENA_RETAINED_BYTES` of them: the next session's arena lands there without page faults). Buffers are carved from it by a
-best-fit allocator with coalescing; every block is a multiple of 64 bytes and 64-byte
-aligned. A buffer's numpy view *is* the device memory (host-accessible, like RKNN's
+`ARENA_RETAINED_BYTES` of them: the next session's arena lands there without page faults).
+Buffers are carved from it by a best-fit allocator with coalescing; every block is a
+multiple of 64 bytes and 64-byte aligned. A buffer's numpy view *is* the device memory (host-accessible, like RKNN's
 virt_addr), so a caller who fills a view has uploaded the data with zero copies.
 
 The books (which blocks are free, which are live, which external buffers count as device

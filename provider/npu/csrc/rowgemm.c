@@ -133,11 +133,13 @@ MULTIVERSION static void rg_panel_portable(int64_t M, const float *a, const floa
     for (int64_t m = 0; m < M;) {
         int64_t rows = rg_tile_rows(M - m);  /* the tile's rows, k-major: a[m * K + k * rows + r] */
         const float *at = a + m * K;
-        for (int64_t r = 0; r < rows; r += 4) {
-            if (rows >= 4) rgp_rows(at + r, rows, b, K, y + (m + r) * ldy, ldy, 4);
-            else if (rows == 2) rgp_rows(at, rows, b, K, y + m * ldy, ldy, 2);
-            else rgp_rows(at, rows, b, K, y + m * ldy, ldy, 1);
-        }
+        if (rows >= 4)  /* 8 or 4: 4 rows at a time */
+            for (int64_t r = 0; r < rows; r += 4)
+                rgp_rows(at + r, rows, b, K, y + (m + r) * ldy, ldy, 4);
+        else if (rows == 2)
+            rgp_rows(at, rows, b, K, y + m * ldy, ldy, 2);
+        else
+            rgp_rows(at, rows, b, K, y + m * ldy, ldy, 1);
         m += rows;
     }
 }
