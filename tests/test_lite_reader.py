@@ -9,6 +9,7 @@ import flatbuffers
 import numpy as np
 import pytest
 from lite_compare import assert_models_equal
+from proc_memory import smaps_rss
 from test_lite_roundtrip import model_with
 
 from converters.errors import InvalidModelError
@@ -166,16 +167,8 @@ def test_empty_file_on_disk(tmp_path):
 
 
 def _mapped_rss(path: Path) -> int:
-    """Resident bytes of this process's mappings of `path` (Linux /proc/self/smaps)."""
-    total, inside = 0, False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split(maxsplit=5)
-            if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):
-                inside = len(head) == 6 and head[5].strip() == str(path.resolve())
-            elif inside and line.startswith("Rss:"):
-                total += int(line.split()[1]) * 1024
-    return total
+    """Resident bytes of this process's mappings of `path`."""
+    return smaps_rss(lambda head: len(head) == 6 and head[5].strip() == str(path.resolve()))
 
 
 @pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc")

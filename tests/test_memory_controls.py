@@ -9,6 +9,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from ort_models import NPU, STATIC, reference
+from proc_memory import smaps_rss
 from threads import run_threads
 
 import models
@@ -366,16 +367,8 @@ def test_inspect_memory_prints_the_plan_of_a_real_session(capsys):
 
 
 def _pool_rss(pool: DevicePool) -> int:
-    """Bytes of the pool's mapping resident now (its smaps entry)."""
-    start = f"{pool.base_address:x}-"
-    with open("/proc/self/smaps") as f:
-        lines = iter(f)
-        for line in lines:
-            if line.startswith(start):
-                for field in lines:
-                    if field.startswith("Rss:"):
-                        return int(field.split()[1]) * 1024
-    raise AssertionError("the pool's mapping is not in /proc/self/smaps")
+    """Bytes of the pool's mapping resident now."""
+    return smaps_rss(lambda head: head[0].startswith(f"{pool.base_address:x}-"))
 
 
 def test_a_closed_sessions_arena_pages_wait_for_the_next_session():

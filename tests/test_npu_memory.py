@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from proc_memory import rss_bytes
 from threads import run_threads
 
 from provider.errors import BindingError, DeviceMemoryError, LitenpuError, UnsupportedError
@@ -24,14 +25,6 @@ def pool():
     p = DevicePool(256 * KIB)
     yield p
     assert p.stats().in_use == 0, "test leaked device memory"
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 def test_allocations_are_aligned_and_counted(pool):

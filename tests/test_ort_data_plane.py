@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 from ort_models import CNN, NPU, STATIC, f32, make_model, reference
+from proc_memory import rss_bytes
 from quant_cases import build as build_quantized
 from quant_cases import run_npu
-from test_npu_memory import rss_bytes
 from threads import run_threads
 
 import provider
