@@ -204,8 +204,14 @@ int direct_conv(const lnpu_step *s, void **slots) {
      * 3x3 conv of 32 channels on 14x14, 39.5 -> 32.7 us; 64 on 7x7 34.0 -> 29.2; the
      * resnet_block zoo Program 417 -> 380 us (faster in 10 of 12 rounds) and 379 -> 364
      * (6 of 10). On one core, whose own cache holds the rows, the requests cost 4-6%, and a
-     * 3x3/2 conv (four phase planes) gained nothing: those prefetch nothing. */
-    if (cores() > 1 && SH == 1 && SW == 1 && !cx.band_rows) cx.ahead = DIRECT_AHEAD;
+     * 3x3/2 conv (four phase planes) gained nothing: those prefetch nothing. A banded task
+     * asks too, on any core count and stride: its band (up to DIRECT_BAND_BYTES, an AVX2
+     * host's whole L2) is no longer in L1 when its tiles pass over it once per block of
+     * output channels. Alternating in one process on that host (AMD EPYC, 512 KB L2), whole
+     * step: 128 -> 256 3x3/2 at 64x64 0.87-0.88x the time on 2 cores, 0.84-0.87x on 1; 128
+     * -> 64 3x3 at 64x64 0.89-0.91x on 2; 16 -> 32 3x3/2 at 512x512 and 16 -> 16 3x3 at
+     * 256x256 unchanged (0.95-1.07x). */
+    if (cx.band_rows || (cores() > 1 && SH == 1 && SW == 1)) cx.ahead = DIRECT_AHEAD;
     if (!cx.band_rows) {
         cx.phases = thread_scratch(images * p[C_C] * SH * SW * cx.plane);
         if (!cx.phases) return -1;
