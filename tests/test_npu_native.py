@@ -270,11 +270,24 @@ def is_direct(program: Program) -> bool:
      "n": 2},
     {"c": 6, "o": 16, "k": (3, 3), "dil": (2, 2), "pads": (2, 2, 2, 2), "hw": (150, 149),
      "act": "RELU6"},
+    # pairs of full blocks of 8 output channels (the 8-float width's channel-vector tiles):
+    # an odd block count (the fifth on position tiles), a pair per group, strides, a
+    # batch, a block and a half, one pair split over the cores by positions; position
+    # counts that are not multiples of a tile (6) or of a finished chunk (48)
+    {"c": 16, "o": 40, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (7, 7), "act": "RELU"},
+    {"c": 8, "o": 32, "group": 2, "k": (3, 3), "stride": (2, 2), "pads": (1, 1, 1, 1),
+     "hw": (15, 13), "residual": True},
+    {"c": 3, "o": 16, "k": (7, 7), "stride": (2, 2), "pads": (3, 3, 3, 3), "hw": (23, 23),
+     "n": 2, "act": "RELU6"},
+    {"c": 32, "o": 28, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (14, 14), "residual": True,
+     "act": "RELU"},
+    {"c": 16, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (10, 9)},
 ], ids=str)
 def test_direct_conv_cases_match_numpy(case, vector_width):
     """Convs the native library computes directly (no im2col): channel tiles of 8/4/2/1,
-    position tiles of 3/2/1 vectors, groups, dilation, strides, uneven pads, residual; with
-    vectors of 16 floats where the CPU has AVX-512 and of 8 (forced too)."""
+    position tiles of 3/2/1 vectors, channel-vector tiles of pairs of blocks (8 floats),
+    groups, dilation, strides, uneven pads, residual; with vectors of 16 floats where the
+    CPU has AVX-512 and of 8 (forced too)."""
     model, feeds = conv_model(rng(3), **case)
     program = check_native(model, feeds, "conv2d")
     assert is_direct(program)

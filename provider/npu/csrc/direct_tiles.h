@@ -11,7 +11,8 @@
  *   DK_SPLAT(w)  a vector of DK_VEC copies of w (written out: GCC adds 0 + w for the
  *             shorter forms, and that zero register spilled the AVX2 tile)
  * and gets DK(direct_task), a parallel() task; the parameters are undefined again at the
- * end, ready for the next width. Everything else is in direct.c. */
+ * end, ready for the next width. The 8-float width also gets the channel-vector tiles for
+ * pairs of blocks (DK(pair_positions)). Everything else is in direct.c. */
 
 typedef float DK(vec) __attribute__((vector_size(DK_VEC * sizeof(float)), aligned(4)));
 #define DK_TILE (DK_VEC * DK_NV)
@@ -74,6 +75,84 @@ static inline __attribute__((always_inline)) void DK(direct_tile_any)(
 }
 #undef DK_HEIGHTS
 
+#if DK_VEC == 8
+/* ---- channel-vector tiles: a pair of stored blocks (16 output channels) ----------------
+ *
+ * The position tiles above compute the WQ - OW padded columns of every row (a 7x7 output:
+ * 64 positions for 49) and broadcast four weights per step. Here the vectors run along the
+ * output channels instead: a stored block's 8 weights of one step are one vector, and a
+ * tile of DP_POSITIONS exact output positions x 2 blocks broadcasts each position's input
+ * value, 12 accumulators. Each output sums its (channel, tap) products in the same order
+ * as the position tiles, so both give the same bits. */
+#define DP_POSITIONS 6
+#define DP_CHUNK 48               /* positions finished together, per output channel */
+
+/* Positions whose phase offsets are k[0..5] (relative to src, the group's first channel's
+ * phases), blocks w0 and w0 + 8 * K: sums into out[o * DP_CHUNK + i], 16 rows. */
+static inline __attribute__((always_inline)) void DK(pair_tile)(
+        const direct_ctx *cx, const float *w0, int64_t K, const float *src, const int64_t *k,
+        float *out) {
+    int64_t CG = cx->p[C_C] / cx->p[C_G], cstride = cx->p[C_SH] * cx->p[C_SW] * cx->plane;
+    const float *w1 = w0 + DIRECT_OB * K;
+    DK(vec) acc[DP_POSITIONS][2];
+    for (int i = 0; i < DP_POSITIONS; i++) acc[i][0] = acc[i][1] = (DK(vec)){0};
+    int64_t t = 0;
+    for (int64_t c = 0; c < CG; c++) {
+        const float *q[DP_POSITIONS];  /* each position's own pointer: no address sums per tap */
+        for (int i = 0; i < DP_POSITIONS; i++) q[i] = src + c * cstride + k[i];
+        for (int64_t tap = 0; tap < cx->taps; tap++, t++) {
+            int64_t off = cx->tap_off[tap];
+            DK(vec) a = *(const DK(vec) *)(w0 + t * DIRECT_OB);
+            DK(vec) b = *(const DK(vec) *)(w1 + t * DIRECT_OB);
+            for (int i = 0; i < DP_POSITIONS; i++) {
+                float v = q[i][off];
+                DK(vec) x = DK_SPLAT(v);
+                acc[i][0] += x * a;
+                acc[i][1] += x * b;
+            }
+        }
+    }
+    for (int i = 0; i < DP_POSITIONS; i++)
+        for (int o = 0; o < DIRECT_OB; o++) {
+            out[o * DP_CHUNK + i] = acc[i][0][o];
+            out[(o + DIRECT_OB) * DP_CHUNK + i] = acc[i][1][o];
+        }
+}
+
+/* Image n's output channels oc .. oc + 15 (blocks at w) at the exact positions whose phase
+ * offsets lie in [k0, k1): tiles of DP_POSITIONS (the last padded with its last position),
+ * DP_CHUNK positions finished at a time. src: the group's first channel's phases, offset
+ * so that src + k is position k's. */
+static inline __attribute__((always_inline)) void DK(pair_positions)(
+        const direct_ctx *cx, int64_t n, int64_t oc, const float *w,
+                               const float *src, int64_t k0, int64_t k1) {
+    const int64_t *p = cx->p;
+    int64_t OW = p[C_OW], WQ = cx->wq, O = p[C_O], HW = p[C_OH] * OW;
+    int64_t K = p[C_C] / p[C_G] * cx->taps;
+    int64_t p0 = k0 / WQ * OW + (k0 % WQ < OW ? k0 % WQ : OW);
+    int64_t p1 = k1 / WQ * OW + (k1 % WQ < OW ? k1 % WQ : OW);
+    float buf[2 * DIRECT_OB * DP_CHUNK];
+    for (int64_t c0 = p0; c0 < p1; c0 += DP_CHUNK) {
+        int64_t count = p1 - c0 < DP_CHUNK ? p1 - c0 : DP_CHUNK;
+        for (int64_t i = 0; i < count; i += DP_POSITIONS) {
+            int64_t k[DP_POSITIONS];
+            for (int j = 0; j < DP_POSITIONS; j++) {
+                int64_t q = c0 + (i + j < count ? i + j : count - 1);
+                k[j] = q / OW * WQ + q % OW;
+            }
+            DK(pair_tile)(cx, w, K, src, k, buf + i);
+        }
+        for (int o = 0; o < 2 * DIRECT_OB; o++) {
+            int64_t at = (n * O + oc + o) * HW + c0;
+            finish(cx->y + at, buf + o * DP_CHUNK, count, cx->bias ? cx->bias[oc + o] : 0.0f,
+                   cx->res ? cx->res + at : NULL, cx->act);
+        }
+    }
+}
+#undef DP_POSITIONS
+#undef DP_CHUNK
+#endif
+
 /* Task t: of one image (cx->n + t / per_image) and group, a run of its blocks of DIRECT_OB
  * output channels (one block, or all) over a band of position tiles (every tile, or a chunk
  * of them). */
@@ -85,7 +164,8 @@ DK_ATTR static void DK(direct_task)(const void *ctx, int64_t t) {
     int64_t G = p[C_G], O = p[C_O], OG = O / G, OH = p[C_OH], OW = p[C_OW], WQ = cx->wq;
     int64_t K = p[C_C] / G * p[C_KH] * p[C_KW];
     int64_t per_group = cx->obgroups * cx->chunks, g = t / per_group, r = t % per_group;
-    int64_t obs = cx->oblocks / cx->obgroups, chunk = (cx->ptiles + cx->chunks - 1) / cx->chunks;
+    int64_t obs = (cx->oblocks + cx->obgroups - 1) / cx->obgroups;
+    int64_t chunk = (cx->ptiles + cx->chunks - 1) / cx->chunks;
     int64_t o0 = g * OG + r / cx->chunks * obs * DIRECT_OB;
     int64_t o1 = o0 + obs * DIRECT_OB < (g + 1) * OG ? o0 + obs * DIRECT_OB : (g + 1) * OG;
     int64_t pt0 = r % cx->chunks * chunk, pt1 = pt0 + chunk < cx->ptiles ? pt0 + chunk : cx->ptiles;
@@ -107,6 +187,14 @@ DK_ATTR static void DK(direct_task)(const void *ctx, int64_t t) {
     for (int64_t b = o0; b < o1;) {  /* the stored blocks of 8, 4, 2, 1 rows (K-major) */
         int64_t ld = o1 - b >= DIRECT_OB ? DIRECT_OB : o1 - b >= 4 ? 4 : o1 - b >= 2 ? 2 : 1;
         const float *block = cx->w + b * K;
+#if DK_VEC == 8
+        if (cx->pairs && o1 - b >= 2 * DIRECT_OB) {
+            DK(pair_positions)(cx, n, b, block, src_g - base, pt0 * DK_TILE,
+                               pt1 * DK_TILE < cx->span ? pt1 * DK_TILE : cx->span);
+            b += 2 * DIRECT_OB;
+            continue;
+        }
+#endif
         for (int64_t pt = pt0; pt < pt1; pt++) {
             int64_t k0 = pt * DK_TILE, k1 = k0 + DK_TILE < cx->span ? k0 + DK_TILE : cx->span;
             for (int64_t sub = 0; sub < ld;) {  /* the block in tiles of DK_OB, 4, 2, 1 rows,
