@@ -96,7 +96,7 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
     int64_t O = p[C_O], C = p[C_C], mult = O / C, KK = KH * KW, HP = cx->hp, WP = cx->wp;
     int64_t cb = O - c0 < DW_BLOCK ? O - c0 : DW_BLOCK;
     float *xin = scratch, *wt = xin + HP * WP * DW_BLOCK, *out = wt + KK * DW_BLOCK;
-    int wide = vector_width() == 16;  /* 8 pixels per call, and transpose16 */
+    int wide = vector_width() == 16;  /* 8 pixels per call, and transpose16 (else transpose8) */
     int64_t r0 = PT, r1 = H + PT < HP ? H + PT : HP, q0 = PL, q1 = W + PL < WP ? W + PL : WP;
     if (cb < DW_BLOCK) {  /* lanes past the channels are computed too: zero them */
         for (int64_t k = 0; k < HP * WP * DW_BLOCK; k++) xin[k] = 0.0f;
@@ -127,6 +127,13 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
                 for (int64_t q = q0; q < q1; q += 16)
                     transpose16(xc + (r - PT) * W + q - PL, H * W, xin + (r * WP + q) * DW_BLOCK,
                                 DW_BLOCK, DW_BLOCK, q1 - q < 16 ? (int)(q1 - q) : 16);
+        } else if (transpose8_ok()) {  /* 8 pixels of a row, 8 channels, at a time */
+            for (int64_t r = r0; r < r1; r++)
+                for (int64_t q = q0; q < q1; q += 8)
+                    for (int h = 0; h < DW_BLOCK; h += 8)
+                        transpose8(xc + h * H * W + (r - PT) * W + q - PL, H * W,
+                                   xin + (r * WP + q) * DW_BLOCK + h, DW_BLOCK, 8,
+                                   q1 - q < 8 ? (int)(q1 - q) : 8);
         } else
 #endif
         for (int64_t r = r0; r < r1; r++)
@@ -171,6 +178,11 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
         for (int64_t k = 0; k < OH * OW; k += 16)
             transpose16(out + k * DW_BLOCK, DW_BLOCK, y0 + k, OH * OW,
                         OH * OW - k < 16 ? (int)(OH * OW - k) : 16, (int)cb);
+    } else if (transpose8_ok()) {
+        for (int64_t k = 0; k < OH * OW; k += 8)
+            for (int64_t h = 0; h < cb; h += 8)
+                transpose8(out + k * DW_BLOCK + h, DW_BLOCK, y0 + h * OH * OW + k, OH * OW,
+                           OH * OW - k < 8 ? (int)(OH * OW - k) : 8, cb - h < 8 ? (int)(cb - h) : 8);
     } else
 #endif
     for (int64_t cc = 0; cc < cb; cc++)

@@ -38,6 +38,54 @@ __attribute__((target("avx512f"))) void transpose16(const float *src, int64_t ld
     }
     for (int j = 0; j < cols; j++) _mm512_mask_storeu_ps(dst + j * ldd, out, t[j]);
 }
+
+/* transpose16's contract for an 8 x 8 block (rows, cols at most 8), in AVX2 registers:
+ * the depthwise conv's channels-last blocks move through it in 8-channel halves on CPUs
+ * without AVX-512, where they went element by element. */
+__attribute__((target("avx2"))) void transpose8(const float *src, int64_t lds, float *dst,
+                                                  int64_t ldd, int rows, int cols) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols), lane);
+    __m256 r[8], t[8];
+    /* plain loads and stores for whole rows and columns; fewer columns mask the loads,
+     * fewer rows store through memory (AMD's masked stores are microcoded: with them the
+     * block ran slower than the element loop it replaces) */
+    for (int i = 0; i < 8; i++)
+        r[i] = i >= rows ? _mm256_setzero_ps() : cols == 8 ? _mm256_loadu_ps(src + i * lds)
+                                                            : _mm256_maskload_ps(src + i * lds, in);
+    for (int i = 0; i < 8; i += 2) {  /* pairs of rows interleaved per 128-bit lane */
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {  /* lane l of r[i + j]: column 4l + j of rows i..i+3 */
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    for (int j = 0; j < 4; j++) {  /* columns j and j + 4: the low and high lanes */
+        t[j] = _mm256_permute2f128_ps(r[j], r[4 + j], 0x20);
+        t[j + 4] = _mm256_permute2f128_ps(r[j], r[4 + j], 0x31);
+    }
+    for (int j = 0; j < cols; j++) {
+        if (rows == 8) {
+            _mm256_storeu_ps(dst + j * ldd, t[j]);
+        } else {  /* through memory and a copy of `rows` floats */
+            float part[8] __attribute__((aligned(32)));
+            _mm256_store_ps(part, t[j]);
+            memcpy(dst + j * ldd, part, (size_t)rows * sizeof(float));
+        }
+    }
+}
+
+int transpose8_ok(void) {
+    static int ok = -1;
+    if (ok < 0) {
+        __builtin_cpu_init();
+        ok = __builtin_cpu_supports("avx2");
+    }
+    return ok;
+}
 #endif
 
 /* concat and split: outer, then bytes per outer index of each piece (slots 0..k-1); the

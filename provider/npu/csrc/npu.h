@@ -339,10 +339,13 @@ int pool2d(const lnpu_step *s, void **slots, int max);
 void global_pool(const lnpu_step *s, void **slots);
 void concat(const lnpu_step *s, void **slots);       /* layout.c */
 void transpose(const lnpu_step *s, void **slots);
-/* layout.c: one 16 x 16 block transposed in registers (x86 with AVX-512 at run time) */
+/* layout.c: one 16 x 16 block transposed in registers (x86 with AVX-512 at run time), and
+ * one 8 x 8 block (x86 with AVX2: transpose8_ok() says whether this CPU has it) */
 #if defined(__x86_64__) && defined(__GNUC__)
 #define HAVE_TRANSPOSE16 1
 void transpose16(const float *src, int64_t lds, float *dst, int64_t ldd, int rows, int cols);
+void transpose8(const float *src, int64_t lds, float *dst, int64_t ldd, int rows, int cols);
+int transpose8_ok(void);
 #else
 #define HAVE_TRANSPOSE16 0
 #endif
