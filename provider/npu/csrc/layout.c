@@ -4,6 +4,23 @@
 #if HAVE_TRANSPOSE16
 #include <immintrin.h>
 
+/* The first stages of an N x N transpose in registers r (t: scratch), N = 8 or 16, with
+ * the intrinsics of prefix PS (_mm256 or _mm512): pairs of rows interleaved per 128-bit
+ * lane, then lane l of r[i + j] holds column 4l + j of rows i..i+3. */
+#define TRANSPOSE_IN_LANES(PS, N, r, t)                                                     \
+    do {                                                                                    \
+        for (int i = 0; i < (N); i += 2) {                                                  \
+            t[i] = PS##_unpacklo_ps(r[i], r[i + 1]);                                        \
+            t[i + 1] = PS##_unpackhi_ps(r[i], r[i + 1]);                                    \
+        }                                                                                   \
+        for (int i = 0; i < (N); i += 4) {                                                  \
+            r[i] = PS##_shuffle_ps(t[i], t[i + 2], 0x44);                                   \
+            r[i + 1] = PS##_shuffle_ps(t[i], t[i + 2], 0xee);                               \
+            r[i + 2] = PS##_shuffle_ps(t[i + 1], t[i + 3], 0x44);                           \
+            r[i + 3] = PS##_shuffle_ps(t[i + 1], t[i + 3], 0xee);                           \
+        }                                                                                   \
+    } while (0)
+
 /* dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols (both at most 16): one 16 x 16
  * block in registers (unpacks, then 128-bit lane shuffles), rows past `rows` read as zeros
  * and lanes past `cols` neither read nor written. The depthwise conv's channels-last blocks
@@ -16,16 +33,7 @@ __attribute__((target("avx512f"))) void transpose16(const float *src, int64_t ld
     __m512 r[16], t[16];
     for (int i = 0; i < 16; i++)
         r[i] = i < rows ? _mm512_maskz_loadu_ps(in, src + i * lds) : _mm512_setzero_ps();
-    for (int i = 0; i < 16; i += 2) {  /* pairs of rows interleaved per 128-bit lane */
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {  /* lane l of r[i + j]: column 4l + j of rows i..i+3 */
-        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
-        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-    }
+    TRANSPOSE_IN_LANES(_mm512, 16, r, t);
     for (int j = 0; j < 4; j++) {  /* the four row quarters of columns j, j + 4, j + 8, j + 12 */
         __m512 a = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);   /* j, j + 8 of rows 0-7 */
         __m512 b = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);   /* j + 4, j + 12 */
@@ -53,16 +61,7 @@ __attribute__((target("avx2"))) void transpose8(const float *src, int64_t lds, f
     for (int i = 0; i < 8; i++)
         r[i] = i >= rows ? _mm256_setzero_ps() : cols == 8 ? _mm256_loadu_ps(src + i * lds)
                                                             : _mm256_maskload_ps(src + i * lds, in);
-    for (int i = 0; i < 8; i += 2) {  /* pairs of rows interleaved per 128-bit lane */
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) {  /* lane l of r[i + j]: column 4l + j of rows i..i+3 */
-        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
-        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-    }
+    TRANSPOSE_IN_LANES(_mm256, 8, r, t);
     for (int j = 0; j < 4; j++) {  /* columns j and j + 4: the low and high lanes */
         t[j] = _mm256_permute2f128_ps(r[j], r[4 + j], 0x20);
         t[j + 4] = _mm256_permute2f128_ps(r[j], r[4 + j], 0x31);
