@@ -124,8 +124,8 @@ static inline __attribute__((always_inline)) void DK(pair_tile)(
  * DP_CHUNK positions finished at a time. src: the group's first channel's phases, offset
  * so that src + k is position k's. */
 static inline __attribute__((always_inline)) void DK(pair_positions)(
-        const direct_ctx *cx, int64_t n, int64_t oc, const float *w,
-                               const float *src, int64_t k0, int64_t k1) {
+        const direct_ctx *cx, int64_t n, int64_t oc, const float *w, const float *src,
+        int64_t k0, int64_t k1) {
     const int64_t *p = cx->p;
     int64_t OW = p[C_OW], WQ = cx->wq, O = p[C_O], HW = p[C_OH] * OW;
     int64_t K = p[C_C] / p[C_G] * cx->taps;
