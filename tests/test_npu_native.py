@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from npu_oracle import lite_graph, pool, rng
 from threads import run_threads
+from worker_cores import run_until_a_worker_helps
 
 from converters.lite import dtypes as lite_dtypes
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
@@ -881,10 +882,7 @@ def test_work_is_split_over_the_cores_and_a_run_can_be_limited(restore_threads):
     x = [feeds[program.slots[i].name] for i in program.inputs]
     with Executor(program) as ex, Executor(program, cores=1) as one:
         before = native.worker_tasks()
-        for _ in range(200):  # a worker that starts or wakes late finds the tasks taken
-            ex.run(x)
-            if native.worker_tasks() > before:
-                break
+        run_until_a_worker_helps(lambda: ex.run(x), before)
         assert native.worker_tasks() > before
         before = native.worker_tasks()
         np.testing.assert_array_equal(one.run(x)[0], one.run(x)[0])
@@ -1403,10 +1401,7 @@ def test_big_copies_split_over_cores_copy_the_same_bytes(case, dtype, restore_th
     native.set_threads(2)
     before = native.worker_tasks()
     with Executor(program, DevicePool()) as ex:
-        for _ in range(200):  # a worker that wakes late finds the tasks taken
-            np.testing.assert_array_equal(ex.run([x])[0], one)
-            if native.worker_tasks() > before:
-                break
+        run_until_a_worker_helps(lambda: np.testing.assert_array_equal(ex.run([x])[0], one), before)
     assert native.worker_tasks() > before
 
 
