@@ -28,6 +28,7 @@ import numpy as np
 from converters.lite import reader, writer
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
 from converters.lite.summary import summarize
+from provider.bench.process_memory import mapped_rss, rss_bytes
 
 CNODE = 2
 
@@ -47,28 +48,6 @@ def big_model(total_mb: int, n_layers: int = 50) -> LiteModel:
         x = y
     m.outputs = [x]
     return m.finalize_subgraph()
-
-
-def mapped_rss(path: Path) -> int:
-    """Bytes of `path`'s mappings resident in this process (Linux /proc/self/smaps)."""
-    total, inside = 0, False
-    target = str(path.resolve())
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split(maxsplit=5)
-            if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):
-                inside = len(head) == 6 and head[5].strip() == target
-            elif inside and line.startswith("Rss:"):
-                total += int(line.split()[1]) * 1024
-    return total
-
-
-def process_rss() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
 
 
 def evict(path: Path) -> None:
@@ -104,12 +83,12 @@ def main() -> None:
         hot = open_hot(path)
         evict(path)
 
-        rss0 = process_rss()
+        rss0 = rss_bytes()
         t0 = time.perf_counter()
         model = reader.load(path, lazy=True)
         open_s = time.perf_counter() - t0
         opened = mapped_rss(path)
-        rss_open = process_rss() - rss0
+        rss_open = rss_bytes() - rss0
         summarize(model)
         summarized = mapped_rss(path)
         checksum = sum(float(t.data.sum(dtype=np.float64)) for t in model.tensors if t.is_const)

@@ -9,13 +9,13 @@ import flatbuffers
 import numpy as np
 import pytest
 from lite_compare import assert_models_equal
-from proc_memory import smaps_rss
 from test_lite_roundtrip import model_with
 
 from converters.errors import InvalidModelError
 from converters.lite import reader, writer
 from converters.lite._generated import MetaGraph as gen_metagraph
 from converters.lite.ir import LiteTensor
+from provider.bench.process_memory import mapped_rss
 
 SHARED = Path(os.environ.get("LITENPU_SHARED", Path(__file__).resolve().parents[2] / "shared"))
 REAL = SHARED / "data" / "ms"
@@ -166,11 +166,6 @@ def test_empty_file_on_disk(tmp_path):
         reader.load(tmp_path / "e.ms")
 
 
-def _mapped_rss(path: Path) -> int:
-    """Resident bytes of this process's mappings of `path`."""
-    return smaps_rss(lambda head: len(head) == 6 and head[5].strip() == str(path.resolve()))
-
-
 @pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc")
 def test_lazy_open_pages_in_metadata_only(tmp_path):
     m = model_with("AddFusion", {})
@@ -186,6 +181,6 @@ def test_lazy_open_pages_in_metadata_only(tmp_path):
     os.close(fd)
     model = reader.load(path)
     size = path.stat().st_size
-    assert _mapped_rss(path) < 0.02 * size
+    assert mapped_rss(path) < 0.02 * size
     total = sum(float(t.data.sum()) for t in model.tensors if t.is_const)
-    assert np.isfinite(total) and _mapped_rss(path) > 0.9 * size
+    assert np.isfinite(total) and mapped_rss(path) > 0.9 * size

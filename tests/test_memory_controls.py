@@ -9,11 +9,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from ort_models import NPU, STATIC, reference
-from proc_memory import smaps_rss
 from threads import run_threads
 
 import models
 import provider
+from provider.bench.process_memory import smaps_rss
 from provider.errors import BindingError, DeviceMemoryError
 from provider.npu import session_memory
 from provider.npu.memory import ARENA_RETAINED_BYTES, DevicePool, default_pool

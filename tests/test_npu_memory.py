@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from proc_memory import rss_bytes
 from threads import run_threads
 
+from provider.bench.process_memory import rss_bytes
 from provider.errors import BindingError, DeviceMemoryError, LitenpuError, UnsupportedError
 from provider.npu import memory, native
 from provider.npu.heap import PyHeap

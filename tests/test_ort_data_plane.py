@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 from ort_models import CNN, NPU, STATIC, f32, make_model, reference
-from proc_memory import rss_bytes
 from quant_cases import build as build_quantized
 from quant_cases import run_npu
 from threads import run_threads
 
 import provider
+from provider.bench.process_memory import rss_bytes
 from provider.errors import BindingError, LitenpuError
 from provider.npu import native
 from provider.npu.memory import default_pool

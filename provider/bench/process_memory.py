@@ -1,17 +1,19 @@
 """This process's memory as Linux's /proc reports it: resident bytes in all, and of the
-mappings a test picks out of /proc/self/smaps."""
+mappings one picks out of /proc/self/smaps (the benchmarks' and the tests' one reader)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 
 def rss_bytes() -> int:
+    """Resident bytes of this process (VmRSS)."""
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
+    raise RuntimeError("no VmRSS in /proc/self/status")
 
 
 def smaps_rss(selects: Callable[[list[str]], bool]) -> int:
@@ -26,3 +28,9 @@ def smaps_rss(selects: Callable[[list[str]], bool]) -> int:
             elif inside and line.startswith("Rss:"):
                 total += int(line.split()[1]) * 1024
     return total
+
+
+def mapped_rss(path: Path) -> int:
+    """Resident bytes of this process's mappings of the file `path`."""
+    target = str(path.resolve())
+    return smaps_rss(lambda head: len(head) == 6 and head[5].strip() == target)
