@@ -7,8 +7,9 @@ the file is sparse, so a page costs memory only once something writes it, and `t
 gives the pages of free blocks back (arena groups, as they shrink, keep
 `ARENA_RETAINED_BYTES` of them: the next session's arena lands there without page faults).
 Buffers are carved from it by a best-fit allocator with coalescing; every block is a
-multiple of 64 bytes and 64-byte aligned. A buffer's numpy view *is* the device memory (host-accessible, like RKNN's
-virt_addr), so a caller who fills a view has uploaded the data with zero copies.
+multiple of 64 bytes and 64-byte aligned. A buffer's numpy view *is* the device memory
+(host-accessible, like RKNN's virt_addr), so a caller who fills a view has uploaded the
+data with zero copies.
 
 The books (which blocks are free, which are live, which external buffers count as device
 memory) are the native library's heap when it is loaded (`native.Heap`): the data plane

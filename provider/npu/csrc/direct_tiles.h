@@ -119,16 +119,15 @@ static inline __attribute__((always_inline)) void DK(pair_tile)(
         }
 }
 
-/* Image n's output channels oc .. oc + 15 (blocks at w) at the exact positions whose phase
- * offsets lie in [k0, k1): tiles of DP_POSITIONS (the last padded with its last position),
- * DP_CHUNK positions finished at a time. src: the group's first channel's phases, offset
- * so that src + k is position k's. */
+/* Image n's output channels oc .. oc + 15 (blocks at w, K steps each) at the exact
+ * positions whose phase offsets lie in [k0, k1): tiles of DP_POSITIONS (the last padded
+ * with its last position), DP_CHUNK positions finished at a time. src: the group's first
+ * channel's phases, offset so that src + k is position k's. */
 static inline __attribute__((always_inline)) void DK(pair_positions)(
-        const direct_ctx *cx, int64_t n, int64_t oc, const float *w, const float *src,
+        const direct_ctx *cx, int64_t n, int64_t oc, const float *w, int64_t K, const float *src,
         int64_t k0, int64_t k1) {
     const int64_t *p = cx->p;
     int64_t OW = p[C_OW], WQ = cx->wq, O = p[C_O], HW = p[C_OH] * OW;
-    int64_t K = p[C_C] / p[C_G] * cx->taps;
     int64_t p0 = k0 / WQ * OW + (k0 % WQ < OW ? k0 % WQ : OW);
     int64_t p1 = k1 / WQ * OW + (k1 % WQ < OW ? k1 % WQ : OW);
     float buf[2 * DIRECT_OB * DP_CHUNK];
@@ -189,7 +188,7 @@ DK_ATTR static void DK(direct_task)(const void *ctx, int64_t t) {
         const float *block = cx->w + b * K;
 #if DK_VEC == 8
         if (cx->pairs && o1 - b >= 2 * DIRECT_OB) {
-            DK(pair_positions)(cx, n, b, block, src_g - base, pt0 * DK_TILE,
+            DK(pair_positions)(cx, n, b, block, K, src_g - base, pt0 * DK_TILE,
                                pt1 * DK_TILE < cx->span ? pt1 * DK_TILE : cx->span);
             b += 2 * DIRECT_OB;
             continue;
