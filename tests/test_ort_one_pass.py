@@ -3,6 +3,8 @@ own rules; Compile cuts each partition out of that import and compiles it once p
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -10,6 +12,9 @@ from ort_models import make_model, reference
 from test_ort_cache import IMAGE, RESNET
 
 import provider
+from provider.errors import UnsupportedError
+from provider.npu.ops import OPS
+from provider.ort import capability, compute
 from provider.ort.capability import group
 from provider.session import InferenceSession
 
@@ -36,6 +41,59 @@ def test_n_partitions_one_import_n_compiles_and_none_on_a_warm_hit(tmp_path):
     assert (warm._npu_eps[0].counters.imports, warm._npu_eps[0].counters.compiles) == (1, 0)
     np.testing.assert_allclose(warm.run(None, {"image": IMAGE})[0],
                                reference(RESNET, {"image": IMAGE})[0], atol=1e-4, rtol=1e-3)
+
+
+def _spy(monkeypatch, module, name: str) -> list:
+    """Record the calls of module.name (still made)."""
+    calls, real = [], getattr(module, name)
+
+    def spy(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, spy)
+    return calls
+
+
+def test_a_graph_the_npu_takes_whole_is_compiled_by_get_capability(monkeypatch):
+    assessed = _spy(monkeypatch, capability, "assess")
+    read = _spy(monkeypatch, compute, "read_graph")
+    sess = npu_session(RESNET)
+    (ep,) = sess._npu_eps
+    assert {n.device for n in sess.partition()} == {"NPU"}
+    assert (ep.counters.imports, ep.counters.compiles) == (1, 1)
+    assert (assessed, read) == ([], [])  # the compile answered for every node; Compile adopted it
+    (kernel,) = ep.kernels.values()
+    (compiled,) = kernel._programs.values()
+    assert compiled.executor.program.name == kernel.name  # named as Compile names its Programs
+    assert [p.status for p in sess.cache_stats().partitions] == ["off"]
+    np.testing.assert_allclose(sess.run(None, {"image": IMAGE})[0],
+                               reference(RESNET, {"image": IMAGE})[0], atol=1e-4, rtol=1e-3)
+    clone = sess.clone()  # its family holds the Program: nothing compiled again
+    assert clone._npu_eps[0].counters.compiles == 0
+    np.testing.assert_array_equal(clone.run(None, {"image": IMAGE})[0],
+                                  sess.run(None, {"image": IMAGE})[0])
+
+
+def test_a_whole_graph_a_rule_refuses_is_assessed_node_by_node(monkeypatch):
+    def refuse(node, ins, out_types):
+        raise UnsupportedError("refused by the test's rule")
+
+    monkeypatch.setitem(OPS, "Neg", dataclasses.replace(OPS["Neg"], rule=refuse))
+    assessed = _spy(monkeypatch, capability, "assess")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
+    model = make_model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                        helper.make_node("Neg", ["r"], ["n"], name="neg"),
+                        helper.make_node("Relu", ["n"], ["y"], name="relu2")], [x], [y])
+    sess = npu_session(model)
+    where = {n.name: n for n in sess.partition()}
+    assert len(assessed) == 1
+    assert where["neg"].device == "CPU" and "refused by the test's rule" in where["neg"].reason
+    assert where["relu"].device == where["relu2"].device == "NPU"
+    assert sess._npu_eps[0].counters.compiles == 2  # the two partitions, each once
+    feeds = {"x": np.arange(-4, 4, dtype=np.float32).reshape(2, 4)}
+    np.testing.assert_array_equal(sess.run(None, feeds)[0], reference(model, feeds)[0])
 
 
 def test_dynamic_shapes_compile_once_per_shape():

@@ -8,7 +8,10 @@ when every Lite node it became does. Supported nodes are then grouped into parti
 onnxruntime accepts (`group`): each partition is convex, i.e. no path leaves it through a CPU
 node and comes back (values a control-flow node's body reads count as its inputs), so fusing
 it cannot create a cycle. The import is kept (`ImportedGraph`) for Compile, which cuts each
-fused partition out of it instead of importing again. A compiled model (one holding our
+fused partition out of it instead of importing again. A graph the NPU may take whole (every
+node passes the static checks, its input shapes are static) is compiled at once instead of
+assessed: the compile lowers every node, so it answers for all of them, and Compile adopts
+its Program (`ImportedGraph.whole`); only if it fails is every node assessed. A compiled model (one holding our
 EPContext nodes) is not imported: its EPContext nodes are claimed, each alone, and its other
 nodes stay on CPU. Nothing here raises for a node: a node that cannot go to the NPU gets a
 reason instead.
@@ -20,8 +23,9 @@ import ctypes as C
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -31,10 +35,17 @@ from converters.onnx_ops.import_quant import QOPERATORS
 from converters.report import ConversionReport
 from provider.errors import LitenpuError, UnsupportedError
 from provider.npu.capability import assess, supported_nodes
+from provider.npu.program import Program
 from provider.options import NpuOptions
 from provider.ort import abi, epcontext
 from provider.ort.abi import ELEMENT_TO_NUMPY
-from provider.ort.graph import OrtGraphContents, OrtNode, read_graph, string_attribute
+from provider.ort.graph import (
+    OrtGraphContents,
+    OrtNode,
+    read_graph,
+    static_inputs,
+    string_attribute,
+)
 
 log = logging.getLogger("litenpu.ort")
 
@@ -64,6 +75,14 @@ def _node_key(node: OrtNode) -> tuple[str, ...]:
     return tuple(node.view.outputs)
 
 
+class Whole(NamedTuple):
+    """The Program of a graph the NPU takes whole, compiled while the device was asked (its
+    lowering answered for every node), and the seconds the compile took."""
+
+    program: Program
+    seconds: float
+
+
 @dataclass
 class ImportedGraph:
     """One graph GetCapability imported: its Lite IR and where every node and value went."""
@@ -71,6 +90,21 @@ class ImportedGraph:
     lite: LiteModel
     report: ConversionReport
     index: dict[tuple[str, ...], int]  # _node_key -> ONNX node index
+    whole: Whole | None = None  # the NPU takes the whole graph: its Program, for Compile
+
+    def adopt(self, inputs: Sequence[str], outputs: Sequence[str]) -> Whole | None:
+        """The whole graph's Program, handed over once, if the fused node with these inputs
+        and outputs is the whole graph (its Program has the same I/O names)."""
+        whole = self.whole
+        if whole is None:
+            return None
+        program = whole.program
+        names = [[program.slots[i].name for i in slots]
+                 for slots in (program.inputs, program.outputs)]
+        if sorted(names[0]) != sorted(inputs) or sorted(names[1]) != sorted(outputs):
+            return None
+        self.whole = None
+        return whole
 
     def partition(self, contents: OrtGraphContents, inputs: Sequence[str],
                   outputs: Sequence[str], name: str) -> LiteModel | None:
@@ -127,15 +161,43 @@ def _static_reason(contents: OrtGraphContents, node: OrtNode, options: NpuOption
     return None
 
 
+# Compiles a whole graph's Lite IR at its static input shapes; None when it cannot.
+CompileWhole = Callable[[LiteModel, dict[str, tuple[int, ...]]], Whole | None]
+
+
+def _whole(contents: OrtGraphContents, candidates: list[int], lite: LiteModel,
+           report: ConversionReport, options: NpuOptions, compile_whole: CompileWhole | None
+           ) -> Whole | None:
+    """The graph's Program when every node can go to the NPU as one partition (each node
+    has a Lite primitive that passes the static checks) and it compiles: compiling lowers
+    every node, so it answers the device's question for all of them. `compile_whole` is
+    None unless the graph's input shapes are static."""
+    if (compile_whole is None or len(candidates) != len(contents.nodes) or report.custom
+            or len(contents.nodes) < options.placement.min_partition_nodes
+            or not all(report.origins) or any(supported_nodes(lite).values())):
+        return None
+    index = {_node_key(n): i for i, n in enumerate(contents.nodes)}
+    cut = ImportedGraph(lite, report, index).partition(
+        contents, [vi.name for vi in contents.inputs], [vi.name for vi in contents.outputs],
+        lite.name)
+    if cut is None:
+        return None
+    return compile_whole(cut, {vi.name: tuple(vi.shape) for vi in contents.inputs})
+
+
 def _device_reasons(contents: OrtGraphContents, candidates: list[int], options: NpuOptions,
-                    seconds: dict[str, float]) -> tuple[dict[int, str], ImportedGraph]:
+                    seconds: dict[str, float], compile_whole: CompileWhole | None
+                    ) -> tuple[dict[int, str], ImportedGraph]:
     """Import the graph once and ask the device about every Lite node; a reason per
-    candidate ONNX node it refuses, and the import (kept for Compile)."""
+    candidate ONNX node it refuses, and the import (kept for Compile). A graph the NPU may
+    take whole is compiled first (`_whole`); only if that fails is every node assessed."""
     start = time.perf_counter()
     lite, report = import_onnx(contents.view())
     imported = time.perf_counter()
-    verdicts = assess(lite, options.compile)
-    seconds.update({"import": imported - start, "assess": time.perf_counter() - imported})
+    whole = _whole(contents, candidates, lite, report, options, compile_whole)
+    checked = time.perf_counter()  # a compile counts its own seconds
+    verdicts = [None] * len(lite.nodes) if whole is not None else assess(lite, options.compile)
+    seconds.update({"import": imported - start, "assess": time.perf_counter() - checked})
     custom = iter(report.custom)
     reasons: dict[int, str] = {}
     for i, origin in enumerate(report.origins):
@@ -151,7 +213,7 @@ def _device_reasons(contents: OrtGraphContents, candidates: list[int], options: 
             if why is not None:
                 reasons[i] = f"{lite.nodes[why[0]].op}: {why[1]}"
     index = {_node_key(n): i for i, n in enumerate(contents.nodes)}
-    return reasons, ImportedGraph(lite, report, index)
+    return reasons, ImportedGraph(lite, report, index, whole)
 
 
 def _partition_refusals(imported: ImportedGraph, groups: list[list[int]]) -> dict[int, str]:
@@ -205,8 +267,10 @@ def group(inputs: Sequence[Sequence[str]], outputs: Sequence[Sequence[str]],
     return [g for g in groups if g]
 
 
-def claim(ort: abi.Ort, graph: int, options: NpuOptions) -> Claim:
-    """GetCapability on one OrtGraph: placement, partitions and the import behind them."""
+def claim(ort: abi.Ort, graph: int, options: NpuOptions,
+          compile_whole: CompileWhole | None = None) -> Claim:
+    """GetCapability on one OrtGraph: placement, partitions and the import behind them;
+    with `compile_whole`, a graph the NPU takes whole is compiled now (`ImportedGraph.whole`)."""
     compiled = _context_claim(ort, graph)
     if compiled is not None:
         return compiled
@@ -228,7 +292,9 @@ def claim(ort: abi.Ort, graph: int, options: NpuOptions) -> Claim:
     imported, seconds = None, {}
     if candidates:
         try:
-            device, imported = _device_reasons(contents, candidates, options, seconds)
+            device, imported = _device_reasons(
+                contents, candidates, options, seconds,
+                compile_whole if static_inputs(ort, contents.inputs) else None)
         except LitenpuError as e:  # a graph the importer refuses stays on CPU
             device = dict.fromkeys(candidates, f"the graph cannot be imported: {e}")
         except Exception:  # noqa: BLE001 - a bug of the importer: logged, the graph stays on CPU
@@ -241,7 +307,9 @@ def claim(ort: abi.Ort, graph: int, options: NpuOptions) -> Claim:
     while True:  # a node may need a value only its partition can fold: check per partition
         groups = group(node_inputs, node_outputs,
                        [i not in reasons and i not in saved for i in range(len(nodes))])
-        refused = _partition_refusals(imported, groups) if imported is not None else {}
+        # a whole graph that compiled has no partition boundary to check
+        refused = (_partition_refusals(imported, groups)
+                   if imported is not None and imported.whole is None else {})
         if not refused:
             break
         reasons.update(refused)

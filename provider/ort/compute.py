@@ -1,6 +1,7 @@
 """OrtNodeComputeInfo: one fused NPU partition, compiled and run on onnxruntime's tensors.
 
-Compile cuts the partition from GetCapability's import, or restores it from one of our
+Compile adopts the Program GetCapability compiled for a graph the NPU takes whole, or cuts
+the partition from GetCapability's import, or restores it from one of our
 EPContext nodes (a Program embedded or in a cache entry; for dynamic shapes, the partition's
 descriptor and Lite IR, `provider.ort.partition_payload`). Static shapes: the Program is got
 now. Dynamic dims: the partition's weights are copied (onnxruntime may drop its initializers
@@ -39,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from converters.lite.ir import LiteModel
-from provider.cache import CONTEXT, PartitionCacheStats
+from provider.cache import CONTEXT, OFF, PartitionCacheStats
 from provider.cache.keys import lite_digest
 from provider.cache.writer import Pending
 from provider.errors import BindingError
@@ -48,7 +49,7 @@ from provider.npu.program import Program
 from provider.ort import abi, clib, compatibility, epcontext
 from provider.ort.callbacks import address, status_callback, value_callback
 from provider.ort.capability import own_weights
-from provider.ort.graph import read_graph
+from provider.ort.graph import read_graph, static_inputs
 from provider.ort.partition_payload import StoredPartition
 from provider.ort.partition_source import PartitionSource, record
 from provider.ort.profiling import StepInfo, step_info
@@ -173,6 +174,9 @@ class FusedKernel:
         name = o.string("Node_GetName", fused_node)
         inputs = _names(o, fused_node, "Node_GetNumInputs", "Node_GetInputs")
         outputs = _names(o, fused_node, "Node_GetNumOutputs", "Node_GetOutputs")
+        whole = ep.adopt_whole(inputs, outputs)
+        if whole is not None:  # compiled by GetCapability: the graph is not read again
+            return cls._adopted(ep, name, inputs, outputs, whole.program, whole.seconds)
         # views: valid in Compile; the nodes by name only (GetCapability read them in full),
         # but an EPContext node with its attributes
         only = o.array("Graph_GetNumNodes", "Graph_GetNodes", graph)
@@ -184,11 +188,21 @@ class FusedKernel:
             return cls._from_context(ep, name, inputs, outputs, nodes[0].view,
                                      epcontext.model_path(o, graph))
         lite = ep.partition(contents, inputs, outputs, name)  # cut from GetCapability's import
-        if not _static(o, contents.inputs):  # Programs per concrete shape, at run time
+        if not static_inputs(o, contents.inputs):  # Programs per concrete shape, at run time
             return cls(ep, name, inputs, outputs, PartitionSource.held(ep, name, own_weights(lite)),
                        None)
         shapes = {vi.name: tuple(vi.shape) for vi in contents.inputs}
         return cls(ep, name, inputs, outputs, PartitionSource.held(ep, name, lite), shapes)
+
+    @classmethod
+    def _adopted(cls, ep, name: str, inputs: list[str], outputs: list[str], program: Program,
+                 seconds: float) -> FusedKernel:
+        """The kernel of a whole graph GetCapability compiled (no cache: recorded as a compile)."""
+        program.name = name  # the fused node's, as a Program compiled here is named
+        kernel = cls(ep, name, inputs, outputs, program, None)
+        shapes = {program.slots[i].name: tuple(program.slots[i].shape) for i in program.inputs}
+        kernel._stats.append(record(name, OFF, "", shapes, program, 0.0, seconds, None))
+        return kernel
 
     @classmethod
     def _from_context(cls, ep, name: str, inputs: list[str], outputs: list[str], view,
@@ -360,13 +374,6 @@ def _key(shapes: dict[str, tuple[int, ...]]) -> tuple:
 
 def _names(o: abi.Ort, node: int, count_fn: str, get_fn: str) -> list[str]:
     return [o.string("GetValueInfoName", v) if v else "" for v in o.array(count_fn, get_fn, node)]
-
-
-def _static(o: abi.Ort, inputs) -> bool:
-    """Every input shape fully known (before onnxruntime 1.24 a 0-d shape may mean unknown)."""
-    exact_rank = o.api.available("TensorTypeAndShape_HasShape")
-    return all(vi.shape is not None and (exact_rank or len(vi.shape) > 0)
-               and all(isinstance(d, int) and d >= 0 for d in vi.shape) for vi in inputs)
 
 
 _KERNELS: dict[int, FusedKernel] = {}

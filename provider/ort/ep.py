@@ -24,9 +24,17 @@ from provider.npu.session_memory import SessionMemory
 from provider.options import NpuOptions
 from provider.ort import abi, clib, compatibility, epcontext, profiling, session_link
 from provider.ort.callbacks import CString, address, status_callback, value_callback
-from provider.ort.capability import Claim, ImportedGraph, Placement, claim, import_partition
+from provider.ort.capability import (
+    Claim,
+    ImportedGraph,
+    Placement,
+    Whole,
+    claim,
+    import_partition,
+)
 from provider.ort.compute import FusedKernel
 from provider.ort.graph import OrtGraphContents
+from provider.ort.partition_source import compile_counted
 from provider.ort.run_modes import RUN_KEY, PerfModes
 
 log = logging.getLogger("litenpu.ort")
@@ -123,7 +131,7 @@ class NpuEp:
 
     def get_capability(self, graph: int, support_info: int) -> None:
         try:
-            answer = claim(self.ort, graph, self.options)
+            answer = claim(self.ort, graph, self.options, self.compile_whole)
         except Exception as e:  # noqa: BLE001 - an unreadable graph stays on CPU, never fails
             log.warning("NPUExecutionProvider GetCapability: claiming nothing: %s: %s",
                         type(e).__name__, e, exc_info=e)
@@ -144,6 +152,29 @@ class NpuEp:
             array = (abi.vp * len(nodes))(*nodes)
             self.ort.ep.EpGraphSupportInfo_AddNodesToFuse(support_info, array, len(nodes),
                                                           C.byref(fusion))
+
+    def compile_whole(self, lite: LiteModel, shapes: dict[str, tuple[int, ...]]) -> Whole | None:
+        """GetCapability's compile of a graph the NPU may take whole (`capability.claim`), for
+        a session that compiles in memory (with a cache, Compile looks the Program up first)
+        and whose clone relatives hold no Program yet. A refusal is no error here: the device
+        is then asked node by node, and Compile reports what a compile raises."""
+        if self.cache is not None or self.memory.family.programs:
+            return None
+        start = time.perf_counter()
+        try:
+            program = compile_counted(self.counters, lite, shapes, self.options.compile,
+                                      self.memory.weight_allocator(per_shape=False))
+        except Exception as e:  # noqa: BLE001 - a refusal, or a bug assess will localise
+            log.debug("NPUExecutionProvider: the whole graph does not compile (%s: %s); "
+                      "asking the NPU node by node", type(e).__name__, e)
+            return None
+        return Whole(program, time.perf_counter() - start)
+
+    def adopt_whole(self, inputs: list[str], outputs: list[str]) -> Whole | None:
+        """GetCapability's Program of the whole graph, if the fused node is that graph."""
+        with self._lock:
+            return next((w for w in (g.adopt(inputs, outputs) for g in self.imported) if w),
+                        None)
 
     def compile(self, graphs: list[int], fused_nodes: list[int], infos, ep_context_nodes) -> None:
         try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes as C
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,6 +116,13 @@ def _node(ort: abi.Ort, doc: dict, value_info, initializers, copy: bool) -> OrtN
         implicit_inputs=tuple(n for n in names[2] if n),  # outer values its bodies read
     )
     return OrtNode(doc["address"], view, doc["unreadable"])
+
+
+def static_inputs(ort: abi.Ort, inputs: Sequence[ValueInfo]) -> bool:
+    """Every input shape fully known (before onnxruntime 1.24 a 0-d shape may mean unknown)."""
+    exact_rank = ort.api.available("TensorTypeAndShape_HasShape")
+    return all(vi.shape is not None and (exact_rank or len(vi.shape) > 0)
+               and all(isinstance(d, int) and d >= 0 for d in vi.shape) for vi in inputs)
 
 
 def string_attribute(ort: abi.Ort, attr: int) -> str | bytes:

@@ -28,9 +28,11 @@ from provider.cache.residency import pages_present, pages_spanned
 from provider.npu.compiler import compile_model
 from provider.npu.memory import DeviceBuffer
 from provider.npu.program import Program
+from provider.options import CompileOptions
 from provider.ort.partition_payload import PartitionDescriptor, StoredPartition, pack
 
-__all__ = ["PartitionSource", "content_digest", "key_options", "record", "with_input_shapes"]
+__all__ = ["PartitionSource", "compile_counted", "content_digest", "key_options", "record",
+           "with_input_shapes"]
 
 log = logging.getLogger("litenpu.ort")
 
@@ -132,19 +134,25 @@ class PartitionSource:
         return program, PartitionCacheStats.of(self.name, shapes, outcome)
 
     def _compile(self, shapes: dict[str, tuple[int, ...]], allocate: Allocate) -> Program:
-        lite = self.lite()
-        start = time.perf_counter()
-        self.counters.compiles += 1
-        program = compile_model(with_input_shapes(lite, shapes), shapes, self.compile_options,
-                                allocate=allocate)
-        self.counters.spent("compile", time.perf_counter() - start)
-        return program
+        return compile_counted(self.counters, self.lite(), shapes, self.compile_options,
+                               allocate)
 
     def close(self) -> None:
         """Let go of the Lite IR and the payload's file."""
         self._lite = None
         if self._stored is not None:
             self._stored.close()
+
+
+def compile_counted(counters, lite: LiteModel, shapes: dict[str, tuple[int, ...]],
+                    options: CompileOptions, allocate: Allocate) -> Program:
+    """compile_model at the concrete `shapes` the partition runs with, counted in the EP's
+    `counters` (one more compile, its seconds) when it succeeds."""
+    start = time.perf_counter()
+    program = compile_model(with_input_shapes(lite, shapes), shapes, options, allocate=allocate)
+    counters.compiles += 1
+    counters.spent("compile", time.perf_counter() - start)
+    return program
 
 
 def record(name: str, status: str, reason: str, shapes: dict[str, tuple[int, ...]],
