@@ -232,7 +232,7 @@ def null_ep() -> None:
         def close(self) -> None:
             compute._KERNELS.pop(self.address, None)
 
-    def claim(o: abi.Ort, graph: int, options) -> Claim:
+    def claim(o: abi.Ort, graph: int, options, compile_whole=None) -> Claim:
         nodes = o.array("Graph_GetNumNodes", "Graph_GetNodes", graph)
         ours = [[n] for n in nodes if o.string("Node_GetOperatorType", n) == epcontext.OP_TYPE
                 and o.string("Node_GetDomain", n) == epcontext.DOMAIN]

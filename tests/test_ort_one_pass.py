@@ -75,6 +75,33 @@ def test_a_graph_the_npu_takes_whole_is_compiled_by_get_capability(monkeypatch):
                                   sess.run(None, {"image": IMAGE})[0])
 
 
+def test_a_whole_graph_compiled_by_get_capability_fills_the_cache_and_is_not_compiled_on_a_hit(
+        monkeypatch, tmp_path):
+    assessed = _spy(monkeypatch, capability, "assess")
+    cold = npu_session(RESNET, cache_dir=str(tmp_path))
+    assert [p.status for p in cold.cache_stats().partitions] == ["miss"]
+    assert (cold._npu_eps[0].counters.compiles, assessed) == (1, [])
+    assert cold.cache_stats().partitions[0].compile_seconds > 0  # GetCapability's compile
+    expected = cold.run(None, {"image": IMAGE})[0]
+    del cold
+    warm = npu_session(RESNET, cache_dir=str(tmp_path))  # the entry exists: mapped, not compiled
+    assert [p.status for p in warm.cache_stats().partitions] == ["hit"]
+    assert warm._npu_eps[0].counters.compiles == 0
+    np.testing.assert_array_equal(warm.run(None, {"image": IMAGE})[0], expected)
+
+
+def test_a_whole_graph_with_an_input_no_node_reads_is_adopted(monkeypatch):
+    """The fused node has only the inputs its nodes read (old models list unused ones)."""
+    assessed = _spy(monkeypatch, capability, "assess")
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in ("a", "x", "b")]
+    model = make_model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"])],
+                       info, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    sess = npu_session(model)
+    assert (sess._npu_eps[0].counters.compiles, assessed) == (1, [])
+    feeds = {n: np.full((2, 3), k - 1, np.float32) for k, n in enumerate(("a", "x", "b"))}
+    np.testing.assert_array_equal(sess.run(None, feeds)[0], reference(model, feeds)[0])
+
+
 def test_a_whole_graph_a_rule_refuses_is_assessed_node_by_node(monkeypatch):
     def refuse(node, ins, out_types):
         raise UnsupportedError("refused by the test's rule")

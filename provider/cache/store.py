@@ -103,6 +103,13 @@ class CompileCache:
 
     # reading -----------------------------------------------------------------------------
 
+    def has(self, key: CacheKey) -> bool:
+        """Whether `key` has an entry (once its queued write is done), sound or not: what a
+        lookup would open, without opening it."""
+        directory = self.path(key)
+        writer.wait(directory)
+        return directory.exists()
+
     def _lookup(self, key: CacheKey) -> _Lookup:
         directory = self.path(key)
         writer.wait(directory)

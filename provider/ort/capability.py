@@ -76,11 +76,16 @@ def _node_key(node: OrtNode) -> tuple[str, ...]:
 
 
 class Whole(NamedTuple):
-    """The Program of a graph the NPU takes whole, compiled while the device was asked (its
-    lowering answered for every node), and the seconds the compile took."""
+    """A graph the NPU takes whole, compiled while the device was asked (its lowering
+    answered for every node): the partition Compile will be given, cut as Compile cuts it
+    (inputs as the fused node orders them), its Program at the static input shapes, the
+    compile's seconds, and the content digest when a cache key needed it."""
 
+    lite: LiteModel
+    shapes: dict[str, tuple[int, ...]]
     program: Program
     seconds: float
+    fingerprint: str | None
 
 
 @dataclass
@@ -94,14 +99,13 @@ class ImportedGraph:
 
     def adopt(self, inputs: Sequence[str], outputs: Sequence[str]) -> Whole | None:
         """The whole graph's Program, handed over once, if the fused node with these inputs
-        and outputs is the whole graph (its Program has the same I/O names)."""
+        and outputs (in this order) is the whole graph."""
         whole = self.whole
         if whole is None:
             return None
-        program = whole.program
-        names = [[program.slots[i].name for i in slots]
-                 for slots in (program.inputs, program.outputs)]
-        if sorted(names[0]) != sorted(inputs) or sorted(names[1]) != sorted(outputs):
+        lite = whole.lite
+        if ([lite.tensors[i].name for i in lite.inputs] != list(inputs)
+                or [lite.tensors[i].name for i in lite.outputs] != list(outputs)):
             return None
         self.whole = None
         return whole
@@ -161,7 +165,7 @@ def _static_reason(contents: OrtGraphContents, node: OrtNode, options: NpuOption
     return None
 
 
-# Compiles a whole graph's Lite IR at its static input shapes; None when it cannot.
+# Compiles a whole graph's partition at its static input shapes; None when it does not.
 CompileWhole = Callable[[LiteModel, dict[str, tuple[int, ...]]], Whole | None]
 
 
@@ -177,12 +181,14 @@ def _whole(contents: OrtGraphContents, candidates: list[int], lite: LiteModel,
             or not all(report.origins) or any(supported_nodes(lite).values())):
         return None
     index = {_node_key(n): i for i, n in enumerate(contents.nodes)}
+    read = {name for n in contents.nodes for name in (*n.view.inputs, *n.view.implicit_inputs)}
+    inputs = [vi.name for vi in contents.inputs if vi.name in read]  # as the fused node's
     cut = ImportedGraph(lite, report, index).partition(
-        contents, [vi.name for vi in contents.inputs], [vi.name for vi in contents.outputs],
-        lite.name)
+        contents, inputs, [vi.name for vi in contents.outputs], lite.name)
     if cut is None:
         return None
-    return compile_whole(cut, {vi.name: tuple(vi.shape) for vi in contents.inputs})
+    return compile_whole(cut, {vi.name: tuple(vi.shape) for vi in contents.inputs
+                               if vi.name in read})
 
 
 def _device_reasons(contents: OrtGraphContents, candidates: list[int], options: NpuOptions,

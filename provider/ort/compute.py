@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from converters.lite.ir import LiteModel
-from provider.cache import CONTEXT, OFF, PartitionCacheStats
+from provider.cache import CONTEXT, PartitionCacheStats
 from provider.cache.keys import lite_digest
 from provider.cache.writer import Pending
 from provider.errors import BindingError
@@ -176,7 +176,8 @@ class FusedKernel:
         outputs = _names(o, fused_node, "Node_GetNumOutputs", "Node_GetOutputs")
         whole = ep.adopt_whole(inputs, outputs)
         if whole is not None:  # compiled by GetCapability: the graph is not read again
-            return cls._adopted(ep, name, inputs, outputs, whole.program, whole.seconds)
+            return cls(ep, name, inputs, outputs, PartitionSource.adopted(ep, name, whole),
+                       whole.shapes)
         # views: valid in Compile; the nodes by name only (GetCapability read them in full),
         # but an EPContext node with its attributes
         only = o.array("Graph_GetNumNodes", "Graph_GetNodes", graph)
@@ -193,16 +194,6 @@ class FusedKernel:
                        None)
         shapes = {vi.name: tuple(vi.shape) for vi in contents.inputs}
         return cls(ep, name, inputs, outputs, PartitionSource.held(ep, name, lite), shapes)
-
-    @classmethod
-    def _adopted(cls, ep, name: str, inputs: list[str], outputs: list[str], program: Program,
-                 seconds: float) -> FusedKernel:
-        """The kernel of a whole graph GetCapability compiled (no cache: recorded as a compile)."""
-        program.name = name  # the fused node's, as a Program compiled here is named
-        kernel = cls(ep, name, inputs, outputs, program, None)
-        shapes = {program.slots[i].name: tuple(program.slots[i].shape) for i in program.inputs}
-        kernel._stats.append(record(name, OFF, "", shapes, program, 0.0, seconds, None))
-        return kernel
 
     @classmethod
     def _from_context(cls, ep, name: str, inputs: list[str], outputs: list[str], view,

@@ -34,7 +34,7 @@ from provider.ort.capability import (
 )
 from provider.ort.compute import FusedKernel
 from provider.ort.graph import OrtGraphContents
-from provider.ort.partition_source import compile_counted
+from provider.ort.partition_source import PartitionSource, compile_counted
 from provider.ort.run_modes import RUN_KEY, PerfModes
 
 log = logging.getLogger("litenpu.ort")
@@ -154,12 +154,18 @@ class NpuEp:
                                                           C.byref(fusion))
 
     def compile_whole(self, lite: LiteModel, shapes: dict[str, tuple[int, ...]]) -> Whole | None:
-        """GetCapability's compile of a graph the NPU may take whole (`capability.claim`), for
-        a session that compiles in memory (with a cache, Compile looks the Program up first)
-        and whose clone relatives hold no Program yet. A refusal is no error here: the device
-        is then asked node by node, and Compile reports what a compile raises."""
-        if self.cache is not None or self.memory.family.programs:
+        """GetCapability's compile of a graph the NPU may take whole (`capability.claim`),
+        unless a clone relative holds its Programs or the compile cache has its entry (then
+        Compile gets them as before). A refusal is no error here: the device is then asked
+        node by node, and Compile reports what a compile raises."""
+        if self.memory.family.programs:
             return None
+        fingerprint = None
+        if self.cache is not None:
+            source = PartitionSource.held(self, lite.name, lite)
+            if self.cache.has(source.keys.key(shapes)):
+                return None
+            fingerprint = source.descriptor.fingerprint
         start = time.perf_counter()
         try:
             program = compile_counted(self.counters, lite, shapes, self.options.compile,
@@ -168,7 +174,7 @@ class NpuEp:
             log.debug("NPUExecutionProvider: the whole graph does not compile (%s: %s); "
                       "asking the NPU node by node", type(e).__name__, e)
             return None
-        return Whole(program, time.perf_counter() - start)
+        return Whole(lite, shapes, program, time.perf_counter() - start, fingerprint)
 
     def adopt_whole(self, inputs: list[str], outputs: list[str]) -> Whole | None:
         """GetCapability's Program of the whole graph, if the fused node is that graph."""

@@ -29,6 +29,7 @@ from provider.npu.compiler import compile_model
 from provider.npu.memory import DeviceBuffer
 from provider.npu.program import Program
 from provider.options import CompileOptions
+from provider.ort.capability import Whole
 from provider.ort.partition_payload import PartitionDescriptor, StoredPartition, pack
 
 __all__ = ["PartitionSource", "compile_counted", "content_digest", "key_options", "record",
@@ -68,6 +69,7 @@ class PartitionSource:
         self._lite = lite
         self._fingerprint = fingerprint
         self._stored = stored
+        self._ahead: Whole | None = None  # the Program GetCapability compiled (adopted)
         self._lock = threading.Lock()  # one reader of the stored Lite IR
 
     @classmethod
@@ -76,6 +78,14 @@ class PartitionSource:
         """A partition whose Lite IR is in hand; its content digest computed when a key or a
         payload needs it (unless given)."""
         return cls(ep, name, lite=lite, fingerprint=fingerprint)
+
+    @classmethod
+    def adopted(cls, ep, name: str, whole: Whole) -> PartitionSource:
+        """A graph GetCapability compiled whole: its Program is the one for its shapes (stored
+        by the cache, where there is one, as a compile would be)."""
+        source = cls(ep, name, lite=whole.lite, fingerprint=whole.fingerprint)
+        source._ahead = whole
+        return source
 
     @classmethod
     def stored(cls, ep, name: str, stored: StoredPartition) -> PartitionSource:
@@ -121,17 +131,32 @@ class PartitionSource:
                 ) -> tuple[Program, PartitionCacheStats]:
         """The Program for `shapes`: mapped from the cache, else compiled (and stored by the
         cache's background writer: the session runs from the compiled Program). `allocate`
-        places a compiled Program's packed weights (e.g. straight into device memory)."""
+        places a compiled Program's packed weights (e.g. straight into device memory).
+        An adopted Program stands for the compile of its shapes (its seconds counted)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead.shapes != shapes:
+            ahead = None
+        earlier = [0.0]  # seconds of the adopted Program's compile, once it is used
+
+        def compile_() -> Program:
+            if ahead is None:
+                return self._compile(shapes, allocate)
+            earlier[0] = ahead.seconds
+            ahead.program.name = self.name  # named as a Program compiled here
+            return ahead.program
+
         if self.keys is None:
             start = time.perf_counter()
-            program = self._compile(shapes, allocate)
+            program = compile_()
             return program, record(self.name, OFF, "", shapes, program, 0.0,
-                                   time.perf_counter() - start, None)
+                                   earlier[0] + time.perf_counter() - start, None)
         start = time.perf_counter()
-        program, outcome = self.cache.get_or_compile(
-            self.keys.key(shapes), lambda: self._compile(shapes, allocate), background=True)
+        program, outcome = self.cache.get_or_compile(self.keys.key(shapes), compile_,
+                                                     background=True)
         self.counters.spent("cache", time.perf_counter() - start - outcome.compile_seconds)
-        return program, PartitionCacheStats.of(self.name, shapes, outcome)
+        stats = PartitionCacheStats.of(self.name, shapes, outcome)
+        return program, dataclasses.replace(stats,
+                                            compile_seconds=stats.compile_seconds + earlier[0])
 
     def _compile(self, shapes: dict[str, tuple[int, ...]], allocate: Allocate) -> Program:
         return compile_counted(self.counters, self.lite(), shapes, self.compile_options,
