@@ -88,3 +88,22 @@ def test_plots_are_pngs(tmp_path):
     for name in ("latency.png", "sessions.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({name})" in (tmp_path / "README.md").read_text()
+
+
+@pytest.mark.slow
+def test_session_create_benchmark_runs_every_mode_against_the_ep_as_it_is(tmp_path):
+    """benchmarks/bench_session_create.py drives the EP's internals (its floor replaces
+    GetCapability and Compile with an EP that does nothing): one run of every mode on a zoo
+    model, each in its own process, with the script's own checks (outputs against onnxruntime,
+    no import or compile on a warm start)."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_session_create.py"
+    spec = importlib.util.spec_from_file_location("bench_session_create", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    (path,) = bench.models(tmp_path, ["resnet_block"]).values()
+    row = bench.bench_model("resnet_block", path, tmp_path, 1)
+    for mode in ("ort", "nocache", "cold", "warm", "floor"):
+        assert row[mode] > 0, mode
