@@ -178,7 +178,7 @@ def _whole(contents: OrtGraphContents, candidates: list[int], lite: LiteModel,
     None unless the graph's input shapes are static."""
     if (compile_whole is None or len(candidates) != len(contents.nodes) or report.custom
             or len(contents.nodes) < options.placement.min_partition_nodes
-            or not all(report.origins) or any(supported_nodes(lite).values())):
+            or not all(report.origins)):  # the compile checks the static rows first
         return None
     index = {_node_key(n): i for i, n in enumerate(contents.nodes)}
     read = {name for n in contents.nodes for name in (*n.view.inputs, *n.view.implicit_inputs)}
