@@ -14,6 +14,7 @@ from test_ort_cache import IMAGE, RESNET
 import provider
 from provider.errors import UnsupportedError
 from provider.npu.ops import OPS
+from provider.npu.program import Program
 from provider.ort import capability, compute
 from provider.ort.capability import group
 from provider.session import InferenceSession
@@ -58,11 +59,13 @@ def _spy(monkeypatch, module, name: str) -> list:
 def test_a_graph_the_npu_takes_whole_is_compiled_by_get_capability(monkeypatch):
     assessed = _spy(monkeypatch, capability, "assess")
     read = _spy(monkeypatch, compute, "read_graph")
+    validated = _spy(monkeypatch, Program, "validate")
     sess = npu_session(RESNET)
     (ep,) = sess._npu_eps
     assert {n.device for n in sess.partition()} == {"NPU"}
     assert (ep.counters.imports, ep.counters.compiles) == (1, 1)
     assert (assessed, read) == ([], [])  # the compile answered for every node; Compile adopted it
+    assert len(validated) == 1  # by the compiler; its Executor trusts it
     (kernel,) = ep.kernels.values()
     (compiled,) = kernel._programs.values()
     assert compiled.executor.program.name == kernel.name  # named as Compile names its Programs
@@ -84,8 +87,10 @@ def test_a_whole_graph_compiled_by_get_capability_fills_the_cache_and_is_not_com
     assert cold.cache_stats().partitions[0].compile_seconds > 0  # GetCapability's compile
     expected = cold.run(None, {"image": IMAGE})[0]
     del cold
+    validated = _spy(monkeypatch, Program, "validate")
     warm = npu_session(RESNET, cache_dir=str(tmp_path))  # the entry exists: mapped, not compiled
     assert [p.status for p in warm.cache_stats().partitions] == ["hit"]
+    assert len(validated) == 1  # when the entry's Program was read
     assert warm._npu_eps[0].counters.compiles == 0
     np.testing.assert_array_equal(warm.run(None, {"image": IMAGE})[0], expected)
 

@@ -182,8 +182,10 @@ class Executor:
         lock: threading.Lock | None = None,
         cores: int = 0,
         arenas: native.ArenaSet | None = None,
+        validated: bool = False,
     ):
-        program.validate()
+        if not validated:  # else the caller's Program passed the check when it was made
+            program.validate()  # (compile_model, program.load) and has not changed since
         self.cores = _checked_cores(cores)
         # The native library runs the steps it can (native_steps) unless the caller brings
         # its own kernel table, which then runs every step.

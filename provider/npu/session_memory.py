@@ -253,9 +253,10 @@ class ManagedExecutor:
         arena, arena_tag = self._arena.placement(self.program)
         tag = (weights_tag, arena_tag)
         if self._inner is None or tag != self._built_for:
+            # the family's Programs come from compile_model or program.load: checked there
             inner = Executor(self.program, self.memory.pool, weights=weights,
-                             lock=threading.Lock(),
-                             cores=self.memory.options.runtime.cores(), **arena)
+                             lock=threading.Lock(), cores=self.memory.options.runtime.cores(),
+                             validated=True, **arena)
             self._install(inner)
             self._built_for = tag
         return self._inner
