@@ -44,6 +44,7 @@ import onnxruntime as ort
 from converters.convert import format_of
 from converters.convert import read as read_model
 from converters.onnx_export import export_onnx
+from provider.cache import writer
 from provider.cache.fingerprint import MEMO_DIR, source_fingerprint
 from provider.errors import BindingError, InvalidModelError, UnsupportedError
 from provider.npu.memory import default_pool
@@ -186,7 +187,8 @@ class InferenceSession(ort.InferenceSession):
         elif cache_session is not None:
             cache_session.cold(options)
         if model is None:
-            self._create(_model_source(path_or_bytes), options, kwargs)
+            with writer.held():  # the cache's writes start once the session is made
+                self._create(_model_source(path_or_bytes), options, kwargs)
             if cache_session is not None:
                 cache_session.store([k for ep in self._npu_eps for k in ep.kernels.values()])
         if cache_session is not None:

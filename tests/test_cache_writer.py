@@ -17,8 +17,9 @@ from test_cache_session import run, session
 from test_ort_cache import IMAGE, RESNET
 
 import provider
-from provider.cache import CompileCache, entry
+from provider.cache import CompileCache, entry, writer
 from provider.cache.store import CompileCache as Store
+from provider.errors import CacheError
 from provider.session import InferenceSession
 
 
@@ -57,6 +58,29 @@ def test_a_cold_session_runs_while_its_program_is_being_written(tmp_path, source
     for info in CompileCache(tmp_path / "cache").entries():
         CompileCache(tmp_path / "cache").verify_entry(info.name)
     assert session(source, tmp_path / "cache").cache_stats().path == "context-model"
+
+
+def test_a_cold_session_starts_its_writes_once_it_is_created(tmp_path, source, monkeypatch):
+    creating = threading.Event()
+    during: list[bool] = []
+    create, put = InferenceSession._create, Store.put
+
+    def timed_create(self, *args, **kwargs):
+        creating.set()
+        try:
+            return create(self, *args, **kwargs)
+        finally:
+            creating.clear()
+
+    def watched_put(self, key, program, **kwargs):
+        during.append(creating.is_set())
+        return put(self, key, program, **kwargs)
+
+    monkeypatch.setattr(InferenceSession, "_create", timed_create)
+    monkeypatch.setattr(Store, "put", watched_put)
+    cold = session(source, tmp_path / "cache")
+    assert cold.cache_stats().reason.startswith("stored session entry")
+    assert during == [False, False]  # the Program's entry, then the session's
 
 
 def test_a_process_that_exits_at_once_leaves_complete_entries(tmp_path, source):
@@ -129,3 +153,72 @@ def test_a_forked_child_writes_its_own_entries(tmp_path, source):
     assert child.exitcode == 0 and reason.startswith("stored session entry")
     assert len(CompileCache(tmp_path / "child").entries()) == 2
     assert parent.cache_stats().reason.startswith("stored session entry")
+
+
+def _recording(entry: Path, log: list, name: str):
+    return writer.submit(entry, lambda: log.append(name))
+
+
+def _in_thread(fn, timeout: float = 30) -> None:
+    """fn() on another thread; fails (instead of hanging the run) if it does not return."""
+    done = threading.Event()
+    errors = []
+
+    def target():
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=target, daemon=True).start()
+    assert done.wait(timeout), "deadlocked"
+    if errors:
+        raise errors[0]
+
+
+def test_held_writes_start_when_the_creation_is_over_in_order(tmp_path):
+    def body():
+        log: list = []
+        with writer.held():
+            first = _recording(tmp_path / "a", log, "a")
+            second = _recording(tmp_path / "b", log, "b")
+            threading.Event().wait(0.2)  # the writer thread would have run them by now
+            assert log == []
+        third = _recording(tmp_path / "c", log, "c")
+        assert (first.error(), second.error(), third.error()) == (None, None, None)
+        assert log == ["a", "b", "c"]
+
+    _in_thread(body)
+
+
+@pytest.mark.parametrize("how", ["wait", "pending"])
+def test_waiting_for_a_held_write_starts_it(tmp_path, how):
+    def body():
+        log: list = []
+        with writer.held():
+            pending = _recording(tmp_path / "entry" / "x", log, "x")
+            if how == "wait":
+                writer.wait(tmp_path / "entry")
+            else:
+                assert pending.error() is None
+            assert log == ["x"]
+            again = _recording(tmp_path / "entry" / "y", log, "y")  # still held after
+            threading.Event().wait(0.2)
+            assert log == ["x"]
+        assert again.error() is None and log == ["x", "y"]
+
+    _in_thread(body)
+
+
+def test_a_failing_held_write_is_its_pending_error(tmp_path):
+    def fail():
+        raise CacheError("disk full")
+
+    def body():
+        with writer.held():
+            pending = writer.submit(tmp_path / "e", fail)
+        assert str(pending.error()) == "disk full"
+
+    _in_thread(body)
