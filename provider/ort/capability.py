@@ -9,12 +9,12 @@ onnxruntime accepts (`group`): each partition is convex, i.e. no path leaves it 
 node and comes back (values a control-flow node's body reads count as its inputs), so fusing
 it cannot create a cycle. The import is kept (`ImportedGraph`) for Compile, which cuts each
 fused partition out of it instead of importing again. A graph the NPU may take whole (every
-node passes the static checks, its input shapes are static) is compiled at once instead of
-assessed: the compile lowers every node, so it answers for all of them, and Compile adopts
-its Program (`ImportedGraph.whole`); only if it fails is every node assessed. A compiled model (one holding our
-EPContext nodes) is not imported: its EPContext nodes are claimed, each alone, and its other
-nodes stay on CPU. Nothing here raises for a node: a node that cannot go to the NPU gets a
-reason instead.
+node has a primitive, its input shapes are static, no cache entry holds its Program yet) is
+compiled at once instead of assessed: the compile lowers every node, so it answers for all
+of them, and Compile adopts its Program (`ImportedGraph.whole`); only if the compile fails
+is every node assessed. A compiled model (one holding our EPContext nodes) is not imported:
+its EPContext nodes are claimed, each alone, and its other nodes stay on CPU. Nothing here
+raises for a node: a node that cannot go to the NPU gets a reason instead.
 """
 
 from __future__ import annotations
