@@ -107,9 +107,11 @@ def test_a_whole_graph_with_an_input_no_node_reads_is_adopted(monkeypatch):
     np.testing.assert_array_equal(sess.run(None, feeds)[0], reference(model, feeds)[0])
 
 
-def test_a_whole_graph_a_rule_refuses_is_assessed_node_by_node(monkeypatch):
+@pytest.mark.parametrize("error", [UnsupportedError("refused by the test's rule"),
+                                   RuntimeError("a bug of the rule")], ids=["refusal", "bug"])
+def test_a_whole_graph_a_rule_refuses_is_assessed_node_by_node(monkeypatch, error):
     def refuse(node, ins, out_types):
-        raise UnsupportedError("refused by the test's rule")
+        raise error
 
     monkeypatch.setitem(OPS, "Neg", dataclasses.replace(OPS["Neg"], rule=refuse))
     assessed = _spy(monkeypatch, capability, "assess")
@@ -121,7 +123,8 @@ def test_a_whole_graph_a_rule_refuses_is_assessed_node_by_node(monkeypatch):
     sess = npu_session(model)
     where = {n.name: n for n in sess.partition()}
     assert len(assessed) == 1
-    assert where["neg"].device == "CPU" and "refused by the test's rule" in where["neg"].reason
+    expected = str(error) if isinstance(error, UnsupportedError) else "a litenpu bug"
+    assert where["neg"].device == "CPU" and expected in where["neg"].reason
     assert where["relu"].device == where["relu2"].device == "NPU"
     assert sess._npu_eps[0].counters.compiles == 2  # the two partitions, each once
     feeds = {"x": np.arange(-4, 4, dtype=np.float32).reshape(2, 4)}
