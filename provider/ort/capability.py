@@ -169,26 +169,24 @@ def _static_reason(contents: OrtGraphContents, node: OrtNode, options: NpuOption
 CompileWhole = Callable[[LiteModel, dict[str, tuple[int, ...]]], Whole | None]
 
 
-def _whole(contents: OrtGraphContents, candidates: list[int], lite: LiteModel,
-           report: ConversionReport, options: NpuOptions, compile_whole: CompileWhole | None
-           ) -> Whole | None:
+def _whole(graph: ImportedGraph, contents: OrtGraphContents, candidates: list[int],
+           options: NpuOptions, compile_whole: CompileWhole | None) -> Whole | None:
     """The graph's Program when every node can go to the NPU as one partition (each node
     has a Lite primitive that passes the static checks) and it compiles: compiling lowers
     every node, so it answers the device's question for all of them. `compile_whole` is
     None unless the graph's input shapes are static."""
+    report = graph.report
     if (compile_whole is None or len(candidates) != len(contents.nodes) or report.custom
             or len(contents.nodes) < options.placement.min_partition_nodes
             or not all(report.origins)):  # the compile checks the static rows first
         return None
-    index = {_node_key(n): i for i, n in enumerate(contents.nodes)}
     read = {name for n in contents.nodes for name in (*n.view.inputs, *n.view.implicit_inputs)}
-    inputs = [vi.name for vi in contents.inputs if vi.name in read]  # as the fused node's
-    cut = ImportedGraph(lite, report, index).partition(
-        contents, inputs, [vi.name for vi in contents.outputs], lite.name)
+    inputs = [vi for vi in contents.inputs if vi.name in read]  # as the fused node has them
+    cut = graph.partition(contents, [vi.name for vi in inputs],
+                          [vi.name for vi in contents.outputs], graph.lite.name)
     if cut is None:
         return None
-    return compile_whole(cut, {vi.name: tuple(vi.shape) for vi in contents.inputs
-                               if vi.name in read})
+    return compile_whole(cut, {vi.name: tuple(vi.shape) for vi in inputs})
 
 
 def _device_reasons(contents: OrtGraphContents, candidates: list[int], options: NpuOptions,
@@ -200,9 +198,11 @@ def _device_reasons(contents: OrtGraphContents, candidates: list[int], options: 
     start = time.perf_counter()
     lite, report = import_onnx(contents.view())
     imported = time.perf_counter()
-    whole = _whole(contents, candidates, lite, report, options, compile_whole)
+    graph = ImportedGraph(lite, report, {_node_key(n): i for i, n in enumerate(contents.nodes)})
+    graph.whole = _whole(graph, contents, candidates, options, compile_whole)
     checked = time.perf_counter()  # a compile counts its own seconds
-    verdicts = [None] * len(lite.nodes) if whole is not None else assess(lite, options.compile)
+    verdicts = ([None] * len(lite.nodes) if graph.whole is not None
+                else assess(lite, options.compile))
     seconds.update({"import": imported - start, "assess": time.perf_counter() - checked})
     custom = iter(report.custom)
     reasons: dict[int, str] = {}
@@ -218,8 +218,7 @@ def _device_reasons(contents: OrtGraphContents, candidates: list[int], options: 
             why = next(((j, verdicts[j]) for j in origin if verdicts[j] is not None), None)
             if why is not None:
                 reasons[i] = f"{lite.nodes[why[0]].op}: {why[1]}"
-    index = {_node_key(n): i for i, n in enumerate(contents.nodes)}
-    return reasons, ImportedGraph(lite, report, index, whole)
+    return reasons, graph
 
 
 def _partition_refusals(imported: ImportedGraph, groups: list[list[int]]) -> dict[int, str]:

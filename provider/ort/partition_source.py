@@ -85,6 +85,7 @@ class PartitionSource:
         by the cache, where there is one, as a compile would be)."""
         source = cls(ep, name, lite=whole.lite, fingerprint=whole.fingerprint)
         source._ahead = whole
+        whole.program.name = name  # named as a Program compiled here
         return source
 
     @classmethod
@@ -136,27 +137,26 @@ class PartitionSource:
         ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead.shapes != shapes:
             ahead = None
-        earlier = [0.0]  # seconds of the adopted Program's compile, once it is used
 
         def compile_() -> Program:
-            if ahead is None:
-                return self._compile(shapes, allocate)
-            earlier[0] = ahead.seconds
-            ahead.program.name = self.name  # named as a Program compiled here
-            return ahead.program
+            return ahead.program if ahead is not None else self._compile(shapes, allocate)
+
+        def earlier(program: Program) -> float:
+            """The adopted Program's compile seconds, when it is the one used."""
+            return ahead.seconds if ahead is not None and program is ahead.program else 0.0
 
         if self.keys is None:
             start = time.perf_counter()
             program = compile_()
             return program, record(self.name, OFF, "", shapes, program, 0.0,
-                                   earlier[0] + time.perf_counter() - start, None)
+                                   earlier(program) + time.perf_counter() - start, None)
         start = time.perf_counter()
         program, outcome = self.cache.get_or_compile(self.keys.key(shapes), compile_,
                                                      background=True)
         self.counters.spent("cache", time.perf_counter() - start - outcome.compile_seconds)
         stats = PartitionCacheStats.of(self.name, shapes, outcome)
-        return program, dataclasses.replace(stats,
-                                            compile_seconds=stats.compile_seconds + earlier[0])
+        return program, dataclasses.replace(
+            stats, compile_seconds=stats.compile_seconds + earlier(program))
 
     def _compile(self, shapes: dict[str, tuple[int, ...]], allocate: Allocate) -> Program:
         return compile_counted(self.counters, self.lite(), shapes, self.compile_options,
