@@ -33,7 +33,7 @@ from worker_cores import run_until_a_worker_helps
 
 from converters.lite import dtypes as lite_dtypes
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
-from provider.errors import InputValueError
+from provider.errors import BindingError, InputValueError
 from provider.npu import native, native_steps
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor, step_stamps
@@ -1523,3 +1523,52 @@ def test_gather_nd_runs_natively_and_refuses_an_index_off_its_axis(index_dtype):
     with Executor(compile_for(model, {"x": x, "idx": idx}), pool()) as ex:
         with pytest.raises(InputValueError, match=r"GatherND: index 4 is outside \[-4, 4\)"):
             ex.run([x, bad])
+
+
+def test_a_step_builder_packs_what_a_lowering_wrote():
+    """build() writes slots, parameters and floats where the C step reads them; floats past
+    float32's range become infinities (the clamps' "no bound"), a NaN stays a NaN; a
+    lowering that resizes a list or overflows the parameters is an error, not a short step."""
+    from provider.npu.ops.native_builder import INF, StepBuilder
+    b = StepBuilder("conv", [3, 4], [5])
+    b.slots(3, None, 4)
+    b.slot_at(5, 5)
+    b.params(7, 8)
+    b.params(9)
+    b.p[20] = 11
+    b.f[:] = [-INF, INF, float("nan"), 0.5]
+    step = b.build()
+    assert step.op == native.OPS["conv"]
+    assert list(step.slot) == [3, -1, 4, -1, -1, 5] + [-1] * (native.MAX_SLOTS - 6)
+    assert list(step.p[:3]) == [7, 8, 9] and step.p[20] == 11 and sum(step.p) == 35
+    assert step.f[0] == -np.inf and step.f[1] == np.inf and np.isnan(step.f[2])
+    assert step.f[3] == 0.5
+    b.p[30:] = [1, 2, 3]  # one value too many: the list grew
+    with pytest.raises(ValueError, match="resized"):
+        b.build()
+    with pytest.raises(IndexError, match="parameters"):
+        StepBuilder("conv", [], []).params(*range(native.MAX_PARAMS + 1))
+
+
+def test_the_plan_names_each_slot_in_its_errors():
+    """The C plan's slot names (one buffer of reprs, each slot pointing at its own) name the
+    input a run got the wrong size for, whatever its position and characters."""
+    x = np.zeros((2, 3), np.float32)
+    names = ["first", "zweite Eingabe ä", "third"]
+    model = LiteModel(name="names")
+    ins = [model.add_tensor(LiteTensor.of(n, np.float32, x.shape)) for n in names]
+    model.inputs = ins
+    s1 = model.add_tensor(LiteTensor.of("s1", np.float32, ()))
+    y = model.add_tensor(LiteTensor.of("y", np.float32, ()))
+    model.add_node(LiteNode("a", "AddFusion", {}, [ins[0], ins[1]], [s1]))
+    model.add_node(LiteNode("b", "AddFusion", {}, [s1, ins[2]], [y]))
+    model.outputs = [y]
+    program = compile_model(model, {n: x.shape for n in names})
+    with Executor(program, pool()) as ex:
+        out = np.empty((2, 3), np.float32)
+        for position, name in enumerate(names):
+            sizes = [x.nbytes] * 3
+            sizes[position] -= 4
+            with pytest.raises(BindingError, match=f"input {name!r}: got 20 bytes, expected 24"):
+                ex.plan.execute([(x.ctypes.data, n) for n in sizes],
+                                [(out.ctypes.data, out.nbytes)])

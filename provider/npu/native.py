@@ -38,7 +38,7 @@ import numpy as np
 from provider.errors import BindingError, DeviceMemoryError, InputValueError, LitenpuError
 from provider.extensions import built_library
 
-__all__ = ["Step", "OPS", "MAX_SLOTS", "MAX_PARAMS", "library", "set_threads", "threads",
+__all__ = ["Step", "OPS", "MAX_SLOTS", "MAX_PARAMS", "STEP_BYTES", "library", "set_threads", "threads",
            "set_int8_path", "set_vector_width",
            "check_threads", "default_threads", "worker_tasks", "worker_moves", "blas_core",
            "AddressTable", "StepArray", "Heap", "ArenaSet", "Plan", "Runner", "SLOT_KINDS",
@@ -68,6 +68,9 @@ class Step(C.Structure):
 
     _fields_ = [("op", C.c_int64), ("slot", C.c_int64 * MAX_SLOTS),
                 ("p", C.c_int64 * MAX_PARAMS), ("f", C.c_float * 4)]
+
+
+STEP_BYTES = C.sizeof(Step)
 
 
 _lock = threading.Lock()
@@ -320,6 +323,29 @@ class SlotSpec(C.Structure):
                 ("address", C.c_void_p), ("name", C.c_char_p)]
 
 
+assert C.sizeof(SlotSpec) == 5 * 8  # _slot_table fills it as five int64 columns
+
+
+def _slot_table(slots: Sequence[tuple[str, int, int, int, str]]) -> tuple[np.ndarray, C.Array]:
+    """The lnpu_slot array of `slots` as an int64 table, built a column at a time (a ctypes
+    structure per slot cost 3 us: a millisecond for a detector's 350 slots), and the buffer
+    of the names its last column points into (each a repr, NUL-terminated)."""
+    table = np.zeros((max(len(slots), 1), 5), np.int64)
+    if not slots:
+        return table, C.create_string_buffer(0)
+    kinds, nbytes, offsets, addresses, names = zip(*slots, strict=True)
+    encoded = ("\0".join(map(repr, names)) + "\0").encode(errors="replace")  # repr: no NULs
+    ends = np.flatnonzero(np.frombuffer(encoded, np.uint8) == 0)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    buffer = C.create_string_buffer(encoded, len(encoded))
+    table[:, 0] = [SLOT_KINDS[kind] for kind in kinds]
+    table[:, 1] = nbytes
+    table[:, 2] = offsets
+    table[:, 3] = addresses
+    table[:, 4] = starts + C.addressof(buffer)
+    return table, buffer
+
+
 class SegmentSpec(C.Structure):
     """Mirror of lnpu_segment (steps NULL: numpy steps)."""
 
@@ -570,10 +596,8 @@ class Plan:
         lib = self._lib = _lib()
         self.heap, self.arenas = heap, arenas  # both outlive the plan
         self.n_inputs, self.n_outputs = len(inputs), len(outputs)
-        names = [repr(name).encode(errors="replace") for *_, name in slots]
-        slot_specs = (SlotSpec * max(len(slots), 1))(*[
-            SlotSpec(SLOT_KINDS[kind], nbytes, offset, address or None, name)
-            for (kind, nbytes, offset, address, _), name in zip(slots, names, strict=True)])
+        table, names = _slot_table(slots)  # both alive until lnpu_plan_new copied them
+        slot_specs = C.cast(table.ctypes.data, C.POINTER(SlotSpec))
         segment_specs = (SegmentSpec * max(len(segments), 1))(*[
             SegmentSpec(first, count, None if steps is None else
                         C.cast(steps._array, C.POINTER(Step)))

@@ -47,7 +47,6 @@ class NumpySteps:
     def __init__(self, program: Program, plan: KernelPlan, weight_views: Sequence[Any]):
         self.program, self.plan = program, plan
         self.weights = list(weight_views)
-        self.specs = [(s.np_dtype, tuple(s.shape)) for s in program.slots]
         self._views: dict[int, tuple[int, np.ndarray]] = {}
         self.calls = 0  # numpy segments run: how often runs of this plan entered Python
 
@@ -58,7 +57,8 @@ class NumpySteps:
         cached = self._views.get(index)
         if cached is not None and cached[0] == address:
             return cached[1]
-        view = native.view_at(address, *self.specs[index])
+        slot = self.program.slots[index]
+        view = native.view_at(address, slot.np_dtype, slot.shape)
         self._views[index] = (address, view)
         return view
 

@@ -31,7 +31,7 @@ def lower(program: Program, number: int) -> native.Step | None:
     builder = StepBuilder(lowering.op, step.inputs, step.outputs)
     ok = lowering.lower([slots[i] for i in step.inputs], [slots[i] for i in step.outputs],
                         step.attrs, builder)
-    return builder.step if ok else None
+    return builder.build() if ok else None
 
 
 @dataclass
@@ -61,6 +61,11 @@ def channels_last(program: Program, steps: Sequence[native.Step | None]) -> list
     GEMMs worse than the transpose costs. A tensor some other slot overlaps in the arena while
     it is live (an alias, an in-place result) keeps its layout. Returns the tensors' slot
     indices."""
+    dwconv = native.OPS["dwconv"]
+    candidates = sorted({step.slot[_S_X] for step in steps
+                         if step is not None and step.op == dwconv})
+    if not candidates:  # (most models: the pass cost the yolo detector 0.5 ms for nothing)
+        return []
     writers: dict[int, list[int]] = {}
     readers: dict[int, list[int]] = {}
     spans: dict[int, list[int]] = {}
@@ -75,7 +80,8 @@ def channels_last(program: Program, steps: Sequence[native.Step | None]) -> list
     marked = []
     arena = [(other, s) for other, s in enumerate(program.slots)
              if s.kind == "internal" and other in spans]
-    for index, slot in enumerate(program.slots):
+    for index in candidates:
+        slot = program.slots[index]
         if slot.kind != "internal" or len(slot.shape) != 4 or len(writers.get(index, ())) != 1:
             continue
         producer, users = steps[writers[index][0]], readers.get(index, [])

@@ -330,11 +330,11 @@ def _activation_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b
     b.params(math.prod(ins[0].shape))
     b.slots(b.inputs[0], b.outputs[0])
     if kind == "HARD_TANH":
-        b.step.f[0], b.step.f[1] = attrs.get("min_val", 0.0), attrs.get("max_val", 0.0)
+        b.f[0], b.f[1] = attrs.get("min_val", 0.0), attrs.get("max_val", 0.0)
         b.params(ACT_CLAMP)
         return True
     if kind == "LEAKY_RELU":
-        b.step.f[2] = attrs.get("alpha", 0.0)
+        b.f[2] = attrs.get("alpha", 0.0)
         b.params(ACT_LEAKY)
         return True
     return b.activation(kind)
@@ -348,7 +348,7 @@ def _clip_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: Step
     b.params(math.prod(ins[0].shape), ACT_CLAMP)
     b.slots(b.inputs[0], b.outputs[0])
     lo, hi = attrs["min"], attrs["max"]
-    b.step.f[0], b.step.f[1] = -INF if lo is None else lo, INF if hi is None else hi
+    b.f[0], b.f[1] = -INF if lo is None else lo, INF if hi is None else hi
     return True
 
 

@@ -280,9 +280,9 @@ def _binary_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
     if len(dims) > MAX_RANK or code is None or (kind and activation != "NO_ACTIVATION"):
         return False
     r = len(dims)
-    b.step.p[0], b.step.p[1] = BINARY_CODES[attrs["op"]], r
-    b.step.p[2:2 + r], b.step.p[8:8 + r], b.step.p[14:14 + r] = dims, sa, sb
-    b.step.p[20], b.step.p[21] = code, kind
+    b.p[0], b.p[1] = BINARY_CODES[attrs["op"]], r
+    b.p[2:2 + r], b.p[8:8 + r], b.p[14:14 + r] = dims, sa, sb
+    b.p[20], b.p[21] = code, kind
     b.slots(b.inputs[0], b.inputs[1], b.outputs[0])
     return True
 
@@ -305,10 +305,10 @@ def _walk(b: StepBuilder, out: tuple[int, ...], *operands: Slot) -> bool:
     dims, walks = merged(out, *(broadcast_strides(o.shape, out) for o in operands))
     if len(dims) > MAX_RANK:
         return False
-    b.step.p[1] = len(dims)
-    b.step.p[2:2 + len(dims)] = dims
+    b.p[1] = len(dims)
+    b.p[2:2 + len(dims)] = dims
     for i, walk in enumerate(walks):
-        b.step.p[8 + 6 * i:8 + 6 * i + len(dims)] = walk
+        b.p[8 + 6 * i:8 + 6 * i + len(dims)] = walk
     return True
 
 
@@ -320,7 +320,7 @@ def _compare_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: S
     if kind is None or c.np_dtype != a.np_dtype or y.np_dtype != np.bool_ \
             or not _walk(b, y.shape, a, c):
         return False
-    b.step.p[0], b.step.p[20] = COMPARE_CODES[attrs["op"]], kind
+    b.p[0], b.p[20] = COMPARE_CODES[attrs["op"]], kind
     b.slots(b.inputs[0], b.inputs[1], b.outputs[0])
     return True
 
@@ -332,6 +332,6 @@ def _where_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: Ste
     if cond.np_dtype != np.bool_ or x.np_dtype != out.np_dtype or y.np_dtype != out.np_dtype \
             or not _walk(b, out.shape, cond, x, y):
         return False
-    b.step.p[26] = out.np_dtype.itemsize
+    b.p[26] = out.np_dtype.itemsize
     b.slots(b.inputs[0], b.inputs[1], b.inputs[2], b.outputs[0])
     return True

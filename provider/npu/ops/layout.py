@@ -427,9 +427,9 @@ def _transpose_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b:
     out_shape = [shape[a] for a in perm]
     block = out_shape[-1] * size if perm[-1] == len(shape) - 1 else 0
     b.params(len(shape), block)
-    b.step.p[2:2 + len(shape)] = out_shape
-    b.step.p[8:8 + len(shape)] = [strides[a] for a in perm]
-    b.step.p[15] = size
+    b.p[2:2 + len(shape)] = out_shape
+    b.p[8:8 + len(shape)] = [strides[a] for a in perm]
+    b.p[15] = size
     b.slots(b.inputs[0], b.outputs[0])
     return True
 
@@ -469,9 +469,9 @@ def _pad_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepB
         np.asarray(attrs["value"]).astype(x.np_dtype).tobytes(), np.uint8)
     b.params(len(shape), size, _PAD_CODES[attrs["mode"]], int(value.view("<i8")[0]),
              x.np_dtype.itemsize)
-    b.step.p[6:6 + len(shape)] = shape
-    b.step.p[12:12 + len(shape)] = [before for before, _ in pads]
-    b.step.p[18:18 + len(shape)] = [d + before + after for d, (before, after) in zip(shape, pads, strict=True)]
+    b.p[6:6 + len(shape)] = shape
+    b.p[12:12 + len(shape)] = [before for before, _ in pads]
+    b.p[18:18 + len(shape)] = [d + before + after for d, (before, after) in zip(shape, pads, strict=True)]
     b.slots(b.inputs[0], b.outputs[0])
     return True
 
@@ -515,9 +515,9 @@ def _broadcast_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b:
     if len(dims) > 6 or 0 in y.shape:
         return False
     b.params(len(dims), dims[-1] * size if walk[-1] == 1 else 0)
-    b.step.p[2:2 + len(dims)] = dims
-    b.step.p[8:8 + len(dims)] = [w * size for w in walk]
-    b.step.p[15] = size
+    b.p[2:2 + len(dims)] = dims
+    b.p[8:8 + len(dims)] = [w * size for w in walk]
+    b.p[15] = size
     b.slots(b.inputs[0], b.outputs[0])
     return True
 
@@ -542,9 +542,9 @@ def _slice_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: Ste
         return False
     block = shape[-1] * size if strides[-1] == size else 0
     b.params(len(shape), block)
-    b.step.p[2:2 + len(shape)] = shape
-    b.step.p[8:8 + len(shape)] = strides
-    b.step.p[14] = offset
-    b.step.p[15] = size
+    b.p[2:2 + len(shape)] = shape
+    b.p[8:8 + len(shape)] = strides
+    b.p[14] = offset
+    b.p[15] = size
     b.slots(b.inputs[0], b.outputs[0])
     return True

@@ -205,10 +205,10 @@ def _bmatmul_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: S
         return False
     b.set_op("bmatmul")
     r = len(dims)
-    b.step.p[0] = r
-    b.step.p[1:1 + r] = dims
-    b.step.p[5:5 + r] = [s * m * k for s in sa]
-    b.step.p[9:9 + r] = [s * k * n for s in sw]
-    b.step.p[13:18] = [m, n, k, int(attrs["transpose_b"]), code]
+    b.p[0] = r
+    b.p[1:1 + r] = dims
+    b.p[5:5 + r] = [s * m * k for s in sa]
+    b.p[9:9 + r] = [s * k * n for s in sw]
+    b.p[13:18] = [m, n, k, int(attrs["transpose_b"]), code]
     b.slots(b.inputs[0], b.inputs[1], b.inputs[2] if len(ins) > 2 else None, b.outputs[0])
     return True

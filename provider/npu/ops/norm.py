@@ -129,7 +129,7 @@ def _layer_norm_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b
     if not f32(*ins, outs[0]) or any(t.nbytes != 4 * length for t in ins[1:]):
         return False
     b.params(math.prod(x.shape[:attrs["begin_norm_axis"]]), length, len(ins) > 1, len(ins) > 2)
-    b.step.f[0] = attrs["epsilon"]
+    b.f[0] = attrs["epsilon"]
     b.slots(b.inputs[0], b.inputs[1] if len(ins) > 1 else None,
             b.inputs[2] if len(ins) > 2 else None, b.outputs[0])
     return True

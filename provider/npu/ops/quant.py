@@ -199,7 +199,7 @@ def _cast_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: Step
         return False
     lo, hi = limits(np.dtype(codes.dtype))
     b.params(math.prod(x.shape), attrs["zero_point"], lo, hi, codes.dtype == "int8")
-    b.step.f[0] = attrs["scale"]
+    b.f[0] = attrs["scale"]
     b.slots(b.inputs[0], b.outputs[0])
     return True
 
@@ -336,7 +336,7 @@ def _qwrap_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: Ste
     axis = attrs["attrs"]["axis"]
     b.params(math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:]), zx,
              x.dtype == "int8", zy, *limits(np.dtype(y.dtype)))
-    b.step.f[0], b.step.f[1] = sx, sy
+    b.f[0], b.f[1] = sx, sy
     b.slots(b.inputs[0], b.outputs[0])
     return True
 

@@ -262,9 +262,9 @@ def _qbinary_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: S
     b.params(math.prod(y.shape), attrs["za"], attrs["zb"], attrs["zy"], lo, hi,
              a.dtype == "int8", c.dtype == "int8", pa, pc)
     if b.op == "qadd":
-        b.step.f[0], b.step.f[1] = attrs["ra"], attrs["rb"]
+        b.f[0], b.f[1] = attrs["ra"], attrs["rb"]
     else:
-        b.step.f[0] = attrs["m"]
+        b.f[0] = attrs["m"]
     b.slots(b.inputs[0], b.inputs[1], b.outputs[0])
     return True
 
@@ -300,7 +300,7 @@ def _qglobal_pool_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict,
     lo, hi = attrs["range"]
     n, c, h, w = x.shape
     b.params(n * c, h * w, attrs["zx"], attrs["zy"], lo, hi, x.dtype == "int8")
-    b.step.f[0] = attrs["mult"]
+    b.f[0] = attrs["mult"]
     b.slots(b.inputs[0], b.outputs[0])
     return True
 
