@@ -10,7 +10,6 @@ Executor's own Python loop) run one numpy step, with the same error wrapping.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -41,24 +40,20 @@ def run_step(program: Program, plan: KernelPlan, number: int, inputs: list[np.nd
 class NumpySteps:
     """The numpy segments of one plan, run on the slot addresses of a run in progress.
 
-    Weights are the Executor's read-only views; every other slot is viewed at the address the
-    run gives it (the last view per slot is kept while its address stays the same)."""
+    Every slot is viewed at the address the run gives it, weights read-only (the last view per
+    slot is kept while its address stays the same)."""
 
-    def __init__(self, program: Program, plan: KernelPlan, weight_views: Sequence[Any]):
+    def __init__(self, program: Program, plan: KernelPlan):
         self.program, self.plan = program, plan
-        self.weights = list(weight_views)
         self._views: dict[int, tuple[int, np.ndarray]] = {}
         self.calls = 0  # numpy segments run: how often runs of this plan entered Python
 
     def _view(self, index: int, address: int) -> np.ndarray:
-        weight = self.weights[index]
-        if weight is not None:
-            return weight
         cached = self._views.get(index)
         if cached is not None and cached[0] == address:
             return cached[1]
         slot = self.program.slots[index]
-        view = native.view_at(address, slot.np_dtype, slot.shape)
+        view = native.view_at(address, slot.np_dtype, slot.shape, readonly=slot.kind == "weight")
         self._views[index] = (address, view)
         return view
 
@@ -72,8 +67,7 @@ class NumpySteps:
 
 
 def build_plan(program: Program, segments: Sequence[int | NativeRun], plan: KernelPlan,
-               weight_views: Sequence[np.ndarray | None], addresses: Sequence[int],
-               heap: native.Heap,
+               addresses: Sequence[int], heap: native.Heap,
                arenas: native.ArenaSet, own_arena: int, cores: int
                ) -> tuple[native.Plan, NumpySteps]:
     """The native plan of `program` and the runner of its numpy segments (`addresses`: each
@@ -89,7 +83,7 @@ def build_plan(program: Program, segments: Sequence[int | NativeRun], plan: Kern
             runs[-1] = (runs[-1][0], runs[-1][1] + 1, None)  # consecutive numpy steps: one call
         else:
             runs.append((segment, 1, None))
-    numpy = NumpySteps(program, plan, weight_views)
+    numpy = NumpySteps(program, plan)
     uses_numpy = any(steps is None for *_, steps in runs)
     return (native.Plan(slots, program.inputs, program.outputs, runs, heap, arenas, own_arena,
                         cores, numpy if uses_numpy else None), numpy)
