@@ -25,8 +25,9 @@ FINISH = {"SWISH": ACT_SWISH, "SIGMOID": ACT_SIGMOID, "HSWISH": ACT_HSWISH}
 MAX_SLOTS = native.MAX_SLOTS  # slot positions of one step
 
 
-# lnpu_step as bytes: op, slot indices, int parameters, float parameters
-_LAYOUT = struct.Struct(f"<q{MAX_SLOTS}q{native.MAX_PARAMS}q4f")
+# lnpu_step as bytes (native order, no padding: the assert checks the C layout agrees): op,
+# slot indices, int parameters, float parameters
+_LAYOUT = struct.Struct(f"=q{MAX_SLOTS}q{native.MAX_PARAMS}q4f")
 assert _LAYOUT.size == native.STEP_BYTES
 _FLT_MAX = float(np.finfo(np.float32).max)
 
