@@ -13,9 +13,10 @@ ones), registers the library, and selects the NPU device with `add_provider_for_
   `set_default_severity`), so onnxruntime's warnings (e.g. VerifyEachNodeIsAssignedToAnEp
   when some nodes run on CPU, which `partition()` explains) are not printed while its errors
   are; a level the caller set is kept;
-- feeds and bound buffers are checked up front (`BindingError` names the input); `run()` adds
-  about a microsecond to onnxruntime's own (the feed check is one pass over the feeds against
-  metadata cached per session; the full check runs only to name what is wrong);
+- a feed or bound buffer of the wrong name, dtype or shape raises `BindingError` naming the
+  input: bindings are checked when bound; `run()` lets onnxruntime check the feeds and, only
+  when it refuses them, checks them again to name what is wrong (a run costs what
+  onnxruntime's own does);
 - profiling (`enable_profiling`): every NPU step of every run is an event, in onnxruntime's
   profile JSON or, on onnxruntime without the EP profiler hook, the EP's own trace file
   (`npu_profile_file` after `end_profiling()`; see provider.ort.profiling);
@@ -152,7 +153,7 @@ class InferenceSession(ort.InferenceSession):
             self._clone_source = (path_or_bytes, npu, kwargs)
             super().__init__(_model_source(path_or_bytes), sess_options, providers,
                              provider_options, **kwargs)
-            self._feeds = FeedCheck(self.get_inputs())
+            self._inputs = self.get_inputs()
             self._caller_memory = False
             return
         self._build(path_or_bytes, sess_options, npu, kwargs, None)
@@ -193,7 +194,7 @@ class InferenceSession(ort.InferenceSession):
                 cache_session.store([k for ep in self._npu_eps for k in ep.kernels.values()])
         if cache_session is not None:
             log.info("CacheSession: %s (%s)", cache_session.path, cache_session.reason)
-        self._feeds = FeedCheck(self.get_inputs())
+        self._inputs = self.get_inputs()
         self._caller_memory = npu.memory.mem_alloc_outside  # runs check it is there
         self.disable_fallback()
         for line in self.partition_summary().splitlines():
@@ -312,14 +313,19 @@ class InferenceSession(ort.InferenceSession):
             setter(options)
 
     def run(self, output_names, input_feed, run_options=None):
-        """onnxruntime's run(), with feeds checked first (BindingError names the input)."""
-        self._feeds(input_feed)
+        """onnxruntime's run(), which checks the feeds; when it refuses them, BindingError names
+        the input and what was expected (checked only then: a check before every run was 1.2
+        us of the ~6 us the NPU provider adds to a tiny model's run)."""
         if self._caller_memory:
             for ep in self._npu_eps:
                 ep.memory.check_ready()
         try:
             return super().run(output_names, input_feed, run_options)
         except Exception as exc:
+            try:
+                check_feeds(self._inputs, input_feed)
+            except BindingError as bad:
+                raise bad from exc
             raise_typed(exc)
             raise
 
@@ -369,45 +375,6 @@ class CheckedIOBinding(ort.IOBinding):
         if name not in self._outputs:
             raise BindingError(f"unknown output {name!r}; outputs are {list(self._outputs)}")
         bind_output(self, name)
-
-
-class FeedCheck:
-    """`check_feeds` against one model's inputs, quick when the feeds fit: numpy arrays of the
-    right dtype and shape pass in one pass over metadata read once; anything else goes to
-    `check_feeds`, which names what is wrong (or accepts what the quick pass cannot judge)."""
-
-    def __init__(self, inputs: Sequence):
-        self.inputs = list(inputs)
-        # name -> (dtype, the shape when every dim is fixed, else per dim: the size or None)
-        self.expected: dict[str, tuple[np.dtype, tuple | None, tuple]] = {}
-        for meta in self.inputs:
-            dtype = ORT_TYPE_TO_NUMPY.get(meta.type)
-            if dtype is None:  # not a tensor: check_feeds judges it
-                self.expected.clear()
-                break
-            dims = tuple(d if isinstance(d, int) and d >= 0 else None for d in meta.shape)
-            self.expected[meta.name] = (np.dtype(dtype), None if None in dims else dims, dims)
-
-    def __call__(self, feeds: dict) -> None:
-        expected = self.expected
-        if len(feeds) == len(expected):
-            for name, value in feeds.items():
-                want = expected.get(name)
-                if want is None or type(value) is not np.ndarray:
-                    break
-                dtype, fixed, dims = want
-                if value.dtype is not dtype and value.dtype != dtype:
-                    break
-                shape = value.shape
-                if fixed is not None:
-                    if shape != fixed:
-                        break
-                elif len(shape) != len(dims) or not all(
-                        w is None or w == d for d, w in zip(shape, dims, strict=True)):
-                    break
-            else:
-                return
-        check_feeds(self.inputs, feeds)
 
 
 def check_feeds(inputs: Sequence, feeds: dict) -> None:

@@ -10,6 +10,7 @@ from ort_models import MLP, NPU, STATIC, f32, make_model, npu_session_options, r
 from threads import run_threads
 
 import provider
+from provider import session as session_module
 from provider.errors import BindingError
 from provider.options import InvalidOptionError
 from provider.ort import capability, compute
@@ -176,11 +177,29 @@ def test_bad_feeds_and_bindings_raise_binding_error():
         sess.run(None, {"x": np.zeros((3, 8), np.float32)})
     with pytest.raises(BindingError, match="input 'x'.*dtype"):
         sess.run(None, {"x": np.zeros((2, 8), np.float64)})
+    with pytest.raises(BindingError, match=r"unknown input\(s\) \['z'\]") as info:
+        sess.run(None, {"x": np.zeros((2, 8), np.float32), "z": np.zeros(1, np.float32)})
+    assert info.value.__cause__ is not None  # onnxruntime refused the feeds first
+    with pytest.raises(BindingError, match=r"missing input\(s\) \['x'\]"):
+        sess.run(None, {})
     binding = sess.io_binding()
     with pytest.raises(BindingError, match="output 'y'.*too small"):
         binding.bind_ortvalue_output("y", provider.empty((2, 4), "float32"))
     with pytest.raises(BindingError, match="input 'x'"):
         binding.bind_ortvalue_input("x", provider.empty((2, 8), "int32"))
+
+
+def test_feeds_onnxruntime_takes_are_not_checked_again(monkeypatch):
+    """run() leaves the feed check to onnxruntime; its own check names what is wrong only
+    after onnxruntime refused a run."""
+    sess = InferenceSession(STATIC, providers=NPU)
+
+    def forbidden(*args):
+        raise AssertionError("feeds checked although onnxruntime took them")
+
+    monkeypatch.setattr(session_module, "check_feeds", forbidden)
+    x = RNG.standard_normal((2, 8)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], np.maximum(x, 0) + 1, rtol=1e-6)
 
 
 def test_unknown_provider_option_is_a_clear_error():
