@@ -389,18 +389,26 @@ def check_feeds(inputs: Sequence, feeds: dict) -> None:
     for name, value in feeds.items():
         if isinstance(value, ort.OrtValue):
             _check(metas, "input", name, ORT_TYPE_TO_NUMPY.get(value.data_type()), value.shape())
-        else:
-            array = np.asarray(value)
-            _check(metas, "input", name, array.dtype, array.shape)
+        elif isinstance(value, (np.ndarray, np.generic)):
+            _check(metas, "input", name, value.dtype, value.shape)
+        else:  # a list or Python scalar: onnxruntime converts it to the input's dtype
+            try:
+                shape = np.shape(value)
+            except ValueError:
+                raise BindingError(f"input {name!r}: a ragged sequence is not a tensor") from None
+            _check(metas, "input", name, None, shape, converted=True)
 
 
-def _check(metas: dict, kind: str, name: str, dtype, shape: Sequence[int]) -> None:
-    """BindingError unless `name` is a model input/output and dtype/shape fit its metadata."""
+def _check(metas: dict, kind: str, name: str, dtype, shape: Sequence[int],
+           converted: bool = False) -> None:
+    """BindingError unless `name` is a model input/output and dtype/shape fit its metadata
+    (`converted`: onnxruntime casts the value to the input's dtype, so only its shape counts)."""
     meta = metas.get(name)
     if meta is None:
         raise BindingError(f"unknown {kind} {name!r}; the model's {kind}s are {list(metas)}")
     expected = ORT_TYPE_TO_NUMPY.get(meta.type)
-    if expected is not None and (dtype is None or np.dtype(dtype) != np.dtype(expected)):
+    if not converted and expected is not None and (
+            dtype is None or np.dtype(dtype) != np.dtype(expected)):
         got = np.dtype(dtype) if dtype is not None else "a non-tensor value"
         raise BindingError(f"{kind} {name!r}: expected dtype {np.dtype(expected)}, got {got}")
     want, shape = list(meta.shape), list(shape)

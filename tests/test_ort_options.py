@@ -62,6 +62,17 @@ def test_check_feeds_names_the_bad_input():
         check_feeds(metas, {"x": np.zeros((1, 3), np.float32)})
 
 
+def test_check_feeds_judges_lists_by_shape_only():
+    """onnxruntime casts a list to the input's dtype, so a list of the right shape passes
+    (a run that fails for another reason must keep that reason, not a dtype complaint)."""
+    metas = [_Meta("x", "tensor(float)", ["N", 3]), _Meta("y", "tensor(int64)", [2])]
+    check_feeds(metas, {"x": [[0.5, 1.0, 2.0]], "y": [1.0, 2.0]})
+    with pytest.raises(BindingError, match=r"input 'x'.*shape \['\?', 3\], got \[1, 2\]"):
+        check_feeds(metas, {"x": [[0.5, 1.0]], "y": [1, 2]})
+    with pytest.raises(BindingError, match="input 'x': a ragged sequence"):
+        check_feeds(metas, {"x": [[0.5, 1.0, 2.0], [1.0]], "y": [1, 2]})
+
+
 # Graphs as (inputs, outputs) per node in topological order; S = NPU-supported.
 def test_group_chain_is_one_partition():
     ins, outs = [["x"], ["a"], ["b"]], [["a"], ["b"], ["c"]]

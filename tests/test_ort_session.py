@@ -169,6 +169,10 @@ def test_exception_in_compute_reaches_the_caller(monkeypatch):
         sess.run(None, _feeds())
     assert "NodeComputeInfo.Compute" in str(info.value)
     assert type(info.value).__name__ == "EPFail"  # OrtErrorCode ORT_EP_FAIL
+    # fed as lists (float64 in numpy's eyes), the failure is still the compute's
+    with pytest.raises(Exception, match="simulated NPU failure") as info:
+        sess.run(None, {k: v.tolist() for k, v in _feeds().items()})
+    assert type(info.value).__name__ == "EPFail"
 
 
 def test_bad_feeds_and_bindings_raise_binding_error():
@@ -200,6 +204,9 @@ def test_feeds_onnxruntime_takes_are_not_checked_again(monkeypatch):
     monkeypatch.setattr(session_module, "check_feeds", forbidden)
     x = RNG.standard_normal((2, 8)).astype(np.float32)
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], np.maximum(x, 0) + 1, rtol=1e-6)
+    # a list is converted by onnxruntime to the input's dtype, as plain onnxruntime does
+    np.testing.assert_allclose(sess.run(None, {"x": x.tolist()})[0], np.maximum(x, 0) + 1,
+                               rtol=1e-6)
 
 
 def test_unknown_provider_option_is_a_clear_error():
