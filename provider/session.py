@@ -391,6 +391,9 @@ def check_feeds(inputs: Sequence, feeds: dict) -> None:
             _check(metas, "input", name, ORT_TYPE_TO_NUMPY.get(value.data_type()), value.shape())
         elif isinstance(value, (np.ndarray, np.generic)):
             _check(metas, "input", name, value.dtype, value.shape)
+        elif not isinstance(value, (list, tuple, int, float, complex)):
+            raise BindingError(f"input {name!r}: a {type(value).__name__} is not a tensor; "
+                               "feed a numpy array, a list or an OrtValue")
         else:  # a list or Python scalar: onnxruntime converts it to the input's dtype
             try:
                 shape = np.shape(value)

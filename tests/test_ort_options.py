@@ -71,6 +71,10 @@ def test_check_feeds_judges_lists_by_shape_only():
         check_feeds(metas, {"x": [[0.5, 1.0]], "y": [1, 2]})
     with pytest.raises(BindingError, match="input 'x': a ragged sequence"):
         check_feeds(metas, {"x": [[0.5, 1.0, 2.0], [1.0]], "y": [1, 2]})
+    with pytest.raises(BindingError, match="input 'y': a NoneType is not a tensor"):
+        check_feeds(metas, {"x": [[0.5, 1.0, 2.0]], "y": None})
+    with pytest.raises(BindingError, match="input 'y': a str is not a tensor"):
+        check_feeds(metas, {"x": [[0.5, 1.0, 2.0]], "y": "12"})
 
 
 # Graphs as (inputs, outputs) per node in topological order; S = NPU-supported.
