@@ -387,6 +387,8 @@ def check_feeds(inputs: Sequence, feeds: dict) -> None:
     if missing:
         raise BindingError(f"missing input(s) {missing}; the model's inputs are {list(metas)}")
     for name, value in feeds.items():
+        if not str(metas[name].type).startswith("tensor("):
+            continue  # a sequence or map input: onnxruntime alone judges those
         if isinstance(value, ort.OrtValue):
             _check(metas, "input", name, ORT_TYPE_TO_NUMPY.get(value.data_type()), value.shape())
         elif isinstance(value, (np.ndarray, np.generic)):

@@ -75,6 +75,9 @@ def test_check_feeds_judges_lists_by_shape_only():
         check_feeds(metas, {"x": [[0.5, 1.0, 2.0]], "y": None})
     with pytest.raises(BindingError, match="input 'y': a str is not a tensor"):
         check_feeds(metas, {"x": [[0.5, 1.0, 2.0]], "y": "12"})
+    # a sequence-of-maps input takes a list of dicts: not judged as a tensor
+    seq = [*metas, _Meta("m", "seq(map(int64,tensor(float)))", [])]
+    check_feeds(seq, {"x": [[0.5, 1.0, 2.0]], "y": [1, 2], "m": [{1: 0.5}, {2: 0.25}]})
 
 
 # Graphs as (inputs, outputs) per node in topological order; S = NPU-supported.
