@@ -283,6 +283,9 @@ def is_direct(program: Program) -> bool:
     {"c": 32, "o": 28, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (14, 14), "residual": True,
      "act": "RELU"},
     {"c": 16, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (10, 9)},
+    # a plane's last tile of 3 positions (81 = 48 + 5 x 6 + 3) and of 5 (35 = 5 x 6 + 5)
+    {"c": 16, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (9, 9), "residual": True},
+    {"c": 24, "o": 32, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (5, 7), "act": "RELU6"},
 ], ids=str)
 def test_direct_conv_cases_match_numpy(case, vector_width):
     """Convs the native library computes directly (no im2col): channel tiles of 8/4/2/1,
