@@ -297,6 +297,40 @@ def test_direct_conv_cases_match_numpy(case, vector_width):
     assert is_direct(program)
 
 
+@st.composite
+def pair_geometry(draw):
+    """Convs with two or more full blocks of 8 output channels per group (what the 8-float
+    width's channel-vector tiles take when the conv is direct), on planes whose position
+    counts leave every remainder of a 6-position tile."""
+    g = draw(st.integers(1, 2))
+    k = (draw(st.integers(2, 5)), draw(st.integers(2, 5)))
+    dil = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    stride = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    pads = tuple(draw(st.lists(st.integers(0, 2), min_size=4, max_size=4)))
+    hw = tuple((k[a] - 1) * dil[a] + 1 + draw(st.integers(4, 16)) for a in (0, 1))
+    return {"n": draw(st.integers(1, 2)), "c": g * draw(st.integers(4, 12)),
+            "o": g * draw(st.sampled_from([16, 24, 32, 40])), "group": g, "k": k, "dil": dil,
+            "stride": stride, "pads": pads, "hw": hw, "bias": draw(st.booleans()),
+            "act": draw(st.sampled_from(ACTS)), "residual": draw(st.booleans())}
+
+
+@SETTINGS
+@given(geometry=pair_geometry(), seed=st.integers(0, 2**16))
+def test_direct_conv_pair_tiles_match_numpy(geometry, seed):
+    """Convs of two or more blocks of 8 output channels (about half of them direct: the
+    channel-vector tiles, with vectors of 8 floats forced) give numpy's values: last tiles of
+    1-6 positions, 3x3 taps unrolled or any other kernel, strides, dilation, groups."""
+    if native.library() is None:
+        pytest.skip("the native library is not built")
+    model, feeds = conv_model(rng(seed), **geometry)
+    native.set_vector_width(8)
+    try:
+        program = check_native(model, feeds, "conv2d")
+    finally:
+        native.set_vector_width(0)
+    assert program.steps[0].attrs.get("residual", False) == geometry["residual"]
+
+
 def test_direct_weights_beyond_the_kernels_taps_stay_on_numpy():
     """A Program that says "direct" for a conv the direct kernel cannot hold (81 taps; the
     compiler never writes one, a hand-made or foreign file might) is not lowered to it: the
