@@ -401,19 +401,16 @@ def check_feeds(inputs: Sequence, feeds: dict) -> None:
                 shape = np.shape(value)
             except ValueError:
                 raise BindingError(f"input {name!r}: a ragged sequence is not a tensor") from None
-            _check(metas, "input", name, None, shape, converted=True)
+            _check(metas, "input", name, ORT_TYPE_TO_NUMPY.get(metas[name].type), shape)
 
 
-def _check(metas: dict, kind: str, name: str, dtype, shape: Sequence[int],
-           converted: bool = False) -> None:
-    """BindingError unless `name` is a model input/output and dtype/shape fit its metadata
-    (`converted`: onnxruntime casts the value to the input's dtype, so only its shape counts)."""
+def _check(metas: dict, kind: str, name: str, dtype, shape: Sequence[int]) -> None:
+    """BindingError unless `name` is a model input/output and dtype/shape fit its metadata."""
     meta = metas.get(name)
     if meta is None:
         raise BindingError(f"unknown {kind} {name!r}; the model's {kind}s are {list(metas)}")
     expected = ORT_TYPE_TO_NUMPY.get(meta.type)
-    if not converted and expected is not None and (
-            dtype is None or np.dtype(dtype) != np.dtype(expected)):
+    if expected is not None and (dtype is None or np.dtype(dtype) != np.dtype(expected)):
         got = np.dtype(dtype) if dtype is not None else "a non-tensor value"
         raise BindingError(f"{kind} {name!r}: expected dtype {np.dtype(expected)}, got {got}")
     want, shape = list(meta.shape), list(shape)
