@@ -299,19 +299,17 @@ def test_direct_conv_cases_match_numpy(case, vector_width):
 
 @st.composite
 def pair_geometry(draw):
-    """Convs with two or more full blocks of 8 output channels per group (what the 8-float
-    width's channel-vector tiles take when the conv is direct), on planes whose position
-    counts leave every remainder of a 6-position tile."""
+    """conv_geometry's convs with two or more full blocks of 8 output channels per group (what
+    the 8-float width's channel-vector tiles take when the conv is direct), on planes whose
+    position counts leave every remainder of a 6-position tile."""
+    geometry = draw(conv_geometry())
     g = draw(st.integers(1, 2))
     k = (draw(st.integers(2, 5)), draw(st.integers(2, 5)))
-    dil = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
-    stride = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
-    pads = tuple(draw(st.lists(st.integers(0, 2), min_size=4, max_size=4)))
-    hw = tuple((k[a] - 1) * dil[a] + 1 + draw(st.integers(4, 16)) for a in (0, 1))
-    return {"n": draw(st.integers(1, 2)), "c": g * draw(st.integers(4, 12)),
-            "o": g * draw(st.sampled_from([16, 24, 32, 40])), "group": g, "k": k, "dil": dil,
-            "stride": stride, "pads": pads, "hw": hw, "bias": draw(st.booleans()),
-            "act": draw(st.sampled_from(ACTS)), "residual": draw(st.booleans())}
+    return {**geometry, "group": g, "c": g * draw(st.integers(4, 12)),
+            "o": g * draw(st.sampled_from([16, 24, 32, 40])), "k": k,
+            "stride": (draw(st.integers(1, 2)), draw(st.integers(1, 2))),
+            "hw": tuple((k[a] - 1) * geometry["dil"][a] + 1 + draw(st.integers(4, 16))
+                        for a in (0, 1))}
 
 
 @SETTINGS
