@@ -246,6 +246,9 @@ CASES = {
     "gemm": gemm,
     "gemm_b_not_transposed": lambda g: gemm(g, trans_b=0),
     "gemm_per_tensor": lambda g: gemm(g, per_channel=False),
+    # weights over 1 MiB as 16-bit pairs: the AVX2 GEMM passes over its 38 output-channel
+    # blocks in parts (16, 16 and the last 6, one of 4 channels), see csrc/qconv.c qgemm
+    "gemm_wide": lambda g: gemm(g, m=3, k=4096, n=300),
     "matmul_const": matmul_const,
     "matmul_const_per_column": lambda g: matmul_const(g, per_channel=True),
     "matmul_runtime": matmul_runtime,

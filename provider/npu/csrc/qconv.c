@@ -106,6 +106,7 @@ static inline uint8_t requant(int32_t acc, float m, float lo, float hi, int32_t 
 typedef struct {
     const uint8_t *b;     /* packed activations [Kg][ldb][4] */
     const int8_t *w;      /* packed weights [Ob][Kg][8][4] */
+    const int32_t *wx;    /* the AVX2 path's weights as 16-bit pairs (expand_avx2), or NULL */
     const int32_t *bias;  /* per output channel (zero points folded in) */
     const double *mult;   /* float32 multipliers, per output channel */
     uint8_t *y;           /* output codes, row o at y + o * ldy */
@@ -228,34 +229,50 @@ static void tile_avx_vnni(const qgemm_args *a, int64_t ob, int64_t c0) {
 /* AVX2 tile: 8 output channels x 8 columns. Each int32 lane of the packed activations holds
  * four u8 codes of one column; vpmaddwd multiplies 16-bit lanes and sums them in pairs, so
  * the even bytes (codes 0, 2) and the odd ones (1, 3), zero-extended, are multiplied by the
- * matching weights sign-extended to 16 bits: two exact products summed per lane each time. */
+ * matching weights as 16-bit pairs (expand_avx2): two exact products summed per lane each
+ * time. Each pair is broadcast straight from memory: unpacking the int8 weights in the tile
+ * took two shuffles a row and spilled the accumulators (the tile ran at 2/3 of this speed). */
 __attribute__((target("avx2")))
 static void tile_avx2(const qgemm_args *a, int64_t ob, int64_t c0) {
     __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0,
             a6 = a0, a7 = a0;
     const __m256i low = _mm256_set1_epi16(0x00FF);
-    const int8_t *w = a->w + ob * a->kg * 32;
+    const int32_t *w = a->wx + ob * a->kg * 16;
     const uint8_t *b = a->b + c0 * 4;
     int64_t step = a->ldb * 4;
-    int32_t we[8] __attribute__((aligned(32))), wo[8] __attribute__((aligned(32)));
-    for (int64_t k = 0; k < a->kg; k++, b += step, w += 32) {
+    for (int64_t k = 0; k < a->kg; k++, b += step, w += 16) {
         __m256i x = _mm256_loadu_si256((const void *)b);
         __m256i xe = _mm256_and_si256(x, low), xo = _mm256_srli_epi16(x, 8);
-        __m256i wk = _mm256_loadu_si256((const void *)w);  /* [8 rows][4 codes] */
-        _mm256_store_si256((void *)we, _mm256_srai_epi16(_mm256_slli_epi16(wk, 8), 8));
-        _mm256_store_si256((void *)wo, _mm256_srai_epi16(wk, 8));
 #define ROW(r, acc) acc = _mm256_add_epi32(acc, _mm256_add_epi32(                              \
-            _mm256_madd_epi16(xe, _mm256_set1_epi32(we[r])),                                   \
-            _mm256_madd_epi16(xo, _mm256_set1_epi32(wo[r]))))
+            _mm256_madd_epi16(xe, _mm256_set1_epi32(w[r])),                                    \
+            _mm256_madd_epi16(xo, _mm256_set1_epi32(w[8 + r]))))
         ROW(0, a0); ROW(1, a1); ROW(2, a2); ROW(3, a3);
         ROW(4, a4); ROW(5, a5); ROW(6, a6); ROW(7, a7);
 #undef ROW
     }
+    /* stored one by one: gathered in an array, GCC kept the sums on the stack all along */
     int32_t out[8 * 8] __attribute__((aligned(32)));
-    __m256i acc[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
-    for (int r = 0; r < 8; r++) _mm256_store_si256((void *)(out + r * 8), acc[r]);
+    _mm256_store_si256((void *)out, a0);
+    _mm256_store_si256((void *)(out + 8), a1);
+    _mm256_store_si256((void *)(out + 16), a2);
+    _mm256_store_si256((void *)(out + 24), a3);
+    _mm256_store_si256((void *)(out + 32), a4);
+    _mm256_store_si256((void *)(out + 40), a5);
+    _mm256_store_si256((void *)(out + 48), a6);
+    _mm256_store_si256((void *)(out + 56), a7);
     int64_t rows = a->o - ob * 8 < 8 ? a->o - ob * 8 : 8;
     store_tile(a, ob * 8, c0, rows, 8, out, 8);
+}
+
+/* The packed weights [Ob][Kg][8][4] as the AVX2 tile reads them, [Ob][Kg][16] int32: per
+ * row, codes 0 and 2 as two int16 (the even pair), then per row codes 1 and 3 (the odd). */
+__attribute__((target("avx2")))
+static void expand_avx2(const int8_t *w, int64_t groups, int32_t *out) {
+    for (int64_t g = 0; g < groups; g++, w += 32, out += 16) {
+        __m256i wk = _mm256_loadu_si256((const void *)w);  /* [8 rows][4 codes] */
+        _mm256_storeu_si256((void *)out, _mm256_srai_epi16(_mm256_slli_epi16(wk, 8), 8));
+        _mm256_storeu_si256((void *)(out + 8), _mm256_srai_epi16(wk, 8));
+    }
 }
 #endif
 
@@ -285,7 +302,7 @@ static void qgemm_task(const void *ctx, int64_t t) {
             }
 #endif
 #if X86
-            if (path == PATH_AVX2) {  /* 8 columns a tile */
+            if (path == PATH_AVX2 && a->wx) {  /* 8 columns a tile */
                 int64_t done = 0;
                 for (; done + 8 <= width; done += 8) tile_avx2(a, ob, c + done);
                 if (done < width) tile_portable(a, ob, c + done, width - done);
@@ -297,13 +314,47 @@ static void qgemm_task(const void *ctx, int64_t t) {
     }
 }
 
-/* y[o][c] = requant(sum_k w[o][k] * b[k][c] + bias[o]) for o < O, c < N, on every core. */
-static void qgemm(qgemm_args *a) {
+/* The GEMM's tasks: blocks of columns, each over every block of output channels. */
+static void qgemm_columns(qgemm_args *a) {
     double macs = (double)a->o * a->kg * 4 * a->n;
     int64_t tasks = task_count(macs / (GEMM_MACS_PER_NS * 4), (a->n + 31) / 32);
     int64_t cols = (per_task(a->n, tasks) + 31) / 32 * 32;
     a->cols = cols;
     parallel(qgemm_task, a, (a->n + cols - 1) / cols);
+}
+
+#ifndef QGEMM_EXPANDED_BYTES
+#define QGEMM_EXPANDED_BYTES (1L << 20)  /* the AVX2 path's expanded weights per pass */
+#endif
+
+/* y[o][c] = requant(sum_k w[o][k] * b[k][c] + bias[o]) for o < O, c < N, on every core.
+ * The AVX2 path expands the weights to 16-bit pairs in the caller's scratch (no task of the
+ * GEMM uses its thread's scratch), at most QGEMM_EXPANDED_BYTES of them at a time: a big
+ * dense layer passes over its output channels in parts instead of doubling its weights in
+ * host memory. Without host memory for them, the portable tiles. */
+static void qgemm(qgemm_args *a) {
+#if X86
+    if (qgemm_path() == PATH_AVX2 && a->n) {
+        int64_t blocks = (a->o + 7) / 8, per = QGEMM_EXPANDED_BYTES / (a->kg * 64);
+        if (per < 1) per = 1;
+        if (per > blocks) per = blocks;
+        int32_t *wx = (int32_t *)thread_scratch(per * a->kg * 16);
+        for (int64_t ob = 0; wx && ob < blocks; ob += per) {
+            int64_t nb = blocks - ob < per ? blocks - ob : per;
+            qgemm_args part = *a;
+            part.w = a->w + ob * a->kg * 32;
+            part.wx = wx;
+            part.bias = a->bias + ob * 8;
+            part.mult = a->mult + ob * 8;
+            part.y = a->y + ob * 8 * a->ldy;
+            part.o = a->o - ob * 8 < nb * 8 ? a->o - ob * 8 : nb * 8;
+            expand_avx2(part.w, nb * a->kg, wx);
+            qgemm_columns(&part);
+        }
+        if (wx) return;
+    }
+#endif
+    qgemm_columns(a);
 }
 
 static void fill_range(qgemm_args *a, const lnpu_step *s, int zy_at) {
@@ -474,7 +525,7 @@ int qconv(const lnpu_step *s, void **slots) {
         }
         for (int64_t grp = 0; grp < g; grp++) {
             uint8_t *out = y + (img * o + grp * og) * oh * ow;
-            qgemm_args a = {cols + grp * kg * cols_n * 4, wt + grp * blocks * kg * 32,
+            qgemm_args a = {cols + grp * kg * cols_n * 4, wt + grp * blocks * kg * 32, NULL,
                             bias + grp * og, mult + grp * og, shifted ? wide : out, kg, cols_n,
                             cols_n, cols_n, og, 0, 0, 0, 0};
             fill_range(&a, s, Q_ZY);
@@ -516,7 +567,7 @@ void qdense(const lnpu_step *s, void **slots) {
     uint8_t *packed = scratch, *yt = scratch + kg * rows * 4;
     pack_args pa = {slots[s->slot[QS_X]], packed, rows, k, kg, (uint8_t)p[D_XFLIP]};
     parallel(pack_task, &pa, kg);
-    qgemm_args a = {packed, slots[s->slot[QS_W]], slots[s->slot[QS_BIAS]],
+    qgemm_args a = {packed, slots[s->slot[QS_W]], NULL, slots[s->slot[QS_BIAS]],
                     slots[s->slot[QS_MULT]], yt, kg, rows, rows, rows, o, 0, 0, 0, 0};
     fill_range(&a, s, D_ZY);
     qgemm(&a);
