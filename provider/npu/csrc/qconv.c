@@ -226,22 +226,26 @@ static void tile_avx_vnni(const qgemm_args *a, int64_t ob, int64_t c0) {
 #endif
 
 #if X86
-/* AVX2 tile: 8 output channels x 8 columns. Each int32 lane of the packed activations holds
+/* AVX2 tile: 8 output channels x up to 8 columns. Each int32 lane of the packed activations holds
  * four u8 codes of one column; vpmaddwd multiplies 16-bit lanes and sums them in pairs, so
  * the even bytes (codes 0, 2) and the odd ones (1, 3), zero-extended, are multiplied by the
  * matching weights as 16-bit pairs (expand_avx2): two exact products summed per lane each
  * time. Each pair is broadcast straight from memory: unpacking the int8 weights in the tile
  * took two shuffles a row and spilled the accumulators (the tile ran at 2/3 of this speed). */
-__attribute__((target("avx2")))
-static void tile_avx2(const qgemm_args *a, int64_t ob, int64_t c0) {
+__attribute__((target("avx2"), always_inline))
+static inline void tile_avx2_cols(const qgemm_args *a, int64_t ob, int64_t c0, int64_t ncols,
+                                  int masked) {
     __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0,
             a6 = a0, a7 = a0;
     const __m256i low = _mm256_set1_epi16(0x00FF);
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)ncols),
+                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     const int32_t *w = a->wx + ob * a->kg * 16;
     const uint8_t *b = a->b + c0 * 4;
     int64_t step = a->ldb * 4;
     for (int64_t k = 0; k < a->kg; k++, b += step, w += 16) {
-        __m256i x = _mm256_loadu_si256((const void *)b);
+        __m256i x = masked ? _mm256_maskload_epi32((const int *)b, mask)
+                           : _mm256_loadu_si256((const void *)b);
         __m256i xe = _mm256_and_si256(x, low), xo = _mm256_srli_epi16(x, 8);
 #define ROW(r, acc) acc = _mm256_add_epi32(acc, _mm256_add_epi32(                              \
             _mm256_madd_epi16(xe, _mm256_set1_epi32(w[r])),                                    \
@@ -261,7 +265,20 @@ static void tile_avx2(const qgemm_args *a, int64_t ob, int64_t c0) {
     _mm256_store_si256((void *)(out + 48), a6);
     _mm256_store_si256((void *)(out + 56), a7);
     int64_t rows = a->o - ob * 8 < 8 ? a->o - ob * 8 : 8;
-    store_tile(a, ob * 8, c0, rows, 8, out, 8);
+    store_tile(a, ob * 8, c0, rows, ncols, out, 8);
+}
+
+/* 8 columns, and the last 1-7 of a row of tiles: their activations loaded under a column
+ * mask (done by the portable tile, a plane's 63 columns, 7x7 in a 9-wide row, took half
+ * the GEMM's time in their last 7). */
+__attribute__((target("avx2")))
+static void tile_avx2(const qgemm_args *a, int64_t ob, int64_t c0) {
+    tile_avx2_cols(a, ob, c0, 8, 0);
+}
+
+__attribute__((target("avx2")))
+static void tile_avx2_last(const qgemm_args *a, int64_t ob, int64_t c0, int64_t ncols) {
+    tile_avx2_cols(a, ob, c0, ncols, 1);
 }
 
 /* The packed weights [Ob][Kg][8][4] as the AVX2 tile reads them, [Ob][Kg][16] int32: per
@@ -305,7 +322,7 @@ static void qgemm_task(const void *ctx, int64_t t) {
             if (path == PATH_AVX2 && a->wx) {  /* 8 columns a tile */
                 int64_t done = 0;
                 for (; done + 8 <= width; done += 8) tile_avx2(a, ob, c + done);
-                if (done < width) tile_portable(a, ob, c + done, width - done);
+                if (done < width) tile_avx2_last(a, ob, c + done, width - done);
                 continue;
             }
 #endif
