@@ -252,6 +252,17 @@ CASES = {
     "matmul_const": matmul_const,
     "matmul_const_per_column": lambda g: matmul_const(g, per_channel=True),
     "matmul_runtime": matmul_runtime,
+    # attention's scores and their product with V: (1, heads, S, D) x (1, heads, D, S)
+    "matmul_attention": lambda g: g.op("MatMul", [g.activation((1, 4, 9, 70)),
+                                                  g.activation((1, 4, 70, 9))]),
+    # one B matrix for every batch, and a batch broadcast along one dim only (numpy's kernel)
+    "matmul_runtime_one_b": lambda g: g.op("MatMul", [g.activation((3, 5, 16)),
+                                                      g.activation((16, 7))]),
+    # one matrix of 40 rows: split in row blocks over the cores
+    "matmul_runtime_rows": lambda g: g.op("MatMul", [g.activation((1, 40, 48)),
+                                                     g.activation((1, 48, 20))]),
+    "matmul_runtime_partial_batch": lambda g: g.op("MatMul", [g.activation((2, 3, 5, 8)),
+                                                              g.activation((2, 1, 8, 4))]),
     "add": binary("Add"),
     "mul": binary("Mul"),
     "add_same_shape": lambda g: g.op("Add", [g.activation((2, 8, 6, 6)), g.activation((2, 8, 6, 6))]),

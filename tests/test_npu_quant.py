@@ -227,13 +227,17 @@ def test_native_steps_cover_the_integer_gemms(int8_path):
                          ("globalaveragepool", "qglobal_pool"),
                          ("averagepool_whole", "qglobal_pool"),
                          ("resize_nearest", "qresize_nearest"), ("softmax_inner", "qwrap"),
-                         ("softmax_rows", "qwrap")):
+                         ("softmax_rows", "qwrap"), ("matmul_runtime", "qmatmul"),
+                         ("matmul_attention", "qmatmul"), ("matmul_runtime_one_b", "qmatmul"),
+                         ("matmul_runtime_rows", "qmatmul"),
+                         ("matmul_runtime_partial_batch", "qmatmul")):
         model, _ = build(case, np.int8, 0)
         program = compile_model(import_onnx(model)[0])
         assert kernel is None or kernel in {step.kernel for step in program.steps}, case
         for i, step in enumerate(program.steps):
             if kernel is None or step.kernel == kernel:
-                broadcast = case == "add"  # the case broadcasts: numpy's kernel
+                # the cases that broadcast in ways the C kernels do not: numpy's kernel
+                broadcast = case in ("add", "matmul_runtime_partial_batch")
                 assert (native_steps.lower(program, i) is None) == broadcast, (case, step.kernel)
 
 

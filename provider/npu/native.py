@@ -57,10 +57,10 @@ OPS = {name: code for code, name in enumerate(
 OPS.update(unary=11, binary=12, layer_norm=13, bmatmul=14, rnn=15, reduce=16, pad=17, cast=18,
            split=19, deconv=20, gather=21, compare=22, where=23,
            gather_nd=24)
-# The integer kernels' codes (csrc/qconv.c, qeltwise.c; 40-69 are theirs).
+# The integer kernels' codes (csrc/qconv.c, qeltwise.c, qsoftmax.c, qmatmul.c; 40-69 are theirs).
 OPS.update({"qconv": 40, "qdense": 41, "quantize": 42, "dequantize": 43, "qlut": 44, "qadd": 45,
             "qconcat": 46, "qdwconv": 47, "qmaxpool": 48, "qmul": 49, "qglobalpool": 50,
-            "qresize": 51, "qsoftmax": 52})
+            "qresize": 51, "qsoftmax": 52, "qmatmul": 53})
 
 
 class Step(C.Structure):

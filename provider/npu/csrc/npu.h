@@ -35,7 +35,7 @@ enum { OP_UNARY = 11, OP_BINARY, OP_LAYERNORM, OP_BMATMUL, OP_RNN, OP_REDUCE, OP
 /* Integer kernels (qconv.c, qeltwise.c): codes 40-69. */
 enum { OP_QCONV = 40, OP_QDENSE = 41, OP_QUANTIZE = 42, OP_DEQUANTIZE = 43, OP_QLUT = 44,
        OP_QADD = 45, OP_QCONCAT = 46, OP_QDWCONV = 47, OP_QMAXPOOL = 48, OP_QMUL = 49,
-       OP_QGLOBALPOOL = 50, OP_QRESIZE = 51, OP_QSOFTMAX = 52 };
+       OP_QGLOBALPOOL = 50, OP_QRESIZE = 51, OP_QSOFTMAX = 52, OP_QMATMUL = 53 };
 
 #define MAX_SLOTS 16
 #define MAX_PARAMS 32
@@ -409,6 +409,7 @@ void dequantize(const lnpu_step *s, void **slots);
 void qlut(const lnpu_step *s, void **slots);
 void qadd(const lnpu_step *s, void **slots);
 int qsoftmax(const lnpu_step *s, void **slots);   /* qsoftmax.c; -1: no host scratch */
+int qmatmul(const lnpu_step *s, void **slots);    /* qmatmul.c; -1: no host scratch */
 void qmul(const lnpu_step *s, void **slots);
 void qconcat(const lnpu_step *s, void **slots);
 int qmaxpool(const lnpu_step *s, void **slots);  /* -1: no host scratch */

@@ -98,6 +98,7 @@ API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, int64_
         case OP_QGLOBALPOOL: qglobalpool(s, slots); break;
         case OP_QRESIZE: qresize(s, slots); break;
         case OP_QSOFTMAX: status = qsoftmax(s, slots); break;
+        case OP_QMATMUL: status = qmatmul(s, slots); break;
         default: status = i + 1; continue;
         }
         if (stamps) stamps[2 * i + 1] = now_ns();

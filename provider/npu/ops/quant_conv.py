@@ -379,6 +379,36 @@ def _qconv_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: Ste
     return True
 
 
+@native("qmatmul", op="qmatmul")
+def _qmatmul_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """An integer MatMul of two run-time code tensors on the C library (csrc/qmatmul.c): no
+    transposes, each operand's batch the output's or one matrix for all, K small enough for
+    exact int32 sums."""
+    x, w, y = ins[0], ins[1], outs[0]
+    if (attrs["transpose_a"] or attrs["transpose_b"] or len(x.shape) < 2 or len(w.shape) < 2
+            or x.dtype not in CODE_DTYPES or w.dtype not in CODE_DTYPES
+            or y.dtype not in CODE_DTYPES):
+        return False
+    (m, k), (k2, n) = x.shape[-2:], w.shape[-2:]
+    batch = y.shape[:-2]
+    if k != k2 or tuple(y.shape[-2:]) != (m, n) or k * 255 * 255 >= 2**31:
+        return False
+    strides = []
+    for operand, size in ((x, m * k), (w, k * n)):
+        if tuple(operand.shape[:-2]) == tuple(batch):
+            strides.append(size)
+        elif math.prod(operand.shape[:-2]) == 1:
+            strides.append(0)
+        else:  # broadcast along some batch dims only: the numpy kernel
+            return False
+    lo, hi = attrs["range"]
+    b.params(math.prod(batch), m, k, n, *strides, x.dtype == "int8", w.dtype == "int8",
+             attrs["za"], attrs["zb"], attrs["zy"], lo, hi)
+    b.f[0] = attrs["mult"]
+    b.slots(b.inputs[0], b.inputs[1], b.outputs[0])
+    return True
+
+
 @native("qdense", op="qdense")
 def _qdense_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     """An integer dense layer on the C library's packed GEMM (csrc/qconv.c)."""
