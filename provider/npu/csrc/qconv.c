@@ -226,12 +226,6 @@ static void tile_avx_vnni(const qgemm_args *a, int64_t ob, int64_t c0) {
 #endif
 
 #if X86
-/* AVX2 tile: 8 output channels x up to 8 columns. Each int32 lane of the packed activations holds
- * four u8 codes of one column; vpmaddwd multiplies 16-bit lanes and sums them in pairs, so
- * the even bytes (codes 0, 2) and the odd ones (1, 3), zero-extended, are multiplied by the
- * matching weights as 16-bit pairs (expand_avx2): two exact products summed per lane each
- * time. Each pair is broadcast straight from memory: unpacking the int8 weights in the tile
- * took two shuffles a row and spilled the accumulators (the tile ran at 2/3 of this speed). */
 /* requant (and store_tile) for 8 sums of output channel o at once, the same float32 steps
  * in the same order: the sum plus the bias as float, times the multiplier, clamped, rounded
  * half to even by the 1.5 * 2^23 addition, plus the zero point; each code's low byte. Done
@@ -261,6 +255,12 @@ static inline void put_row_avx2(const qgemm_args *a, int64_t o, int64_t c0, int6
     }
 }
 
+/* AVX2 tile: 8 output channels x up to 8 columns. Each int32 lane of the packed activations
+ * holds four u8 codes of one column; vpmaddwd multiplies 16-bit lanes and sums them in pairs,
+ * so the even bytes (codes 0, 2) and the odd ones (1, 3), zero-extended, are multiplied by
+ * the matching weights as 16-bit pairs (expand_avx2): two exact products summed per lane
+ * each time. Each pair is broadcast straight from memory: unpacking the int8 weights in the
+ * tile took two shuffles a row and spilled the sums (the tile ran at 2/3 of this speed). */
 __attribute__((target("avx2"), always_inline))
 static inline void tile_avx2_cols(const qgemm_args *a, int64_t ob, int64_t c0, int64_t ncols,
                                   int masked) {

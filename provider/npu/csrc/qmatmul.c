@@ -53,7 +53,8 @@ MULTIVERSION static void qmm_task(const void *ctx, int64_t t) {
             for (int64_t j = 0; j < n; j++) acc[j] += av * row[j];
         }
         uint8_t *y = cx->y + (mat * m + r) * n;
-        for (int64_t j = 0; j < n; j++) y[j] = (uint8_t)code_of((float)acc[j] * cx->mult, lo, hi, zy);
+        for (int64_t j = 0; j < n; j++)
+            y[j] = (uint8_t)code_of((float)acc[j] * cx->mult, lo, hi, zy);
     }
 }
 
