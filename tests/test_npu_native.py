@@ -1489,10 +1489,10 @@ def test_a_gemm_of_few_rows_matches_numpy(m, k, n, act, vector_width, restore_th
 
 @pytest.mark.parametrize("op, attrs", [("MatMulFusion", {}), ("MatMulFusion", {"transpose_b": True}),
                                        ("FullConnection", {})], ids=str)
-@pytest.mark.parametrize("m", [16, 3, 13, 40])
+@pytest.mark.parametrize("m", [16, 1, 3, 13, 40])
 def test_a_big_constant_b_of_few_rows_is_stored_in_panels(op, attrs, m, vector_width,
                                                            restore_threads):
-    """A constant B over PANEL_MIN_FLOATS times at most PANEL_MAX_ROWS rows is stored in
+    """A constant B of enough floats for its rows of A (PANEL_MIN_FLOATS) is stored in
     panels of 48 columns (the last one partial here: 1100 = 22 x 48 + 44), for every way a
     constant B comes (MatMul as is or transposed, FullConnection's (out, in)); both kernels
     read them, on AVX-512 tiles or the portable loop, over 1 and 2 cores."""
@@ -1514,6 +1514,18 @@ def test_a_big_constant_b_of_few_rows_is_stored_in_panels(op, attrs, m, vector_w
         _native_matches_numpy(model, {"a": a})
         assert_close(run(program, {"a": a})[0], [expected.astype(np.float32)])
     assert mm.from_panels(mm.to_panels(w), n).tolist() == w.tolist()
+
+
+@pytest.mark.parametrize("rows, k, n, panels", [
+    (1, 1024, 64, True), (8, 64, 64, True), (16, 384, 384, True), (32, 768, 768, True),
+    (64, 1024, 1100, True), (16, 512, 64, False), (24, 256, 256, False), (64, 384, 384, False),
+    (65, 1024, 1100, False), (16, 4096, 40, False), (0, 64, 64, False)], ids=str)
+def test_panels_are_chosen_where_they_were_measured_faster(rows, k, n, panels):
+    """Few rows of A take B in panels from a size that shrinks with the rows; B narrower than
+    one panel stays in place (its padding would be work)."""
+    from provider.npu.ops.matmul import panels_pay
+
+    assert panels_pay(rows, k, n) is panels
 
 
 @pytest.mark.parametrize("op, dtype", [

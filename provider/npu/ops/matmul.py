@@ -62,14 +62,22 @@ def matmul(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: d
 # ---- B in panels --------------------------------------------------------------------------
 
 PANEL = 48  # columns per panel: npu.h's ROW_GEMM_PANEL
-PANEL_MAX_ROWS = 64  # more rows of A make B's packing cheap next to the arithmetic
-PANEL_MIN_FLOATS = 1 << 20  # smaller B stay in cache: the kernel reads them in place
+# From how many floats of a constant B panels pay, by the most rows of A: the portable and
+# AVX-512 panel tiles stream a panel's K rows contiguously; OpenBLAS packs B again at every
+# call, which A's few rows do not repay. One MatMul step alone, panels vs B in place (OpenBLAS
+# on an AVX2 host), alternating in one process, 1 core: 1 x 1024 x 1000 98 vs 317 us, 4 x 1024
+# x 1000 152 vs 313, 8 x 256 x 1024 75 vs 107, 16 x 384 x 1536 259 vs 300, 16 x 384 x 384 94 vs
+# 100, 32 x 768 x 768 497 vs 527 (2 cores alike); B in place was ahead from 24 rows on B
+# that stay in cache (24 x 256 x 256 48 vs 54 us) and at 64 rows. Narrower than a panel,
+# the padding is work: 16 x 512 x 40 17.4 vs 14.0 us, 4 x 1024 x 16 10.3 vs 5.4.
+PANEL_MIN_FLOATS = ((8, 0), (32, 1 << 17), (64, 1 << 20))
 
 
 def panels_pay(rows: int, k: int, n: int) -> bool:
-    """Whether a constant (k, n) B times `rows` rows is stored in panels (measured: CRNN's
-    16 x 1024 x 8210 output layer, see rowgemm.c)."""
-    return 0 < rows <= PANEL_MAX_ROWS and k > 0 and k * n >= PANEL_MIN_FLOATS
+    """Whether a constant (k, n) B times `rows` rows is stored in panels (PANEL_MIN_FLOATS)."""
+    if rows <= 0 or k <= 0 or n < PANEL:
+        return False
+    return any(rows <= most and k * n >= floats for most, floats in PANEL_MIN_FLOATS)
 
 
 def to_panels(b: np.ndarray) -> np.ndarray:
