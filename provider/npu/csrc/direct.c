@@ -46,6 +46,7 @@ typedef struct {
     int64_t ahead;                /* prefetch the rows this many channels ahead (0: none) */
     int64_t rows, row_off[MAX_TAPS];  /* the phase rows a tile reads of a channel: offsets */
     int pairs;                    /* pairs of full blocks go by channel-vector tiles (below) */
+    int transpose8;               /* the CPU runs transpose8 (their sums turn through it) */
 } direct_ctx;
 
 /* Image n's channel c's SH x SW phase planes into q, `rows` rows of each from phase row r0 (zero
@@ -175,6 +176,9 @@ int direct_conv(const lnpu_step *s, void **slots) {
      * (within the noise). Banded convs keep the position tiles (not measured there). */
     cx.pairs = DIRECT_PAIRS && tile == 24 && !banded && OG >= 2 * DIRECT_OB;
     cx.obgroups = cx.pairs ? (cx.oblocks + 1) / 2 : cx.oblocks;
+#if HAVE_TRANSPOSE16
+    cx.transpose8 = cx.pairs && transpose8_ok();
+#endif
     if (banded) {
         cx.obgroups = 1;
         cx.chunks = (group_bytes + DIRECT_BAND_BYTES - 1) / DIRECT_BAND_BYTES;

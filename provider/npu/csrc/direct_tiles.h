@@ -86,10 +86,11 @@ static inline __attribute__((always_inline)) void DK(direct_tile_any)(
  * as the position tiles, so both give the same bits. */
 #define DP_POSITIONS 6
 #define DP_CHUNK 48               /* positions finished together, per output channel */
+#define DP_ROW (2 * DIRECT_OB)    /* a position's outputs in a tile's buffer */
 
 /* NP positions (at most DP_POSITIONS) whose phase offsets are k[0..NP) (relative to src,
  * the group's first channel's phases), blocks w0 and w0 + 8 * K: sums into
- * out[o * DP_CHUNK + i], 16 rows. TAPS: the taps per channel when the caller knows them
+ * out[i * DP_ROW + o], 16 outputs per position. TAPS: the taps per channel when the caller knows them
  * at compile time (9: a 3x3 conv, its tap loop unrolled), else 0. */
 static inline __attribute__((always_inline)) void DK(pair_tile)(
         const direct_ctx *cx, const float *w0, int64_t K, const float *src, const int64_t *k,
@@ -115,11 +116,10 @@ static inline __attribute__((always_inline)) void DK(pair_tile)(
             }
         }
     }
-    for (int i = 0; i < NP; i++)
-        for (int o = 0; o < DIRECT_OB; o++) {
-            out[o * DP_CHUNK + i] = acc[i][0][o];
-            out[(o + DIRECT_OB) * DP_CHUNK + i] = acc[i][1][o];
-        }
+    for (int i = 0; i < NP; i++) {  /* whole vectors, position-major: pair_positions turns them */
+        *(DK(vec) *)(out + i * DP_ROW) = acc[i][0];
+        *(DK(vec) *)(out + i * DP_ROW + DIRECT_OB) = acc[i][1];
+    }
 }
 
 /* pair_tile with NP and TAPS as constants: a plane's last positions go in a tile of just
@@ -150,7 +150,7 @@ static inline __attribute__((always_inline)) void DK(pair_positions)(
     int64_t OW = p[C_OW], WQ = cx->wq, O = p[C_O], HW = p[C_OH] * OW;
     int64_t p0 = k0 / WQ * OW + (k0 % WQ < OW ? k0 % WQ : OW);
     int64_t p1 = k1 / WQ * OW + (k1 % WQ < OW ? k1 % WQ : OW);
-    float buf[2 * DIRECT_OB * DP_CHUNK];
+    float buf[DP_CHUNK * DP_ROW], rows[DP_ROW * DP_CHUNK];
     for (int64_t c0 = p0; c0 < p1; c0 += DP_CHUNK) {
         int64_t count = p1 - c0 < DP_CHUNK ? p1 - c0 : DP_CHUNK;
         for (int64_t i = 0; i < count; i += DP_POSITIONS) {
@@ -160,17 +160,31 @@ static inline __attribute__((always_inline)) void DK(pair_positions)(
                 int64_t q = c0 + i + j;
                 k[j] = q / OW * WQ + q % OW;
             }
-            DK(pair_tile_any)(cx, w, K, src, k, buf + i, np);
+            DK(pair_tile_any)(cx, w, K, src, k, buf + i * DP_ROW, np);
         }
+        /* the tiles' position-major sums as a row per output channel: 8 x 8 blocks in
+         * registers (extracted lane by lane, the sums' stores took as many instructions as
+         * a 32-channel tile's multiply-adds) */
+#if HAVE_TRANSPOSE16
+        if (cx->transpose8)
+            for (int64_t i = 0; i < count; i += 8)
+                for (int o = 0; o < DP_ROW; o += DIRECT_OB)
+                    transpose8(buf + i * DP_ROW + o, DP_ROW, rows + o * DP_CHUNK + i, DP_CHUNK,
+                               count - i < 8 ? (int)(count - i) : 8, DIRECT_OB);
+        else
+#endif
+            for (int64_t i = 0; i < count; i++)
+                for (int o = 0; o < DP_ROW; o++) rows[o * DP_CHUNK + i] = buf[i * DP_ROW + o];
         for (int o = 0; o < 2 * DIRECT_OB; o++) {
             int64_t at = (n * O + oc + o) * HW + c0;
-            finish(cx->y + at, buf + o * DP_CHUNK, count, cx->bias ? cx->bias[oc + o] : 0.0f,
+            finish(cx->y + at, rows + o * DP_CHUNK, count, cx->bias ? cx->bias[oc + o] : 0.0f,
                    cx->res ? cx->res + at : NULL, cx->act);
         }
     }
 }
 #undef DP_POSITIONS
 #undef DP_CHUNK
+#undef DP_ROW
 #endif
 
 /* Task t: of one image (cx->n + t / per_image) and group, a run of its blocks of DIRECT_OB
