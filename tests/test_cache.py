@@ -526,12 +526,12 @@ def test_installed_entry_files_are_read_only(tmp_path):
     """Sessions map program.lnp: no one should write an installed entry in place."""
     directory = CompileCache(tmp_path).put(make_key(), compile_model(LITE, SHAPES))
     assert {f.name: f.stat().st_mode & 0o777 for f in directory.iterdir()} == {
-        entry_mod.PROGRAM: 0o444, entry_mod.MANIFEST: 0o444}
+        entry_mod.PROGRAM: 0o444, entry_mod.MANIFEST: 0o444, entry_mod.LOWERED: 0o444}
 
 
 def test_put_rejects_bad_extra_file_names(tmp_path):
     cache = CompileCache(tmp_path)
-    for name in ("program.lnp", "../x", ".hidden", ""):
+    for name in ("program.lnp", "lowered.bin", "../x", ".hidden", ""):
         with pytest.raises(CacheError, match="extra file name"):
             cache.put(make_key(), compile_model(LITE, SHAPES), extra_files={name: b"x"})
     assert os.listdir(tmp_path) == []

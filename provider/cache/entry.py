@@ -1,4 +1,7 @@
-"""One cache entry on disk: a directory with `manifest.json`, `program.lnp` and extra files.
+"""One cache entry on disk: a directory with `manifest.json`, `program.lnp`, `lowered.bin` (its
+steps lowered to the C library's, `native_steps.encode`: a warm Executor reads them instead
+of lowering again; when they do not fit this litenpu it lowers, see native_steps) and extra
+files.
 
 The manifest records the format and litenpu versions, the cache_version, the key, the I/O
 descriptors, and per file its size, sha256 and a *stamp* (mtime_ns, inode). The writer sets
@@ -38,6 +41,7 @@ from typing import Any
 from provider import __version__
 from provider.cache.keys import CacheKey, _canonical, _sha256
 from provider.errors import CacheError
+from provider.npu import native_steps
 from provider.npu import program as fmt
 from provider.npu.program import Program
 
@@ -46,10 +50,11 @@ __all__ = ["MANIFEST", "PROGRAM", "MANIFEST_VERSION", "BadEntry", "write_entry",
 
 MANIFEST = "manifest.json"
 PROGRAM = "program.lnp"
+LOWERED = "lowered.bin"  # the Program's steps lowered to the C library's (native_steps.encode)
 MANIFEST_VERSION = 2  # 2: compact JSON (1 was indented; read as a stale entry)
 MAX_MANIFEST_BYTES = 1 << 20
 _BACKDATE_NS = 5 * 10**9  # > the coarsest mtime granularity we expect (FAT: 2 s)
-_RESERVED = (MANIFEST, PROGRAM)
+_RESERVED = (MANIFEST, PROGRAM, LOWERED)
 READ_ONLY = 0o444  # entries are replaced by rename and removed by unlink, never written again
 _PARALLEL_HASH_BYTES = 1 << 20  # files from this size on are hashed while they are written
 
@@ -145,6 +150,9 @@ def write_entry(directory: Path, key: CacheKey, program: Program, cache_version:
         _check_extra_name(name)
     stamp_ns = time.time_ns() - _BACKDATE_NS
     files = {PROGRAM: _write_file(directory / PROGRAM, fmt.encode(program), stamp_ns)}
+    lowered = native_steps.encode(program) if program.steps else None
+    if lowered is not None:
+        files[LOWERED] = _write_file(directory / LOWERED, [lowered], stamp_ns)
     for name, data in extra_files.items():
         files[name] = _write_file(directory / name, [data], stamp_ns)
     manifest = {
@@ -253,6 +261,11 @@ def open_entry(directory: Path, key: CacheKey, cache_version: str,
              for name, record in _files(manifest).items()]
     program = _load(directory, verify=False)
     _check_io(manifest, program)
+    if LOWERED in manifest["files"]:
+        try:
+            program.lowered = (directory / LOWERED).read_bytes()
+        except OSError as exc:
+            raise BadEntry(f"{LOWERED}: cannot read: {exc.strerror or exc}") from exc
     return program, any(moved)
 
 

@@ -272,6 +272,13 @@ class StepArray:
     def __init__(self, steps: Sequence[Step]):
         self._array = (Step * len(steps))(*steps)
 
+    @classmethod
+    def from_bytes(cls, data: bytes | memoryview) -> StepArray:
+        """Steps stored back to back (STEP_BYTES each), copied into a new array."""
+        array = cls([])
+        array._array = (Step * (len(data) // STEP_BYTES)).from_buffer_copy(data)
+        return array
+
     def __len__(self) -> int:
         return len(self._array)
 

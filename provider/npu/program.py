@@ -128,6 +128,9 @@ class Program:
     internal_bytes: int = 0
     options: dict[str, Any] = field(default_factory=dict)
     name: str = ""
+    # its steps lowered to the C library's, as a cache entry stored them (native_steps.encode);
+    # not part of the Program file
+    lowered: bytes | None = field(default=None, compare=False, repr=False)
 
     @property
     def weight_bytes(self) -> int:
