@@ -163,7 +163,8 @@ def _lowered(program: Program) -> list[native.Step | None]:
 # of the rest (a flag byte per step, 1: native, then the native Steps' bytes in order)
 _MAGIC = b"LNPULOWR"
 _HEADER = struct.Struct("<8sIII16sI")
-_CODES = np.array(sorted(set(native.OPS.values())), dtype=np.int64)
+_KNOWN = np.zeros(max(native.OPS.values()) + 1, dtype=bool)  # by op code: the library's ops
+_KNOWN[list(native.OPS.values())] = True
 
 
 @functools.cache
@@ -207,7 +208,8 @@ def _stored(program: Program, blob: bytes) -> list[int | NativeRun]:
         raise ValueError("its native steps do not match its flags")
     words = np.frombuffer(body[count:], dtype=np.int64).reshape(len(natives), step_bytes // 8)
     ops, slots = words[:, 0], words[:, 1:1 + native.MAX_SLOTS]
-    if (not np.isin(ops, _CODES).all() or ((slots < -1) | (slots >= len(program.slots))).any()
+    if (((ops < 0) | (ops >= len(_KNOWN))).any() or not _KNOWN[ops.clip(0, len(_KNOWN) - 1)].all()
+            or ((slots < -1) | (slots >= len(program.slots))).any()
             or any(NATIVE.get(program.steps[n].kernel) is None for n in natives)):
         raise ValueError("a step is not a native step of this Program")
     out: list[int | NativeRun] = []
