@@ -37,6 +37,7 @@ __all__ = ["NativeRun", "channels_last", "lower", "segments", "encode", "stats"]
 
 log = logging.getLogger("litenpu.npu")
 
+
 @dataclass
 class Stats:
     """Steps lowered from their Program and lowerings read back from bytes, in this process
