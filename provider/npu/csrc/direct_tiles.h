@@ -90,8 +90,8 @@ static inline __attribute__((always_inline)) void DK(direct_tile_any)(
 
 /* NP positions (at most DP_POSITIONS) whose phase offsets are k[0..NP) (relative to src,
  * the group's first channel's phases), blocks w0 and w0 + 8 * K: sums into
- * out[i * DP_ROW + o], 16 outputs per position. TAPS: the taps per channel when the caller knows them
- * at compile time (9: a 3x3 conv, its tap loop unrolled), else 0. */
+ * out[i * DP_ROW + o], 16 outputs per position. TAPS: the taps per channel when the caller
+ * knows them at compile time (9: a 3x3 conv, its tap loop unrolled), else 0. */
 static inline __attribute__((always_inline)) void DK(pair_tile)(
         const direct_ctx *cx, const float *w0, int64_t K, const float *src, const int64_t *k,
         float *out, int NP, int TAPS) {
