@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from provider.errors import DeviceMemoryError
 from provider.npu.memory import DeviceBuffer, default_pool
 from provider.ort import abi, clib
-from provider.ort.callbacks import address, value_callback
+from provider.ort.callbacks import address, keep, value_callback
 
 log = logging.getLogger("litenpu.ort")
 
@@ -99,7 +99,7 @@ def adopting(buffer: DeviceBuffer) -> Iterator[None]:
 
 
 # Never emptied: onnxruntime may free a tensor after releasing the allocator that made it.
-_ALLOCATORS: dict[int, PoolAllocator] = {}
+_ALLOCATORS: dict[int, PoolAllocator] = keep({})
 
 
 @value_callback(abi.P_ALLOC, "Allocator.Alloc")

@@ -6,15 +6,16 @@ return: an exception is logged and a safe default returned). Nothing escapes int
 ctypes would print it and return NULL, which onnxruntime reads as success.
 
 ctypes function objects and every buffer whose address is handed to onnxruntime must outlive
-every call onnxruntime can make; `keep` holds them for the life of the process.
+every call onnxruntime can make, including the calls of a session that is only freed while the
+interpreter exits; `keep` holds them for the life of the process.
 """
 
 from __future__ import annotations
 
 import ctypes as C
 import logging
-import threading
 from collections.abc import Callable
+from typing import TypeVar
 
 from provider.errors import LitenpuError
 from provider.ort import abi
@@ -22,15 +23,22 @@ from provider.ort.status import status_text
 
 log = logging.getLogger("litenpu.ort")
 
-_KEPT: list[object] = []
-_KEPT_LOCK = threading.Lock()
 _ORT: abi.Ort | None = None
+_T = TypeVar("_T")
 
 
-def keep(obj: object) -> object:
-    """Keep `obj` alive for the life of the process (it was handed to C)."""
-    with _KEPT_LOCK:
-        _KEPT.append(obj)
+def keep(obj: _T) -> _T:
+    """Keep `obj`, and everything it refers to, alive for the life of the process: it (or
+    an address inside it) was handed to C.
+
+    A reference no Python object holds: at exit the interpreter collects the cycles of the
+    torn-down modules and clears their functions; a session freed in that collection (one
+    a user's module global holds, e.g. beside a logging handler of theirs) makes onnxruntime
+    call back into our thunks, which must not have been cleared first (that crashed the
+    process). The garbage collector never frees an object with a reference it cannot see,
+    nor anything reachable from it.
+    """
+    C.pythonapi.Py_IncRef(C.py_object(obj))
     return obj
 
 

@@ -47,7 +47,7 @@ from provider.errors import BindingError
 from provider.npu.executor import Executor, step_stamps
 from provider.npu.program import Program
 from provider.ort import abi, clib, compatibility, epcontext
-from provider.ort.callbacks import address, status_callback, value_callback
+from provider.ort.callbacks import address, keep, status_callback, value_callback
 from provider.ort.capability import own_weights
 from provider.ort.graph import read_graph, static_inputs
 from provider.ort.partition_payload import StoredPartition
@@ -367,7 +367,7 @@ def _names(o: abi.Ort, node: int, count_fn: str, get_fn: str) -> list[str]:
     return [o.string("GetValueInfoName", v) if v else "" for v in o.array(count_fn, get_fn, node)]
 
 
-_KERNELS: dict[int, FusedKernel] = {}
+_KERNELS: dict[int, FusedKernel] = keep({})  # kept, as ep._EPS
 
 
 @status_callback(abi.P_CREATE_STATE, "NodeComputeInfo.CreateState")

@@ -23,7 +23,7 @@ from provider.npu.memory import ensure_default_pool
 from provider.npu.session_memory import SessionMemory
 from provider.options import NpuOptions
 from provider.ort import abi, clib, compatibility, epcontext, profiling, session_link
-from provider.ort.callbacks import CString, address, status_callback, value_callback
+from provider.ort.callbacks import CString, address, keep, status_callback, value_callback
 from provider.ort.capability import (
     Claim,
     ImportedGraph,
@@ -224,7 +224,7 @@ class NpuEp:
                     kernel.close()
 
 
-_EPS: dict[int, NpuEp] = {}
+_EPS: dict[int, NpuEp] = keep({})  # kept: an EP onnxruntime frees at exit points into it
 
 
 def _ep(this: int) -> NpuEp:

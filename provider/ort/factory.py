@@ -251,7 +251,7 @@ def _create_factories(registered_name, api_base, logger, factories, max_factorie
         set_ort(ort)
         clib.install(ort)
         if _FACTORY is None:
-            _FACTORY = EpFactory(ort, registered_name.decode())
+            _FACTORY = keep(EpFactory(ort, registered_name.decode()))
         if max_factories < 1:
             raise ValueError("onnxruntime offered no room for a factory")
         factories[0] = _FACTORY.address

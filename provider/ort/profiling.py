@@ -30,7 +30,7 @@ import numpy as np
 
 from provider.npu.program import Program
 from provider.ort import EP_NAME, abi
-from provider.ort.callbacks import address, status_callback, value_callback
+from provider.ort.callbacks import address, keep, status_callback, value_callback
 
 __all__ = ["KERNEL_CATEGORY", "HOOK_SINCE", "StepProfiler", "npu_step_events", "step_info",
            "top_steps", "write_trace", "create_hook"]
@@ -130,7 +130,7 @@ def write_trace(prefix: str, events: list[dict]) -> Path:
 
 # ---- onnxruntime's profiler hook (API 25+) ----------------------------------------------------
 
-_HOOKS: dict[int, _Hook] = {}
+_HOOKS: dict[int, _Hook] = keep({})  # kept, as ep._EPS
 
 
 class _Hook:
