@@ -45,6 +45,7 @@ import onnxruntime as ort
 from converters.convert import format_of
 from converters.convert import read as read_model
 from converters.onnx_export import export_onnx
+from provider import exit_gate
 from provider.cache import writer
 from provider.cache.fingerprint import MEMO_DIR, source_fingerprint
 from provider.errors import BindingError, InvalidModelError, UnsupportedError
@@ -67,6 +68,7 @@ log = logging.getLogger("litenpu.ort")
 CPU_EP = "CPUExecutionProvider"
 # onnxruntime's refusal under session.disable_cpu_ep_fallback=1 (it names no node)
 STRICT_REFUSAL = "fallback to CPU EP has been explicitly disabled"
+_CALLS = exit_gate.calls
 _severity = {"default": 3}  # onnxruntime's ERROR: its errors are printed, its warnings are not
 
 
@@ -200,6 +202,7 @@ class InferenceSession(ort.InferenceSession):
         for line in self.partition_summary().splitlines():
             log.info("%s", line)
 
+    @exit_gate.gated
     def _create(self, model: Any, options: ort.SessionOptions, kwargs: dict) -> None:
         """onnxruntime's constructor, its silent retry on CPU off (it would print a banner and
         hide the NPU's error) and errors typed; the NPU EPs it creates join the link."""
@@ -207,6 +210,7 @@ class InferenceSession(ort.InferenceSession):
             "the model"
         self._link.eps.clear()  # a failed attempt's EPs (the warm path's) are not ours
         # onnxruntime adds its CPU provider itself; naming providers here would drop the NPU.
+        exit_gate.enter()
         try:
             with model_load_errors(what):
                 super().__init__(model, options, None, None, **{**kwargs, "enable_fallback": 0})
@@ -215,6 +219,8 @@ class InferenceSession(ort.InferenceSession):
                 raise
             raise UnsupportedError(f"{what}: {STRICT_KEY}=1, and the NPU does not take every "
                                    f"node:\n{self.partition_summary()}") from exc
+        finally:
+            exit_gate.leave()
 
     @property
     def _npu_eps(self) -> list[NpuEp]:
@@ -312,6 +318,7 @@ class InferenceSession(ort.InferenceSession):
         with typed_errors():
             setter(options)
 
+    @exit_gate.gated
     def run(self, output_names, input_feed, run_options=None):
         """onnxruntime's run(), which checks the feeds; when it refuses them, BindingError names
         the input and what was expected (checked only then: a check before every run was 1.2
@@ -319,6 +326,9 @@ class InferenceSession(ort.InferenceSession):
         if self._caller_memory:
             for ep in self._npu_eps:
                 ep.memory.check_ready()
+        _CALLS.append(None)  # exit_gate, inline: this is a run's path
+        if exit_gate.closing:
+            exit_gate.hold_if_late()
         try:
             return super().run(output_names, input_feed, run_options)
         except Exception as exc:
@@ -328,22 +338,36 @@ class InferenceSession(ort.InferenceSession):
                 raise bad from exc
             raise_typed(exc)
             raise
+        finally:
+            _CALLS.pop()
 
+    @exit_gate.gated
     def run_with_iobinding(self, iobinding, run_options=None) -> None:
         """onnxruntime's run_with_iobinding(), our errors (e.g. BindingError) typed."""
+        _CALLS.append(None)
+        if exit_gate.closing:
+            exit_gate.hold_if_late()
         try:
             super().run_with_iobinding(iobinding, run_options)
         except Exception as exc:
             raise_typed(exc)
             raise
+        finally:
+            _CALLS.pop()
 
+    @exit_gate.gated
     def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
         """onnxruntime's run_with_ort_values(), our errors typed."""
+        _CALLS.append(None)
+        if exit_gate.closing:
+            exit_gate.hold_if_late()
         try:
             return super().run_with_ort_values(output_names, input_dict_ort_values, run_options)
         except Exception as exc:
             raise_typed(exc)
             raise
+        finally:
+            _CALLS.pop()
 
     def io_binding(self) -> CheckedIOBinding:
         """An IOBinding whose bind calls check shape/dtype/size against the model."""

@@ -92,7 +92,7 @@ class CallerLayout:
         self.owner: Any = None  # keeps the caller's memory alive
         self.turns = Turns(pool)  # runs using the region (shared when regions overlap)
         self._held: list[DeviceBuffer] = []  # a caller's DeviceBuffer, retained while used
-        weakref.finalize(self, _release_held, self._held)
+        native.until_exit(weakref.finalize(self, _release_held, self._held))
 
     def add(self, program: Program, nbytes: int) -> None:
         """Give `program` the next `nbytes` of the layout (once)."""

@@ -200,7 +200,7 @@ class Executor:
         self._held: list[DeviceBuffer] = []
         self._native: list[native.Plan] = []  # the run as one C call, when the library is there
         self._weights_uploaded = False
-        self._close = weakref.finalize(self, _release_all, self._native, self._held)
+        self._close = native.until_exit(weakref.finalize(self, _release_all, self._native, self._held))
         heap = self.pool.heap
         if arenas is not None and heap is None:
             raise LitenpuError("arena sets need the native library")

@@ -439,9 +439,10 @@ _ERRORS: dict[str, type[Exception]] = {"BindingError": BindingError, "LitenpuErr
                                        "InputValueError": InputValueError}
 
 
-def _until_exit(finalizer: weakref.finalize) -> weakref.finalize:
+def until_exit(finalizer: weakref.finalize) -> weakref.finalize:
     """A finalizer that frees C memory when its owner is collected, never at exit: then the
-    pool's buffers and onnxruntime's tensors may still give their blocks back to a heap."""
+    pool's buffers and onnxruntime's tensors may still give their blocks back to a heap, and
+    a daemon thread's run may still use them (`provider.exit_gate`)."""
     finalizer.atexit = False
     return finalizer
 
@@ -485,7 +486,7 @@ class Heap:
         self.address: int = lib.lnpu_heap_new(base, capacity)
         if not self.address:
             raise MemoryError("no host memory for the device heap")
-        _until_exit(weakref.finalize(self, lib.lnpu_heap_destroy, self.address))
+        until_exit(weakref.finalize(self, lib.lnpu_heap_destroy, self.address))
 
     def alloc(self, nbytes: int, alignment: int) -> int:
         return self._lib.lnpu_heap_alloc(self.address, nbytes, alignment)
@@ -545,7 +546,7 @@ class ArenaSet:
                                                 max_arenas, C.byref(error))
         if not self.address:
             raise_error(error)
-        _until_exit(weakref.finalize(self, lib.lnpu_arenas_destroy, self.address))
+        until_exit(weakref.finalize(self, lib.lnpu_arenas_destroy, self.address))
 
     def resize(self, nbytes: int) -> None:
         """Arenas of `nbytes` from now on (waits for runs in progress); DeviceMemoryError
@@ -623,7 +624,7 @@ class Plan:
         if not self.address:
             _NUMPY_OWNERS.pop(self.owner, None)
             raise_error(error)
-        self._close = _until_exit(weakref.finalize(self, _destroy_plan, lib, self.address,
+        self._close = until_exit(weakref.finalize(self, _destroy_plan, lib, self.address,
                                                    self.owner))
 
     def execute(self, inputs: Sequence[tuple[int, int]], outputs: Sequence[tuple[int, int]],
@@ -680,7 +681,7 @@ class Runner:
         if not self.address:
             raise MemoryError("no host memory for a runner")
         self.plan: Plan | None = None
-        _until_exit(weakref.finalize(self, lib.lnpu_runner_destroy, self.address))
+        until_exit(weakref.finalize(self, lib.lnpu_runner_destroy, self.address))
 
     def set(self, plan: Plan | None) -> Plan | None:
         """Run `plan` from now on; returns the plan it replaced (close it: that waits for the

@@ -3,7 +3,9 @@
 Every function onnxruntime may call goes through `status_callback` (OrtStatus*-returning:
 an exception becomes an ORT_EP_FAIL status carrying the message) or `value_callback` (plain
 return: an exception is logged and a safe default returned). Nothing escapes into C, where
-ctypes would print it and return NULL, which onnxruntime reads as success.
+ctypes would print it and return NULL, which onnxruntime reads as success. Each call is
+counted by `provider.exit_gate`: the interpreter's exit waits for a daemon thread's callback
+(its native calls release the GIL) instead of unwinding it through onnxruntime's frames.
 
 ctypes function objects and every buffer whose address is handed to onnxruntime must outlive
 every call onnxruntime can make, including the calls of a session that is only freed while the
@@ -17,6 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
+from provider import exit_gate
 from provider.errors import LitenpuError
 from provider.ort import abi
 from provider.ort.status import status_text
@@ -83,7 +86,9 @@ def status_callback(prototype, where: str) -> Callable[[Callable], object]:
     """Decorator: `fn(*args) -> None` as an OrtStatus*-returning C function (kept alive)."""
 
     def wrap(fn: Callable) -> object:
-        def thunk(*args, _error_status=error_status):
+        def thunk(*args, _error_status=error_status, _enter=exit_gate.enter,
+                  _leave=exit_gate.leave):
+            _enter()
             try:
                 fn(*args)
             except BaseException as e:  # noqa: BLE001 - nothing may escape into C
@@ -91,9 +96,11 @@ def status_callback(prototype, where: str) -> Callable[[Callable], object]:
                     return _error_status(where, e)
                 except BaseException:  # noqa: BLE001 - interpreter teardown: no one to tell
                     return None
+            finally:
+                _leave()
             return None
 
-        return keep(prototype(thunk))
+        return keep(prototype(exit_gate.gated(thunk)))
 
     return wrap
 
@@ -102,7 +109,9 @@ def value_callback(prototype, where: str, default=None) -> Callable[[Callable], 
     """Decorator: `fn(*args) -> value` as a C function returning `default` on an exception."""
 
     def wrap(fn: Callable) -> object:
-        def thunk(*args, _log_failure=_log_failure):
+        def thunk(*args, _log_failure=_log_failure, _enter=exit_gate.enter,
+                  _leave=exit_gate.leave):
+            _enter()
             try:
                 return fn(*args)
             except BaseException as e:  # noqa: BLE001 - nothing may escape into C
@@ -111,8 +120,10 @@ def value_callback(prototype, where: str, default=None) -> Callable[[Callable], 
                 except BaseException:  # noqa: BLE001 - interpreter teardown: no one to tell
                     pass
                 return default
+            finally:
+                _leave()
 
-        return keep(prototype(thunk))
+        return keep(prototype(exit_gate.gated(thunk)))
 
     return wrap
 

@@ -1,0 +1,91 @@
+"""Interpreter exit while daemon threads create and run sessions: the process ends cleanly
+(it aborted: onnxruntime's C++ frames were unwound by CPython's thread exit)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from provider import exit_gate
+
+SCRIPT = textwrap.dedent("""
+    import sys, threading, time
+    import numpy as np
+    import provider
+    sys.path.insert(0, sys.argv[1])
+    from ort_models import CNN
+    mode = sys.argv[2]
+    P = ["NPUExecutionProvider", "CPUExecutionProvider"]
+    x = np.zeros((1, 3, 16, 16), np.float32)
+    sess = provider.InferenceSession(CNN, providers=P)
+
+    def run():
+        binding = sess.io_binding()
+        binding.bind_cpu_input("x", x)
+        binding.bind_npu_output("y")
+        while True:
+            sess.run(None, {"x": x})
+            sess.run_with_iobinding(binding)
+
+    def create():
+        while True:
+            provider.InferenceSession(CNN, providers=P).run(None, {"x": x})
+
+    for _ in range(2):
+        threading.Thread(target=run if mode == "run" else create, daemon=True).start()
+    time.sleep(0.3)
+    print("done")
+""")
+
+
+@pytest.mark.parametrize("mode", ["run", "create"])
+def test_exit_with_daemon_threads_in_onnxruntime_is_clean(tmp_path, mode):
+    """(cwd elsewhere: `python -c` would import the source tree, not the installed package)"""
+    for _ in range(2):  # without the gate every attempt aborted
+        proc = subprocess.run([sys.executable, "-c", SCRIPT, str(Path(__file__).parent), mode],
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr[-2000:]
+        assert proc.stderr == ""
+
+
+@exit_gate.gated
+def gated_call(inside) -> None:
+    """A call into onnxruntime as the session's methods and our callbacks make it."""
+    exit_gate.enter()
+    try:
+        inside()
+    finally:
+        exit_gate.leave()
+
+
+def test_drain_waits_for_calls_in_flight_and_holds_later_ones(monkeypatch):
+    monkeypatch.setattr(exit_gate, "closing", False)
+    monkeypatch.setattr(exit_gate, "EXIT_WAIT_S", 10.0)
+    done = threading.Event()
+
+    def in_flight() -> None:  # a run whose callback starts once the exit has begun
+        while not exit_gate.closing:
+            time.sleep(0.001)
+        time.sleep(0.1)
+        gated_call(lambda: None)  # nested: goes on (else the exit would wait 10 s)
+        done.set()
+
+    threading.Thread(target=gated_call, args=(in_flight,), daemon=True).start()
+    while not exit_gate.in_flight():
+        time.sleep(0.001)
+    start = time.monotonic()
+    exit_gate.drain()
+    assert done.is_set() and 0.1 < time.monotonic() - start < 5 and not exit_gate.in_flight()
+    done.clear()
+    late = threading.Thread(target=gated_call, args=(done.set,), daemon=True)
+    late.start()  # another thread's outermost call: held for good
+    late.join(0.3)
+    assert late.is_alive() and not done.is_set() and not exit_gate.in_flight()
+    gated_call(done.set)  # the main thread is never held (an atexit handler may run a session)
+    assert done.is_set()
