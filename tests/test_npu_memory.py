@@ -283,6 +283,55 @@ def test_forked_child_gets_its_own_default_pool():
     os.waitpid(pid, 0)
 
 
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_writes_its_own_copy_of_the_pools(pool):
+    """Sessions made before a fork run in both processes: the child's writes into an
+    existing pool must not reach the parent's memory, nor the parent's reach the child's
+    (they did: the pool is a shared mapping, and runs overwrote each other's arenas)."""
+    buf = pool.allocate(3 * mmap.PAGESIZE)
+    buf.view()[:] = 1
+    up_read, up_write = os.pipe()  # child -> parent
+    down_read, down_write = os.pipe()  # parent -> child
+    pid = os.fork()
+    if pid == 0:
+        ok = False
+        try:
+            os.close(up_read)
+            os.close(down_write)
+            ok = bool((buf.view() == 1).all())
+            buf.view()[:] = 2  # the parent must not see this
+            os.write(up_write, b"w")
+            os.read(down_read, 1)  # the parent has written 3 meanwhile
+            ok = ok and bool((buf.view() == 2).all())
+            try:
+                buf.export()
+                ok = False  # the parent's fd would share the parent's pages, not the child's
+            except UnsupportedError:
+                pass
+            other = pool.allocate(5 * mmap.PAGESIZE)
+            other.view()[:] = 4
+            other.release()
+            ok = ok and pool.trim() >= 4 * mmap.PAGESIZE
+        finally:
+            os.write(up_write, b"1" if ok else b"0")
+            os._exit(0)
+    os.close(up_write)
+    os.close(down_read)
+    try:
+        started = os.read(up_read, 1)
+        untouched = bool((buf.view() == 1).all())
+        buf.view()[:] = 3
+    finally:
+        os.write(down_write, b"g")
+        child_ok = os.read(up_read, 1)
+        os.waitpid(pid, 0)
+        os.close(up_read)
+        os.close(down_write)
+    assert started == b"w" and untouched and child_ok == b"1"
+    assert (buf.view() == 3).all() and buf.export()[0] == pool.fd >= 0
+    buf.release()
+
+
 def test_threads_allocate_and_free_concurrently(pool):
     def worker(tag: int) -> None:
         rng = random.Random(tag)

@@ -28,8 +28,11 @@ Lifetimes are explicit: a buffer starts with one reference, `retain()` adds one,
 `release()` drops one, and at zero its block returns to the pool. As with the C APIs this
 imitates, numpy views taken from a buffer must not be used after its last release, and a
 buffer never released stays allocated (the pool keeps it: `find(address)` still returns it).
-All methods are thread-safe. After `fork()` the child gets a fresh default pool, because
-the parent's MAP_SHARED mapping would otherwise be shared by both processes.
+All methods are thread-safe. After `fork()` the child's copy of each pool becomes private
+to it (copy-on-write from the parent's contents, as the rest of its memory; its buffers no
+longer export an fd), so sessions made before the fork run in both processes without
+writing into each other's arenas, and the child gets a fresh default pool for what it
+allocates next.
 
 Over 400 lines on purpose: the pool, its allocator and the buffers it hands out (pool
 blocks, imported fds, wrapped arrays) share one lock and one set of books.
@@ -42,6 +45,7 @@ import math
 import mmap
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -189,6 +193,18 @@ class DevicePool:
                                              else PyHeap(self.base_address, self.capacity))
         self._used: dict[int, DeviceBuffer] = {}  # start -> the buffer this pool handed out
         self._external: list[DeviceBuffer] = []
+        if self.fd >= 0:
+            _SHARED_POOLS.add(self)
+
+    def _private_in_child(self) -> None:
+        """In a forked child: this pool's pages become the child's own copy (its parent's
+        contents at the fork, copy-on-write), and nothing exports them any more. Takes no
+        lock: a thread of the parent may have held it at the fork."""
+        native.remap_private(self.base_address, self.reserve, self.fd)
+        os.close(self.fd)
+        self.fd = -1
+        for buffer in self._used.values():
+            buffer._export = None
 
     def __repr__(self) -> str:
         return f"DevicePool(capacity={self.capacity}, fd={self.fd})"
@@ -348,7 +364,10 @@ class DevicePool:
                 first = align_up(start + kept, mmap.PAGESIZE)
                 length = (start + size - first) // mmap.PAGESIZE * mmap.PAGESIZE
                 if length > 0:
-                    self._mm.madvise(mmap.MADV_REMOVE, first, length)  # shmem: frees the pages
+                    try:  # shmem: frees the pages
+                        self._mm.madvise(mmap.MADV_REMOVE, first, length)
+                    except OSError:  # a forked child's private copy: drop its own pages
+                        self._mm.madvise(mmap.MADV_DONTNEED, first, length)
                     released += length
         return released
 
@@ -437,9 +456,16 @@ def ensure_default_pool(capacity: int) -> DevicePool:
     return pool
 
 
+_SHARED_POOLS: weakref.WeakSet[DevicePool] = weakref.WeakSet()  # memfd pools, mapped shared
+
+
 def _forget_default_in_child() -> None:
-    """A forked child must not allocate from its parent's shared mapping."""
+    """A forked child must not write into its parent's shared mappings: each becomes the
+    child's private copy, and its next allocations come from a fresh default pool."""
     global _default, _default_lock
+    for pool in list(_SHARED_POOLS):
+        pool._private_in_child()
+    _SHARED_POOLS.clear()
     _default = None
     _default_lock = threading.Lock()
 

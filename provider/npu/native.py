@@ -42,7 +42,7 @@ __all__ = ["Step", "OPS", "MAX_SLOTS", "MAX_PARAMS", "STEP_BYTES", "library", "s
            "set_int8_path", "set_vector_width",
            "check_threads", "default_threads", "worker_tasks", "worker_moves", "blas_core",
            "AddressTable", "StepArray", "Heap", "ArenaSet", "Plan", "Runner", "SLOT_KINDS",
-           "view_at", "function_address"]
+           "view_at", "function_address", "remap_private", "until_exit"]
 
 log = logging.getLogger("litenpu.npu")
 
@@ -437,6 +437,21 @@ def _lib() -> C.CDLL:
 _ERRORS: dict[str, type[Exception]] = {"BindingError": BindingError, "LitenpuError": LitenpuError,
                                        "MemoryError": MemoryError,
                                        "InputValueError": InputValueError}
+
+
+def remap_private(address: int, length: int, fd: int) -> None:
+    """Map `length` bytes of `fd` at `address` again, copy-on-write and private to this
+    process (MAP_PRIVATE | MAP_FIXED over the shared mapping there): a forked child's copy of
+    its parent's device pool. Needs only libc, not the library. OSError when the kernel
+    refuses."""
+    libc = C.CDLL(None, use_errno=True)
+    libc.mmap.restype = C.c_void_p
+    libc.mmap.argtypes = [C.c_void_p, C.c_size_t, C.c_int, C.c_int, C.c_int, C.c_long]
+    prot_rw, map_private, map_fixed = 0x1 | 0x2, 0x02, 0x10  # <sys/mman.h>, Linux
+    got = libc.mmap(address, length, prot_rw, map_private | map_fixed, fd, 0)
+    if got != address:
+        err = C.get_errno()
+        raise OSError(err, f"mmap(MAP_PRIVATE | MAP_FIXED) of the device pool: {os.strerror(err)}")
 
 
 def until_exit(finalizer: weakref.finalize) -> weakref.finalize:

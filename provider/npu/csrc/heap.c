@@ -244,7 +244,9 @@ API int64_t lnpu_heap_trim(lnpu_heap *h, int64_t page, int64_t keep) {
         keep -= kept;
         int64_t first = align_up(h->free[i].start + kept, page);
         int64_t length = (h->free[i].start + h->free[i].size - first) / page * page;
-        if (length > 0 && madvise((void *)(h->base + first), (size_t)length, MADV_REMOVE) == 0)
+        /* MADV_DONTNEED: a forked child's private copy (MADV_REMOVE needs a shared map) */
+        if (length > 0 && (madvise((void *)(h->base + first), (size_t)length, MADV_REMOVE) == 0 ||
+                           madvise((void *)(h->base + first), (size_t)length, MADV_DONTNEED) == 0))
             released += length;
     }
     pthread_mutex_unlock(&h->mu);
