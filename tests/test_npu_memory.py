@@ -288,6 +288,10 @@ def test_a_forked_child_writes_its_own_copy_of_the_pools(pool):
     """Sessions made before a fork run in both processes: the child's writes into an
     existing pool must not reach the parent's memory, nor the parent's reach the child's
     (they did: the pool is a shared mapping, and runs overwrote each other's arenas)."""
+    closed = [DevicePool(64 * KIB) for _ in range(4)]  # closed before the fork, still referenced
+    for other in closed:
+        other.close()
+        assert other not in memory._SHARED_POOLS  # the child must not try to copy them
     buf = pool.allocate(3 * mmap.PAGESIZE)
     buf.view()[:] = 1
     up_read, up_write = os.pipe()  # child -> parent

@@ -390,6 +390,7 @@ class DevicePool:
             if self.fd >= 0:
                 os.close(self.fd)
                 self.fd = -1
+            _SHARED_POOLS.discard(self)  # nothing left for a forked child to copy
 
     def __enter__(self) -> DevicePool:
         return self
