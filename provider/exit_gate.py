@@ -7,8 +7,10 @@ CPython 3.10-3.13 ends the thread with a forced unwind through onnxruntime's C++
 which aborts the process ("terminate called without an active exception"; plain
 onnxruntime sessions do the same). At exit, before finalization, `drain` stops new calls
 and waits for those in flight (at most EXIT_WAIT_S). A call made inside one in flight (a
-callback during a run or a session's creation) goes on, or the exit would wait for it; the
-main thread is never stopped (a user's atexit handler may still run a session).
+callback during a run or a session's creation) goes on, or the exit would wait for it; so does
+a callback on a thread Python did not start (onnxruntime's own pool threads serve only calls
+already let in); the main thread is never stopped (a user's atexit handler may still run a
+session).
 
 The hot path is a list append and pop (a run's cost is counted in microseconds); what the
 exit needs to know beyond that is found only at exit, from the thread's frames.
@@ -58,9 +60,14 @@ def in_flight() -> int:
 
 
 def hold_if_late() -> None:
-    """A call that starts after `drain`: another thread's outermost call waits for the end of
-    the process (it never returns); a call inside one in flight goes on."""
-    if threading.current_thread() is threading.main_thread() or _gated_frames() > 1:
+    """A call that starts after `drain`: another Python thread's outermost call waits for the
+    end of the process (it never returns); a call inside one in flight goes on, and so does a
+    callback on onnxruntime's own threads (a node its parallel executor or thread pool runs
+    for a call let in: held, it kept that call, and the exit, waiting for good)."""
+    thread = threading.current_thread()
+    # a thread Python did not start appears as a _DummyThread (no public name for it)
+    if (thread is threading.main_thread() or isinstance(thread, threading._DummyThread)
+            or _gated_frames() > 1):
         return
     calls.pop()
     threading.Event().wait()

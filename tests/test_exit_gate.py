@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -52,6 +53,65 @@ def test_exit_with_daemon_threads_in_onnxruntime_is_clean(tmp_path, mode):
                               capture_output=True, text=True, timeout=300, cwd=tmp_path)
         assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr[-2000:]
         assert proc.stderr == ""
+
+
+PARALLEL_SCRIPT = textwrap.dedent("""
+    import atexit, sys, threading, time
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import helper
+    sys.path.insert(0, sys.argv[1])
+    from ort_models import f32, make_model
+    mode, state = sys.argv[2], {}
+
+    def late():  # registered before provider's import: runs after its drain
+        for _ in range(20):
+            state["run"]()
+        print("late runs done")
+
+    if mode == "at_exit":
+        atexit.register(late)
+    import provider
+    # two branches onnxruntime's parallel executor runs at once, one partition on its pool
+    model = make_model([helper.make_node("Relu", ["x"], ["a"]),
+                        helper.make_node("Sigmoid", ["x"], ["b"]),
+                        helper.make_node("Exp", ["a"], ["a2"]),
+                        helper.make_node("Tanh", ["b"], ["b2"]),
+                        helper.make_node("Add", ["a2", "b2"], ["y"])],
+                       [f32("x", [64, 256])], [f32("y", [64, 256])])
+    options = ort.SessionOptions()
+    options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    options.inter_op_num_threads = 2
+    sess = provider.InferenceSession(model, options, providers=[
+        ("NPUExecutionProvider", {"disable_ops": "Sigmoid"}), "CPUExecutionProvider"])
+    x = np.zeros((64, 256), np.float32)
+    state["run"] = lambda: sess.run(None, {"x": x})
+    state["run"]()
+    if mode == "daemon":
+        def loop():
+            while True:
+                state["run"]()
+        for _ in range(2):
+            threading.Thread(target=loop, daemon=True).start()
+        time.sleep(0.3)
+    print("done")
+""")
+
+
+@pytest.mark.parametrize("mode", ["at_exit", "daemon"])
+def test_exit_lets_callbacks_on_onnxruntime_threads_through(tmp_path, mode):
+    """Python kernels (LITENPU_NATIVE=0) called from onnxruntime's inter-op pool: held by the
+    gate, the main thread's run in an atexit handler hung for good, and a daemon thread's run
+    in flight kept the exit waiting EXIT_WAIT_S (1 exit in 5)."""
+    env = {**os.environ, "LITENPU_NATIVE": "0"}
+    for _ in range(3 if mode == "daemon" else 1):
+        start = time.monotonic()
+        proc = subprocess.run([sys.executable, "-c", PARALLEL_SCRIPT, str(Path(__file__).parent),
+                               mode], capture_output=True, text=True, timeout=90, cwd=tmp_path,
+                              env=env)
+        expected = "done\nlate runs done" if mode == "at_exit" else "done"
+        assert proc.returncode == 0 and proc.stdout.strip() == expected, proc.stderr[-2000:]
+        assert time.monotonic() - start < 20
 
 
 @exit_gate.gated
