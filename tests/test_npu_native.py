@@ -195,6 +195,10 @@ def test_conv_native_matches_numpy(geometry, seed):
      "residual": True, "act": "RELU"},
     {"c": 12, "o": 24, "group": 12, "k": (5, 5), "stride": (2, 2), "pads": (2, 2, 2, 2),
      "hw": (33, 31), "dil": (1, 2)},
+    # a plane's 49 taps in two passes over its output (the second adds to the first's sums),
+    # the plane's last outputs past its whole vectors of 32 (19 x 25 columns)
+    {"c": 3, "o": 6, "group": 3, "k": (7, 7), "pads": (3, 3, 3, 3), "hw": (19, 19),
+     "residual": True, "act": "RELU"},
     # a one-tap depthwise conv: the per-plane affine form
     {"c": 6, "o": 6, "group": 6, "k": (1, 1), "hw": (5, 7), "n": 2, "residual": True, "act": "RELU"},
     # a strided conv (column phases) large enough to be split into column blocks
