@@ -60,7 +60,7 @@ MULTIVERSION static void dw_plane(const window_t *g, const float *restrict xc,
     for (int64_t ph = 0; ph < g->sh && fill; ph++)
         for (int64_t pw = 0; pw < SW; pw++)
             fill_phase(scratch + (ph * SW + pw) * plane, HQ, WQ, xc, g->h, g->w, g->sh, SW, ph,
-                       pw, g->pt, g->pl, 0.0f);
+                       pw, g->pt, g->pl);
     float *wide = scratch + g->sh * SW * plane;
     int64_t span = g->oh * WQ, off[DW_TAPS];
     for (int64_t t0 = 0; t0 < taps; t0 += DW_TAPS) {
