@@ -1,6 +1,7 @@
 """Sessions made before fork() (a server's workers forked from a preloaded model) give right
 answers in every process: they gave wrong ones when the processes shared the device pool's
-arenas."""
+arenas. A child forked while another thread runs or creates sessions does not wait for good
+on what that thread held (the NPU's worker pool mid-kernel, the registration lock)."""
 
 from __future__ import annotations
 
@@ -52,3 +53,75 @@ def test_sessions_made_before_fork_are_right_in_every_process(tmp_path):
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["parent", "0", "children", "[0,", "0]"], proc.stdout
+
+
+BUSY_SCRIPT = textwrap.dedent("""
+    import os, sys, threading, time
+    import numpy as np
+    import provider
+    from provider.ort import discovery, registration
+    from provider.zoo import build
+    proto = build("resnet_block", batch=1)
+    model = proto.SerializeToString()
+    x = np.random.default_rng(0).standard_normal((1, 3, 56, 56)).astype(np.float32)
+    sess = provider.InferenceSession(model, providers=[("NPUExecutionProvider",
+                                                        {"npu_threads": "2"})])
+    y0 = sess.run(None, {"image": x})[0]
+    # a thread inside register() at the fork (its locks held), and one always mid-kernel
+    holding = threading.Event()
+    def hold():
+        with registration._LOCK, discovery._LOCK:
+            holding.set()
+            time.sleep(3600)
+    threading.Thread(target=hold, daemon=True).start()
+    holding.wait()
+    # the busy thread runs a Program on the NPU directly: a session's run would also hold
+    # onnxruntime's own locks at times, and a child finding one held waits in onnxruntime
+    from converters.onnx_import import import_onnx
+    from provider.npu.compiler import compile_model
+    from provider.npu.executor import Executor
+    from provider.npu.memory import default_pool
+    executor = Executor(compile_model(import_onnx(proto)[0], {"image": x.shape}),
+                        default_pool())
+    stop = False
+    def run():
+        while not stop:
+            executor.run([x])
+    worker = threading.Thread(target=run)
+    worker.start()
+    hung = wrong = 0
+    for i in range(40):
+        time.sleep(0.003)
+        pid = os.fork()
+        if pid == 0:
+            y = sess.run(None, {"image": x})[0]
+            fresh = provider.InferenceSession(model, providers=["NPUExecutionProvider"])
+            z = fresh.run(None, {"image": x})[0]
+            os._exit(0 if np.abs(y - y0).max() < 1e-5 and np.abs(z - y0).max() < 1e-4 else 3)
+        start = time.monotonic()
+        while not os.waitpid(pid, os.WNOHANG)[0]:
+            if time.monotonic() - start > 20:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                hung += 1
+                break
+            time.sleep(0.005)
+        else:
+            continue
+    stop = True
+    worker.join()
+    print("hung", hung)
+""")
+
+
+def test_a_child_forked_while_threads_are_busy_does_not_hang(tmp_path):
+    """Without resetting the worker pool's job state after fork, 4 of 40 children waited for
+    good for workers that only the parent has; without a lock-free register() once
+    registered, every child whose parent held its lock did. (A child can still find one of
+    onnxruntime's own locks held by a thread running a session: plain onnxruntime sessions
+    share that hazard; the user guide says to fork before starting threads.)"""
+    proc = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c",
+                           BUSY_SCRIPT], capture_output=True, text=True, timeout=900,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["hung", "0"], proc.stdout

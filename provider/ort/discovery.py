@@ -44,6 +44,8 @@ def install_entry_points(library: str | None = None) -> str:
     path when onnxruntime loads it first, so the entry points land in the copy in use."""
     path = library if library is not None else get_library_path()
     key = os.path.realpath(path)
+    if key in _LIBRARIES:  # installed: no lock (see provider.ort.registration.register)
+        return path
     with _LOCK:
         if key not in _LIBRARIES:
             from provider.ort import factory  # the EP itself: only now

@@ -24,6 +24,8 @@ def register() -> str:
     with `SessionOptions.add_provider_for_devices(...)`.
     """
     global _REGISTERED
+    if _REGISTERED:  # every session's creation: no lock, so a fork never copies it held by a
+        return install_entry_points()  # thread creating one (the child then waited for good)
     with _LOCK:
         path = install_entry_points()
         if not _REGISTERED:

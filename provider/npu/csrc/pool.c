@@ -148,7 +148,11 @@ static void stop_workers(void) {
     pool.stop = 0;
 }
 
-/* After fork() only the forking thread exists: forget the workers (restarted lazily). */
+/* After fork() only the forking thread exists: forget the workers (restarted lazily) and
+ * the state of any job and run another thread of the parent had in progress. Its workers'
+ * count in `joined` made the child's first parallel kernel wait for them for good (4 of 40
+ * children forked while a thread ran a 2-core model), and its runs' count in `running`
+ * would keep the child's workers spinning. */
 static void after_fork_child(void) {
     pthread_mutex_init(&pool.mu, NULL);
     pthread_cond_init(&pool.wake, NULL);
@@ -156,6 +160,9 @@ static void after_fork_child(void) {
     pool.started = 0;
     pool.sleeping = 0;
     pool.stop = 0;
+    atomic_store(&pool.joined, 0);
+    atomic_store(&pool.open, 0);
+    atomic_store(&pool.running, 0);
     atomic_store(&workers_made, 0);
 }
 
