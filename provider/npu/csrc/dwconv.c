@@ -61,31 +61,29 @@ static inline __attribute__((always_inline)) void dw_pixels(
 /* dw_pixels for up to DW_PIXELS_NARROW pixels in 8-float halves of the block: AVX2 has the
  * registers for them, while GCC lowers 16-float vector types there through the stack (a
  * GPR round trip per vector: MobileNetV2's channels-last depthwise steps on an AVX2 EPYC). */
-typedef float dw_half __attribute__((vector_size(8 * sizeof(float)), aligned(4)));
-
 static inline __attribute__((always_inline)) void dw_pixels_narrow(
         const float *row, const float *wt, const float *bias, const int64_t *p, int64_t wp,
         float *out, int NP) {
     int64_t KW = p[C_KW], step = p[C_SW] * DW_BLOCK;
-    dw_half acc[DW_PIXELS_NARROW][2];
+    vec8f acc[DW_PIXELS_NARROW][2];
     for (int q = 0; q < NP; q++) {
-        acc[q][0] = *(const dw_half *)bias;
-        acc[q][1] = *(const dw_half *)(bias + 8);
+        acc[q][0] = *(const vec8f *)bias;
+        acc[q][1] = *(const vec8f *)(bias + 8);
     }
     for (int64_t i = 0; i < p[C_KH]; i++) {
         for (int64_t j = 0; j < KW; j++) {
             const float *src = row + (i * p[C_DH] * wp + j * p[C_DW]) * DW_BLOCK;
             const float *wk = wt + (i * KW + j) * DW_BLOCK;
-            dw_half w0 = *(const dw_half *)wk, w1 = *(const dw_half *)(wk + 8);
+            vec8f w0 = *(const vec8f *)wk, w1 = *(const vec8f *)(wk + 8);
             for (int q = 0; q < NP; q++) {
-                acc[q][0] += w0 * *(const dw_half *)(src + q * step);
-                acc[q][1] += w1 * *(const dw_half *)(src + q * step + 8);
+                acc[q][0] += w0 * *(const vec8f *)(src + q * step);
+                acc[q][1] += w1 * *(const vec8f *)(src + q * step + 8);
             }
         }
     }
     for (int q = 0; q < NP; q++) {
-        *(dw_half *)(out + q * DW_BLOCK) = acc[q][0];
-        *(dw_half *)(out + q * DW_BLOCK + 8) = acc[q][1];
+        *(vec8f *)(out + q * DW_BLOCK) = acc[q][0];
+        *(vec8f *)(out + q * DW_BLOCK + 8) = acc[q][1];
     }
 }
 

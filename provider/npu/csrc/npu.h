@@ -129,6 +129,11 @@ static inline float ftanh(float x) {
 
 /* ---- cores (pool.c) ------------------------------------------------------------------ */
 
+/* Eight floats as one value (GCC/clang vector extensions), loaded from and stored to any float
+ * address: an AVX2 register, and the half of a 16-float block that AVX2 keeps in registers
+ * where GCC lowers 16-float types through the stack. */
+typedef float vec8f __attribute__((vector_size(8 * sizeof(float)), aligned(4)));
+
 typedef void (*task_fn)(const void *ctx, int64_t task);
 void parallel(task_fn fn, const void *ctx, int64_t tasks);  /* fn(ctx, t) for every t, on every core */
 int cores(void);                          /* cores of the run in progress on this thread */

@@ -728,7 +728,6 @@ static void dw_task(const void *ctx, int64_t t) {
 #define DW_EXACT_TAPS 512    /* 512 codes (<= 255) x weights (>= -128) sum exactly in float */
 /* The sums run in 8-lane halves of the block: GCC lowers 16-lane vector types on AVX2
  * through the stack (a GPR round trip per vector, in the innermost loop). */
-typedef float dwb_vec __attribute__((vector_size(8 * sizeof(float)), aligned(4)));
 typedef int32_t dwb_ivec __attribute__((vector_size(8 * sizeof(int32_t)), aligned(4)));
 
 static int64_t dwb_scratch_floats(const int64_t *p, int64_t hp, int64_t wp) {
@@ -778,18 +777,18 @@ MULTIVERSION static void dwb_task(const void *ctx, int64_t t) {
     for (int64_t oh = 0; oh < OH; oh++) {
         for (int64_t ow = 0; ow < OW; ow++) {
             for (int h = 0; h < DWB; h += 8) {
-                dwb_vec acc = {0};
+                vec8f acc = {0};
                 for (int64_t i = 0; i < KH; i++) {
                     const float *row = plane + ((oh * SH + i * DH) * wp + ow * SW) * DWB + h;
                     for (int64_t j = 0; j < KW; j++)
-                        acc += *(const dwb_vec *)(row + j * DW * DWB) *
-                               *(const dwb_vec *)(wt + (i * KW + j) * DWB + h);
+                        acc += *(const vec8f *)(row + j * DW * DWB) *
+                               *(const vec8f *)(wt + (i * KW + j) * DWB + h);
                 }
                 /* requant's first half, a vector of channels at a time: the exact integer
                  * sum plus the bias, as float, times the multiplier */
                 dwb_ivec sum = __builtin_convertvector(acc, dwb_ivec) + *(const dwb_ivec *)(bias + h);
-                *(dwb_vec *)(sums + (oh * OW + ow) * DWB + h) =
-                        __builtin_convertvector(sum, dwb_vec) * *(const dwb_vec *)(mult + h);
+                *(vec8f *)(sums + (oh * OW + ow) * DWB + h) =
+                        __builtin_convertvector(sum, vec8f) * *(const vec8f *)(mult + h);
             }
         }
     }

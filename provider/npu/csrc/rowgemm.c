@@ -105,18 +105,16 @@ static inline int64_t rg_tile_rows(int64_t left) {
  * once for NR rows (one row at a time, 48 columns, was load-bound: CRNN's 40 x 1024 x 8210
  * output layer at 23 GMAC/s on an AVX2 EPYC's 2 cores), asking for B's rows 16 ahead as
  * rg_panel does (alternating in one process, 8 rounds: 11.0-12.9 ms without, 8.9-10.3). */
-typedef float rgp_vec __attribute__((vector_size(8 * sizeof(float)), aligned(4)));
-
 static inline __attribute__((always_inline)) void rgp_rows(
         const float *a, int64_t lda, const float *b, int64_t K, float *y, int64_t ldy, int NR) {
     for (int h = 0; h < RG_NR; h += 24) {
-        rgp_vec acc[4][3] = {{{0}}};
+        vec8f acc[4][3] = {{{0}}};
         for (int64_t k = 0; k < K; k++) {
             const float *bk = b + k * RG_NR + h;
             __builtin_prefetch(bk + RG_PANEL_PREFETCH);  /* B streams from memory once */
             __builtin_prefetch(bk + RG_PANEL_PREFETCH + 16);
-            rgp_vec b0 = *(const rgp_vec *)bk, b1 = *(const rgp_vec *)(bk + 8),
-                    b2 = *(const rgp_vec *)(bk + 16);
+            vec8f b0 = *(const vec8f *)bk, b1 = *(const vec8f *)(bk + 8),
+                  b2 = *(const vec8f *)(bk + 16);
             for (int r = 0; r < NR; r++) {
                 float v = a[k * lda + r];
                 acc[r][0] += v * b0;

@@ -36,8 +36,6 @@ static int64_t window_scratch(const window_t *g, int kind) {
  * go in two passes, the second adding to the first's sums). */
 #define DW_TAPS 32
 
-typedef float dw_vec8 __attribute__((vector_size(8 * sizeof(float)), aligned(4)));
-
 /* Depthwise conv of one plane by phase planes (built unless `fill` is 0: the scratch
  * already holds those of this input plane): the input is split into SH x SW phase
  * planes, zero padded,
@@ -72,17 +70,17 @@ MULTIVERSION static void dw_plane(const window_t *g, const float *restrict xc,
         const float *w = wk + t0;
         int64_t k = 0;
         for (; k + 32 <= span; k += 32) {
-            dw_vec8 acc[4];
+            vec8f acc[4];
             for (int v = 0; v < 4; v++)
-                acc[v] = t0 ? *(const dw_vec8 *)(wide + k + 8 * v)
-                            : (dw_vec8){b, b, b, b, b, b, b, b};
+                acc[v] = t0 ? *(const vec8f *)(wide + k + 8 * v)
+                            : (vec8f){b, b, b, b, b, b, b, b};
             for (int64_t t = 0; t < nt; t++) {
                 const float *src = scratch + off[t] + k;
                 float w1 = w[t];
-                dw_vec8 wv = {w1, w1, w1, w1, w1, w1, w1, w1};
-                for (int v = 0; v < 4; v++) acc[v] += wv * *(const dw_vec8 *)(src + 8 * v);
+                vec8f wv = {w1, w1, w1, w1, w1, w1, w1, w1};
+                for (int v = 0; v < 4; v++) acc[v] += wv * *(const vec8f *)(src + 8 * v);
             }
-            for (int v = 0; v < 4; v++) *(dw_vec8 *)(wide + k + 8 * v) = acc[v];
+            for (int v = 0; v < 4; v++) *(vec8f *)(wide + k + 8 * v) = acc[v];
         }
         for (; k < span; k++) {
             float sum = t0 ? wide[k] : b;
