@@ -18,6 +18,11 @@ static int64_t pool_line(const window_t *g) { return (g->ow - 1) * g->sw + g->kw
 #define POOL_FLAT_MAX_W 96
 #endif
 
+/* Output rows whose lines pool_plane makes before reading any (see pool_plane). */
+#ifndef POOL_ROWS
+#define POOL_ROWS 4
+#endif
+
 /* Rows of a pooled plane's padded copy: every row a window reaches. */
 static int64_t pool_rows(const window_t *g) { return (g->oh - 1) * g->sh + g->kh; }
 
@@ -26,10 +31,10 @@ static int pool_flat(const window_t *g) {
 }
 
 /* floats of scratch one plane needs: a depthwise conv's phase planes and wide output; a
- * pool's three planes (flat) or its line and output row */
+ * pool's three planes (flat) or its lines and output row */
 static int64_t window_scratch(const window_t *g, int kind) {
     if (kind == WIN_DW) return (g->sh * g->sw * g->hq + g->oh) * g->wq;
-    return pool_flat(g) ? 3 * pool_rows(g) * pool_line(g) : pool_line(g) + g->ow;
+    return pool_flat(g) ? 3 * pool_rows(g) * pool_line(g) : POOL_ROWS * pool_line(g) + g->ow;
 }
 
 /* Taps a depthwise plane sums in registers per pass over its output (a 7x7 kernel's 49
@@ -96,51 +101,64 @@ MULTIVERSION static void dw_plane(const window_t *g, const float *restrict xc,
  *
  * Max and average pooling (no dilation) of one plane as a vertical then a horizontal
  * reduction: per output row, the KH input rows of its windows are reduced column by column
- * into `line` (the pad value outside the input), then each output reduces KW consecutive
- * entries of `line` at stride SW. The input rows are read in place: copying them into
+ * into a `line` (the pad value outside the input), then each output reduces KW consecutive
+ * entries of its line at stride SW. The input rows are read in place: copying them into
  * phase planes first (as dw_plane does) cost pooling more than its taps; a 3x3/2 max pool
- * of 64x111x111 takes 0.6x the time this way. */
+ * of 64x111x111 takes 0.6x the time this way. The lines of POOL_ROWS output rows are made
+ * before any is read: a line read right after its vector stores (at other offsets, a
+ * strided window's loads) waited for them; alternating in one process on one AVX2 core,
+ * 3x3/2 pools of 32x28x28 12.6 -> 10.6 us, 64x56x56 80 -> 66 us, 3x3/1 of 32x160x160
+ * 650 -> 633 us (2 and 6 rows: between 1 and 4; 8 and 16: slower than 4). */
 #define POOL_OP(max, a, b) ((max) ? max_nan((a), (b)) : (a) + (b))
 
 MULTIVERSION static void pool_plane(const window_t *g, int max, const float *restrict xc,
                                     const float *restrict recip, act_t act,
-                                    float *restrict yc, float *restrict line,
+                                    float *restrict yc, float *restrict lines,
                                     float *restrict out) {
     int64_t H = g->h, W = g->w, KH = g->kh, KW = g->kw, SW = g->sw, OW = g->ow, PL = g->pl;
     int64_t wv = pool_line(g);  /* line[k]: input column k - PL */
     int64_t lo = PL < wv ? PL : wv, hi = W + PL < wv ? W + PL : wv, n = hi > lo ? hi - lo : 0;
     float pad = max ? -INFINITY : 0.0f;
-    for (int64_t k = 0; k < lo; k++) line[k] = pad;
-    for (int64_t k = lo + n; k < wv; k++) line[k] = pad;
-    float *v = line + lo;
-    for (int64_t oh = 0; oh < g->oh; oh++) {
-        int64_t r0 = oh * g->sh - g->pt;
-        int64_t i0 = r0 < 0 ? -r0 : 0, i1 = H - r0 < KH ? H - r0 : KH;
-        const float *a = xc + (r0 + i0) * W, *b = a + W, *c = b + W;
-        if (i1 - i0 <= 0) {
-            for (int64_t k = 0; k < n; k++) v[k] = pad;
-        } else if (i1 - i0 == 1) {
-            for (int64_t k = 0; k < n; k++) v[k] = a[k];
-        } else if (i1 - i0 == 2) {
-            for (int64_t k = 0; k < n; k++) v[k] = POOL_OP(max, b[k], a[k]);
-        } else {  /* three rows in one pass, then any more one by one */
-            for (int64_t k = 0; k < n; k++) v[k] = POOL_OP(max, c[k], POOL_OP(max, b[k], a[k]));
-            for (int64_t i = i0 + 3; i < i1; i++) {
-                const float *d = xc + (r0 + i) * W;
-                for (int64_t k = 0; k < n; k++) v[k] = POOL_OP(max, d[k], v[k]);
+    for (int64_t r = 0; r < POOL_ROWS && r < g->oh; r++) {
+        float *line = lines + r * wv;
+        for (int64_t k = 0; k < lo; k++) line[k] = pad;
+        for (int64_t k = lo + n; k < wv; k++) line[k] = pad;
+    }
+    for (int64_t o0 = 0; o0 < g->oh; o0 += POOL_ROWS) {
+        int64_t o1 = o0 + POOL_ROWS < g->oh ? o0 + POOL_ROWS : g->oh;
+        for (int64_t oh = o0; oh < o1; oh++) {
+            float *v = lines + (oh - o0) * wv + lo;
+            int64_t r0 = oh * g->sh - g->pt;
+            int64_t i0 = r0 < 0 ? -r0 : 0, i1 = H - r0 < KH ? H - r0 : KH;
+            const float *a = xc + (r0 + i0) * W, *b = a + W, *c = b + W;
+            if (i1 - i0 <= 0) {
+                for (int64_t k = 0; k < n; k++) v[k] = pad;
+            } else if (i1 - i0 == 1) {
+                for (int64_t k = 0; k < n; k++) v[k] = a[k];
+            } else if (i1 - i0 == 2) {
+                for (int64_t k = 0; k < n; k++) v[k] = POOL_OP(max, b[k], a[k]);
+            } else {  /* three rows in one pass, then any more one by one */
+                for (int64_t k = 0; k < n; k++) v[k] = POOL_OP(max, c[k], POOL_OP(max, b[k], a[k]));
+                for (int64_t i = i0 + 3; i < i1; i++) {
+                    const float *d = xc + (r0 + i) * W;
+                    for (int64_t k = 0; k < n; k++) v[k] = POOL_OP(max, d[k], v[k]);
+                }
             }
         }
-        if (SW == 2 && KW == 3) {  /* the common 3x3/2 window: one pass, a constant stride */
-            for (int64_t k = 0; k < OW; k++)
-                out[k] = POOL_OP(max, line[2 * k + 2], POOL_OP(max, line[2 * k + 1], line[2 * k]));
-        } else {
-            for (int64_t k = 0; k < OW; k++) out[k] = line[k * SW];
-            for (int64_t j = 1; j < KW; j++)
-                for (int64_t k = 0; k < OW; k++) out[k] = POOL_OP(max, line[k * SW + j], out[k]);
+        for (int64_t oh = o0; oh < o1; oh++) {
+            const float *line = lines + (oh - o0) * wv;
+            if (SW == 2 && KW == 3) {  /* the common 3x3/2 window: one pass, a constant stride */
+                for (int64_t k = 0; k < OW; k++)
+                    out[k] = POOL_OP(max, line[2 * k + 2], POOL_OP(max, line[2 * k + 1], line[2 * k]));
+            } else {
+                for (int64_t k = 0; k < OW; k++) out[k] = line[k * SW];
+                for (int64_t j = 1; j < KW; j++)
+                    for (int64_t k = 0; k < OW; k++) out[k] = POOL_OP(max, line[k * SW + j], out[k]);
+            }
+            if (!max)
+                for (int64_t k = 0; k < OW; k++) out[k] *= recip[oh * OW + k];
+            finish(yc + oh * OW, out, OW, 0.0f, NULL, act);
         }
-        if (!max)
-            for (int64_t k = 0; k < OW; k++) out[k] *= recip[oh * OW + k];
-        finish(yc + oh * OW, out, OW, 0.0f, NULL, act);
     }
 }
 
@@ -215,7 +233,7 @@ static void window_task(const void *ctx, int64_t t) {
                             y, scratch);
         else
             pool_plane(g, cx->kind == WIN_MAX, cx->x + q * g->h * g->w, cx->recip, cx->act, y,
-                       scratch, scratch + pool_line(g));
+                       scratch, scratch + POOL_ROWS * pool_line(g));
     }
 }
 
