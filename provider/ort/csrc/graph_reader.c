@@ -10,12 +10,14 @@
  * "op", "domain", "inputs" / "outputs" / "implicit" [value or null], "attrs" [[name, kind,
  * value]], "unreadable"}]}, a value being {"name", "type" (ONNX type), "elem", "dims" (null:
  * rank unknown), "symbols", "constant" (an initializer's [data address, element type, dims],
- * or null)}, or only its name when nodes are not read in full. Attribute values: numbers
+ * or null)}, written so the first time the value is met and by its name only after that (and
+ * always when nodes are not read in full). Attribute values: numbers
  * and lists of them; strings as hex of their bytes (they need not be UTF-8); a tensor as
  * the address of an OrtValue the reader owns. A failed call gives {"error": [function,
  * code, message (hex)]}.
  *
- * Just over 400 lines on purpose: the small JSON writer at the top serves only this walk.
+ * About 460 lines on purpose: the small JSON writer and name set at the top serve only this
+ * walk.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -38,6 +40,9 @@ typedef struct {
     const char *function;
     int code;
     char message[512];
+    /* names of the values written in full so far: an open-addressing set (NULL: free) */
+    const char **names;
+    size_t names_cap, names_len;
 } doc_t;
 
 static void put_bytes(doc_t *d, const char *s, size_t n) {
@@ -213,7 +218,40 @@ static void put_tensor(doc_t *d, const void *tensor) {
     put(d, "]");
 }
 
-/* One value: in full, or (full = 0) by name; null for a missing optional input. */
+static uint64_t name_hash(const char *s) {
+    uint64_t h = 1469598103934665603ULL;  /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
+/* Adds `name` to the set of values written in full; 0 when it was there already (or when
+ * the set cannot grow: the value is then written in full again, as Python accepts). */
+static int first_time(doc_t *d, const char *name) {
+    if (2 * (d->names_len + 1) > d->names_cap) {
+        size_t cap = d->names_cap ? 2 * d->names_cap : 256;
+        const char **names = calloc(cap, sizeof *names);
+        if (!names) return 1;
+        for (size_t i = 0; i < d->names_cap; i++)
+            if (d->names[i]) {
+                size_t j = name_hash(d->names[i]) & (cap - 1);
+                while (names[j]) j = (j + 1) & (cap - 1);
+                names[j] = d->names[i];
+            }
+        free(d->names);
+        d->names = names;
+        d->names_cap = cap;
+    }
+    size_t j = name_hash(name) & (d->names_cap - 1);
+    for (; d->names[j]; j = (j + 1) & (d->names_cap - 1))
+        if (!strcmp(d->names[j], name)) return 0;
+    d->names[j] = name;
+    d->names_len++;
+    return 1;
+}
+
+/* One value: in full the first time (full = 1), else by name; null for a missing optional
+ * input. A value's later readings repeat its first (a graph input read again as each
+ * consumer's input): by name they halve the document and Python's work on it. */
 static void put_value(doc_t *d, const void *value, int full) {
     if (!value) {
         put(d, "null");
@@ -221,7 +259,7 @@ static void put_value(doc_t *d, const void *value, int full) {
     }
     const char *name = NULL;
     if (CALL(d, GetValueInfoName, value, &name)) return;
-    if (!full) {
+    if (!full || !first_time(d, name ? name : "")) {
         put_string(d, name);
         return;
     }
@@ -404,6 +442,7 @@ LITENPU_EXPORT int64_t litenpu_read_graph(const void *graph, int full, char **ou
         put_node(&d, nodes[i], full);
     }
     free(nodes);
+    free(d.names);
     put(&d, "]}");
     if (d.function) {  /* replace what was written by the failure */
         d.len = 0;
