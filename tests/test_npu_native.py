@@ -275,6 +275,9 @@ def is_direct(program: Program) -> bool:
      "n": 2},
     {"c": 6, "o": 16, "k": (3, 3), "dil": (2, 2), "pads": (2, 2, 2, 2), "hw": (150, 149),
      "act": "RELU6"},
+    # pairs of blocks in bands: a batch, stride 2, a residual, a block and a half (40)
+    {"c": 8, "o": 40, "k": (3, 3), "stride": (2, 2), "pads": (1, 0, 1, 2), "hw": (131, 130),
+     "n": 2, "residual": True, "act": "RELU"},
     # pairs of full blocks of 8 output channels (the 8-float width's channel-vector tiles):
     # an odd block count (the fifth on position tiles), a pair per group, strides, a
     # batch, a block and a half, one pair split over the cores by positions; position

@@ -166,14 +166,20 @@ int direct_conv(const lnpu_step *s, void **slots) {
     int64_t nc = cores();
     int banded = group_bytes > DIRECT_BAND_BYTES;
     /* Channel-vector tiles (direct_tiles.h: DK(pair_positions)) at the 8-float width, where
-     * a group has two full blocks of output channels and its phase planes are not banded: a
-     * task then takes a pair of blocks. Whole step, the two kinds of tile alternating in one
-     * process on an AVX2 host (AMD EPYC), 2 cores, time of the pairs over the position
-     * tiles' (median of 8 rounds): 3x3 convs of 64 channels on 7x7 0.74, 256 on 7x7 0.69,
-     * 512 on 7x7 0.75, 128 on 14x14 0.80, 32 on 14x14 0.80, 64 on 28x28 0.85, a 7x7/2 stem
-     * 3 -> 32 at 56x56 0.82; 32 -> 64 3x3/2 on 14x14 0.91 and 64 -> 128 3x3/2 at 56x56 1.02
-     * (within the noise). Banded convs keep the position tiles (not measured there). */
-    cx.pairs = DIRECT_PAIRS && tile == 24 && !banded && OG >= 2 * DIRECT_OB;
+     * a group has two full blocks of output channels: a task then takes a pair of blocks.
+     * Whole step, the two kinds of tile alternating in one process on an AVX2 host (AMD
+     * EPYC), 2 cores, time of the pairs over the position tiles' (median of 8 rounds): 3x3
+     * convs of 64 channels on 7x7 0.74, 256 on 7x7 0.69, 512 on 7x7 0.75, 128 on 14x14 0.80,
+     * 32 on 14x14 0.80, 64 on 28x28 0.85, a 7x7/2 stem 3 -> 32 at 56x56 0.82; 32 -> 64 3x3/2
+     * on 14x14 0.91 and 64 -> 128 3x3/2 at 56x56 1.02 (within the noise). Banded convs too:
+     * position tiles stream the band's rows from L2 once per block of 8 output channels (a
+     * 3x3/2 conv, four phase planes a channel, ran at 0.6x the speed of a stride-1 conv of
+     * the same work). Runs alternating one by one in one process (that host, 20-138 of each),
+     * time with pairs over without: one core, 3x3/2 convs 24 -> 48 at 208x208 0.85, 16 -> 32
+     * at 256x256 0.78-0.83, 48 -> 96 at 104x104 0.90, 64 -> 128 at 56x56 0.92, a 3 -> 16 stem
+     * at 640x640 0.78; 3x3 convs 12 -> 24 at 208x208 0.94, 32 -> 64 at 128x128 0.94, 64 at
+     * 56x56 0.91-1.01, 96 at 52x52 0.99-1.00; two cores 0.79-0.94 on five of them. */
+    cx.pairs = DIRECT_PAIRS && tile == 24 && OG >= 2 * DIRECT_OB;
     cx.obgroups = cx.pairs ? (cx.oblocks + 1) / 2 : cx.oblocks;
 #if HAVE_TRANSPOSE16
     cx.transpose8 = cx.pairs && transpose8_ok();
