@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 SCRIPT = textwrap.dedent("""
     import os, sys
     import numpy as np
@@ -125,3 +127,64 @@ def test_a_child_forked_while_threads_are_busy_does_not_hang(tmp_path):
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["hung", "0"], proc.stdout
+
+
+BOOKS_SCRIPT = textwrap.dedent("""
+    import ctypes as C, os, sys, threading, time
+    from provider.npu import native
+    lib = native.library()
+    lib.lnpu_heap_hold.argtypes = [C.c_void_p, C.c_int64]
+    lib.lnpu_arenas_acquire.argtypes = [C.c_void_p, C.POINTER(C.c_int64),
+                                        C.POINTER(C.c_void_p), C.c_void_p]
+    lib.lnpu_arenas_release.argtypes = [C.c_void_p, C.c_int64]
+    heap = native.Heap(1 << 20, 1 << 30)
+    arenas = native.ArenaSet(heap, 4096, max_arenas=1)
+
+    def acquire():
+        generation, base = C.c_int64(), C.c_void_p()
+        return lib.lnpu_arenas_acquire(arenas.address, C.byref(generation), C.byref(base), None)
+
+    taken, done = threading.Event(), threading.Event()
+    def other_thread():
+        if sys.argv[1] == "heap":  # inside the heap's books while the main thread forks
+            taken.set()
+            lib.lnpu_heap_hold(heap.address, 300_000_000)
+        else:  # a run of this thread holds the set's one arena
+            index = acquire()
+            taken.set()
+            done.wait()
+            lib.lnpu_arenas_release(arenas.address, index)
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    taken.wait()
+    time.sleep(0.05)
+    pid = os.fork()
+    if pid == 0:  # the child allocates, and takes the arena (the other thread is not here)
+        ok = heap.alloc(64, 64) >= 0 and acquire() == 0
+        os._exit(0 if ok else 3)
+    start = time.monotonic()
+    while not (status := os.waitpid(pid, os.WNOHANG))[0]:
+        if time.monotonic() - start > 20:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            print("hung")
+            break
+        time.sleep(0.005)
+    else:
+        print("exit", os.waitstatus_to_exitcode(status[1]))
+    done.set()
+    thread.join()
+""")
+
+
+@pytest.mark.parametrize("held", ["heap", "arena"])
+def test_a_child_forked_while_another_thread_holds_the_books_can_allocate(tmp_path, held):
+    """A thread inside a heap's lock at fork() left it locked in the child for good (the
+    child's first allocation waited forever; 1 in 100 forks while a thread allocated), and
+    an arena another thread's run held stayed taken there: fork() now waits for the books'
+    locks, and the child frees what runs that are not in it held."""
+    proc = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c",
+                           BOOKS_SCRIPT, held], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["exit", "0"], proc.stdout

@@ -17,7 +17,24 @@ struct lnpu_arenas {
     int64_t max, count, busy, frozen, generation;
     void *base[LNPU_MAX_ARENAS];
     int taken[LNPU_MAX_ARENAS];
+    pthread_t owner[LNPU_MAX_ARENAS];  /* the thread whose run holds a taken arena */
 };
+
+/* In a forked child (forksafe.c): the arenas the parent's other threads held for their runs
+ * are free (those runs are not here), and so is a resize they waited in; the condition
+ * variable is new (the parent's waiters are not here, and glibc's could wait for them). */
+static void after_fork_child(void *object) {
+    lnpu_arenas *set = object;
+    pthread_t self = pthread_self();
+    for (int64_t k = 0; k < set->count; k++) {
+        if (set->taken[k] && !pthread_equal(set->owner[k], self)) {
+            set->taken[k] = 0;
+            set->busy--;
+        }
+    }
+    set->frozen = 0;
+    pthread_cond_init(&set->changed, NULL);
+}
 
 static int64_t block_bytes(int64_t nbytes) { return nbytes > 0 ? (nbytes + 63) / 64 * 64 : 0; }
 
@@ -52,6 +69,13 @@ API lnpu_arenas *lnpu_arenas_new(lnpu_heap *heap, int64_t nbytes, int64_t max, l
     set->max = heap == NULL || max < 1 ? 1 : max > LNPU_MAX_ARENAS ? LNPU_MAX_ARENAS : max;
     set->nbytes = heap ? nbytes : 0;
     set->count = 1;
+    if (!books_register(&set->mu, BOOKS_ARENAS, after_fork_child, set)) {
+        lnpu_fail(err, "MemoryError", "no host memory for an arena set");
+        pthread_cond_destroy(&set->changed);
+        pthread_mutex_destroy(&set->mu);
+        free(set);
+        return NULL;
+    }
     if (heap && !take_arena(set, nbytes, &set->base[0], err)) {
         lnpu_arenas_destroy(set);
         return NULL;
@@ -72,6 +96,7 @@ static void thaw(lnpu_arenas *set) {
 
 API void lnpu_arenas_destroy(lnpu_arenas *set) {
     if (!set) return;
+    books_unregister(&set->mu);  /* first: fork() takes the books' lock, then this one */
     pthread_mutex_lock(&set->mu);
     freeze(set);
     if (set->heap) give_back(set);
@@ -132,6 +157,7 @@ API int64_t lnpu_arenas_acquire(lnpu_arenas *set, int64_t *generation, void **ba
     }
     if (index >= 0) {
         set->taken[index] = 1;
+        set->owner[index] = pthread_self();
         set->busy++;
         *generation = set->generation;
         *base = set->base[index];

@@ -56,9 +56,8 @@ static int64_t align_up(int64_t n, int64_t alignment) {
     return (n + alignment - 1) / alignment * alignment;
 }
 
-/* Make room for one more element of `size` bytes in *items (capacity *cap); 0 when out of
- * host memory. */
-static int reserve(void **items, int64_t count, int64_t *cap, size_t size) {
+/* (plane.h) */
+int reserve(void **items, int64_t count, int64_t *cap, size_t size) {
     if (count < *cap) return 1;
     int64_t grown = *cap ? 2 * *cap : 16;
     void *more = realloc(*items, (size_t)grown * size);
@@ -117,7 +116,8 @@ API lnpu_heap *lnpu_heap_new(void *base, int64_t capacity) {
     pthread_mutex_init(&h->mu, NULL);
     h->base = (uintptr_t)base;
     h->capacity = capacity;
-    if (!add_free(h, 0, capacity)) {
+    if (!add_free(h, 0, capacity) || !books_register(&h->mu, BOOKS_HEAPS, NULL, NULL)) {
+        free(h->free);
         free(h);
         return NULL;
     }
@@ -126,6 +126,7 @@ API lnpu_heap *lnpu_heap_new(void *base, int64_t capacity) {
 
 API void lnpu_heap_destroy(lnpu_heap *h) {
     if (!h) return;
+    books_unregister(&h->mu);
     pthread_mutex_destroy(&h->mu);
     free(h->free);
     free(h->used);
@@ -161,6 +162,13 @@ API int64_t lnpu_heap_alloc(lnpu_heap *h, int64_t nbytes, int64_t alignment) {
     }
     pthread_mutex_unlock(&h->mu);
     return begin;
+}
+
+API void lnpu_heap_hold(lnpu_heap *h, int64_t ns) {
+    pthread_mutex_lock(&h->mu);
+    struct timespec wait = {ns / 1000000000, ns % 1000000000};
+    while (nanosleep(&wait, &wait) != 0) continue;
+    pthread_mutex_unlock(&h->mu);
 }
 
 API void *lnpu_heap_address(lnpu_heap *h, int64_t offset) { return (void *)(h->base + offset); }

@@ -67,6 +67,21 @@ API int lnpu_heap_remove_range(lnpu_heap *heap, const void *address);
 API int lnpu_heap_contains(lnpu_heap *heap, const void *address, int64_t nbytes);
 /* A DeviceMemoryError in `err` for `nbytes` the heap could not give (the pool's words). */
 void heap_exhausted(lnpu_heap *heap, int64_t nbytes, lnpu_error *err);
+/* Holds the heap's lock for `ns` nanoseconds: lets a test fork while another thread is
+ * inside the books, where a real allocation stays a microsecond at a time. */
+API void lnpu_heap_hold(lnpu_heap *heap, int64_t ns);
+/* Room for one more element of `size` bytes in *items (capacity *cap); 0 when out of host
+ * memory. */
+int reserve(void **items, int64_t count, int64_t *cap, size_t size);
+
+/* ---- the books across fork() (forksafe.c) ------------------------------------------------ */
+
+/* A heap's or an arena set's lock, taken before fork() in rank order (arena sets, then
+ * heaps: the order the code nests them) and let go of after it in both processes; `child`
+ * (if any) runs in the child first, the lock held. 0 when out of host memory. */
+enum { BOOKS_ARENAS = 0, BOOKS_HEAPS = 1 };
+int books_register(pthread_mutex_t *mu, int rank, void (*child)(void *), void *object);
+void books_unregister(pthread_mutex_t *mu);
 
 /* ---- arena sets (arenas.c) ----------------------------------------------------------------- */
 
