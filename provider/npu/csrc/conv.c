@@ -68,9 +68,8 @@ MULTIVERSION static void phase_task(const void *ctx, int64_t t) {
     const conv_ctx *cx = ctx;
     const int64_t *p = cx->p;
     int64_t H = p[C_H], W = p[C_W], SW = p[C_SW];
-    for (int64_t pw = 0; pw < SW; pw++)
-        fill_phase(cx->phase + (t * SW + pw) * H * cx->wq, H, cx->wq,
-                   cx->x + (cx->n * p[C_C] + t) * H * W, H, W, 1, SW, 0, pw, 0, p[C_PL]);
+    fill_row_phase(cx->phase + t * SW * H * cx->wq, H * cx->wq, H, cx->wq,
+                   cx->x + (cx->n * p[C_C] + t) * H * W, H, W, 1, SW, 0, 0, p[C_PL]);
 }
 
 static void im2col_task(const void *ctx, int64_t t) {

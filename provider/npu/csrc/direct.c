@@ -58,10 +58,9 @@ MULTIVERSION static void direct_phases(const direct_ctx *cx, int64_t n, int64_t 
     int64_t H = p[C_H], W = p[C_W], SH = p[C_SH], SW = p[C_SW];
     const float *xc = cx->x + (n * p[C_C] + c) * H * W;
     for (int64_t ph = 0; ph < SH; ph++) {
-        for (int64_t pw = 0; pw < SW; pw++, q += cx->plane) {
-            fill_phase(q, rows, cx->wq, xc, H, W, SH, SW, ph, pw, p[C_PT] - r0 * SH, p[C_PL]);
+        fill_row_phase(q, cx->plane, rows, cx->wq, xc, H, W, SH, SW, ph, p[C_PT] - r0 * SH, p[C_PL]);
+        for (int64_t pw = 0; pw < SW; pw++, q += cx->plane)
             for (int64_t k = rows * cx->wq; k < cx->plane; k++) q[k] = 0.0f;
-        }
     }
 }
 

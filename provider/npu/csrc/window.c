@@ -61,9 +61,8 @@ MULTIVERSION static void dw_plane(const window_t *g, const float *restrict xc,
                                   int fill) {
     int64_t HQ = g->hq, WQ = g->wq, plane = HQ * WQ, SW = g->sw, taps = g->kh * g->kw;
     for (int64_t ph = 0; ph < g->sh && fill; ph++)
-        for (int64_t pw = 0; pw < SW; pw++)
-            fill_phase(scratch + (ph * SW + pw) * plane, HQ, WQ, xc, g->h, g->w, g->sh, SW, ph,
-                       pw, g->pt, g->pl);
+        fill_row_phase(scratch + ph * SW * plane, plane, HQ, WQ, xc, g->h, g->w, g->sh, SW, ph,
+                       g->pt, g->pl);
     float *wide = scratch + g->sh * SW * plane;
     int64_t span = g->oh * WQ, off[DW_TAPS];
     for (int64_t t0 = 0; t0 < taps; t0 += DW_TAPS) {
