@@ -187,6 +187,19 @@ static inline void valid_columns(int64_t off, int64_t stride, int64_t w, int64_t
     if (*lo > *hi) *lo = *hi;
 }
 
+/* [*r0, *r1): the rows r < hq of row phase ph (stride sh, top padding pt) that hold input:
+ * phase row r reads input row r * sh + ph - pt, which must lie in [0, h). When
+ * h - 1 - ph + pt < 0 no row does (C's division, rounding toward 0, would count row 0 and
+ * read past the input: a 1-row or empty image in a stride-2 phase). */
+static inline void phase_rows(int64_t h, int64_t hq, int64_t sh, int64_t ph, int64_t pt,
+                              int64_t *r0, int64_t *r1) {
+    int64_t last = h - 1 - ph + pt;
+    *r0 = pt - ph > 0 ? (pt - ph + sh - 1) / sh : 0;
+    *r1 = last < 0 ? 0 : last / sh + 1;
+    if (*r1 > hq) *r1 = hq;
+    if (*r0 > *r1) *r0 = *r1;
+}
+
 /* One phase plane of a channel: q[r][c] = x[r*sh + ph - pt][c*sw + pw - pl] for r < hq,
  * c < wq, zero outside the input. Inlined into the vectorized callers; a constant stride
  * of 2 vectorizes (shuffles) where a run-time stride would not. Stride 1 zeroes the plane
@@ -198,14 +211,8 @@ static inline __attribute__((always_inline)) void fill_phase(
         int64_t w, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t pt, int64_t pl) {
     int64_t lo, hi, off = pw - pl;
     valid_columns(off, sw, w, wq, &lo, &hi);
-    int64_t r0 = pt - ph > 0 ? (pt - ph + sh - 1) / sh : 0;
-    /* rows [r0, r1) hold input: phase row r reads input row r * sh + ph - pt <= h - 1. When
-     * h - 1 - ph + pt < 0 no row does (C's division, rounding toward 0, would count row 0
-     * and read past the input: a 1-row or empty image in a stride-2 phase) */
-    int64_t last = h - 1 - ph + pt;
-    int64_t r1 = last < 0 ? 0 : last / sh + 1;
-    if (r1 > hq) r1 = hq;
-    if (r0 > r1) r0 = r1;
+    int64_t r0, r1;
+    phase_rows(h, hq, sh, ph, pt, &r0, &r1);
     if (sw == 1) {
         memset(q, 0, (size_t)(hq * wq) * sizeof(float));
         for (int64_t r = r0; r < r1; r++)
@@ -239,11 +246,8 @@ static inline __attribute__((always_inline)) void fill_phase_pair(
     int64_t lo0, hi0, lo1, hi1;
     valid_columns(-pl, 2, w, wq, &lo0, &hi0);
     valid_columns(1 - pl, 2, w, wq, &lo1, &hi1);
-    int64_t r0 = pt - ph > 0 ? (pt - ph + sh - 1) / sh : 0;
-    int64_t last = h - 1 - ph + pt;  /* as fill_phase */
-    int64_t r1 = last < 0 ? 0 : last / sh + 1;
-    if (r1 > hq) r1 = hq;
-    if (r0 > r1) r0 = r1;
+    int64_t r0, r1;
+    phase_rows(h, hq, sh, ph, pt, &r0, &r1);
     for (int64_t k = 0; k < r0 * wq; k++) q0[k] = q1[k] = 0.0f;
     for (int64_t k = r1 * wq; k < hq * wq; k++) q0[k] = q1[k] = 0.0f;
     int64_t lo = lo0 > lo1 ? lo0 : lo1, hi = hi0 < hi1 ? hi0 : hi1;  /* both phases valid */
