@@ -629,8 +629,8 @@ def marked(program: Program) -> list[str]:
 
 
 def block_model(r, *, c=8, e=24, hw=(9, 9), stride=(1, 1), n=1, expand_k=(1, 1), expand_stride=(1, 1),
-                expand_group=1, mult=1, also=()):
-    """(model, feeds): conv "a" (1x1 expand unless expand_k) -> depthwise 3x3 "d" (channel
+                expand_group=1, mult=1, also=(), dw_k=(3, 3), dw_pads=(1, 1, 1, 1), dw_dil=(1, 1)):
+    """(model, feeds): conv "a" (1x1 expand unless expand_k) -> depthwise "d" (dw_k, channel
     multiplier `mult`) -> 1x1 project "y". `also` adds readers of "a": "output" (a graph
     output), "add" (a + a, on numpy), "pool" (a native max pool), "dw2" (a second depthwise
     conv), each an output of its own."""
@@ -638,13 +638,13 @@ def block_model(r, *, c=8, e=24, hw=(9, 9), stride=(1, 1), n=1, expand_k=(1, 1),
     pad = [k // 2 for k in expand_k for _ in (0, 1)]
     e_out, d_out = e, e * mult
     tensors = {"x": (x, False), "we": (randn(r, e_out, c // expand_group, *expand_k), True),
-               "be": (randn(r, e_out), True), "wd": (randn(r, d_out, 1, 3, 3), True),
+               "be": (randn(r, e_out), True), "wd": (randn(r, d_out, 1, *dw_k), True),
                "bd": (randn(r, d_out), True), "wp": (randn(r, 5, d_out, 1, 1), True),
                "bp": (randn(r, 5), True)}
     nodes = [
         ("Conv2DFusion", conv_attrs(c, e_out, expand_k, expand_stride, pads=pad, group=expand_group,
                                     act="RELU6"), ["x", "we", "be"], "a"),
-        ("Conv2DFusion", conv_attrs(e_out, d_out, (3, 3), stride, pads=(1, 1, 1, 1), group=e_out,
+        ("Conv2DFusion", conv_attrs(e_out, d_out, dw_k, stride, dw_dil, pads=dw_pads, group=e_out,
                                     act="RELU6"), ["a", "wd", "bd"], "d"),
         ("Conv2DFusion", conv_attrs(d_out, 5, (1, 1)), ["d", "wp", "bp"], "y"),
     ]
@@ -676,6 +676,13 @@ def block_model(r, *, c=8, e=24, hw=(9, 9), stride=(1, 1), n=1, expand_k=(1, 1),
     {"expand_group": 2, "c": 8, "e": 32},  # a grouped 1x1 producer
     {"expand_k": (3, 3), "expand_stride": (2, 2), "c": 3, "e": 16, "hw": (17, 17)},  # an im2col stem
     {"also": ("dw2",)},                    # two depthwise readers
+    # whole blocks of 16 channels read in place, the pixels whose windows reach the padding
+    # one by one: the top / left, the bottom / right, every side, and no window inside
+    {"e": 32, "hw": (16, 16), "stride": (2, 2), "dw_pads": (1, 0, 1, 0)},
+    {"e": 32, "hw": (15, 14), "stride": (2, 2), "dw_pads": (0, 1, 0, 1)},
+    {"e": 48, "hw": (12, 11), "dw_k": (5, 5), "dw_pads": (2, 2, 2, 2), "dw_dil": (1, 2)},
+    {"e": 32, "hw": (13, 12), "dw_k": (3, 5), "dw_pads": (2, 1, 2, 1), "dw_dil": (2, 1)},
+    {"e": 16, "hw": (4, 5), "dw_k": (5, 5), "dw_pads": (2, 2, 2, 2), "n": 2},
 ], ids=str)
 def test_gemm_to_depthwise_tensor_is_channels_last(case):
     """The tensor a GEMM conv passes to depthwise convs only is stored channels last (no

@@ -9,8 +9,10 @@
  * transposed to (pixel, channel), padded, so that every tap of every pixel is one vector
  * multiply-add across the block's channels (on a 4x4 plane the per-plane loops of
  * dw_plane would be all overhead), then transposed back with the epilogue. An input
- * stored channels last (C_XCL) is copied as it is, a run of channels per pixel, and then
- * this form is used whatever the plane size. */
+ * stored channels last (C_XCL) takes this form whatever the plane size, and a whole block
+ * of its channels is read where it is, not copied (the copy was a quarter of this kernel's
+ * time on MobileNetV2); the pixels whose windows reach into the padding go one by one,
+ * those taps skipped. */
 #define DW_BLOCK 16
 #ifndef DW_SMALL_PLANE
 #define DW_SMALL_PLANE 256  /* output planes up to this many pixels go channels-last (64 and
@@ -42,14 +44,14 @@ typedef float dw_vec __attribute__((vector_size(DW_BLOCK * sizeof(float)), align
 /* NP consecutive output pixels of a row, every tap, into out (pixel-major, DW_BLOCK lanes);
  * `row` is the padded input at the first pixel's window corner. */
 static inline __attribute__((always_inline)) void dw_pixels(
-        const float *row, const float *wt, dw_vec bias, const int64_t *p, int64_t wp,
+        const float *row, const float *wt, dw_vec bias, const int64_t *p, int64_t ps, int64_t rs,
         float *out, int NP) {
-    int64_t KW = p[C_KW], step = p[C_SW] * DW_BLOCK;
+    int64_t KW = p[C_KW], step = p[C_SW] * ps;
     dw_vec acc[DW_PIXELS];
     for (int q = 0; q < NP; q++) acc[q] = bias;
     for (int64_t i = 0; i < p[C_KH]; i++) {
         for (int64_t j = 0; j < KW; j++) {
-            const float *src = row + (i * p[C_DH] * wp + j * p[C_DW]) * DW_BLOCK;
+            const float *src = row + i * p[C_DH] * rs + j * p[C_DW] * ps;
             /* plain loads of the unaligned vector type (memcpy became a copy loop) */
             dw_vec w = *(const dw_vec *)(wt + (i * KW + j) * DW_BLOCK);
             for (int q = 0; q < NP; q++) acc[q] += w * *(const dw_vec *)(src + q * step);
@@ -62,9 +64,9 @@ static inline __attribute__((always_inline)) void dw_pixels(
  * registers for them, while GCC lowers 16-float vector types there through the stack (a
  * GPR round trip per vector: MobileNetV2's channels-last depthwise steps on an AVX2 EPYC). */
 static inline __attribute__((always_inline)) void dw_pixels_narrow(
-        const float *row, const float *wt, const float *bias, const int64_t *p, int64_t wp,
-        float *out, int NP) {
-    int64_t KW = p[C_KW], step = p[C_SW] * DW_BLOCK;
+        const float *row, const float *wt, const float *bias, const int64_t *p, int64_t ps,
+        int64_t rs, float *out, int NP) {
+    int64_t KW = p[C_KW], step = p[C_SW] * ps;
     vec8f acc[DW_PIXELS_NARROW][2];
     for (int q = 0; q < NP; q++) {
         acc[q][0] = *(const vec8f *)bias;
@@ -72,7 +74,7 @@ static inline __attribute__((always_inline)) void dw_pixels_narrow(
     }
     for (int64_t i = 0; i < p[C_KH]; i++) {
         for (int64_t j = 0; j < KW; j++) {
-            const float *src = row + (i * p[C_DH] * wp + j * p[C_DW]) * DW_BLOCK;
+            const float *src = row + i * p[C_DH] * rs + j * p[C_DW] * ps;
             const float *wk = wt + (i * KW + j) * DW_BLOCK;
             vec8f w0 = *(const vec8f *)wk, w1 = *(const vec8f *)(wk + 8);
             for (int q = 0; q < NP; q++) {
@@ -87,14 +89,51 @@ static inline __attribute__((always_inline)) void dw_pixels_narrow(
     }
 }
 
-MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, float *scratch) {
+/* Output pixels 0 .. np of a row into out (pixel-major): `row` is the input at the first
+ * pixel's window corner, ps floats from one input pixel to the next and rs from one row to
+ * the next (the padded copy's, or a channels-last input's own). */
+static inline __attribute__((always_inline)) void dw_row(
+        const float *row, const float *wt, dw_vec bias, const float *b, const int64_t *p,
+        int64_t ps, int64_t rs, int wide, float *out, int64_t np) {
+    int64_t ow = 0, step = p[C_SW] * ps;
+    if (wide)
+        for (; ow + DW_PIXELS <= np; ow += DW_PIXELS)
+            dw_pixels(row + ow * step, wt, bias, p, ps, rs, out + ow * DW_BLOCK, DW_PIXELS);
+    for (; ow + DW_PIXELS_NARROW <= np; ow += DW_PIXELS_NARROW)
+        dw_pixels_narrow(row + ow * step, wt, b, p, ps, rs, out + ow * DW_BLOCK, DW_PIXELS_NARROW);
+    for (; ow < np; ow++)
+        dw_pixels_narrow(row + ow * step, wt, b, p, ps, rs, out + ow * DW_BLOCK, 1);
+}
+
+/* Output pixel (oh, ow) of a channels-last input read where it is (x: image n's first pixel
+ * at the block's first channel), the taps that fall in the padding skipped. */
+static inline __attribute__((always_inline)) void dw_edge_pixel(
+        const float *x, const float *wt, const float *b, const int64_t *p, int64_t oh,
+        int64_t ow, float *out) {
+    int64_t C = p[C_C], H = p[C_H], W = p[C_W], KW = p[C_KW];
+    vec8f a0 = *(const vec8f *)b, a1 = *(const vec8f *)(b + 8);
+    for (int64_t i = 0; i < p[C_KH]; i++) {
+        int64_t r = oh * p[C_SH] - p[C_PT] + i * p[C_DH];
+        if (r < 0 || r >= H) continue;
+        for (int64_t j = 0; j < KW; j++) {
+            int64_t q = ow * p[C_SW] - p[C_PL] + j * p[C_DW];
+            if (q < 0 || q >= W) continue;
+            const float *src = x + (r * W + q) * C, *wk = wt + (i * KW + j) * DW_BLOCK;
+            vec8f w0 = *(const vec8f *)wk, w1 = *(const vec8f *)(wk + 8);
+            a0 += w0 * *(const vec8f *)src;
+            a1 += w1 * *(const vec8f *)(src + 8);
+        }
+    }
+    *(vec8f *)out = a0;
+    *(vec8f *)(out + 8) = a1;
+}
+
+/* Image n's block of channels from c0 (cb of them) into xin: (pixel, channel) on the padded
+ * extent HP x WP, zeros around the input and in the lanes past cb. */
+MULTIVERSION static void dwcl_fill(const dwcl_ctx *cx, int64_t n, int64_t c0, int64_t cb, float *xin) {
     const int64_t *p = cx->p;
-    int64_t H = p[C_H], W = p[C_W], OH = p[C_OH], OW = p[C_OW], KH = p[C_KH], KW = p[C_KW];
-    int64_t SH = p[C_SH], SW = p[C_SW], PT = p[C_PT], PL = p[C_PL];
-    int64_t O = p[C_O], C = p[C_C], mult = O / C, KK = KH * KW, HP = cx->hp, WP = cx->wp;
-    int64_t cb = O - c0 < DW_BLOCK ? O - c0 : DW_BLOCK;
-    float *xin = scratch, *wt = xin + HP * WP * DW_BLOCK, *out = wt + KK * DW_BLOCK;
-    int wide = vector_width() == 16;  /* 8 pixels per call, and transpose16 (else transpose8) */
+    int64_t H = p[C_H], W = p[C_W], PT = p[C_PT], PL = p[C_PL];
+    int64_t C = p[C_C], mult = p[C_O] / C, HP = cx->hp, WP = cx->wp;
     int64_t r0 = PT, r1 = H + PT < HP ? H + PT : HP, q0 = PL, q1 = W + PL < WP ? W + PL : WP;
     if (cb < DW_BLOCK) {  /* lanes past the channels are computed too: zero them */
         for (int64_t k = 0; k < HP * WP * DW_BLOCK; k++) xin[k] = 0.0f;
@@ -107,7 +146,6 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
             for (int64_t k = q1 * DW_BLOCK; k < WP * DW_BLOCK; k++) row[k] = 0.0f;
         }
     }
-    for (int64_t k = 0; k < KK * DW_BLOCK; k++) wt[k] = 0.0f;
     if (p[C_XCL]) {  /* channels last already (then mult is 1): a run of channels per pixel */
         for (int64_t r = r0; r < r1; r++) {
             for (int64_t q = q0; q < q1; q++) {
@@ -120,7 +158,7 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
                                                 * planes' values): the stores go in order */
         const float *xc = cx->x + (n * C + c0) * H * W;
 #if HAVE_TRANSPOSE16
-        if (wide) {  /* 16 pixels of a row at a time */
+        if (vector_width() == 16) {  /* 16 pixels of a row at a time */
             for (int64_t r = r0; r < r1; r++)
                 for (int64_t q = q0; q < q1; q += 16)
                     transpose16(xc + (r - PT) * W + q - PL, H * W, xin + (r * WP + q) * DW_BLOCK,
@@ -148,25 +186,46 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
                     xin[(r * WP + q) * DW_BLOCK + cc] = xc[(r - PT) * W + q - PL];
         }
     }
+}
+
+MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, float *scratch) {
+    const int64_t *p = cx->p;
+    int64_t H = p[C_H], W = p[C_W], OH = p[C_OH], OW = p[C_OW], KH = p[C_KH], KW = p[C_KW];
+    int64_t SH = p[C_SH], SW = p[C_SW], PT = p[C_PT], PL = p[C_PL];
+    int64_t O = p[C_O], C = p[C_C], KK = KH * KW, HP = cx->hp, WP = cx->wp;
+    int64_t cb = O - c0 < DW_BLOCK ? O - c0 : DW_BLOCK;
+    float *xin = scratch, *wt = xin + HP * WP * DW_BLOCK, *out = wt + KK * DW_BLOCK;
+    int wide = vector_width() == 16;  /* 8 pixels per call, and transpose16 (else transpose8) */
+    /* a whole block of a channels-last input is read where it is, else from a padded copy */
+    int in_place = p[C_XCL] && cb == DW_BLOCK;
+    if (!in_place) dwcl_fill(cx, n, c0, cb, xin);
+    for (int64_t k = 0; k < KK * DW_BLOCK; k++) wt[k] = 0.0f;
     for (int64_t cc = 0; cc < cb; cc++)
         for (int64_t t = 0; t < KK; t++) wt[t * DW_BLOCK + cc] = cx->w[(c0 + cc) * KK + t];
     float b[DW_BLOCK];
     for (int64_t cc = 0; cc < DW_BLOCK; cc++) b[cc] = cx->bias && cc < cb ? cx->bias[c0 + cc] : 0.0f;
     dw_vec bias;
     memcpy(&bias, b, sizeof bias);
-    for (int64_t oh = 0; oh < OH; oh++) {
-        const float *row = xin + oh * SH * WP * DW_BLOCK;
-        float *o = out + oh * OW * DW_BLOCK;
-        int64_t ow = 0;
-        if (wide) {
-            for (; ow + DW_PIXELS <= OW; ow += DW_PIXELS)
-                dw_pixels(row + ow * SW * DW_BLOCK, wt, bias, p, WP, o + ow * DW_BLOCK, DW_PIXELS);
+    if (in_place) {  /* the pixels whose windows lie inside the image by rows, the rest one
+                      * by one */
+        const float *xn = cx->x + n * H * W * C + c0;
+        int64_t DH = p[C_DH], DW = p[C_DW], top = W - 1 - (KW - 1) * DW + PL;
+        int64_t hi = top < 0 ? 0 : top / SW + 1 < OW ? top / SW + 1 : OW;
+        int64_t lo = (PL + SW - 1) / SW < hi ? (PL + SW - 1) / SW : hi;
+        for (int64_t oh = 0; oh < OH; oh++) {
+            float *o = out + oh * OW * DW_BLOCK;
+            int64_t r = oh * SH - PT, inside = r >= 0 && r + (KH - 1) * DH < H;
+            int64_t a = inside ? lo : OW, e = inside ? hi : OW;
+            for (int64_t ow = 0; ow < a; ow++) dw_edge_pixel(xn, wt, b, p, oh, ow, o + ow * DW_BLOCK);
+            if (inside)
+                dw_row(xn + (r * W + lo * SW - PL) * C, wt, bias, b, p, C, W * C, wide,
+                       o + lo * DW_BLOCK, hi - lo);
+            for (int64_t ow = e; ow < OW; ow++) dw_edge_pixel(xn, wt, b, p, oh, ow, o + ow * DW_BLOCK);
         }
-        for (; ow + DW_PIXELS_NARROW <= OW; ow += DW_PIXELS_NARROW)
-            dw_pixels_narrow(row + ow * SW * DW_BLOCK, wt, b, p, WP, o + ow * DW_BLOCK,
-                             DW_PIXELS_NARROW);
-        for (; ow < OW; ow++)
-            dw_pixels_narrow(row + ow * SW * DW_BLOCK, wt, b, p, WP, o + ow * DW_BLOCK, 1);
+    } else {
+        for (int64_t oh = 0; oh < OH; oh++)
+            dw_row(xin + oh * SH * WP * DW_BLOCK, wt, bias, b, p, DW_BLOCK, WP * DW_BLOCK, wide,
+                   out + oh * OW * DW_BLOCK, OW);
     }
     /* back to planes, then the epilogue's vector loop over each (one act_apply per element
      * cost more than the taps) */
