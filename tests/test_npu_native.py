@@ -683,6 +683,7 @@ def block_model(r, *, c=8, e=24, hw=(9, 9), stride=(1, 1), n=1, expand_k=(1, 1),
     {"e": 48, "hw": (12, 11), "dw_k": (5, 5), "dw_pads": (2, 2, 2, 2), "dw_dil": (1, 2)},
     {"e": 32, "hw": (13, 12), "dw_k": (3, 5), "dw_pads": (2, 1, 2, 1), "dw_dil": (2, 1)},
     {"e": 16, "hw": (4, 5), "dw_k": (5, 5), "dw_pads": (2, 2, 2, 2), "n": 2},
+    {"e": 16, "hw": (6, 6), "dw_pads": (3, 0, 0, 3)},  # a row and a column of padding alone
 ], ids=str)
 def test_gemm_to_depthwise_tensor_is_channels_last(case):
     """The tensor a GEMM conv passes to depthwise convs only is stored channels last (no

@@ -11,8 +11,9 @@
  * dw_plane would be all overhead), then transposed back with the epilogue. An input
  * stored channels last (C_XCL) takes this form whatever the plane size, and a whole block
  * of its channels is read where it is, not copied (the copy was a quarter of this kernel's
- * time on MobileNetV2); the pixels whose windows reach into the padding go one by one,
- * those taps skipped. */
+ * time on MobileNetV2): per output row only the kernel rows inside the image, and the
+ * pixels whose windows reach past a side check each tap's column (in groups of pixels, as
+ * the others: a lone pixel's taps are a chain of dependent multiply-adds). */
 #define DW_BLOCK 16
 #ifndef DW_SMALL_PLANE
 #define DW_SMALL_PLANE 256  /* output planes up to this many pixels go channels-last (64 and
@@ -41,15 +42,17 @@ typedef float dw_vec __attribute__((vector_size(DW_BLOCK * sizeof(float)), align
 #define DW_PIXELS 8
 #define DW_PIXELS_NARROW 4
 
-/* NP consecutive output pixels of a row, every tap, into out (pixel-major, DW_BLOCK lanes);
- * `row` is the padded input at the first pixel's window corner. */
+/* NP consecutive output pixels of a row, the taps of kernel rows 0 .. kh, into out
+ * (pixel-major, DW_BLOCK lanes); `row` is the input at the first pixel's window corner (ps
+ * floats from one input pixel to the next, rs from one row to the next) and wt the weights
+ * of its first kernel row. */
 static inline __attribute__((always_inline)) void dw_pixels(
         const float *row, const float *wt, dw_vec bias, const int64_t *p, int64_t ps, int64_t rs,
-        float *out, int NP) {
+        int64_t kh, float *out, int NP) {
     int64_t KW = p[C_KW], step = p[C_SW] * ps;
     dw_vec acc[DW_PIXELS];
     for (int q = 0; q < NP; q++) acc[q] = bias;
-    for (int64_t i = 0; i < p[C_KH]; i++) {
+    for (int64_t i = 0; i < kh; i++) {
         for (int64_t j = 0; j < KW; j++) {
             const float *src = row + i * p[C_DH] * rs + j * p[C_DW] * ps;
             /* plain loads of the unaligned vector type (memcpy became a copy loop) */
@@ -65,14 +68,14 @@ static inline __attribute__((always_inline)) void dw_pixels(
  * GPR round trip per vector: MobileNetV2's channels-last depthwise steps on an AVX2 EPYC). */
 static inline __attribute__((always_inline)) void dw_pixels_narrow(
         const float *row, const float *wt, const float *bias, const int64_t *p, int64_t ps,
-        int64_t rs, float *out, int NP) {
+        int64_t rs, int64_t kh, float *out, int NP) {
     int64_t KW = p[C_KW], step = p[C_SW] * ps;
     vec8f acc[DW_PIXELS_NARROW][2];
     for (int q = 0; q < NP; q++) {
         acc[q][0] = *(const vec8f *)bias;
         acc[q][1] = *(const vec8f *)(bias + 8);
     }
-    for (int64_t i = 0; i < p[C_KH]; i++) {
+    for (int64_t i = 0; i < kh; i++) {
         for (int64_t j = 0; j < KW; j++) {
             const float *src = row + i * p[C_DH] * rs + j * p[C_DW] * ps;
             const float *wk = wt + (i * KW + j) * DW_BLOCK;
@@ -89,47 +92,74 @@ static inline __attribute__((always_inline)) void dw_pixels_narrow(
     }
 }
 
-/* Output pixels 0 .. np of a row into out (pixel-major): `row` is the input at the first
- * pixel's window corner, ps floats from one input pixel to the next and rs from one row to
- * the next (the padded copy's, or a channels-last input's own). */
+/* Output pixels 0 .. np of a row into out (pixel-major), dw_pixels' arguments. */
 static inline __attribute__((always_inline)) void dw_row(
         const float *row, const float *wt, dw_vec bias, const float *b, const int64_t *p,
-        int64_t ps, int64_t rs, int wide, float *out, int64_t np) {
+        int64_t ps, int64_t rs, int64_t kh, int wide, float *out, int64_t np) {
     int64_t ow = 0, step = p[C_SW] * ps;
     if (wide)
         for (; ow + DW_PIXELS <= np; ow += DW_PIXELS)
-            dw_pixels(row + ow * step, wt, bias, p, ps, rs, out + ow * DW_BLOCK, DW_PIXELS);
+            dw_pixels(row + ow * step, wt, bias, p, ps, rs, kh, out + ow * DW_BLOCK, DW_PIXELS);
     for (; ow + DW_PIXELS_NARROW <= np; ow += DW_PIXELS_NARROW)
-        dw_pixels_narrow(row + ow * step, wt, b, p, ps, rs, out + ow * DW_BLOCK, DW_PIXELS_NARROW);
-    for (; ow < np; ow++)
-        dw_pixels_narrow(row + ow * step, wt, b, p, ps, rs, out + ow * DW_BLOCK, 1);
+        dw_pixels_narrow(row + ow * step, wt, b, p, ps, rs, kh, out + ow * DW_BLOCK,
+                         DW_PIXELS_NARROW);
+    /* the last pixels together too: one pixel's taps are a chain of dependent multiply-adds */
+    const float *last = row + ow * step;
+    switch (np - ow) {
+    case 3: dw_pixels_narrow(last, wt, b, p, ps, rs, kh, out + ow * DW_BLOCK, 3); break;
+    case 2: dw_pixels_narrow(last, wt, b, p, ps, rs, kh, out + ow * DW_BLOCK, 2); break;
+    case 1: dw_pixels_narrow(last, wt, b, p, ps, rs, kh, out + ow * DW_BLOCK, 1); break;
+    default: break;
+    }
 }
 
-/* Output pixel (oh, ow) of a channels-last input read where it is (x: image n's first pixel
- * at the block's first channel), the taps that fall in the padding skipped. */
-static inline __attribute__((always_inline)) void dw_edge_pixel(
-        const float *x, const float *wt, const float *b, const int64_t *p, int64_t oh,
-        int64_t ow, float *out) {
-    int64_t C = p[C_C], H = p[C_H], W = p[C_W], KW = p[C_KW];
-    vec8f a0 = *(const vec8f *)b, a1 = *(const vec8f *)(b + 8);
-    for (int64_t i = 0; i < p[C_KH]; i++) {
-        int64_t r = oh * p[C_SH] - p[C_PT] + i * p[C_DH];
-        if (r < 0 || r >= H) continue;
+/* NP consecutive output pixels from ow0 whose windows reach past the left or right edge
+ * of a channels-last input read where it is: `row` is input row r0 at the block's first
+ * channel, kh kernel rows from it (weights wt), each tap's column checked, those outside
+ * skipped. Pixels side by side: independent chains of multiply-adds. */
+static inline __attribute__((always_inline)) void dw_edge_pixels(
+        const float *row, const float *wt, const float *b, const int64_t *p, int64_t kh,
+        int64_t ow0, float *out, int NP) {
+    int64_t C = p[C_C], W = p[C_W], KW = p[C_KW];
+    vec8f acc[DW_PIXELS_NARROW][2];
+    for (int q = 0; q < NP; q++) {
+        acc[q][0] = *(const vec8f *)b;
+        acc[q][1] = *(const vec8f *)(b + 8);
+    }
+    for (int64_t i = 0; i < kh; i++) {
+        const float *src = row + i * p[C_DH] * W * C;
         for (int64_t j = 0; j < KW; j++) {
-            int64_t q = ow * p[C_SW] - p[C_PL] + j * p[C_DW];
-            if (q < 0 || q >= W) continue;
-            const float *src = x + (r * W + q) * C, *wk = wt + (i * KW + j) * DW_BLOCK;
+            const float *wk = wt + (i * KW + j) * DW_BLOCK;
             vec8f w0 = *(const vec8f *)wk, w1 = *(const vec8f *)(wk + 8);
-            a0 += w0 * *(const vec8f *)src;
-            a1 += w1 * *(const vec8f *)(src + 8);
+            for (int q = 0; q < NP; q++) {
+                int64_t col = (ow0 + q) * p[C_SW] - p[C_PL] + j * p[C_DW];
+                if (col < 0 || col >= W) continue;
+                acc[q][0] += w0 * *(const vec8f *)(src + col * C);
+                acc[q][1] += w1 * *(const vec8f *)(src + col * C + 8);
+            }
         }
     }
-    *(vec8f *)out = a0;
-    *(vec8f *)(out + 8) = a1;
+    for (int q = 0; q < NP; q++) {
+        *(vec8f *)(out + q * DW_BLOCK) = acc[q][0];
+        *(vec8f *)(out + q * DW_BLOCK + 8) = acc[q][1];
+    }
 }
 
-/* Image n's block of channels from c0 (cb of them) into xin: (pixel, channel) on the padded
- * extent HP x WP, zeros around the input and in the lanes past cb. */
+/* dw_edge_pixels for the pixels ow0 .. ow1, DW_PIXELS_NARROW at a time. */
+static inline __attribute__((always_inline)) void dw_edge_run(
+        const float *row, const float *wt, const float *b, const int64_t *p, int64_t kh,
+        int64_t ow0, int64_t ow1, float *out) {
+    int64_t ow = ow0;
+    for (; ow + DW_PIXELS_NARROW <= ow1; ow += DW_PIXELS_NARROW)
+        dw_edge_pixels(row, wt, b, p, kh, ow, out + ow * DW_BLOCK, DW_PIXELS_NARROW);
+    switch (ow1 - ow) {
+    case 3: dw_edge_pixels(row, wt, b, p, kh, ow, out + ow * DW_BLOCK, 3); break;
+    case 2: dw_edge_pixels(row, wt, b, p, kh, ow, out + ow * DW_BLOCK, 2); break;
+    case 1: dw_edge_pixels(row, wt, b, p, kh, ow, out + ow * DW_BLOCK, 1); break;
+    default: break;
+    }
+}
+
 MULTIVERSION static void dwcl_fill(const dwcl_ctx *cx, int64_t n, int64_t c0, int64_t cb, float *xin) {
     const int64_t *p = cx->p;
     int64_t H = p[C_H], W = p[C_W], PT = p[C_PT], PL = p[C_PL];
@@ -206,25 +236,30 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
     for (int64_t cc = 0; cc < DW_BLOCK; cc++) b[cc] = cx->bias && cc < cb ? cx->bias[c0 + cc] : 0.0f;
     dw_vec bias;
     memcpy(&bias, b, sizeof bias);
-    if (in_place) {  /* the pixels whose windows lie inside the image by rows, the rest one
-                      * by one */
+    if (in_place) {  /* per output row: the kernel rows inside the image; the pixels whose
+                      * windows lie inside it across by rows, the others checking columns */
         const float *xn = cx->x + n * H * W * C + c0;
         int64_t DH = p[C_DH], DW = p[C_DW], top = W - 1 - (KW - 1) * DW + PL;
         int64_t hi = top < 0 ? 0 : top / SW + 1 < OW ? top / SW + 1 : OW;
         int64_t lo = (PL + SW - 1) / SW < hi ? (PL + SW - 1) / SW : hi;
         for (int64_t oh = 0; oh < OH; oh++) {
             float *o = out + oh * OW * DW_BLOCK;
-            int64_t r = oh * SH - PT, inside = r >= 0 && r + (KH - 1) * DH < H;
-            int64_t a = inside ? lo : OW, e = inside ? hi : OW;
-            for (int64_t ow = 0; ow < a; ow++) dw_edge_pixel(xn, wt, b, p, oh, ow, o + ow * DW_BLOCK);
-            if (inside)
-                dw_row(xn + (r * W + lo * SW - PL) * C, wt, bias, b, p, C, W * C, wide,
-                       o + lo * DW_BLOCK, hi - lo);
-            for (int64_t ow = e; ow < OW; ow++) dw_edge_pixel(xn, wt, b, p, oh, ow, o + ow * DW_BLOCK);
+            int64_t r = oh * SH - PT, i0 = r >= 0 ? 0 : (-r + DH - 1) / DH;
+            int64_t i1 = r >= H ? 0 : (H - 1 - r) / DH + 1 < KH ? (H - 1 - r) / DH + 1 : KH;
+            if (i0 >= i1) {  /* every tap in the padding: the bias alone */
+                for (int64_t ow = 0; ow < OW; ow++) memcpy(o + ow * DW_BLOCK, b, sizeof b);
+                continue;
+            }
+            const float *row = xn + (r + i0 * DH) * W * C;
+            const float *wr = wt + i0 * KW * DW_BLOCK;
+            dw_edge_run(row, wr, b, p, i1 - i0, 0, lo, o);
+            dw_row(row + (lo * SW - PL) * C, wr, bias, b, p, C, W * C, i1 - i0, wide,
+                   o + lo * DW_BLOCK, hi - lo);
+            dw_edge_run(row, wr, b, p, i1 - i0, hi, OW, o);
         }
     } else {
         for (int64_t oh = 0; oh < OH; oh++)
-            dw_row(xin + oh * SH * WP * DW_BLOCK, wt, bias, b, p, DW_BLOCK, WP * DW_BLOCK, wide,
+            dw_row(xin + oh * SH * WP * DW_BLOCK, wt, bias, b, p, DW_BLOCK, WP * DW_BLOCK, KH, wide,
                    out + oh * OW * DW_BLOCK, OW);
     }
     /* back to planes, then the epilogue's vector loop over each (one act_apply per element
