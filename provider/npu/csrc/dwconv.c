@@ -113,49 +113,62 @@ static inline __attribute__((always_inline)) void dw_row(
     }
 }
 
-/* NP consecutive output pixels from ow0 whose windows reach past the left or right edge
- * of a channels-last input read where it is: `row` is input row r0 at the block's first
- * channel, kh kernel rows from it (weights wt), each tap's column checked, those outside
- * skipped. Pixels side by side: independent chains of multiply-adds. */
+/* NP output pixels (oh[q], ow[q]) whose windows reach past a side of a channels-last input
+ * read where it is (x: image n's first pixel at the block's first channel), each tap
+ * checked and those outside skipped; pixels side by side, independent chains of
+ * multiply-adds. Into out (pixel-major, the block's OH x OW pixels). */
 static inline __attribute__((always_inline)) void dw_edge_pixels(
-        const float *row, const float *wt, const float *b, const int64_t *p, int64_t kh,
-        int64_t ow0, float *out, int NP) {
-    int64_t C = p[C_C], W = p[C_W], KW = p[C_KW];
+        const float *x, const float *wt, const float *b, const int64_t *p, const int64_t *oh,
+        const int64_t *ow, float *out, int NP) {
+    int64_t C = p[C_C], H = p[C_H], W = p[C_W], KW = p[C_KW];
     vec8f acc[DW_PIXELS_NARROW][2];
     for (int q = 0; q < NP; q++) {
         acc[q][0] = *(const vec8f *)b;
         acc[q][1] = *(const vec8f *)(b + 8);
     }
-    for (int64_t i = 0; i < kh; i++) {
-        const float *src = row + i * p[C_DH] * W * C;
+    for (int64_t i = 0; i < p[C_KH]; i++) {
         for (int64_t j = 0; j < KW; j++) {
             const float *wk = wt + (i * KW + j) * DW_BLOCK;
             vec8f w0 = *(const vec8f *)wk, w1 = *(const vec8f *)(wk + 8);
             for (int q = 0; q < NP; q++) {
-                int64_t col = (ow0 + q) * p[C_SW] - p[C_PL] + j * p[C_DW];
-                if (col < 0 || col >= W) continue;
-                acc[q][0] += w0 * *(const vec8f *)(src + col * C);
-                acc[q][1] += w1 * *(const vec8f *)(src + col * C + 8);
+                int64_t r = oh[q] * p[C_SH] - p[C_PT] + i * p[C_DH];
+                int64_t col = ow[q] * p[C_SW] - p[C_PL] + j * p[C_DW];
+                if (r < 0 || r >= H || col < 0 || col >= W) continue;
+                const float *src = x + (r * W + col) * C;
+                acc[q][0] += w0 * *(const vec8f *)src;
+                acc[q][1] += w1 * *(const vec8f *)(src + 8);
             }
         }
     }
     for (int q = 0; q < NP; q++) {
-        *(vec8f *)(out + q * DW_BLOCK) = acc[q][0];
-        *(vec8f *)(out + q * DW_BLOCK + 8) = acc[q][1];
+        float *o = out + (oh[q] * p[C_OW] + ow[q]) * DW_BLOCK;
+        *(vec8f *)o = acc[q][0];
+        *(vec8f *)(o + 8) = acc[q][1];
     }
 }
 
-/* dw_edge_pixels for the pixels ow0 .. ow1, DW_PIXELS_NARROW at a time. */
-static inline __attribute__((always_inline)) void dw_edge_run(
-        const float *row, const float *wt, const float *b, const int64_t *p, int64_t kh,
-        int64_t ow0, int64_t ow1, float *out) {
-    int64_t ow = ow0;
-    for (; ow + DW_PIXELS_NARROW <= ow1; ow += DW_PIXELS_NARROW)
-        dw_edge_pixels(row, wt, b, p, kh, ow, out + ow * DW_BLOCK, DW_PIXELS_NARROW);
-    switch (ow1 - ow) {
-    case 3: dw_edge_pixels(row, wt, b, p, kh, ow, out + ow * DW_BLOCK, 3); break;
-    case 2: dw_edge_pixels(row, wt, b, p, kh, ow, out + ow * DW_BLOCK, 2); break;
-    case 1: dw_edge_pixels(row, wt, b, p, kh, ow, out + ow * DW_BLOCK, 1); break;
+/* Every pixel of the output columns outside [lo, hi), DW_PIXELS_NARROW at a time down the
+ * columns (dw_edge_pixels). */
+static inline __attribute__((always_inline)) void dw_edges(
+        const float *x, const float *wt, const float *b, const int64_t *p, int64_t lo,
+        int64_t hi, float *out) {
+    int64_t oh[DW_PIXELS_NARROW], ow[DW_PIXELS_NARROW];
+    int np = 0;
+    for (int64_t c = 0; c < p[C_OW]; c++) {
+        if (c == lo) c = hi;
+        for (int64_t r = 0; r < p[C_OH] && c < p[C_OW]; r++) {
+            oh[np] = r;
+            ow[np++] = c;
+            if (np == DW_PIXELS_NARROW) {
+                dw_edge_pixels(x, wt, b, p, oh, ow, out, DW_PIXELS_NARROW);
+                np = 0;
+            }
+        }
+    }
+    switch (np) {
+    case 3: dw_edge_pixels(x, wt, b, p, oh, ow, out, 3); break;
+    case 2: dw_edge_pixels(x, wt, b, p, oh, ow, out, 2); break;
+    case 1: dw_edge_pixels(x, wt, b, p, oh, ow, out, 1); break;
     default: break;
     }
 }
@@ -236,27 +249,24 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
     for (int64_t cc = 0; cc < DW_BLOCK; cc++) b[cc] = cx->bias && cc < cb ? cx->bias[c0 + cc] : 0.0f;
     dw_vec bias;
     memcpy(&bias, b, sizeof bias);
-    if (in_place) {  /* per output row: the kernel rows inside the image; the pixels whose
-                      * windows lie inside it across by rows, the others checking columns */
+    if (in_place) {  /* the columns whose windows lie inside the image by rows, with the
+                      * kernel rows inside it; the other columns pixel by pixel */
         const float *xn = cx->x + n * H * W * C + c0;
         int64_t DH = p[C_DH], DW = p[C_DW], top = W - 1 - (KW - 1) * DW + PL;
         int64_t hi = top < 0 ? 0 : top / SW + 1 < OW ? top / SW + 1 : OW;
         int64_t lo = (PL + SW - 1) / SW < hi ? (PL + SW - 1) / SW : hi;
-        for (int64_t oh = 0; oh < OH; oh++) {
-            float *o = out + oh * OW * DW_BLOCK;
+        for (int64_t oh = 0; oh < OH && lo < hi; oh++) {
+            float *o = out + (oh * OW + lo) * DW_BLOCK;
             int64_t r = oh * SH - PT, i0 = r >= 0 ? 0 : (-r + DH - 1) / DH;
             int64_t i1 = r >= H ? 0 : (H - 1 - r) / DH + 1 < KH ? (H - 1 - r) / DH + 1 : KH;
             if (i0 >= i1) {  /* every tap in the padding: the bias alone */
-                for (int64_t ow = 0; ow < OW; ow++) memcpy(o + ow * DW_BLOCK, b, sizeof b);
+                for (int64_t ow = lo; ow < hi; ow++, o += DW_BLOCK) memcpy(o, b, sizeof b);
                 continue;
             }
-            const float *row = xn + (r + i0 * DH) * W * C;
-            const float *wr = wt + i0 * KW * DW_BLOCK;
-            dw_edge_run(row, wr, b, p, i1 - i0, 0, lo, o);
-            dw_row(row + (lo * SW - PL) * C, wr, bias, b, p, C, W * C, i1 - i0, wide,
-                   o + lo * DW_BLOCK, hi - lo);
-            dw_edge_run(row, wr, b, p, i1 - i0, hi, OW, o);
+            dw_row(xn + ((r + i0 * DH) * W + lo * SW - PL) * C, wt + i0 * KW * DW_BLOCK, bias,
+                   b, p, C, W * C, i1 - i0, wide, o, hi - lo);
         }
+        dw_edges(xn, wt, b, p, lo, hi, out);
     } else {
         for (int64_t oh = 0; oh < OH; oh++)
             dw_row(xin + oh * SH * WP * DW_BLOCK, wt, bias, b, p, DW_BLOCK, WP * DW_BLOCK, KH, wide,
