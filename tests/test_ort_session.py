@@ -320,3 +320,38 @@ def test_exception_in_compile_fails_the_session_with_its_message(monkeypatch):
     with pytest.raises(Exception, match="simulated compiler crash") as info:
         InferenceSession(STATIC, providers=NPU)
     assert "Ep.Compile" in str(info.value)
+
+
+def test_a_session_is_built_with_the_cyclic_gc_off_and_the_gc_restored(monkeypatch):
+    """Building a session runs without cyclic garbage collections (they walked every object
+    of the process); the collector is on again after, also when the creation failed, and
+    stays off when the caller had turned it off."""
+    import gc
+
+    seen = []
+    real = compute.FusedKernel.build
+
+    def build(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compute.FusedKernel, "build", build)
+    assert gc.isenabled()
+    InferenceSession(STATIC, providers=NPU)
+    assert seen == [False] and gc.isenabled()
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("simulated compiler crash")
+
+    monkeypatch.setattr(compute.FusedKernel, "build", boom)
+    with pytest.raises(Exception, match="simulated compiler crash"):
+        InferenceSession(STATIC, providers=NPU)
+    assert gc.isenabled()
+
+    monkeypatch.setattr(compute.FusedKernel, "build", build)
+    gc.disable()
+    try:
+        InferenceSession(STATIC, providers=NPU)
+    finally:
+        enabled_after, _ = gc.isenabled(), gc.enable()
+    assert seen == [False, False] and not enabled_after
