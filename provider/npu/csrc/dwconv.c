@@ -11,9 +11,9 @@
  * dw_plane would be all overhead), then transposed back with the epilogue. An input
  * stored channels last (C_XCL) takes this form whatever the plane size, and a whole block
  * of its channels is read where it is, not copied (the copy was a quarter of this kernel's
- * time on MobileNetV2): per output row only the kernel rows inside the image, and the
- * pixels whose windows reach past a side check each tap's column (in groups of pixels, as
- * the others: a lone pixel's taps are a chain of dependent multiply-adds). */
+ * time on MobileNetV2): the columns whose windows lie inside the image go by rows, each
+ * with only its kernel rows inside it; the others in groups of pixels down those columns,
+ * each tap checked (a lone pixel's taps are a chain of dependent multiply-adds). */
 #define DW_BLOCK 16
 #ifndef DW_SMALL_PLANE
 #define DW_SMALL_PLANE 256  /* output planes up to this many pixels go channels-last (64 and
@@ -250,7 +250,7 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
     dw_vec bias;
     memcpy(&bias, b, sizeof bias);
     if (in_place) {  /* the columns whose windows lie inside the image by rows, with the
-                      * kernel rows inside it; the other columns pixel by pixel */
+                      * kernel rows inside it; the other columns by dw_edges */
         const float *xn = cx->x + n * H * W * C + c0;
         int64_t DH = p[C_DH], DW = p[C_DW], top = W - 1 - (KW - 1) * DW + PL;
         int64_t hi = top < 0 ? 0 : top / SW + 1 < OW ? top / SW + 1 : OW;
