@@ -29,9 +29,16 @@ typedef struct {
     atomic_int *failed;
 } dwcl_ctx;
 
+/* Whether every block of channels is read in place (a channels-last input, whole blocks):
+ * then no block needs the padded copy. */
+static int dwcl_all_in_place(const int64_t *p) { return p[C_XCL] && p[C_O] % DW_BLOCK == 0; }
+
+/* A block's scratch: its weights by tap, its output pixels, and the padded copy of its
+ * input unless every block reads its input in place. */
 static int64_t dwcl_scratch(const dwcl_ctx *cx) {
     const int64_t *p = cx->p;
-    return (cx->hp * cx->wp + p[C_KH] * p[C_KW] + p[C_OH] * p[C_OW]) * DW_BLOCK;
+    int64_t copy = dwcl_all_in_place(p) ? 0 : cx->hp * cx->wp;
+    return (p[C_KH] * p[C_KW] + p[C_OH] * p[C_OW] + copy) * DW_BLOCK;
 }
 
 /* A block of DW_BLOCK channels as one vector value (GCC/clang vector extensions). */
@@ -235,9 +242,9 @@ MULTIVERSION static void dwcl_block(const dwcl_ctx *cx, int64_t n, int64_t c0, f
     const int64_t *p = cx->p;
     int64_t H = p[C_H], W = p[C_W], OH = p[C_OH], OW = p[C_OW], KH = p[C_KH], KW = p[C_KW];
     int64_t SH = p[C_SH], SW = p[C_SW], PT = p[C_PT], PL = p[C_PL];
-    int64_t O = p[C_O], C = p[C_C], KK = KH * KW, HP = cx->hp, WP = cx->wp;
+    int64_t O = p[C_O], C = p[C_C], KK = KH * KW, WP = cx->wp;
     int64_t cb = O - c0 < DW_BLOCK ? O - c0 : DW_BLOCK;
-    float *xin = scratch, *wt = xin + HP * WP * DW_BLOCK, *out = wt + KK * DW_BLOCK;
+    float *wt = scratch, *out = wt + KK * DW_BLOCK, *xin = out + OH * OW * DW_BLOCK;
     int wide = vector_width() == 16;  /* 8 pixels per call, and transpose16 (else transpose8) */
     /* a whole block of a channels-last input is read where it is, else from a padded copy */
     int in_place = p[C_XCL] && cb == DW_BLOCK;
