@@ -677,7 +677,7 @@ def block_model(r, *, c=8, e=24, hw=(9, 9), stride=(1, 1), n=1, expand_k=(1, 1),
     {"expand_k": (3, 3), "expand_stride": (2, 2), "c": 3, "e": 16, "hw": (17, 17)},  # an im2col stem
     {"also": ("dw2",)},                    # two depthwise readers
     # whole blocks of 16 channels read in place, the pixels whose windows reach the padding
-    # one by one: the top / left, the bottom / right, every side, and no window inside
+    # checked tap by tap: the top / left, the bottom / right, every side, no window inside
     {"e": 32, "hw": (16, 16), "stride": (2, 2), "dw_pads": (1, 0, 1, 0)},
     {"e": 32, "hw": (15, 14), "stride": (2, 2), "dw_pads": (0, 1, 0, 1)},
     {"e": 48, "hw": (12, 11), "dw_k": (5, 5), "dw_pads": (2, 2, 2, 2), "dw_dil": (1, 2)},

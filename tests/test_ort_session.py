@@ -1,5 +1,6 @@
 """End to end through onnxruntime with the registered NPU EP: results, placement, copies, errors."""
 
+import gc
 import threading
 
 import numpy as np
@@ -326,8 +327,6 @@ def test_a_session_is_built_with_the_cyclic_gc_off_and_the_gc_restored(monkeypat
     """Building a session runs without cyclic garbage collections (they walked every object
     of the process); the collector is on again after, also when the creation failed, and
     stays off when the caller had turned it off."""
-    import gc
-
     seen = []
     real = compute.FusedKernel.build
 
@@ -352,6 +351,7 @@ def test_a_session_is_built_with_the_cyclic_gc_off_and_the_gc_restored(monkeypat
     gc.disable()
     try:
         InferenceSession(STATIC, providers=NPU)
+        enabled_after = gc.isenabled()
     finally:
-        enabled_after, _ = gc.isenabled(), gc.enable()
+        gc.enable()
     assert seen == [False, False] and not enabled_after
