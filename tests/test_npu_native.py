@@ -14,6 +14,7 @@ the per-step profile.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import multiprocessing
 import os
@@ -966,6 +967,38 @@ def test_a_thread_on_its_callers_cpu_moves_off_it():
         assert lib.lnpu_leave_cpu(here) == 0  # nowhere else to go
     finally:
         os.sched_setaffinity(0, mask)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux and two CPUs")
+def test_a_sleeping_worker_is_woken_off_its_callers_cpu(restore_threads):
+    """A run after an idle spell wakes the sleeping worker core with its caller's CPU kept
+    out of its mask (else it may queue behind the caller for a whole time slice), and the
+    worker, once awake, has its own mask back (threads of other libraries may have theirs)."""
+    program, feeds = mid_conv(c=64, o=128, hw=(56, 56))
+    native.set_threads(2)
+    mask = os.sched_getaffinity(0)
+
+    def masks() -> set[str]:
+        """The threads whose CPU mask is not the process's."""
+        odd = set()
+        for t in os.listdir("/proc/self/task"):
+            with contextlib.suppress(ProcessLookupError):  # a thread that just ended
+                if os.sched_getaffinity(int(t)) != mask:
+                    odd.add(t)
+        return odd
+    x = [feeds[program.slots[i].name] for i in program.inputs]
+    with Executor(program) as ex:
+        want = np.array(ex.run(x)[0])
+        others = masks()
+        steers, deadline = native.worker_steers(), time.monotonic() + 10
+        while native.worker_steers() == steers and time.monotonic() < deadline:
+            time.sleep(0.02)  # the worker spins for half a millisecond, then sleeps
+            np.testing.assert_array_equal(ex.run(x)[0], want)
+        assert native.worker_steers() > steers
+        while not masks() <= others and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert masks() <= others
 
 
 def test_pool_thread_count_does_not_change_the_result(restore_threads):

@@ -40,7 +40,7 @@ from provider.extensions import built_library
 
 __all__ = ["Step", "OPS", "MAX_SLOTS", "MAX_PARAMS", "STEP_BYTES", "library", "set_threads", "threads",
            "set_int8_path", "set_vector_width",
-           "check_threads", "default_threads", "worker_tasks", "worker_moves", "blas_core",
+           "check_threads", "default_threads", "worker_tasks", "worker_moves", "worker_steers", "blas_core",
            "AddressTable", "StepArray", "Heap", "ArenaSet", "Plan", "Runner", "SLOT_KINDS",
            "view_at", "function_address", "remap_private", "until_exit"]
 
@@ -165,6 +165,7 @@ def library() -> C.CDLL | None:
                 lib.lnpu_kernel_error.restype = C.c_char_p
                 lib.lnpu_worker_tasks.restype = C.c_int64
                 lib.lnpu_worker_moves.restype = C.c_int64
+                lib.lnpu_worker_steers.restype = C.c_int64
                 lib.lnpu_run.argtypes = [C.c_void_p, C.c_int64, C.c_void_p, C.c_void_p, C.c_int]
                 _declare_plane(lib)
                 _state["blas"] = blas
@@ -253,6 +254,12 @@ def worker_moves() -> int:
     """Times a worker core found itself on its caller's CPU and moved to another."""
     lib = library()
     return int(lib.lnpu_worker_moves()) if lib is not None else 0
+
+
+def worker_steers() -> int:
+    """Times a sleeping worker core was woken with its caller's CPU kept out of its mask."""
+    lib = library()
+    return int(lib.lnpu_worker_steers()) if lib is not None else 0
 
 
 class AddressTable:

@@ -1,6 +1,9 @@
 /* The NPU's cores: a thread pool that runs a kernel's tasks, and per-thread scratch. */
 #include "npu.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #define MAX_THREADS 64
 /* Tunables (#ifndef-guarded here and in conv.c, direct.c, window.c) may be overridden with
  * -D to compare builds: a benchmark, not a guess, decides them. */
@@ -52,6 +55,7 @@ static inline void spin(unsigned *count) {
 static atomic_long worker_tasks;  /* tasks run by workers, ever: shows the split happens */
 static atomic_int caller_cpu = -1; /* the CPU of the thread that published the current job */
 static atomic_long worker_moves;   /* times a thread left its caller's CPU (lnpu_leave_cpu) */
+static atomic_long worker_steers;  /* wake-ups of a sleeping worker kept off the caller's CPU */
 
 /* A worker that finds itself on the CPU of the thread it works for moves to another one it
  * may use. The scheduler tends to wake a sleeping worker on its waker's CPU (wake-affine),
@@ -100,6 +104,32 @@ API int64_t lnpu_worker_tasks(void) { return atomic_load(&worker_tasks); }
 static atomic_int workers_made;
 static __thread int this_worker;  /* 0 on a calling thread */
 
+/* Per worker (index this_worker - 1), guarded by pool.mu: its thread id, whether it sleeps,
+ * and the CPU mask it had before a caller steered its wake-up (see steer). */
+static struct {
+    pid_t tid;
+    int asleep, steered;
+    cpu_set_t mask;
+} crew[MAX_THREADS];
+
+/* Keep sleeping worker i off CPU `cpu`, the waking caller's, until it is awake. The
+ * scheduler tends to queue a woken thread on its waker's CPU (a VM's halted vCPU looks
+ * dear to wake), and there the worker waited for the caller's time slice to end: on a
+ * 2-vCPU VM the first three runs of ResNet-style blocks after an idle spell ran at one
+ * core's speed; steered, the worker takes its share from the first run. pool.mu held. */
+static void steer(int i, int cpu) {
+    cpu_set_t m;
+    if (cpu < 0 || crew[i].steered || sched_getaffinity(crew[i].tid, sizeof m, &m) != 0
+        || CPU_COUNT(&m) < 2 || !CPU_ISSET(cpu, &m))
+        return;
+    crew[i].mask = m;
+    CPU_CLR(cpu, &m);
+    crew[i].steered = sched_setaffinity(crew[i].tid, sizeof m, &m) == 0;
+    if (crew[i].steered) atomic_fetch_add_explicit(&worker_steers, 1, memory_order_relaxed);
+}
+
+API int64_t lnpu_worker_steers(void) { return atomic_load(&worker_steers); }
+
 /* 0 on a thread that calls parallel(), 1, 2, ... on the pool's workers: lets a kernel whose
  * calls follow each other give a thread the same share of its data each time. */
 int worker_index(void) { return this_worker; }
@@ -111,6 +141,11 @@ int worker_index(void) { return this_worker; }
 static void *worker(void *arg) {
     long seen = (long)(intptr_t)arg;
     this_worker = atomic_fetch_add(&workers_made, 1) + 1;
+    int me = this_worker - 1;
+    pthread_mutex_lock(&pool.mu);
+    crew[me].tid = (pid_t)syscall(SYS_gettid);
+    crew[me].asleep = crew[me].steered = 0;
+    pthread_mutex_unlock(&pool.mu);
     for (;;) {
         long start = now_ns(), g;
         unsigned spins = 0;
@@ -121,9 +156,15 @@ static void *worker(void *arg) {
             if (now_ns() - start < SPIN_NS) continue;
             pthread_mutex_lock(&pool.mu);
             pool.sleeping++;
+            crew[me].asleep = 1;
             while (atomic_load(&pool.generation) == seen && !pool.stop)
                 pthread_cond_wait(&pool.wake, &pool.mu);
+            crew[me].asleep = 0;
             pool.sleeping--;
+            if (crew[me].steered) {  /* awake, off the caller's CPU: its own mask again */
+                sched_setaffinity(0, sizeof crew[me].mask, &crew[me].mask);
+                crew[me].steered = 0;
+            }
             int stop = pool.stop;
             pthread_mutex_unlock(&pool.mu);
             if (stop) return NULL;
@@ -164,6 +205,7 @@ static void after_fork_child(void) {
     atomic_store(&pool.open, 0);
     atomic_store(&pool.running, 0);
     atomic_store(&workers_made, 0);
+    memset(crew, 0, sizeof crew);
 }
 
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
@@ -206,12 +248,17 @@ void parallel(task_fn fn, const void *ctx, int64_t tasks) {
     pool.ctx = ctx;
     pool.tasks = tasks;
     pool.limit = cores() - 1;
-    atomic_store_explicit(&caller_cpu, sched_getcpu(), memory_order_relaxed);
+    int cpu = sched_getcpu();
+    atomic_store_explicit(&caller_cpu, cpu, memory_order_relaxed);
     atomic_store(&pool.next, 0);
     atomic_store(&pool.open, 1);
     atomic_fetch_add(&pool.generation, 1);
     pthread_mutex_lock(&pool.mu);
-    if (pool.sleeping) pthread_cond_broadcast(&pool.wake);
+    if (pool.sleeping) {
+        for (int i = 0; i < pool.started; i++)
+            if (crew[i].asleep) steer(i, cpu);
+        pthread_cond_broadcast(&pool.wake);
+    }
     pthread_mutex_unlock(&pool.mu);
     drain(0);
     atomic_store(&pool.open, 0);  /* every task is taken: wait for those still running */
