@@ -630,11 +630,12 @@ def marked(program: Program) -> list[str]:
 
 
 def block_model(r, *, c=8, e=24, hw=(9, 9), stride=(1, 1), n=1, expand_k=(1, 1), expand_stride=(1, 1),
-                expand_group=1, mult=1, also=(), dw_k=(3, 3), dw_pads=(1, 1, 1, 1), dw_dil=(1, 1)):
-    """(model, feeds): conv "a" (1x1 expand unless expand_k) -> depthwise "d" (dw_k, channel
-    multiplier `mult`) -> 1x1 project "y". `also` adds readers of "a": "output" (a graph
-    output), "add" (a + a, on numpy), "pool" (a native max pool), "dw2" (a second depthwise
-    conv), each an output of its own."""
+                expand_group=1, expand_act="RELU6", expand_bias=True, mult=1, also=(), dw_k=(3, 3),
+                dw_pads=(1, 1, 1, 1), dw_dil=(1, 1)):
+    """(model, feeds): conv "a" (1x1 expand unless expand_k; expand_act, a bias unless not
+    expand_bias) -> depthwise "d" (dw_k, channel multiplier `mult`) -> 1x1 project "y". `also`
+    adds readers of "a": "output" (a graph output), "add" (a + a, on numpy), "pool" (a native
+    max pool), "dw2" (a second depthwise conv), each an output of its own."""
     x = randn(r, n, c, *hw)
     pad = [k // 2 for k in expand_k for _ in (0, 1)]
     e_out, d_out = e, e * mult
@@ -644,7 +645,7 @@ def block_model(r, *, c=8, e=24, hw=(9, 9), stride=(1, 1), n=1, expand_k=(1, 1),
                "bp": (randn(r, 5), True)}
     nodes = [
         ("Conv2DFusion", conv_attrs(c, e_out, expand_k, expand_stride, pads=pad, group=expand_group,
-                                    act="RELU6"), ["x", "we", "be"], "a"),
+                                    act=expand_act), ["x", "we", "be"][:3 if expand_bias else 2], "a"),
         ("Conv2DFusion", conv_attrs(e_out, d_out, dw_k, stride, dw_dil, pads=dw_pads, group=e_out,
                                     act="RELU6"), ["a", "wd", "bd"], "d"),
         ("Conv2DFusion", conv_attrs(d_out, 5, (1, 1)), ["d", "wp", "bp"], "y"),
@@ -672,8 +673,12 @@ def block_model(r, *, c=8, e=24, hw=(9, 9), stride=(1, 1), n=1, expand_k=(1, 1),
     {"hw": (32, 31), "stride": (2, 2)},
     {"e": 20, "hw": (7, 7), "n": 2},       # a last channel block of 4, two images
     # the 1x1 conv on rowgemm's tiles (>= 64 pixels): three panels of W^T, the last of 4
-    # columns; K = 20 (a partial block of the packing's transposes), two images
+    # columns; K = 20 (a partial block of the packing's transposes), two images; the bias and
+    # a clamp in the tiles' stores, or no bias, or an activation the rows get after (81
+    # pixels: a last tile of one row)
     {"c": 20, "e": 100, "hw": (10, 9), "n": 2},
+    {"c": 20, "e": 100, "hw": (10, 9), "expand_act": "NO_ACTIVATION", "expand_bias": False},
+    {"c": 20, "e": 100, "hw": (9, 9), "expand_act": "HSWISH"},
     {"expand_group": 2, "c": 8, "e": 32},  # a grouped 1x1 producer
     {"expand_k": (3, 3), "expand_stride": (2, 2), "c": 3, "e": 16, "hw": (17, 17)},  # an im2col stem
     {"also": ("dw2",)},                    # two depthwise readers
@@ -686,9 +691,9 @@ def block_model(r, *, c=8, e=24, hw=(9, 9), stride=(1, 1), n=1, expand_k=(1, 1),
     {"e": 16, "hw": (4, 5), "dw_k": (5, 5), "dw_pads": (2, 2, 2, 2), "n": 2},
     {"e": 16, "hw": (6, 6), "dw_pads": (3, 0, 0, 3)},  # a row and a column of padding alone
 ], ids=str)
-def test_gemm_to_depthwise_tensor_is_channels_last(case):
+def test_gemm_to_depthwise_tensor_is_channels_last(case, vector_width):
     """The tensor a GEMM conv passes to depthwise convs only is stored channels last (no
-    transposes), and the results are numpy's."""
+    transposes), and the results are numpy's, with either vector width."""
     program = check_native(*block_model(rng(7), **case))
     assert marked(program) == ["a"]
 

@@ -457,7 +457,8 @@ int row_gemm(int64_t M, int64_t N, int64_t K, const float *a, const float *b, co
              float *y, act_t act, int packed);
 /* Y (M x N) = A^T B (+ bias along rows, activation) with A (K x M) read in place, row
  * stride lda (a 1x1 conv's input planes: Y is its channels-last output), B = W^T of a (N x K)
- * W; AVX-512 and at least ROW_GEMM_T_MIN_M rows (row_gemm_t_takes); -1: no host scratch */
+ * W; AVX2 or AVX-512 and at least ROW_GEMM_T_MIN_M rows (row_gemm_t_takes); -1: no host
+ * scratch */
 #ifndef ROW_GEMM_T_MIN_M
 #define ROW_GEMM_T_MIN_M 64
 #endif

@@ -11,8 +11,12 @@
  * one first. A constant B too big for cache comes packed (ROW_GEMM_PANEL wide: panel p holds
  * B's columns [48p, 48p + 48) for every k, zero-padded, one contiguous stream), read once
  * per run. AVX-512 runs the tiles; other CPUs take OpenBLAS for B in place and a portable
- * loop for packed panels. */
+ * loop for packed panels (the A-transposed form at the end has AVX2 tiles of its own). */
 #include "npu.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 #define RG_NR ROW_GEMM_PANEL  /* columns per panel: 3 vectors */
 #define RG_MR 8   /* rows per tile */
@@ -260,13 +264,16 @@ int row_gemm(int64_t M, int64_t N, int64_t K, const float *a, const float *b, co
  * once per call (O x K floats, small where depthwise convs follow). A task is a block of
  * pixels: each tile of rows passes over every panel while its pixels are in cache, and its
  * rows get their bias and activation at once. OpenBLAS's transposed-transposed GEMM ran
- * these at 25 GMAC/s (MobileNetV2's 16 -> 96 channels at 32x32). */
+ * these at 25 GMAC/s (MobileNetV2's 16 -> 96 channels at 32x32). Without AVX-512 (any CPU
+ * with AVX2) the panels are cut with 8x8 transposes and the tiles are 4 rows by half a panel
+ * in AVX2 registers (rgt_tile8). */
 
 typedef struct {
     int64_t M, N, K, lda, per;  /* per: pixels per task, a multiple of RG_MR */
     const float *a, *panels, *bias;
     float *y;
     act_t act;
+    const float *bias_padded;   /* AVX2 tiles: the bias (or NULL) zero-padded to whole panels */
 } rgt_ctx;
 
 #if RG_AVAILABLE
@@ -301,29 +308,111 @@ __attribute__((target("arch=x86-64-v4"))) static void rgt_task(const void *ctx, 
         m += rows;
     }
 }
+
+/* rgt_task's tiles in AVX2 registers: Ycl rows [m, m + NR) (NR = 4, 2 or 1, a constant
+ * after inlining) by 24 columns (3 vectors) of a panel, 12 accumulators while k walks down
+ * the panel; a clamp activation (ACT_CLAMP: none, ReLU, ReLU6, Clip) and the bias go into
+ * the stores, in the epilogue's order (the sum plus the bias, then the clamp), else the
+ * sums are stored and epilogue_rows finishes the rows. */
+static inline __attribute__((always_inline, target("avx2,fma"))) void rgt_tile8(
+        const float *a, int64_t lda, const float *b, int64_t K, float *y, int64_t ldy, int NR,
+        const float *bias, int clamp, float lo, float hi) {
+    __m256 acc[4][3];
+    for (int r = 0; r < NR; r++) acc[r][0] = acc[r][1] = acc[r][2] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        const float *bk = b + k * RG_NR;
+        __m256 b0 = _mm256_loadu_ps(bk), b1 = _mm256_loadu_ps(bk + 8), b2 = _mm256_loadu_ps(bk + 16);
+        for (int r = 0; r < NR; r++) {
+            __m256 v = _mm256_broadcast_ss(a + k * lda + r);
+            acc[r][0] = _mm256_fmadd_ps(v, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(v, b1, acc[r][1]);
+            acc[r][2] = _mm256_fmadd_ps(v, b2, acc[r][2]);
+        }
+    }
+    __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+    for (int r = 0; r < NR; r++)
+        for (int j = 0; j < 3; j++) {
+            __m256 v = acc[r][j];
+            if (clamp) {  /* max(lo, v), min(hi, v): a NaN sum stays NaN, as in finish */
+                if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + 8 * j));
+                v = _mm256_min_ps(vhi, _mm256_max_ps(vlo, v));
+            }
+            _mm256_storeu_ps(y + r * ldy + 8 * j, v);
+        }
+}
+
+/* `rows` rows from pixel m over every panel, by halves; the last panel, when partial,
+ * through yp (rows x RG_NR). `bias`: zero-padded to whole panels. */
+static inline __attribute__((always_inline, target("avx2,fma"))) void rgt_rows8(
+        const rgt_ctx *cx, int rows, int64_t m, float *yp, const float *bias, int clamp) {
+    int64_t N = cx->N, K = cx->K, last = (N + RG_NR - 1) / RG_NR, cols = N - (last - 1) * RG_NR;
+    for (int64_t p = 0; p < last; p++) {
+        const float *panel = cx->panels + p * K * RG_NR;
+        int full = p < last - 1 || cols == RG_NR;
+        float *y = full ? cx->y + m * N + p * RG_NR : yp;
+        int64_t ldy = full ? N : RG_NR;
+        for (int h = 0; h < RG_NR; h += 24)
+            rgt_tile8(cx->a + m, cx->lda, panel + h, K, y + h, ldy, rows,
+                      bias ? bias + p * RG_NR + h : NULL, clamp, cx->act.lo, cx->act.hi);
+        if (!full)
+            for (int r = 0; r < rows; r++)
+                memcpy(cx->y + (m + r) * N + p * RG_NR, yp + r * RG_NR, cols * sizeof(float));
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void rgt_task8(const void *ctx, int64_t t) {
+    const rgt_ctx *cx = ctx;
+    float yp[4 * RG_NR];
+    int clamp = cx->act.kind == ACT_CLAMP;
+    const float *bias = clamp ? cx->bias_padded : NULL;
+    int64_t m = t * cx->per, end = m + cx->per < cx->M ? m + cx->per : cx->M;
+    for (; m < end;) {
+        int rows = end - m >= 4 ? 4 : end - m >= 2 ? 2 : 1;
+        if (rows == 4) rgt_rows8(cx, 4, m, yp, bias, clamp);
+        else if (rows == 2) rgt_rows8(cx, 2, m, yp, bias, clamp);
+        else rgt_rows8(cx, 1, m, yp, bias, clamp);
+        if (!clamp) epilogue_rows(cx->y + m * cx->N, rows, cx->N, cx->N, cx->bias, cx->act);
+        m += rows;
+    }
+}
 #endif
 
-int row_gemm_t_takes(int64_t M) { return RG_AVAILABLE && RG_WIDE_CPU && M >= ROW_GEMM_T_MIN_M; }
+int row_gemm_t_takes(int64_t M) {
+#if RG_AVAILABLE
+    return (RG_WIDE_CPU || transpose8_ok()) && M >= ROW_GEMM_T_MIN_M;
+#else
+    (void)M;
+    return 0;
+#endif
+}
 
 int row_gemm_t(int64_t M, int64_t N, int64_t K, const float *a, int64_t lda, const float *w,
                const float *bias, float *y, act_t act) {
 #if RG_AVAILABLE
     int64_t last = (N + RG_NR - 1) / RG_NR;
     if (!M || !N) return 0;
-    float *panels = thread_scratch(last * K * RG_NR);
+    float *panels = thread_scratch(last * K * RG_NR + last * RG_NR);
     if (!panels) return -1;
+    float *bias_padded = bias ? panels + last * K * RG_NR : NULL;
+    if (bias_padded) {
+        memcpy(bias_padded, bias, N * sizeof(float));
+        memset(bias_padded + N, 0, (last * RG_NR - N) * sizeof(float));
+    }
     /* panel p: W's rows [48p, 48p + 48) as columns, by blocks of 16 x 16 (a 16-row block
      * never straddles two panels); the last panel's columns past N are zeros */
     memset(panels + (last - 1) * K * RG_NR, 0, K * RG_NR * sizeof(float));
-    for (int64_t o = 0; o < N; o += 16)
-        for (int64_t k = 0; k < K; k += 16)
-            transpose16(w + o * K + k, K, panels + (o / RG_NR * K + k) * RG_NR + o % RG_NR, RG_NR,
-                        N - o < 16 ? (int)(N - o) : 16, K - k < 16 ? (int)(K - k) : 16);
-    rgt_ctx cx = {M, N, K, lda, 0, a, panels, bias, y, act};
+    int wide = RG_WIDE_CPU, b = wide ? 16 : 8;  /* blocks of b x b (never across two panels) */
+    for (int64_t o = 0; o < N; o += b)
+        for (int64_t k = 0; k < K; k += b)
+            (wide ? transpose16 : transpose8)(w + o * K + k, K,
+                                              panels + (o / RG_NR * K + k) * RG_NR + o % RG_NR,
+                                              RG_NR, N - o < b ? (int)(N - o) : b,
+                                              K - k < b ? (int)(K - k) : b);
+    rgt_ctx cx = {M, N, K, lda, 0, a, panels, bias, y, act, bias_padded};
     int64_t tasks = task_count((double)M * N * K / GEMM_MACS_PER_NS, (M + RG_MR - 1) / RG_MR);
     if (tasks > cores()) tasks = cores();
     cx.per = (per_task(M, tasks) + RG_MR - 1) / RG_MR * RG_MR;
-    parallel(rgt_task, &cx, (M + cx.per - 1) / cx.per);
+    parallel(wide ? rgt_task : rgt_task8, &cx, (M + cx.per - 1) / cx.per);
     return 0;
 #else
     (void)M, (void)N, (void)K, (void)a, (void)lda, (void)w, (void)bias, (void)y, (void)act;
