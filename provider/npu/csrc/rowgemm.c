@@ -351,7 +351,7 @@ static inline __attribute__((always_inline, target("avx2,fma"))) void rgt_rows8(
         int full = p < last - 1 || cols == RG_NR;
         float *y = full ? cx->y + m * N + p * RG_NR : yp;
         int64_t ldy = full ? N : RG_NR;
-        for (int h = 0; h < RG_NR; h += 24)
+        for (int h = 0; h < RG_NR && p * RG_NR + h < N; h += 24)  /* no half of padding alone */
             rgt_tile8(cx->a + m, cx->lda, panel + h, K, y + h, ldy, rows,
                       bias ? bias + p * RG_NR + h : NULL, clamp, cx->act.lo, cx->act.hi);
         if (!full)
