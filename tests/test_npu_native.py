@@ -674,11 +674,12 @@ def block_model(r, *, c=8, e=24, hw=(9, 9), stride=(1, 1), n=1, expand_k=(1, 1),
     {"e": 20, "hw": (7, 7), "n": 2},       # a last channel block of 4, two images
     # the 1x1 conv on rowgemm's tiles (>= 64 pixels): three panels of W^T, the last of 4
     # columns; K = 20 (a partial block of the packing's transposes), two images; the bias and
-    # a clamp in the tiles' stores, or no bias, or an activation the rows get after (81
-    # pixels: a last tile of one row)
+    # a clamp or hard swish in the tiles' stores, or no bias, or an activation the rows get
+    # after (81 pixels: a last tile of one row)
     {"c": 20, "e": 100, "hw": (10, 9), "n": 2},
     {"c": 20, "e": 100, "hw": (10, 9), "expand_act": "NO_ACTIVATION", "expand_bias": False},
     {"c": 20, "e": 100, "hw": (9, 9), "expand_act": "HSWISH"},
+    {"c": 20, "e": 100, "hw": (9, 9), "expand_act": "SWISH"},
     {"expand_group": 2, "c": 8, "e": 32},  # a grouped 1x1 producer
     {"expand_k": (3, 3), "expand_stride": (2, 2), "c": 3, "e": 16, "hw": (17, 17)},  # an im2col stem
     {"also": ("dw2",)},                    # two depthwise readers

@@ -311,12 +311,12 @@ __attribute__((target("arch=x86-64-v4"))) static void rgt_task(const void *ctx, 
 
 /* rgt_task's tiles in AVX2 registers: Ycl rows [m, m + NR) (NR = 4, 2 or 1, a constant
  * after inlining) by 24 columns (3 vectors) of a panel, 12 accumulators while k walks down
- * the panel; a clamp activation (ACT_CLAMP: none, ReLU, ReLU6, Clip) and the bias go into
- * the stores, in the epilogue's order (the sum plus the bias, then the clamp), else the
- * sums are stored and epilogue_rows finishes the rows. */
+ * the panel. With `fused` the bias and the activation go into the stores, computed as
+ * finish() does (the sum plus the bias, then a clamp or hard swish; a NaN stays NaN); else
+ * (swish, sigmoid) the sums are stored and epilogue_rows finishes the rows. */
 static inline __attribute__((always_inline, target("avx2,fma"))) void rgt_tile8(
         const float *a, int64_t lda, const float *b, int64_t K, float *y, int64_t ldy, int NR,
-        const float *bias, int clamp, float lo, float hi) {
+        const float *bias, int fused, act_t act) {
     __m256 acc[4][3];
     for (int r = 0; r < NR; r++) acc[r][0] = acc[r][1] = acc[r][2] = _mm256_setzero_ps();
     for (int64_t k = 0; k < K; k++) {
@@ -329,13 +329,21 @@ static inline __attribute__((always_inline, target("avx2,fma"))) void rgt_tile8(
             acc[r][2] = _mm256_fmadd_ps(v, b2, acc[r][2]);
         }
     }
-    __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+    /* max(c, v) is c > v ? c : v and min(c, v) is c < v ? c : v: finish's tests, NaN v kept */
+    __m256 vlo = _mm256_set1_ps(act.lo), vhi = _mm256_set1_ps(act.hi), zero = _mm256_setzero_ps();
+    __m256 three = _mm256_set1_ps(3.0f);
+    __m256 six = _mm256_set1_ps(6.0f), sixth = _mm256_set1_ps(1.0f / 6.0f);
     for (int r = 0; r < NR; r++)
         for (int j = 0; j < 3; j++) {
             __m256 v = acc[r][j];
-            if (clamp) {  /* max(lo, v), min(hi, v): a NaN sum stays NaN, as in finish */
+            if (fused) {
                 if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + 8 * j));
-                v = _mm256_min_ps(vhi, _mm256_max_ps(vlo, v));
+                if (act.kind == ACT_HSWISH) {  /* v * hswish_gate(v) */
+                    __m256 g = _mm256_min_ps(six, _mm256_max_ps(zero, _mm256_add_ps(v, three)));
+                    v = _mm256_mul_ps(v, _mm256_mul_ps(g, sixth));
+                } else {
+                    v = _mm256_min_ps(vhi, _mm256_max_ps(vlo, v));
+                }
             }
             _mm256_storeu_ps(y + r * ldy + 8 * j, v);
         }
@@ -344,7 +352,7 @@ static inline __attribute__((always_inline, target("avx2,fma"))) void rgt_tile8(
 /* `rows` rows from pixel m over every panel, by halves; the last panel, when partial,
  * through yp (rows x RG_NR). `bias`: zero-padded to whole panels. */
 static inline __attribute__((always_inline, target("avx2,fma"))) void rgt_rows8(
-        const rgt_ctx *cx, int rows, int64_t m, float *yp, const float *bias, int clamp) {
+        const rgt_ctx *cx, int rows, int64_t m, float *yp, const float *bias, int fused) {
     int64_t N = cx->N, K = cx->K, last = (N + RG_NR - 1) / RG_NR, cols = N - (last - 1) * RG_NR;
     for (int64_t p = 0; p < last; p++) {
         const float *panel = cx->panels + p * K * RG_NR;
@@ -353,7 +361,7 @@ static inline __attribute__((always_inline, target("avx2,fma"))) void rgt_rows8(
         int64_t ldy = full ? N : RG_NR;
         for (int h = 0; h < RG_NR && p * RG_NR + h < N; h += 24)  /* no half of padding alone */
             rgt_tile8(cx->a + m, cx->lda, panel + h, K, y + h, ldy, rows,
-                      bias ? bias + p * RG_NR + h : NULL, clamp, cx->act.lo, cx->act.hi);
+                      bias ? bias + p * RG_NR + h : NULL, fused, cx->act);
         if (!full)
             for (int r = 0; r < rows; r++)
                 memcpy(cx->y + (m + r) * N + p * RG_NR, yp + r * RG_NR, cols * sizeof(float));
@@ -363,15 +371,15 @@ static inline __attribute__((always_inline, target("avx2,fma"))) void rgt_rows8(
 __attribute__((target("avx2,fma"))) static void rgt_task8(const void *ctx, int64_t t) {
     const rgt_ctx *cx = ctx;
     float yp[4 * RG_NR];
-    int clamp = cx->act.kind == ACT_CLAMP;
-    const float *bias = clamp ? cx->bias_padded : NULL;
+    int fused = cx->act.kind == ACT_CLAMP || cx->act.kind == ACT_HSWISH;
+    const float *bias = fused ? cx->bias_padded : NULL;
     int64_t m = t * cx->per, end = m + cx->per < cx->M ? m + cx->per : cx->M;
     for (; m < end;) {
         int rows = end - m >= 4 ? 4 : end - m >= 2 ? 2 : 1;
-        if (rows == 4) rgt_rows8(cx, 4, m, yp, bias, clamp);
-        else if (rows == 2) rgt_rows8(cx, 2, m, yp, bias, clamp);
-        else rgt_rows8(cx, 1, m, yp, bias, clamp);
-        if (!clamp) epilogue_rows(cx->y + m * cx->N, rows, cx->N, cx->N, cx->bias, cx->act);
+        if (rows == 4) rgt_rows8(cx, 4, m, yp, bias, fused);
+        else if (rows == 2) rgt_rows8(cx, 2, m, yp, bias, fused);
+        else rgt_rows8(cx, 1, m, yp, bias, fused);
+        if (!fused) epilogue_rows(cx->y + m * cx->N, rows, cx->N, cx->N, cx->bias, cx->act);
         m += rows;
     }
 }
