@@ -333,7 +333,11 @@ static inline __attribute__((always_inline, target("avx2,fma"))) void rgt_tile8(
     __m256 vlo = _mm256_set1_ps(act.lo), vhi = _mm256_set1_ps(act.hi), zero = _mm256_setzero_ps();
     __m256 three = _mm256_set1_ps(3.0f);
     __m256 six = _mm256_set1_ps(6.0f), sixth = _mm256_set1_ps(1.0f / 6.0f);
+    /* unrolled, so that acc is indexed by constants only: a loop left rolled kept acc in
+     * memory, every multiply-add above stored back to the stack (2.2x the time) */
+#pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
+#pragma GCC unroll 3
         for (int j = 0; j < 3; j++) {
             __m256 v = acc[r][j];
             if (fused) {
