@@ -180,6 +180,8 @@ static inline __attribute__((always_inline)) void dw_edges(
     }
 }
 
+/* Image n's block of channels from c0 (cb of them) into xin: (pixel, channel) on the padded
+ * extent HP x WP, zeros around the input and in the lanes past cb. */
 MULTIVERSION static void dwcl_fill(const dwcl_ctx *cx, int64_t n, int64_t c0, int64_t cb, float *xin) {
     const int64_t *p = cx->p;
     int64_t H = p[C_H], W = p[C_W], PT = p[C_PT], PL = p[C_PL];

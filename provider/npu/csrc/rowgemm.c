@@ -391,7 +391,7 @@ __attribute__((target("avx2,fma"))) static void rgt_task8(const void *ctx, int64
 
 int row_gemm_t_takes(int64_t M) {
 #if RG_AVAILABLE
-    return (RG_WIDE_CPU || transpose8_ok()) && M >= ROW_GEMM_T_MIN_M;
+    return transpose8_ok() && M >= ROW_GEMM_T_MIN_M;  /* AVX2, which AVX-512 CPUs have too */
 #else
     (void)M;
     return 0;
@@ -403,17 +403,17 @@ int row_gemm_t(int64_t M, int64_t N, int64_t K, const float *a, int64_t lda, con
 #if RG_AVAILABLE
     int64_t last = (N + RG_NR - 1) / RG_NR;
     if (!M || !N) return 0;
-    float *panels = thread_scratch(last * K * RG_NR + last * RG_NR);
+    int wide = RG_WIDE_CPU, b = wide ? 16 : 8;
+    float *panels = thread_scratch(last * K * RG_NR + (wide ? 0 : last * RG_NR));
     if (!panels) return -1;
-    float *bias_padded = bias ? panels + last * K * RG_NR : NULL;
+    float *bias_padded = bias && !wide ? panels + last * K * RG_NR : NULL;  /* rgt_task8's */
     if (bias_padded) {
         memcpy(bias_padded, bias, N * sizeof(float));
         memset(bias_padded + N, 0, (last * RG_NR - N) * sizeof(float));
     }
-    /* panel p: W's rows [48p, 48p + 48) as columns, by blocks of 16 x 16 (a 16-row block
-     * never straddles two panels); the last panel's columns past N are zeros */
+    /* panel p: W's rows [48p, 48p + 48) as columns, by blocks of b x b (a block never
+     * straddles two panels); the last panel's columns past N are zeros */
     memset(panels + (last - 1) * K * RG_NR, 0, K * RG_NR * sizeof(float));
-    int wide = RG_WIDE_CPU, b = wide ? 16 : 8;  /* blocks of b x b (never across two panels) */
     for (int64_t o = 0; o < N; o += b)
         for (int64_t k = 0; k < K; k += b)
             (wide ? transpose16 : transpose8)(w + o * K + k, K,
