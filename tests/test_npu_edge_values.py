@@ -4,6 +4,7 @@ working set the machine cannot hold. Each as onnxruntime CPU gives it, or a type
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from ort_models import NPU, make_model, reference
@@ -55,3 +56,30 @@ def test_a_working_set_beyond_the_machine_is_a_device_memory_error():
     sess = InferenceSession(model, providers=NPU)
     with pytest.raises(DeviceMemoryError, match="bytes of memory"):
         sess.run(None, {"x": np.ones((1, 8, 16, 16), np.float32)})
+
+
+def test_a_partition_input_beyond_any_memory_stays_on_the_cpu_with_the_reason():
+    # onnxruntime infers a partition's input shapes: a corrupt pad upstream (a fuzzed .ms
+    # MaxPool's 2**62) gave one of 8 x 2**61 floats, and compiling it overflowed the slot
+    # table (an untyped OverflowError out of Ep.Compile). Now the input is checked as node
+    # outputs are: the node stays on the CPU, its reason naming the input and its size.
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 2**61])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 2**61])])
+    sess = InferenceSession(model, providers=NPU)
+    (node,) = sess.partition()
+    assert node.device == "CPU"
+    assert "graph input: 'x' of shape [8, 2305843009213693952] needs" in node.reason
+    assert "bytes of memory" in node.reason
+
+
+def test_compiling_an_input_beyond_any_memory_is_a_device_memory_error():
+    from converters.onnx_import import import_onnx
+    from provider.npu.compiler import compile_model
+
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    lite, _ = import_onnx(onnx.load_from_string(model))
+    with pytest.raises(DeviceMemoryError, match=r"graph input: 'x' of shape \[4611686018427387904, 4\]"):
+        compile_model(lite, {"x": (2**62, 4)})

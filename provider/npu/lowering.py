@@ -110,7 +110,10 @@ class Builder:
 
     def bind_input(self, tensor: LiteTensor, shape: tuple[int, ...]) -> tuple[int, int]:
         """Vals of a graph input of concrete `shape`: the caller's buffer, and the value the
-        nodes read (the same, or its fp16 copy made by a cast step in fp16 mode)."""
+        nodes read (the same, or its fp16 copy made by a cast step in fp16 mode).
+        DeviceMemoryError when no memory could hold it (onnxruntime infers a partition's
+        input shapes, a corrupt attribute upstream included)."""
+        _check_sizes("graph input", [(tensor.name, shape, tensor.dtype)])
         v = self.add(tensor.name, shape, tensor.dtype, io="input")
         if self.storage(tensor.dtype) == tensor.dtype:
             return v, v
@@ -133,16 +136,16 @@ def _memory_bytes() -> int:
         return 1 << 40
 
 
-def _check_sizes(node: LiteNode, tensors: Sequence[tuple[str, tuple, np.dtype]]) -> None:
-    """DeviceMemoryError for a tensor no memory could hold (named with its node)."""
+def _check_sizes(owner: str, tensors: Sequence[tuple[str, tuple, np.dtype]]) -> None:
+    """DeviceMemoryError for a tensor no memory could hold, named with its `owner` (a node,
+    or the graph input it is)."""
     limit = _memory_bytes()
     for name, shape, dtype in tensors:
         need = math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize
         if need > limit:
             raise DeviceMemoryError(
-                f"node {node.name!r} ({node.op}): {name!r} of shape {list(shape)} needs "
-                f"{need} bytes, more than this machine's {limit} bytes of memory",
-                requested=need, available=limit)
+                f"{owner}: {name!r} of shape {list(shape)} needs {need} bytes, more than this "
+                f"machine's {limit} bytes of memory", requested=need, available=limit)
 
 
 def _run_now(node: LiteNode, low: Lowered, arrays: list[np.ndarray], outs: list[tuple]
@@ -200,8 +203,9 @@ def lower_node(b: Builder, model: LiteModel, node: LiteNode, env: dict[int, int]
                                f"{len(node.outputs)} outputs are computed on the NPU")
     outs = [(shape, b.storage(dt)) for shape, dt in low.outputs]
     names = [model.tensors[t].name for t in node.outputs]
-    _check_sizes(node, [*((n, shape, dt) for n, (shape, dt) in zip(names, outs, strict=False)),
-                        *((f"{node.name}/{n}", shape, dt) for n, shape, dt in low.scratch)])
+    _check_sizes(f"node {node.name!r} ({node.op})",
+                 [*((n, shape, dt) for n, (shape, dt) in zip(names, outs, strict=False)),
+                  *((f"{node.name}/{n}", shape, dt) for n, shape, dt in low.scratch)])
     if low.values is not None:
         for t, name, value in zip(node.outputs, names, low.values, strict=True):
             env[t] = b.add(name, (), F32, value)
