@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from ort_models import NPU, make_model, reference
@@ -83,3 +84,49 @@ def test_compiling_an_input_beyond_any_memory_is_a_device_memory_error():
     lite, _ = import_onnx(onnx.load_from_string(model))
     with pytest.raises(DeviceMemoryError, match=r"graph input: 'x' of shape \[4611686018427387904, 4\]"):
         compile_model(lite, {"x": (2**62, 4)})
+
+
+def _pool_opset19(op: str, dims: list, out: list) -> bytes:
+    # opset 19: onnxruntime's AveragePool-19 crops where a negative padding falls; its
+    # AveragePool-11 and its MaxPool (without dilations) refuse the run instead ("padding
+    # values must be non-negative")
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x"], ["y"], kernel_shape=[1, 1], strides=[3, 1],
+                          auto_pad="SAME_UPPER")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("op", ["AveragePool", "MaxPool"])
+@pytest.mark.parametrize("dims, out", [([1, 7, 18, 15], [1, 7, 6, 15]),
+                                       (["n", 7, "h", 15], ["n", 7, "oh", 15])])
+def test_same_upper_pool_whose_stride_passes_its_kernel_reads_the_rows_onnxruntime_does(
+        op, dims, out):
+    # a stride of 3 over a kernel of 1 on 18 rows: ceil(18 / 3) windows need 16 rows, and
+    # onnxruntime crops one at each end (it reads rows 1, 4, ...) where Lite's SAME pads
+    # nothing and reads rows 0, 3, ... (found by a pooling fuzz against onnxruntime): such
+    # a pool stays on the CPU, also when the size is not known before the run
+    model = _pool_opset19(op, dims, out)
+    x = np.random.default_rng(0).standard_normal((1, 7, 18, 15)).astype(np.float32)
+    sess = InferenceSession(model, providers=NPU)
+    (node,) = sess.partition()
+    assert node.device == "CPU" and "SAME_UPPER with stride 3 over kernel 1" in node.reason
+    try:
+        want = reference(model, {"x": x})[0]
+    except ort.capi.onnxruntime_pybind11_state.RuntimeException as refused:
+        with pytest.raises(type(refused), match="padding values must be non-negative"):
+            sess.run(None, {"x": x})
+    else:
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)
+
+
+def test_same_upper_pool_with_no_rows_to_crop_stays_on_the_npu():
+    # the same stride on 19 rows: 7 windows need exactly 19, nothing is cropped
+    model = _pool_opset19("MaxPool", [1, 7, 19, 15], [1, 7, 7, 15])
+    x = np.random.default_rng(0).standard_normal((1, 7, 19, 15)).astype(np.float32)
+    sess = InferenceSession(model, providers=NPU)
+    assert {n.device for n in sess.partition()} == {"NPU"}
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], reference(model, {"x": x})[0])

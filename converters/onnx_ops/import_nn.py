@@ -192,11 +192,35 @@ def _pool_fields(ctx, node) -> dict:
         raise Unmappable(f"pads={list(pads)}: a pooling pad must be smaller than the kernel "
                          f"{list(kernel)}")
     single_output(ctx, node)
+    _check_same_upper(ctx, node, kernel)
     pad_mode, pad_list = pad_fields(a)
     return {"kernel_size": list(kernel), "strides": list(a.get("strides", [1, 1])),
             "pad": pad_list, "pad_mode": pad_mode,
             "round_mode": "CEIL" if a.get("ceil_mode", 0) else "FLOOR",
             "format": "NCHW", "global": False, "activation_type": NO_ACT}
+
+
+def _check_same_upper(ctx, node, kernel) -> None:
+    """Unmappable for a SAME_UPPER pooling whose padding would be negative: where a stride
+    passes its kernel, ceil(size / stride) windows may need less than the input, and
+    onnxruntime then crops the input (half the excess at the start) while Lite's SAME pads
+    nothing and starts at row 0, so the two read different rows. The exact test needs the
+    spatial size; an unknown one is refused too."""
+    a = node.attrs
+    strides = list(a.get("strides", [1, 1]))
+    if a.get("auto_pad") != "SAME_UPPER" or all(s <= k for s, k in zip(strides, kernel, strict=False)):
+        return
+    shape = ctx.shape(node.inputs[0])
+    spatial = shape[-2:] if shape is not None and len(shape) == 4 else (None, None)
+    for axis, (size, k, s) in enumerate(zip(spatial, kernel, strides, strict=False)):
+        if s <= k:
+            continue
+        if not isinstance(size, int):
+            raise Unmappable(f"auto_pad=SAME_UPPER with stride {s} over kernel {k} on an "
+                             f"input of unknown size (onnxruntime may crop it)")
+        if (-(-size // s) - 1) * s + k - size < 0:
+            raise Unmappable(f"auto_pad=SAME_UPPER with stride {s} over kernel {k} on size "
+                             f"{size} (axis {axis + 2}): onnxruntime crops the input")
 
 
 @IMPORTERS.register("MaxPool")
