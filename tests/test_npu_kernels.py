@@ -518,6 +518,10 @@ def test_concat_split():
 @pytest.mark.parametrize("starts,ends,axes,steps", [
     ([1], [3], [1], [1]), ([0, -3], [2, 100], [0, 2], [1, 2]), ([-1], [-100], [2], [-2]),
     ([4, 0], [0, 5], [2, 1], [-1, 2]),
+    # a negative step from before the axis starts at element 0 (ONNX clamps start to
+    # [0, dim - 1]; Python's slices give nothing), found by a Slice fuzz against onnxruntime
+    ([-9], [-2**62], [1], [-1]), ([-4, -8], [-4, 0], [0, 2], [-1, -2]),
+    ([-3, -10], [-2**62, -2**62], [1, 2], [-1, -3]),
 ])
 def test_slice(starts, ends, axes, steps):
     consts = {k: np.array(v, np.int64) for k, v in

@@ -180,6 +180,24 @@ def _slice_spec(dim: int, start: int, stop: int, step: int) -> tuple[list[int | 
     return [begin, None if end < 0 else end, step], length
 
 
+def _onnx_slice_spec(dim: int, start: int, stop: int, step: int) -> tuple[list[int | None], int]:
+    """One axis of an ONNX Slice: negative start/end count from the end, then (step > 0)
+    both clamp to [0, dim], or (step < 0) start to [0, dim - 1] and end to [-1, dim - 1].
+    Python's slices differ for a negative step: a start before the axis means nothing
+    there, where ONNX starts at element 0 (x[-9::-1] of 2 elements: [] vs [x[0]])."""
+    if step == 0:
+        raise InvalidModelError("slice step 0")
+    if dim == 0:
+        return [0, 0, step], 0
+    start, stop = start + dim if start < 0 else start, stop + dim if stop < 0 else stop
+    if step > 0:
+        start, stop = min(max(start, 0), dim), min(max(stop, 0), dim)
+    else:
+        start, stop = min(max(start, 0), dim - 1), min(max(stop, -1), dim - 1)
+    length = len(range(start, stop, step))
+    return [start, None if stop < 0 else stop, step], length
+
+
 def _slice_lowered(x: TensorInfo, specs: list[list[int | None]], out: Shape) -> Lowered:
     return Lowered("slice", {"slices": specs}, [0], [(out, x.dtype)])
 
@@ -228,7 +246,7 @@ def strided_slice_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> 
         steps = ints(const(node, ins, 4, "steps"))
         for ax, b, e, s in zip(axes, begin, end, steps, strict=True):
             ax = axis_of(node, ax, ndim)
-            specs[ax], out[ax] = _slice_spec(x.shape[ax], b, e, s)
+            specs[ax], out[ax] = _onnx_slice_spec(x.shape[ax], b, e, s)
         return _slice_lowered(x, specs, tuple(out))
     strides = ints(const(node, ins, 3, "strides")) if len(ins) > 3 else [1] * len(begin)
     bm, em, sm = int(a.get("begin_mask", 0)), int(a.get("end_mask", 0)), int(a.get("shrink_axis_mask", 0))
