@@ -130,3 +130,37 @@ def test_same_upper_pool_with_no_rows_to_crop_stays_on_the_npu():
     sess = InferenceSession(model, providers=NPU)
     assert {n.device for n in sess.partition()} == {"NPU"}
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], reference(model, {"x": x})[0])
+
+
+@pytest.mark.parametrize("node", [helper.make_node("Elu", ["x"], ["y"], alpha=0.5),
+                                  helper.make_node("HardSwish", ["x"], ["y"]),
+                                  helper.make_node("Gelu", ["x"], ["y"], approximate="tanh")],
+                         ids=["Elu", "HardSwish", "Gelu-tanh"])
+def test_activations_of_a_scalar(node):
+    # numpy's arithmetic on a 0-d array gives a scalar, and the numpy Elu's out= temporary
+    # then failed the run (an op fuzz against onnxruntime)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    model = model.SerializeToString()
+    sess = InferenceSession(model, providers=NPU)
+    assert {n.device for n in sess.partition()} == {"NPU"}
+    for v in (-1.5, 0.0, 2.0):
+        x = np.array(v, np.float32)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], reference(model, {"x": x})[0],
+                                   rtol=1e-6, atol=1e-7)
+
+
+def test_a_prelu_slope_that_widens_its_input_stays_on_the_cpu():
+    # ONNX broadcasts PRelu's slope to x; onnxruntime also runs a slope of (2,) on x of
+    # (1, 1), giving (1, 2), which the NPU's in-place kernel failed (an op fuzz)
+    slope = numpy_helper.from_array(np.array([0.5, -2.0], np.float32), "s")
+    model = make_model([helper.make_node("PRelu", ["x", "s"], ["y"])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])], [slope])
+    sess = InferenceSession(model, providers=NPU)
+    (node,) = sess.partition()
+    assert node.device == "CPU" and "slope [2] widens input [1, 1]" in node.reason
+    x = np.array([[-3.0]], np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], reference(model, {"x": x})[0])

@@ -172,6 +172,11 @@ def apply(
     HSIGMOID is clip(alpha*x + beta, 0, 1) when alpha is non-zero (ONNX HardSigmoid), and
     MindSpore's fixed relu6(x + 3) / 6 when alpha is 0 (the schema default).
     """
+    if x.ndim == 0:  # as one element: numpy's arithmetic on a 0-d array gives a scalar,
+        # which the helpers' out= temporaries cannot be (an Elu of a scalar failed)
+        in_place = y is x
+        x = x.reshape(1)
+        y = x if in_place else y.reshape(1)
     if kind == "NO_ACTIVATION":
         if y is not x:
             np.copyto(y, x)

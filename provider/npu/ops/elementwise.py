@@ -249,8 +249,10 @@ def prelu_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
         slope = slope.reshape(())
     elif len(x.shape) >= 2 and slope.size == x.shape[1]:
         slope = per_channel(slope, len(x.shape))
-    else:
-        broadcast(node, x.shape, slope.shape)
+    elif tuple(broadcast(node, x.shape, slope.shape)) != tuple(x.shape):
+        # onnxruntime runs it, with a broadcast output; ONNX's slope broadcasts to x only
+        raise UnsupportedError(f"{describe(node)}: slope {list(slope.shape)} widens input "
+                               f"{list(x.shape)}")
     return Lowered("prelu", {}, [0, Packed(slope.shape, x.dtype, lambda: slope.astype(x.dtype))],
                    [(x.shape, x.dtype)])
 
