@@ -596,6 +596,27 @@ def test_reduce(op, axes, keep):
           {"x": randn(rng(31), 3, 4, 5)}, consts, opset=18)
 
 
+def _ties_and_nans(x: np.ndarray) -> np.ndarray:
+    """x with ties (a repeated maximum and minimum) and NaNs first and later on axis 1."""
+    x = x.copy()
+    x[0, 3] = x[0, 1] = x.max() + 1
+    x[1, 2] = x[1, 0] = x.min() - 1
+    x[2, 0, 0] = np.nan  # first along axis 1: onnxruntime picks it
+    x[0, 2, 1] = x[1, 3, 4] = np.nan  # later: onnxruntime passes over them
+    return x
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("axis,keep", [(1, 1), (-1, 0), (0, 0)])
+@pytest.mark.parametrize("dtype", [F32, np.int32])
+def test_arg_max_min(op, axis, keep, dtype):
+    x = randn(rng(33), 3, 4, 5)
+    x = _ties_and_nans(x) if dtype == F32 else (x * 3).astype(dtype)
+    check(op, {"axis": axis, "keepdims": keep}, op + "Fusion",
+          {"axis": axis, "top_k": 1, "keep_dims": bool(keep), "out_max_value": False},
+          {"x": x}, opset=13, out_dtypes=(np.int64,))
+
+
 @pytest.mark.parametrize("axis,idx", [(0, [2, 0, -1]), (1, [[1, 1], [0, 2]]), (2, 3)])
 def test_gather(axis, idx):
     idx = np.array(idx, np.int64)

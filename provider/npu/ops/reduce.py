@@ -1,6 +1,7 @@
 """ReduceFusion: mean, sum, max, min, prod, sum of squares, L2 over resolved axes:
 capability, rule, numpy kernel, and the native lowering of float32 reductions over one block
-of consecutive axes (csrc/reduce.c; prod stays on numpy)."""
+of consecutive axes (csrc/reduce.c; prod stays on numpy). ArgMaxFusion / ArgMinFusion: the
+index of the largest / smallest value along one axis (numpy kernel)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,18 @@ from collections.abc import Sequence
 import numpy as np
 
 from converters.lite.ir import LiteNode
-from provider.npu.ops.common import FLOAT, Lowered, TensorInfo, axis_of, const, enum_check, ints
+from provider.errors import InvalidModelError
+from provider.npu.ops.common import (
+    FLOAT,
+    NUMERIC,
+    Lowered,
+    TensorInfo,
+    axis_of,
+    const,
+    describe,
+    enum_check,
+    ints,
+)
 from provider.npu.ops.native_builder import StepBuilder, f32
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
@@ -89,3 +101,40 @@ def _reduce_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
              math.prod(x.shape[axes[-1] + 1:]), NATIVE_MODES[attrs["mode"]])
     b.slots(b.inputs[0], b.outputs[0])
     return True
+
+
+@register("arg")
+def arg(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = the index of x's largest (smallest: attrs["min"]) value along
+    attrs["axis"], the first one on a tie; the output may keep the axis as 1. As onnxruntime
+    scans: a NaN wins only as the first value (nothing compares greater), elsewhere it
+    loses (numpy's argmax would pick the first NaN anywhere)."""
+    x, axis = inputs[0], attrs["axis"]
+    pick = np.argmin if attrs["min"] else np.argmax
+    if x.dtype.kind == "f":
+        later = np.isnan(x)
+        later[(slice(None),) * axis + (0,)] = False
+        if later.any():
+            x = np.where(later, np.inf if attrs["min"] else -np.inf, x)
+    found = pick(x, axis=axis)
+    np.copyto(outputs[0], found.reshape(outputs[0].shape), casting="same_kind")
+
+
+def _arg_check(node: LiteNode) -> str | None:
+    if int(node.attrs.get("top_k", 1)) != 1 or node.attrs.get("out_max_value", False):
+        return f"{node.op} with top_k {node.attrs.get('top_k')} or out_max_value"
+    return None
+
+
+@define("ArgMaxFusion", "ArgMinFusion", dtypes=NUMERIC, check=_arg_check, rank=(1, 99),
+        kernels=("arg",), note="top_k 1, indices only (the first on a tie)")
+def arg_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    x = ins[0]
+    ndim = len(x.shape)
+    axis = axis_of(node, int(node.attrs.get("axis", 0)), ndim)
+    if x.shape[axis] == 0:
+        raise InvalidModelError(f"{describe(node)}: no values along axis {axis} to pick from")
+    keep = bool(node.attrs.get("keep_dims", False))
+    out = tuple(1 if i == axis else d for i, d in enumerate(x.shape) if keep or i != axis)
+    dtype = out_types[0] if out_types and out_types[0] is not None else np.dtype(np.int32)
+    return Lowered("arg", {"axis": axis, "min": node.op == "ArgMinFusion"}, [0], [(out, dtype)])
