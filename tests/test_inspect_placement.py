@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -15,17 +14,16 @@ from provider.cli import main
 MODELS = Path(__file__).resolve().parent.parent / "models"
 
 
-def topk_model(path: Path) -> Path:
-    """relu -> TopK (not an NPU op) -> neg, cast -> add: TopK must stay on CPU."""
+def lrn_model(path: Path) -> Path:
+    """relu -> LRN (not an NPU op) -> neg, sigmoid -> add: LRN must stay on CPU."""
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-             helper.make_node("TopK", ["r", "k"], ["v", "i"], name="topk", axis=1),
+             helper.make_node("LRN", ["r"], ["v"], name="lrn", size=3),
              helper.make_node("Neg", ["v"], ["y"], name="neg"),
-             helper.make_node("Cast", ["i"], ["j"], name="cast", to=TensorProto.FLOAT),
+             helper.make_node("Sigmoid", ["r"], ["j"], name="sigmoid"),
              helper.make_node("Add", ["y", "j"], ["z"], name="add")]
     graph = helper.make_graph(
-        nodes, "topk_graph", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
-        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 2])],
-        [numpy_helper.from_array(np.array([2], np.int64), "k")])
+        nodes, "lrn_graph", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 2, 2])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 5, 2, 2])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
                               producer_name="test", producer_version="1")
     model.ir_version = 8
@@ -34,12 +32,12 @@ def topk_model(path: Path) -> Path:
 
 
 def test_unsupported_and_disabled_ops_are_named_with_reasons(tmp_path, capsys):
-    path = topk_model(tmp_path / "topk.onnx")
+    path = lrn_model(tmp_path / "lrn.onnx")
     assert main(["inspect", str(path), "--option", "disable_ops=Neg"]) == 0
     out = capsys.readouterr().out
-    assert "topk.onnx: ONNX (.onnx) 'topk_graph'" in out
+    assert "lrn.onnx: ONNX (.onnx) 'lrn_graph'" in out
     assert "NPUExecutionProvider: 3 of 5 nodes on the NPU" in out and "2 on CPU" in out
-    assert "CPU  topk (TopK): TopKFusion: primitive TopKFusion is not in the NPU's set" in out
+    assert "CPU  lrn (LRN): LRN: primitive LRN is not in the NPU's set" in out
     assert "CPU  neg (Neg): disabled by provider option disable_ops" in out
     assert "CPU  relu" not in out
 
@@ -68,7 +66,7 @@ def test_mindir_summary_and_placement(capsys):
 
 
 def test_no_placement_and_bad_option(tmp_path, capsys):
-    path = topk_model(tmp_path / "m.onnx")
+    path = lrn_model(tmp_path / "m.onnx")
     assert main(["inspect", "--no-placement", str(path)]) == 0
     assert "placement:" not in capsys.readouterr().out
     assert main(["inspect", str(path), "--option", "disable_ops"]) == 1

@@ -617,6 +617,21 @@ def test_arg_max_min(op, axis, keep, dtype):
           {"x": x}, opset=13, out_dtypes=(np.int64,))
 
 
+@pytest.mark.parametrize("largest", [1, 0])
+@pytest.mark.parametrize("axis,k", [(-1, 3), (1, 4), (0, 0)])
+@pytest.mark.parametrize("dtype", [F32, np.int32])
+def test_top_k(largest, axis, k, dtype):
+    # whole numbers: many ties, which go to the lower index; an int32 minimum (a descending
+    # sort by negation would overflow it)
+    x = np.round(randn(rng(34), 3, 4, 5) * 2).astype(dtype)
+    if dtype == np.int32:
+        x[1, 2, 3] = np.iinfo(np.int32).min
+    check("TopK", {"axis": axis, "largest": largest, "sorted": 1}, "TopKFusion",
+          {"axis": axis, "largest": largest, "sorted": True}, {"x": x},
+          {"k": np.array([k], np.int64)}, lite_consts={"k": np.array([k], np.int32)}, opset=11,
+          n_outputs=2, out_dtypes=(dtype, np.int64))
+
+
 @pytest.mark.parametrize("axis,idx", [(0, [2, 0, -1]), (1, [[1, 1], [0, 2]]), (2, 3)])
 def test_gather(axis, idx):
     idx = np.array(idx, np.int64)

@@ -23,6 +23,7 @@ from provider.npu.ops import (  # noqa: F401  (imported for their registrations)
     resize,
     rnn,
     shape,
+    topk,
 )
 from provider.npu.ops.registry import (
     KERNELS,

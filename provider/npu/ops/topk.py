@@ -1,0 +1,56 @@
+"""TopKFusion: the k largest or smallest values along one axis, sorted, and their indices
+(capability, rule and numpy kernel). Ties go to the lower index, as onnxruntime orders
+them; an unsorted TopK stays on the CPU (its order is the runtime's own)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from converters.lite.ir import LiteNode
+from provider.errors import InvalidModelError
+from provider.npu.ops.common import NUMERIC, Lowered, TensorInfo, axis_of, const, describe, ints
+from provider.npu.ops.registry import define, register
+
+
+def _order(x: np.ndarray, axis: int, largest: bool) -> np.ndarray:
+    """Indices that sort x along axis (descending when `largest`), equal values by index.
+    Descending: a stable ascending sort of the reversed axis, reversed (no negation, which
+    an integer's minimum would overflow)."""
+    if not largest:
+        return np.argsort(x, axis=axis, kind="stable")
+    n = x.shape[axis]
+    reversed_order = np.argsort(np.flip(x, axis), axis=axis, kind="stable")
+    return np.flip(n - 1 - reversed_order, axis)
+
+
+@register("topk")
+def topk(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs = (values, indices) of the attrs["k"] first of x sorted along attrs["axis"]."""
+    x, axis, k = inputs[0], attrs["axis"], attrs["k"]
+    picked = np.take(_order(x, axis, attrs["largest"]), np.arange(k), axis=axis)
+    np.copyto(outputs[0], np.take_along_axis(x, picked, axis=axis))
+    np.copyto(outputs[1], picked, casting="same_kind")
+
+
+def _check(node: LiteNode) -> str | None:
+    if not node.attrs.get("sorted", True):
+        return "TopKFusion sorted=False (the order is the runtime's own)"
+    return None
+
+
+@define("TopKFusion", dtypes=NUMERIC, check=_check, const_inputs=(1,), rank=(1, 99),
+        kernels=("topk",), note="sorted; ties by index")
+def topk_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    x = ins[0]
+    ndim = len(x.shape)
+    axis = axis_of(node, int(node.attrs.get("axis", -1)), ndim)
+    k = ints(const(node, ins, 1, "k"))
+    if len(k) != 1 or not 0 <= k[0] <= x.shape[axis]:
+        raise InvalidModelError(f"{describe(node)}: k {k} for {x.shape[axis]} values on axis "
+                                f"{axis}")
+    out = tuple(k[0] if i == axis else d for i, d in enumerate(x.shape))
+    index = out_types[1] if len(out_types) > 1 and out_types[1] is not None else np.dtype(np.int32)
+    attrs = {"axis": axis, "k": k[0], "largest": bool(int(node.attrs.get("largest", 1)))}
+    return Lowered("topk", attrs, [0], [(out, x.dtype), (out, index)])
