@@ -632,6 +632,17 @@ def test_top_k(largest, axis, k, dtype):
           n_outputs=2, out_dtypes=(dtype, np.int64))
 
 
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("axis", [0, -1])
+@pytest.mark.parametrize("dtype", [F32, np.int64])
+def test_cum_sum(exclusive, reverse, axis, dtype):
+    x = (randn(rng(35), 3, 4, 5) * 4).astype(dtype)
+    check("CumSum", {"exclusive": exclusive, "reverse": reverse}, "CumSum",
+          {"exclusive": bool(exclusive), "reverse": bool(reverse)}, {"x": x},
+          {"axis": np.array(axis, np.int64)}, lite_consts={"axis": np.array(axis, np.int32)},
+          opset=14, out_dtypes=(dtype,))
+
+
 @pytest.mark.parametrize("axis,idx", [(0, [2, 0, -1]), (1, [[1, 1], [0, 2]]), (2, 3)])
 def test_gather(axis, idx):
     idx = np.array(idx, np.int64)

@@ -165,6 +165,24 @@ def test_slice_pad_topk_old_attribute_forms():
     check(m, ["StridedSlice", "PadFusion", "TopKFusion"])
 
 
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 1)])
+def test_cum_sum_maps_with_an_int32_axis_and_runs_on_the_npu(exclusive, reverse):
+    import provider
+
+    axis = {"axis": np.array(-1, np.int64)}
+    m = model_of([helper.make_node("CumSum", ["x", "axis"], ["y"], exclusive=exclusive,
+                                   reverse=reverse)], [vi("x", [2, 5])], [vi("y", None)], axis,
+                 opset=14)
+    lite = check(m, ["CumSum"])
+    assert lite.nodes[0].attrs == {"exclusive": bool(exclusive), "reverse": bool(reverse)}
+    assert lite.tensors[lite.nodes[0].inputs[1]].data.dtype == np.int32
+    sess = provider.InferenceSession(m.SerializeToString(),
+                                     providers=["NPUExecutionProvider", "CPUExecutionProvider"])
+    assert {n.device for n in sess.partition()} == {"NPU"}
+    feeds = random_feeds(m, seed=2)
+    assert_close(sess.run(None, feeds), run(m, feeds))
+
+
 def test_resize_scales_become_static_size():
     scales = np.array([1, 1, 2, 2], np.float32)
     m = model_of([helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear")],

@@ -246,6 +246,14 @@ def range_(ctx, node):
     return [emit(ctx, node, "Range", attrs, node.inputs[:3])]
 
 
+@IMPORTERS.register("CumSum", since=11)
+def cum_sum(ctx, node):
+    """Lite CumSum takes the axis as an int32 input; exclusive and reverse as flags."""
+    attrs = {"exclusive": bool(node.attrs.get("exclusive", 0)),
+             "reverse": bool(node.attrs.get("reverse", 0))}
+    return [emit(ctx, node, "CumSum", attrs, [node.inputs[0], int32_operand(ctx, node, 1, "axis")])]
+
+
 @IMPORTERS.register("Size")
 def size(ctx, node):
     return [emit(ctx, node, "Size", {}, node.inputs[:1])]

@@ -10,6 +10,7 @@ importing this package registers every family, explicitly.
 from provider.npu.ops import (  # noqa: F401  (imported for their registrations)
     activation,
     conv,
+    cumsum,
     elementwise,
     layout,
     matmul,

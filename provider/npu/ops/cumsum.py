@@ -1,0 +1,39 @@
+"""CumSum: running sums along one axis, inclusive or exclusive, forward or reversed
+(capability, rule and numpy kernel). Sums in the input's dtype, one element after the
+other, as onnxruntime's kernel adds them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from converters.lite.ir import LiteNode
+from provider.npu.ops.common import NUMERIC, Lowered, TensorInfo, axis_of, const, ints
+from provider.npu.ops.registry import define, register
+
+
+@register("cumsum")
+def cumsum(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = the running sum of x along attrs["axis"]: without the element itself
+    when attrs["exclusive"], from the end when attrs["reverse"]."""
+    x, y, axis = inputs[0], outputs[0], attrs["axis"]
+    if attrs["reverse"]:
+        x, y = np.flip(x, axis), np.flip(y, axis)
+    if attrs["exclusive"]:
+        lead = (slice(None),) * axis
+        y[lead + (slice(0, 1),)] = 0
+        np.cumsum(x[lead + (slice(0, -1),)], axis=axis, dtype=y.dtype,
+                  out=y[lead + (slice(1, None),)])
+    else:
+        np.cumsum(x, axis=axis, dtype=y.dtype, out=y)
+
+
+@define("CumSum", dtypes=NUMERIC, const_inputs=(1,), rank=(1, 99), kernels=("cumsum",))
+def cumsum_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    x = ins[0]
+    (axis,) = ints(np.reshape(const(node, ins, 1, "axis"), -1))
+    attrs = {"axis": axis_of(node, axis, len(x.shape)),
+             "exclusive": bool(node.attrs.get("exclusive", False)),
+             "reverse": bool(node.attrs.get("reverse", False))}
+    return Lowered("cumsum", attrs, [0], [(x.shape, x.dtype)])
