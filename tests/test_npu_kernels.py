@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from npu_oracle import assert_matches, lite_graph, one_node_onnx, rng, run_npu, run_ort
 from onnx.reference import ReferenceEvaluator
 
-from provider.errors import UnsupportedError
+from provider.errors import InvalidModelError, UnsupportedError
 from provider.npu.ops import KERNELS, get, parallel, register
 from provider.npu.ops.activation import erf
 
@@ -641,6 +641,16 @@ def test_cum_sum(exclusive, reverse, axis, dtype):
           {"exclusive": bool(exclusive), "reverse": bool(reverse)}, {"x": x},
           {"axis": np.array(axis, np.int64)}, lite_consts={"axis": np.array(axis, np.int32)},
           opset=14, out_dtypes=(dtype,))
+
+
+def test_top_k_without_its_indices_and_cum_sum_of_two_axes():
+    x = randn(rng(36), 3, 4)
+    model = lite_graph("TopKFusion", {"axis": 1, "largest": 1, "sorted": True},
+                       [("x", x, False), ("k", np.array([2], np.int32), True)])
+    assert_matches(run_npu(model, {"x": x})[0], -np.sort(-x, axis=1)[:, :2])
+    model = lite_graph("CumSum", {}, [("x", x, False), ("a", np.array([0, 1], np.int32), True)])
+    with pytest.raises(InvalidModelError, match=r"axis \[0, 1\], expected one axis"):
+        run_npu(model, {"x": x})
 
 
 @pytest.mark.parametrize("axis,idx", [(0, [2, 0, -1]), (1, [[1, 1], [0, 2]]), (2, 3)])

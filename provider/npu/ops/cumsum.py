@@ -9,7 +9,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from converters.lite.ir import LiteNode
-from provider.npu.ops.common import NUMERIC, Lowered, TensorInfo, axis_of, const, ints
+from provider.errors import InvalidModelError
+from provider.npu.ops.common import NUMERIC, Lowered, TensorInfo, axis_of, const, describe, ints
 from provider.npu.ops.registry import define, register
 
 
@@ -32,8 +33,10 @@ def cumsum(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: d
 @define("CumSum", dtypes=NUMERIC, const_inputs=(1,), rank=(1, 99), kernels=("cumsum",))
 def cumsum_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     x = ins[0]
-    (axis,) = ints(np.reshape(const(node, ins, 1, "axis"), -1))
-    attrs = {"axis": axis_of(node, axis, len(x.shape)),
+    axis = ints(np.reshape(const(node, ins, 1, "axis"), -1))
+    if len(axis) != 1:
+        raise InvalidModelError(f"{describe(node)}: axis {axis}, expected one axis")
+    attrs = {"axis": axis_of(node, axis[0], len(x.shape)),
              "exclusive": bool(node.attrs.get("exclusive", False)),
              "reverse": bool(node.attrs.get("reverse", False))}
     return Lowered("cumsum", attrs, [0], [(x.shape, x.dtype)])
