@@ -24,7 +24,13 @@ from converters.lite.ir import LiteModel, LiteNode, LiteTensor
 from converters.lite.quant import QUANT_DYNAMIC
 from converters.naming import unique_name
 from converters.onnx_import import HEADER_TENSOR, PROGRESS_EVERY
-from converters.onnx_ops.export_base import LAYOUT_OPS, TO_NCHW, TO_NHWC, ExportContext
+from converters.onnx_ops.export_base import (
+    LAYOUT_OPS,
+    TO_NCHW,
+    TO_NHWC,
+    ExportContext,
+    is_nhwc,
+)
 from converters.onnx_ops.export_math import activation
 from converters.onnx_ops.export_nn import TO_OIHW, integer_product
 from converters.onnx_ops.export_quant import (
@@ -136,7 +142,7 @@ def _export_node(ctx: ExportContext, node: LiteNode) -> None:
     ins = [ctx.name(i) for i in node.inputs]
     outs = [ctx.name(i) for i in node.outputs]
     final = list(outs)
-    nhwc = node.op in LAYOUT_OPS and _is_nhwc(ctx, node)
+    nhwc = node.op in LAYOUT_OPS and is_nhwc(ctx, node)
     if nhwc:  # (a quantized node's transposes move its codes: the QDQ unit stays whole)
         ins[0] = ctx.add("Transpose", [ins[0]], perm=TO_NCHW, name=f"{node.name}/to_nchw")
         outs = [ctx.fresh(f"{o}/nchw") for o in outs]
@@ -184,14 +190,6 @@ def _dequantized_inputs(ctx: ExportContext, node: LiteNode, ins: list[str]) -> l
             ctx.oihw.add(index)
         out.append(dequantize_linear(ctx, index, name, axis, f"{node.name}/dequantize{position}"))
     return out
-
-
-def _is_nhwc(ctx: ExportContext, node: LiteNode) -> bool:
-    fmt = node.attrs.get("format")
-    if fmt is not None:
-        return fmt == "NHWC"
-    first = ctx.model.tensors[node.inputs[0]]
-    return first.format == "NHWC" and len(first.shape) == 4
 
 
 def _export_custom(ctx: ExportContext, node: LiteNode) -> None:

@@ -503,3 +503,24 @@ def test_float16_constants_of_onnx_nodes_carried_as_custom_stay_float16():
     got = run(export_onnx(lite), {"x": np.array([1.5, -2.0, 3.25], np.float32)})[0]
     assert got.dtype == np.float16
     np.testing.assert_array_equal(got, np.array([1.5, -2.0, 3.25], np.float16))
+
+
+@pytest.mark.parametrize("op", ["MaxPoolFusion", "AvgPoolFusion"])
+@pytest.mark.parametrize("known", [True, False])
+def test_same_pool_whose_stride_passes_its_kernel_keeps_lite_rows(op, known):
+    # MindSpore Lite pads a SAME pool nothing where ceil(18 / 3) windows need only 16 of 18
+    # rows, reading rows 0, 3, ...; under onnxruntime SAME_UPPER is a negative padding there
+    # (its pools refuse the run, or crop and read rows 1, 4, ...). With the size known the
+    # export writes Lite's pads explicitly.
+    b = Lite()
+    x = b.act("x", (1, 18, 7, 2) if known else (1, -1, -1, 2))
+    pool = dict(format="NHWC", kernel_size=[1, 1], strides=[3, 2], pad=[0, 0, 0, 0],
+                pad_mode="SAME", round_mode="CEIL", activation_type="NO_ACTIVATION")
+    p = b.node(op, pool, [x], (1, 6, 4, 2))
+    feeds = {"x": rng.standard_normal((1, 18, 7, 2)).astype(np.float32)}
+    if known:
+        (y,) = b.run([x], [p], feeds)
+        np.testing.assert_array_equal(y, feeds["x"][:, ::3, ::2, :])
+    else:  # without the size it stays SAME_UPPER (the documented limit)
+        with pytest.raises(Exception, match="padding values must be non-negative"):
+            b.run([x], [p], feeds)

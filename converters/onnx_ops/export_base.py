@@ -29,6 +29,15 @@ TO_NCHW = [0, 3, 1, 2]
 TO_NHWC = [0, 2, 3, 1]
 
 
+def is_nhwc(ctx: ExportContext, node: LiteNode) -> bool:
+    """Whether a layout op's data is NHWC: its `format` attribute, else its input's."""
+    fmt = node.attrs.get("format")
+    if fmt is not None:
+        return fmt == "NHWC"
+    first = ctx.model.tensors[node.inputs[0]]
+    return first.format == "NHWC" and len(first.shape) == 4
+
+
 class ExportContext:
     """State of one export: tensor names, emitted nodes and initializers, target opset."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from converters.onnx_ops.export_base import EXPORTERS, TO_NCHW, unsupported
+from converters.onnx_ops.export_base import EXPORTERS, TO_NCHW, is_nhwc, unsupported
 
 # Conv weight layouts MindSpore writes -> the permutation giving ONNX's OIHW (K = out channels).
 TO_OIHW = {"NHWC": TO_NCHW, "KHWC": TO_NCHW, "CHWK": [3, 0, 1, 2], "HWCK": [3, 2, 0, 1],
@@ -111,14 +111,38 @@ def _swap_last(ctx, node, name: str, rank: int | None) -> str:
     return ctx.add("Transpose", [name], perm=perm, name=f"{node.name}/transpose")
 
 
+def _same_pads_clamped(ctx, node) -> list[int] | None:
+    """[top, bottom, left, right] of a SAME pool as MindSpore Lite pads it, where onnxruntime's
+    SAME_UPPER would read other rows: a stride past the kernel can need less than the input,
+    and Lite then pads 0 and starts at row 0 while onnxruntime crops the input. None when
+    SAME_UPPER is exact, or the input's spatial size is not known."""
+    a = node.attrs
+    shape = ctx.model.tensors[node.inputs[0]].shape
+    if len(shape) != 4:
+        return None
+    hw = shape[1:3] if is_nhwc(ctx, node) else shape[2:4]
+    kernel, strides = list(a["kernel_size"]), list(a.get("strides", [])) or [1, 1]
+    if any(not isinstance(d, int) or d < 1 for d in hw):
+        return None
+    totals = [(-(-d // s) - 1) * s + k - d for d, k, s in zip(hw, kernel, strides, strict=True)]
+    if min(totals) >= 0:
+        return None
+    top, left = (max(t, 0) // 2 for t in totals)
+    return [top, max(totals[0], 0) - top, left, max(totals[1], 0) - left]
+
+
 def _pool(ctx, node, ins, outs, onnx_op: str, global_op: str, extra: dict):
     a = node.attrs
     if a.get("global", False):
         ctx.add(global_op, ins[:1], outs, name=node.name)
         return
     attrs = {"kernel_shape": list(a["kernel_size"]), "strides": list(a.get("strides", [])) or None}
-    attrs.update(pad_attrs(a.get("pad_mode", "PAD"), a.get("pad", [])))
-    if a.get("round_mode", "FLOOR") == "CEIL":
+    pad_mode, pads, ceil = a.get("pad_mode", "PAD"), a.get("pad", []), a.get("round_mode") == "CEIL"
+    clamped = _same_pads_clamped(ctx, node) if pad_mode == "SAME" else None
+    if clamped is not None:  # explicit pads give SAME's ceil(size / stride) with floor rounding
+        pad_mode, pads, ceil = "PAD", clamped, False
+    attrs.update(pad_attrs(pad_mode, pads))
+    if ceil:
         if ctx.opset < 10:
             raise unsupported(node, "ceil rounding before opset 10")
         attrs["ceil_mode"] = 1
