@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from converters.lite.padding import same_pads, same_total
 from converters.onnx_ops.export_base import EXPORTERS, TO_NCHW, is_nhwc, unsupported
 
 # Conv weight layouts MindSpore writes -> the permutation giving ONNX's OIHW (K = out channels).
@@ -124,11 +125,10 @@ def _same_pads_clamped(ctx, node) -> list[int] | None:
     kernel, strides = list(a["kernel_size"]), list(a.get("strides", [])) or [1, 1]
     if any(not isinstance(d, int) or d < 1 for d in hw):
         return None
-    totals = [(-(-d // s) - 1) * s + k - d for d, k, s in zip(hw, kernel, strides, strict=True)]
-    if min(totals) >= 0:
+    axes = list(zip(hw, kernel, strides, strict=True))
+    if all(same_total(*axis) >= 0 for axis in axes):
         return None
-    top, left = (max(t, 0) // 2 for t in totals)
-    return [top, max(totals[0], 0) - top, left, max(totals[1], 0) - left]
+    return [pad for axis in axes for pad in same_pads(*axis)]
 
 
 def _pool(ctx, node, ins, outs, onnx_op: str, global_op: str, extra: dict):

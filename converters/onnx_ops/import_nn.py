@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 
+from converters.lite.padding import same_total
 from converters.onnx_ops.import_base import (
     IMPORTERS,
     emit,
@@ -206,19 +207,18 @@ def _check_same_upper(ctx, node, kernel) -> None:
     onnxruntime then crops the input (half the excess at the start) while Lite's SAME pads
     nothing and starts at row 0, so the two read different rows. The exact test needs the
     spatial size; an unknown one is refused too."""
-    a = node.attrs
-    strides = list(a.get("strides", [1, 1]))
-    if a.get("auto_pad") != "SAME_UPPER" or all(s <= k for s, k in zip(strides, kernel, strict=False)):
+    if node.attrs.get("auto_pad") != "SAME_UPPER":
         return
     shape = ctx.shape(node.inputs[0])
     spatial = shape[-2:] if shape is not None and len(shape) == 4 else (None, None)
+    strides = node.attrs.get("strides", [1, 1])
     for axis, (size, k, s) in enumerate(zip(spatial, kernel, strides, strict=False)):
-        if s <= k:
+        if s <= k:  # then ceil(size / s) windows need the whole input
             continue
         if not isinstance(size, int):
             raise Unmappable(f"auto_pad=SAME_UPPER with stride {s} over kernel {k} on an "
                              f"input of unknown size (onnxruntime may crop it)")
-        if (-(-size // s) - 1) * s + k - size < 0:
+        if same_total(size, k, s) < 0:
             raise Unmappable(f"auto_pad=SAME_UPPER with stride {s} over kernel {k} on size "
                              f"{size} (axis {axis + 2}): onnxruntime crops the input")
 

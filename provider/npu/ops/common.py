@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from converters.lite.ir import LiteNode
+from converters.lite.padding import same_pads
 from provider.errors import (
     InputValueError,
     InvalidModelError,
@@ -150,13 +151,6 @@ def check_nchw(node: LiteNode, x: TensorInfo) -> None:
         raise UnsupportedError(f"{describe(node)}: format {node.attrs['format']!r}, NPU runs NCHW")
     if len(x.shape) != 4:
         raise UnsupportedError(f"{describe(node)}: input rank {len(x.shape)}, expected 4 (NCHW)")
-
-
-def same_pads(size: int, k: int, stride: int, dilation: int) -> tuple[int, int]:
-    """SAME (ONNX SAME_UPPER) padding of one axis: output ceil(size / stride), extra at the end."""
-    out = -(-size // stride)
-    total = max((out - 1) * stride + (k - 1) * dilation + 1 - size, 0)
-    return total // 2, total - total // 2
 
 
 def clamp_strides(stride: Sequence[int], out_hw: Sequence[int], padded_hw: Sequence[int]) -> list[int]:
