@@ -188,3 +188,61 @@ def test_a_child_forked_while_another_thread_holds_the_books_can_allocate(tmp_pa
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["exit", "0"], proc.stdout
+
+
+GEMM_SCRIPT = textwrap.dedent("""
+    import os, threading, time
+    import numpy as np
+    from onnx import helper as h, numpy_helper, TensorProto as TP
+    from converters.onnx_import import import_onnx
+    from provider.npu.compiler import compile_model
+    from provider.npu.executor import Executor
+    from provider.npu.memory import default_pool
+    # a weight times a small input, on one core: the run is one sgemm call
+    M, K, N = 2048, 2048, 1024
+    a = numpy_helper.from_array(np.ones((M, K), np.float32), "a")
+    graph = h.make_graph([h.make_node("MatMul", ["a", "b"], ["y"])], "g",
+                         [h.make_tensor_value_info("b", TP.FLOAT, [K, N])],
+                         [h.make_tensor_value_info("y", TP.FLOAT, [M, N])], [a])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    b = np.ones((K, N), np.float32)
+    executor = Executor(compile_model(import_onnx(model)[0], {"b": b.shape}), default_pool(),
+                        cores=1)
+    executor.run([b])
+    start = time.monotonic()
+    executor.run([b])
+    gemm = time.monotonic() - start
+    for attempt in range(3):
+        started = threading.Event()
+        def run():
+            started.set()
+            executor.run([b])
+        thread = threading.Thread(target=run)
+        thread.start()
+        started.wait()
+        time.sleep(gemm / 4)
+        start = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        forked = time.monotonic() - start
+        os.waitpid(pid, 0)
+        thread.join()
+        print(f"gemm {gemm * 1e3:.0f} ms, fork {forked * 1e3:.0f} ms")
+        if forked > gemm / 4:
+            print("waited")
+            break
+""")
+
+
+def test_fork_waits_for_a_gemm_another_thread_is_in(tmp_path):
+    """OpenBLAS holds its buffer allocator's lock for a moment in every sgemm: a child forked
+    then waited for good in its first GEMM (the busy test above: 5 children of 12,000 forked
+    while another thread ran a convolution, on a loaded machine). fork() now waits until no
+    thread is inside an sgemm; without that wait, it returned here in ~6 ms while the other
+    thread was a quarter into a ~100 ms GEMM."""
+    proc = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c",
+                           GEMM_SCRIPT], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "waited" in proc.stdout, proc.stdout

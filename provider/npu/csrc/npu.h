@@ -62,7 +62,12 @@ typedef void (*sgemm_fn)(int order, int trans_a, int trans_b, int m, int n, int 
                          float beta, float *c, int ldc);
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 
-extern sgemm_fn sgemm;  /* OpenBLAS's, set by lnpu_set_sgemm */
+/* OpenBLAS's sgemm (set by lnpu_set_sgemm), called so that fork() never copies a process
+ * with a thread inside it (forksafe.c); blas_ready() is 0 until it is set. */
+void sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha,
+           const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
+void blas_set(sgemm_fn fn);
+int blas_ready(void);
 
 /* The larger of a and b, NaN if either is (like numpy's maximum and the numpy kernels: a
  * NaN in a pooling window must not vanish). Written as a NaN test then a plain max, which

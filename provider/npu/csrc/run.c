@@ -14,9 +14,7 @@
 
 #include "npu.h"
 
-sgemm_fn sgemm;
-
-API void lnpu_set_sgemm(void *fn) { sgemm = (sgemm_fn)fn; }
+API void lnpu_set_sgemm(void *fn) { blas_set((sgemm_fn)fn); }
 
 static int64_t forced_width;  /* lnpu_set_vector_width: 0 = the widest the CPU has */
 
@@ -54,7 +52,7 @@ API int64_t lnpu_set_vector_width(int64_t floats) {
  * (lnpu_kernel_error says why). */
 API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, int64_t *stamps,
                      int threads) {
-    if (!sgemm) return -2;
+    if (!blas_ready()) return -2;
     run_begin(threads);
     int64_t status = 0;
     for (int64_t i = 0; i < count && !status; i++) {
