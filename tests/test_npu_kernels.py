@@ -587,6 +587,23 @@ def test_resize(mode, coord, nearest, sizes):
           "Resize", lite_attrs, {"x": x}, consts, lite_consts={}, opset=13)
 
 
+@pytest.mark.parametrize("coord,nearest", [("half_pixel", "floor"), ("asymmetric", "ceil"),
+                                            ("align_corners", "round_prefer_floor")])
+def test_nearest_resize_picks_onnxruntimes_row_at_an_exact_tie(coord, nearest):
+    """9 -> 21 rows, half pixel: output row 17 reads source row (17.5) * 9 / 21 - 0.5 = 7
+    exactly; computed in float64 it was 6.999..., and floor took row 6 (tests/fuzz_ops.py,
+    resize seed 4 case 87). The coordinates are now onnxruntime's float32 ones."""
+    sizes = (1, 2, 21, 15)
+    consts = {"roi": np.zeros(0, F32), "scales": np.zeros(0, F32), "sizes": np.array(sizes, np.int64)}
+    lite_attrs = {"format": "NCHW", "method": "NEAREST", "new_height": 21, "new_width": 15,
+                  "coordinate_transform_mode": coord.upper(),
+                  "nearest_mode": {"floor": "FLOOR", "ceil": "CEIL",
+                                   "round_prefer_floor": "ROUND_HALF_DOWN"}[nearest]}
+    check("Resize", {"mode": "nearest", "coordinate_transformation_mode": coord,
+                     "nearest_mode": nearest},
+          "Resize", lite_attrs, {"x": randn(rng(30), 1, 2, 9, 3)}, consts, lite_consts={}, opset=13)
+
+
 @pytest.mark.parametrize("op", ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
                                 "ReduceSumSquare"])
 @pytest.mark.parametrize("axes,keep", [([1], 1), ([0, 2], 0), ([-1], 1)])

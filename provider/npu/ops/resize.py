@@ -72,20 +72,26 @@ _CHECK = all_checks(NCHW, enum_check("method", ("LINEAR", "NEAREST"), "LINEAR"),
                     enum_check("nearest_mode", tuple(_NEAREST_ROUNDING), "NORMAL"))
 
 
-def _source_coords(out: int, size: int, scale: float, mode: str) -> np.ndarray:
-    """Source coordinate of each output index for a coordinate_transform_mode (float64)."""
-    i = np.arange(out, dtype=np.float64)
+def _source_coords(out: int, size: int, mode: str) -> np.ndarray:
+    """Source coordinate of each output index for a coordinate_transform_mode, by the ONNX
+    formulas in float32 with scale = out / size, as onnxruntime evaluates them: a nearest
+    resize picks the same row at an exact tie (9 -> 21 rows, half pixel: row 17 reads row
+    7.0 exactly; float64 made it 6.999..., and floor took row 6)."""
+    i = np.arange(out, dtype=np.float32)
     if mode == "ALIGN_CORNERS":
-        return i * ((size - 1) / (out - 1)) if out > 1 else np.zeros(out)
+        if out == 1:
+            return np.zeros(out, np.float32)
+        return i * np.float32(size - 1) / np.float32(out - 1)
+    scale = np.float32(out) / np.float32(size) if size else np.float32(1)
     if mode == "HALF_PIXEL":
-        return (i + 0.5) / scale - 0.5
+        return (i + np.float32(0.5)) / scale - np.float32(0.5)
     return i / scale  # ASYMMETRIC
 
 
-def _resize_axis(node: LiteNode, size: int, out: int, scale: float, method: str):
+def _resize_axis(node: LiteNode, size: int, out: int, method: str):
     """(source index,) for NEAREST, (low index, high index, high weight) for LINEAR."""
     mode = str(node.attrs.get("coordinate_transform_mode", "ASYMMETRIC"))
-    x = _source_coords(out, size, scale, mode)
+    x = _source_coords(out, size, mode)
     if method == "NEAREST":
         rounding = _NEAREST_ROUNDING[str(node.attrs.get("nearest_mode", "NORMAL"))]
         return (np.clip(rounding(x), 0, size - 1).astype(np.int64),)
@@ -95,12 +101,12 @@ def _resize_axis(node: LiteNode, size: int, out: int, scale: float, method: str)
     return lo, hi, x - lo
 
 
-def _index_maps(node: LiteNode, h: int, w: int, oh: int, ow: int, sh: float, sw: float,
-                method: str, dtype: np.dtype) -> list[Packed]:
+def _index_maps(node: LiteNode, h: int, w: int, oh: int, ow: int, method: str,
+                dtype: np.dtype) -> list[Packed]:
     """The resize kernel's operands after x, each made when the Program is built."""
     def part(axis: int, i: int, shape: tuple[int, ...], dt: np.dtype) -> Packed:
         def make() -> np.ndarray:
-            maps = _resize_axis(node, h, oh, sh, method) if axis == 0 else _resize_axis(node, w, ow, sw, method)
+            maps = _resize_axis(node, h, oh, method) if axis == 0 else _resize_axis(node, w, ow, method)
             return maps[i].astype(dt, copy=False).reshape(shape)
         return Packed(shape, np.dtype(dt), make)
 
@@ -137,8 +143,7 @@ def resize_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered
             oh, ow = int(math.floor(h * float(vh) + 0.5)), int(math.floor(w * float(vw) + 0.5))
         if oh <= 0 or ow <= 0:
             raise InvalidModelError(f"{describe(node)}: output size {oh}x{ow} from {v.tolist()}")
-    sh, sw = (oh / h if h else 1.0), (ow / w if w else 1.0)
-    operands: list[int | np.ndarray | Packed] = [0, *_index_maps(node, h, w, oh, ow, sh, sw, method, x.dtype)]
+    operands: list[int | np.ndarray | Packed] = [0, *_index_maps(node, h, w, oh, ow, method, x.dtype)]
     planned = [("rows", (n, c, oh, w), x.dtype)]
     if method == "LINEAR":
         planned += [("top", (n, c, oh, w), x.dtype), ("left", (n, c, oh, ow), x.dtype)]
