@@ -245,7 +245,7 @@ def prelu_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     """Slope shared (one value) or per channel (axis 1, broadcast over the rest)."""
     x = ins[0]
     slope = const(node, ins, 1, "slope")
-    if slope.size == 1:
+    if slope.size == 1 and slope.ndim <= len(x.shape):
         slope = slope.reshape(())
     elif len(x.shape) >= 2 and slope.size == x.shape[1]:
         slope = per_channel(slope, len(x.shape))
