@@ -400,12 +400,9 @@ def _rejected(e: BaseException, oracle_error: dict | None, stage: str) -> dict:
                 oracle=oracle_error)
 
 
-def compare(got: list, want: list, finite_only: bool = False, rtol: float = 1e-3,
-            atol_scale: float = 1e-5, steps: list[float] | None = None) -> str | None:
-    """Why `got` differs from onnxruntime CPU's `want` (shape, then dtype, then values, at
-    `rtol` and atol max(1e-4, atol_scale * max|want|), or one of the output's quantization
-    `steps`); `finite_only` compares only where both are finite."""
-
+def structure_mismatch(got: list, want: list) -> str | None:
+    """Why outputs `got` cannot match onnxruntime CPU's `want` whatever their values: the
+    output count, then each output's shape and dtype; None when those agree."""
     if len(got) != len(want):
         return f"{len(got)} outputs, onnxruntime CPU gives {len(want)}"
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
@@ -414,6 +411,18 @@ def compare(got: list, want: list, finite_only: bool = False, rtol: float = 1e-3
             return f"output {i}: shape {g.shape}, onnxruntime CPU {w.shape}"
         if g.dtype != w.dtype:
             return f"output {i}: dtype {g.dtype}, onnxruntime CPU {w.dtype}"
+    return None
+
+
+def compare(got: list, want: list, finite_only: bool = False, rtol: float = 1e-3,
+            atol_scale: float = 1e-5, steps: list[float] | None = None) -> str | None:
+    """Why `got` differs from onnxruntime CPU's `want` (count, shapes, dtypes, then values, at
+    `rtol` and atol max(1e-4, atol_scale * max|want|), or one of the output's quantization
+    `steps`); `finite_only` compares only where both are finite."""
+    if (why := structure_mismatch(got, want)) is not None:
+        return why
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        g, w = np.asarray(g), np.asarray(w)
         if w.dtype.kind in "fc":
             if finite_only:
                 both = np.isfinite(g) & np.isfinite(w)

@@ -40,6 +40,7 @@ from typing import TextIO
 
 import numpy as np
 import onnx
+from fuzz_models import structure_mismatch
 from fuzz_op_families import FAMILIES, Draw
 from onnx import TensorProto, helper, numpy_helper
 
@@ -186,14 +187,10 @@ def compare(got: list, want: list, step: float = 0.0) -> str | None:
     """Why `got` differs from onnxruntime's `want`, or None: shapes and dtypes equal; floats
     np.allclose(rtol=RTOL, atol=ATOL, equal_nan=True) or, with a quantization `step`, within
     one step; anything else exactly."""
-    if len(got) != len(want):
-        return f"{len(got)} outputs, onnxruntime CPU gives {len(want)}"
+    if (why := structure_mismatch(got, want)) is not None:
+        return why
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         g, w = np.asarray(g), np.asarray(w)
-        if g.shape != w.shape:
-            return f"output {i}: shape {g.shape}, onnxruntime CPU {w.shape}"
-        if g.dtype != w.dtype:
-            return f"output {i}: dtype {g.dtype}, onnxruntime CPU {w.dtype}"
         if np.issubdtype(w.dtype, np.floating):
             rtol, atol = (0.0, step * STEP_SLACK) if step else (RTOL, ATOL)
             close = np.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
