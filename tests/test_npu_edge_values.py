@@ -172,3 +172,18 @@ def test_a_prelu_slope_that_widens_its_input_stays_on_the_cpu(x_shape, slope, y_
     got = sess.run(None, {"x": x})[0]
     assert got.shape == tuple(y_shape)
     np.testing.assert_array_equal(got, reference(model, {"x": x})[0])
+
+
+@pytest.mark.parametrize("bounds", [[], ["", "hi"], ["lo"]])
+def test_a_clip_without_a_bound_clips_infinities_to_the_float_range(bounds):
+    # ONNX's absent Clip bound is the type's lowest/highest value: onnxruntime gives
+    # -3.4e38 for -inf; the NPU kept -inf (tests/fuzz_ops.py, unary seed 26 case 101)
+    consts = [numpy_helper.from_array(np.array(v, np.float32), n)
+              for n, v in (("lo", -1.0), ("hi", 2.0)) if n in bounds]
+    model = make_model([helper.make_node("Clip", ["x", *bounds], ["y"])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], consts)
+    sess = InferenceSession(model, providers=NPU)
+    assert {n.device for n in sess.partition()} == {"NPU"}
+    x = np.array([-np.inf, np.inf, np.nan, 1.5], np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], reference(model, {"x": x})[0])

@@ -171,20 +171,23 @@ def prelu(ctx, node):
     return [emit(ctx, node, "PReLUFusion", {"channel_shared": channel_shared}, node.inputs)]
 
 
-def _clip_bounds(ctx, node) -> tuple[float, float]:
+def _clip_bounds(ctx, node, dtype: np.dtype) -> tuple[float, float]:
+    """(min, max); an absent bound is the type's finite limit, as ONNX defines it, so that
+    an infinity is clipped to it (onnxruntime gives -3.4e38 for -inf; -inf stayed -inf)."""
+    limits = np.finfo(dtype)
     if ctx.opset < 11:
-        return (float(node.attrs.get("min", -np.inf)), float(node.attrs.get("max", np.inf)))
+        return (float(node.attrs.get("min", limits.min)), float(node.attrs.get("max", limits.max)))
     lo = const_input(ctx, node, 1, "min")
     hi = const_input(ctx, node, 2, "max")
-    return (-np.inf if lo is None else float(lo), np.inf if hi is None else float(hi))
+    return (float(limits.min if lo is None else lo), float(limits.max if hi is None else hi))
 
 
 @IMPORTERS.register("Clip")
 def clip(ctx, node):
-    lo, hi = _clip_bounds(ctx, node)
     dtype = ctx.dtype(node.inputs[0])
     if dtype is None or dtype.kind != "f":
         raise Unmappable("Clip on a non-float (or unknown) type")
+    lo, hi = _clip_bounds(ctx, node, dtype)
     if (lo, hi) == (0.0, 6.0):
         return [emit(ctx, node, "Activation", {"activation_type": "RELU6"}, node.inputs[:1])]
     return [emit(ctx, node, "Clip", {"min": lo, "max": hi}, node.inputs[:1])]
