@@ -675,6 +675,112 @@ def draw_qdq(rng: np.random.Generator) -> Draw:
     return Draw(nodes, graph_inputs, inits, 17, main=main, feeds=feeds, step=ys, notes=notes)
 
 
+# ---- the chains: what the NPU's graph rewrites and fusions see ---------------------------------
+
+CHAIN_STEPS = ["conv1", "conv3", "dwconv", "bn", "addc", "mulc", "relu", "clip6", "sigmoid",
+               "silu", "hswish_ops", "hardswish", "leaky", "residual", "maxpool", "concat",
+               "nhwc_round_trip"]
+
+
+class _Chain:
+    """A growing NCHW chain: its nodes, constants and the shape of each value."""
+
+    def __init__(self, rng: np.random.Generator, shape: list[int]):
+        self.rng, self.nodes, self.inits = rng, [], []
+        self.shapes = {"x": list(shape)}
+        self.cur = "x"
+
+    def name(self, stem: str) -> str:
+        return f"{stem}{len(self.nodes)}"
+
+    def const(self, value: np.ndarray) -> str:
+        name = self.name("k") + f"_{len(self.inits)}"
+        self.inits.append(const(name, value))
+        return name
+
+    def add(self, op: str, inputs: list[str], shape: list[int], **attrs) -> str:
+        out = self.name("v")
+        self.nodes.append(helper.make_node(op, inputs, [out], name=f"{op}_{len(self.nodes)}",
+                                           **attrs))
+        self.shapes[out] = list(shape)
+        self.cur = out
+        return out
+
+    def conv(self, out_c: int, k: int, group: int = 1) -> None:
+        n, c, h, w = self.shapes[self.cur]
+        weight = normal(self.rng, [out_c, c // group, k, k], 1 / np.sqrt(c // group * k * k))
+        ins = [self.cur, self.const(weight)]
+        if self.rng.random() < 0.7:
+            ins.append(self.const(normal(self.rng, [out_c], 0.1)))
+        self.add("Conv", ins, [n, out_c, h, w], kernel_shape=[k, k], pads=[k // 2] * 4,
+                 group=group)
+
+
+def _chain_step(chain: _Chain, step: str, values: list[str]) -> None:
+    """Append one step (values: every NCHW value so far, for residuals and concats)."""
+    rng, x = chain.rng, chain.cur
+    n, c, h, w = shape = chain.shapes[x]
+    per_channel = [1, c, 1, 1]
+    if step == "conv1":
+        chain.conv(int(rng.integers(1, 33)), 1)
+    elif step == "conv3":
+        chain.conv(int(rng.integers(1, 33)), 3)
+    elif step == "dwconv":
+        chain.conv(c, 3, group=c)
+    elif step == "bn":
+        args = [normal(rng, [c]), normal(rng, [c]), normal(rng, [c]),
+                (rng.random(c) + 0.5).astype(np.float32)]
+        chain.add("BatchNormalization", [x, *map(chain.const, args)], shape)
+    elif step in ("addc", "mulc"):
+        value = normal(rng, pick(rng, [per_channel, [1], []]))
+        chain.add("Add" if step == "addc" else "Mul", [x, chain.const(value)], shape)
+    elif step in ("relu", "sigmoid", "hardswish"):
+        chain.add({"relu": "Relu", "sigmoid": "Sigmoid", "hardswish": "HardSwish"}[step], [x],
+                  shape)
+    elif step == "leaky":
+        chain.add("LeakyRelu", [x], shape, alpha=0.1)
+    elif step == "clip6":
+        chain.add("Clip", [x, chain.const(np.float32(0)), chain.const(np.float32(6))], shape)
+    elif step == "silu":
+        chain.add("Mul", [x, chain.add("Sigmoid", [x], shape)], shape)
+    elif step == "hswish_ops":  # x * clip(x + 3, 0, 6) / 6, the OCR models' spelling
+        shifted = chain.add("Add", [x, chain.const(np.float32(3))], shape)
+        clipped = chain.add("Clip", [shifted, chain.const(np.float32(0)),
+                                     chain.const(np.float32(6))], shape)
+        chain.add("Div", [chain.add("Mul", [x, clipped], shape), chain.const(np.float32(6))],
+                  shape)
+    elif step == "residual":
+        same = [v for v in values if chain.shapes[v] == shape and v != x]
+        if same:
+            chain.add("Add", [x, pick(rng, same)], shape)
+    elif step == "maxpool" and h >= 2 and w >= 2:
+        chain.add("MaxPool", [x], [n, c, h // 2, w // 2], kernel_shape=[2, 2], strides=[2, 2])
+    elif step == "concat":
+        same = [v for v in values if chain.shapes[v][2:] == shape[2:]]
+        other = pick(rng, same)
+        chain.add("Concat", [x, other], [n, c + chain.shapes[other][1], h, w], axis=1)
+    elif step == "nhwc_round_trip":  # a layout change and back, which rewrites may cancel
+        nhwc = chain.add("Transpose", [x], [n, h, w, c], perm=[0, 2, 3, 1])
+        if rng.random() < 0.5:
+            nhwc = chain.add("Relu", [nhwc], [n, h, w, c])
+        chain.add("Transpose", [nhwc], shape, perm=[0, 3, 1, 2])
+
+
+def draw_chain(rng: np.random.Generator) -> Draw:
+    """2-7 steps of convolutions, normalization, activations (also as their op patterns),
+    residual adds, pooling, concats and layout round trips on one NCHW input."""
+    shape = [int(rng.integers(1, 3)), int(rng.integers(1, 17)), *ints(rng, 1, 20, 2)]
+    chain = _Chain(rng, shape)
+    values = ["x"]
+    for _ in range(int(rng.integers(2, 8))):
+        _chain_step(chain, pick(rng, CHAIN_STEPS), values)
+        values.append(chain.cur)
+    if not chain.nodes:
+        chain.add("Relu", ["x"], shape)
+    return Draw(chain.nodes, [tensor("x", shape)], chain.inits, 17,
+                notes=dict(steps=[node.op_type for node in chain.nodes]))
+
+
 FAMILIES: dict[str, Callable[[np.random.Generator], Draw]] = {
     "conv": draw_conv,
     "convt": draw_convt,
@@ -696,4 +802,5 @@ FAMILIES: dict[str, Callable[[np.random.Generator], Draw]] = {
     "where": draw_where,
     "rnn": draw_rnn,
     "qdq": draw_qdq,
+    "chain": draw_chain,
 }
