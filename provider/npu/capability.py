@@ -145,10 +145,14 @@ def _check(model: LiteModel, node: LiteNode, consts: set[int]) -> str | None:
             if name is not None and name not in row.dtypes:
                 return f"dtype {name} of {model.tensors[t].name!r} (NPU takes {', '.join(sorted(row.dtypes))})"
     lo, hi = row.rank
-    if node.inputs and node.inputs[0] not in consts and model.tensors[node.inputs[0]].shape:
-        rank = len(model.tensors[node.inputs[0]].shape)
-        if not lo <= rank <= hi:
-            return f"input rank {rank} (NPU takes {lo}..{hi})"
+    for i, t in enumerate(node.inputs[:row.ranked]):
+        # (a rank known where the sizes are not: without this, a shape seen at run time
+        # failed the run instead of leaving the node on the CPU)
+        if (i or t not in consts) and model.tensors[t].shape:
+            rank = len(model.tensors[t].shape)
+            if not lo <= rank <= hi:
+                which = f"input {i} rank" if i else "input rank"
+                return f"{which} {rank} (NPU takes {lo}..{hi})"
     for i in row.const_inputs:
         if i < len(node.inputs) and node.inputs[i] not in consts:
             return f"input {i} ({model.tensors[node.inputs[i]].name!r}) is computed at run time"

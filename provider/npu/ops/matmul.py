@@ -111,7 +111,7 @@ def _matmul_shape(node: LiteNode, a: Shape, b: Shape) -> Shape:
     return (*broadcast(node, a[:-2], b[:-2]), a[-2], b[-1])
 
 
-@define("MatMulFusion", dtypes=FLOAT, check=FUSED, rank=(2, 99), kernels=("matmul",))
+@define("MatMulFusion", dtypes=FLOAT, check=FUSED, rank=(2, 99), ranked=2, kernels=("matmul",))
 def matmul_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     a, b = ins[0], ins[1]
     ta, tb = bool(node.attrs.get("transpose_a", False)), bool(node.attrs.get("transpose_b", False))

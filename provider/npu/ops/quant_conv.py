@@ -293,7 +293,7 @@ def qmatmul(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: 
     _requant(np.matmul(a, b), np.float32(attrs["mult"]), attrs["zy"], lo, hi, outputs[0])
 
 
-@define("MatMulFusion", dtypes=CODES, quant=QUANT_ALL, rank=(2, 99),
+@define("MatMulFusion", dtypes=CODES, quant=QUANT_ALL, rank=(2, 99), ranked=2,
         kernels=("qdense", "qmatmul"), note="constant B per tensor or per column")
 def qmatmul_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     a, b, y = ins[0], ins[1], out_types[0]

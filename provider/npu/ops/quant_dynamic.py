@@ -81,7 +81,7 @@ def _zero_point(node: LiteNode, ins: Sequence[TensorInfo], i: int, of: TensorInf
                                 f"{count} channels")
 
 
-@define("MatMulFusion", dtypes=CODES | {"int32"}, quant=QUANT_DYNAMIC, rank=(2, 99),
+@define("MatMulFusion", dtypes=CODES | {"int32"}, quant=QUANT_DYNAMIC, rank=(2, 99), ranked=2,
         kernels=("qmatmul_int32",), note="ONNX MatMulInteger: int32 sums")
 def qmatmul_int32_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     if len(ins) != 4:

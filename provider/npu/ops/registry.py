@@ -53,7 +53,8 @@ class OpDef:
 
     `dtypes` are the allowed run-time dtypes of its tensors (empty: any); `check` looks at
     attributes only; `const_inputs` are the input positions that must be compile-time
-    constants; `rank` bounds the declared rank of run-time input 0; `kernels` are the
+    constants; `rank` bounds the declared rank of run-time input 0 (and of inputs 1 ..
+    `ranked` - 1, constant or not: a MatMul's B); `kernels` are the
     kernel keys `rule` may emit (besides "", an alias or a compile-time value); `note` is
     the constraints column of capability's table.
     """
@@ -67,6 +68,7 @@ class OpDef:
     kernels: tuple[str, ...] = ()
     note: str = ""
     quant: str = "QUANT_NONE"
+    ranked: int = 1
 
     @property
     def key(self) -> str:
@@ -105,14 +107,14 @@ NATIVE: dict[str, NativeLowering] = {}
 
 def define(*ops: str, dtypes: frozenset[str], check: Check | None = None,
            const_inputs: tuple[int, ...] = (), rank: tuple[int, int] = (0, 99),
-           kernels: tuple[str, ...] = (), note: str = "", quant: str = "QUANT_NONE"
-           ) -> Callable[[Rule], Rule]:
+           kernels: tuple[str, ...] = (), note: str = "", quant: str = "QUANT_NONE",
+           ranked: int = 1) -> Callable[[Rule], Rule]:
     """Decorator registering the rule as the lowering of each Lite primitive in `ops` (their
     `quant` form), with the static row given (see OpDef); decorators stack for primitives
     sharing one rule with other rows. Defining a primitive twice is an error."""
 
     def deco(fn: Rule) -> Rule:
-        defs = [OpDef(op, fn, dtypes, check, const_inputs, rank, kernels, note, quant)
+        defs = [OpDef(op, fn, dtypes, check, const_inputs, rank, kernels, note, quant, ranked)
                 for op in ops]
         twice = [d.key for d in defs if d.key in OPS]
         if twice:
