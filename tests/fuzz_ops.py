@@ -50,6 +50,7 @@ RTOL = 1e-4
 ATOL = 1e-4
 STEP_SLACK = 1.01  # a QDQ output may be this many output quantization steps off
 SPECIALS_P = 0.1  # chance that a case with `specials` sprinkles them into its float32 feeds
+DYNAMIC_P = 0.25  # chance that some graph input dims are symbolic (named, not numbers)
 
 
 # ---- a case: the model and its feeds -----------------------------------------------------------
@@ -63,6 +64,7 @@ class Case:
     model: onnx.ModelProto
     feeds: dict[str, np.ndarray]
     npu_threads: int
+    symbolic: list[str]  # graph input dims named in the model, known only from the feeds
 
     @property
     def main(self) -> onnx.NodeProto:
@@ -80,6 +82,8 @@ class Case:
             text += f" consts={consts}"
         if self.draw.notes:
             text += f" {self.draw.notes}"
+        if self.symbolic:
+            text += f" symbolic={self.symbolic}"
         return text + f" npu_threads={self.npu_threads}"
 
     def replay(self) -> str:
@@ -114,7 +118,15 @@ def make_case(family: str, seed: int, index: int) -> Case:
     for info in draw.inputs:
         if feeds[info.name] is None:
             feeds[info.name] = random_feed(rng, info, specials)
-    return Case(family, seed, index, draw, model, feeds, int(rng.integers(1, 3)))
+    threads = int(rng.integers(1, 3))
+    symbolic = []
+    if rng.random() < DYNAMIC_P:  # the shapes the NPU compiles for at run time
+        for info in model.graph.input:
+            for j, dim in enumerate(info.type.tensor_type.shape.dim):
+                if rng.random() < 0.5:
+                    dim.dim_param = f"{info.name}_{j}"
+                    symbolic.append(dim.dim_param)
+    return Case(family, seed, index, draw, model, feeds, threads, symbolic)
 
 
 def _output_types(model: onnx.ModelProto) -> dict[str, int]:
