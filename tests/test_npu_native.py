@@ -635,7 +635,8 @@ def block_model(r, *, c=8, e=24, hw=(9, 9), stride=(1, 1), n=1, expand_k=(1, 1),
     """(model, feeds): conv "a" (1x1 expand unless expand_k; expand_act, a bias unless not
     expand_bias) -> depthwise "d" (dw_k, channel multiplier `mult`) -> 1x1 project "y". `also`
     adds readers of "a": "output" (a graph output), "add" (a + a, on numpy), "pool" (a native
-    max pool), "dw2" (a second depthwise conv), each an output of its own."""
+    max pool), "dw2" (a second depthwise conv), each an output of its own, or "concat" (a
+    concat of "d" and "a" times 1.5: the concat vanishes, a part of its output buffer)."""
     x = randn(r, n, c, *hw)
     pad = [k // 2 for k in expand_k for _ in (0, 1)]
     e_out, d_out = e, e * mult
@@ -664,6 +665,11 @@ def block_model(r, *, c=8, e=24, hw=(9, 9), stride=(1, 1), n=1, expand_k=(1, 1),
         nodes.append(("Conv2DFusion", conv_attrs(e_out, d_out, (3, 3), stride, pads=(1, 1, 1, 1),
                                                  group=e_out), ["a", "wd2"], "d2"))
         outputs.append("d2")
+    if "concat" in also:
+        tensors["s"] = (np.array(1.5, np.float32), True)
+        nodes.append(("Concat", {"axis": 1}, ["d", "a"], "cat"))
+        nodes.append(("MulFusion", {"activation_type": "NO_ACTIVATION"}, ["cat", "s"], "m"))
+        outputs.append("m")
     return graph(nodes, tensors, outputs), {"x": x}
 
 
@@ -705,6 +711,9 @@ def test_gemm_to_depthwise_tensor_is_channels_last(case, vector_width):
     {"also": ("pool",)},                   # a native step other than a depthwise conv reads it
     {"mult": 2},                           # a depthwise conv with 2 outputs per channel
     {"expand_k": (3, 3), "c": 32, "e": 16, "hw": (28, 28)},  # a direct conv writes it
+    # a part of an elided concat, read (through the concat's buffer) after its last reader:
+    # stored channels last, its part of the product came out transposed (tests/fuzz_ops.py)
+    {"also": ("concat",)},
 ], ids=str)
 def test_tensor_stays_planar_unless_every_reader_takes_channels_last(case):
     model, feeds = block_model(rng(8), **case)

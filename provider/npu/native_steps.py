@@ -119,7 +119,7 @@ def channels_last(program: Program, steps: Sequence[native.Step | None]) -> list
             continue
         if not all(_reads_channels_last(steps[u], index) for u in users):
             continue
-        if _shares_memory(program, index, spans, arena):
+        if _shares_memory(program, index, spans, arena, writers):
             continue
         producer.p[_C_YCL] = 1
         for u in users:
@@ -140,15 +140,17 @@ def _reads_channels_last(step: native.Step | None, index: int) -> bool:
 
 
 def _shares_memory(program: Program, index: int, spans: dict[int, list[int]],
-                   arena: list[tuple[int, Slot]]) -> bool:
+                   arena: list[tuple[int, Slot]], writers: dict[int, list[int]]) -> bool:
     """Whether another arena slot in `arena` ((index, slot) pairs) overlaps slot `index`'s
-    bytes while both are in use."""
+    bytes while both are in use, or ever reads them: a slot no step writes is a view of
+    what others wrote (an elided concat's output, read after its parts' last use: a part
+    stored channels last came out transposed there)."""
     slot, (first, last) = program.slots[index], spans[index]
     for other, s in arena:
         if other == index:
             continue
         if s.offset < slot.offset + slot.nbytes and slot.offset < s.offset + s.nbytes:
-            if spans[other][0] <= last and first <= spans[other][1]:
+            if other not in writers or (spans[other][0] <= last and first <= spans[other][1]):
                 return True
     return False
 
