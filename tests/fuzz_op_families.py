@@ -1,7 +1,7 @@
 """The op families of tests/fuzz_ops.py: one generator per family draws a small random
 model (mostly one node) and how to feed and compare it, from a numpy Generator alone.
 
-Twenty generators of 20-70 lines each, kept in one module (over ~400 lines) so that the
+Twenty-one generators of 20-110 lines each, kept in one module (over ~400 lines) so that the
 families, their shared helpers and the registry at the end read as one list.
 
 Feeds are random normal floats and small integers; in one case in ten of the single-op
