@@ -21,10 +21,27 @@ DEFAULT_CASES = 80  # per family: ~11 s for all of them on 2 cores
 SLOW_CASES = 400  # ~60 s
 
 
+# onnxruntime 1.23 (what Python 3.10 gets) is no oracle for these families, checked against
+# 1.32, which agrees with the NPU on them: its Pad with negative pads reads out of bounds
+# (garbage values, a segfault), its ConvTranspose is wrong with some output_shape / dilation
+# / pad mixes, and its TopK and Erf treat NaN their own way.
+OLD_ORT_UNRELIABLE = {"pad", "convt", "argtopk", "unary"}
+
+
+def families() -> list[str]:
+    """The families onnxruntime here can judge."""
+    import onnxruntime as ort
+
+    version = tuple(int(v) for v in ort.__version__.split(".")[:2])
+    skip = OLD_ORT_UNRELIABLE if version < (1, 24) else set()
+    return [name for name in fo.FAMILIES if name not in skip]
+
+
 def _fuzz(tmp_path: Path, seed: int, cases: int, timeout: float) -> str:
-    """Run every family in a child; on failure, say how it failed and which cases."""
-    argv = [sys.executable, str(SCRIPT), "--family", "all", "--seed", str(seed),
-            "--cases", str(cases)]
+    """Run the families in a child; on failure, say how it failed and which cases."""
+    argv = [sys.executable, str(SCRIPT), "--seed", str(seed), "--cases", str(cases)]
+    for name in families():
+        argv += ["--family", name]
     done = subprocess.run(argv, cwd=tmp_path, env=child_env(), capture_output=True, text=True,
                           timeout=timeout)
     lines = done.stdout.splitlines()
@@ -46,7 +63,7 @@ def test_every_family_matches_onnxruntime(tmp_path):
     for line in summary.splitlines()[2:-1]:
         name, *words = line.split()
         counts[name] = dict(zip(words[::2], map(int, words[1::2]), strict=True))
-    assert counts.keys() == fo.FAMILIES.keys(), summary
+    assert list(counts) == families(), summary
     for family, n in counts.items():  # a family that never reaches the NPU tests nothing
         assert n["ran"] >= DEFAULT_CASES // 2 and n["on_npu"] >= 3, (family, summary)
 
