@@ -32,8 +32,9 @@ def families() -> list[str]:
     """The families onnxruntime here can judge."""
     import onnxruntime as ort
 
-    version = tuple(int(v) for v in ort.__version__.split(".")[:2])
-    skip = OLD_ORT_UNRELIABLE if version < (1, 24) else set()
+    from provider.ort.abi import runtime_api_version
+
+    skip = OLD_ORT_UNRELIABLE if runtime_api_version(ort.__version__) < 24 else set()
     return [name for name in fo.FAMILIES if name not in skip]
 
 
