@@ -82,6 +82,21 @@ def _gated_frames() -> int:
     return count
 
 
+@gated
+def free(owner: object) -> None:
+    """Drop `owner`'s attributes as one gated call (from its `__del__`): they hold onnxruntime
+    objects whose C++ destructors call back into the NPU EP (a session releases its partitions,
+    EP and allocator; a binding its NPU outputs; the node descriptions `get_inputs` returned
+    keep the session alive). Freed outside the gate, a daemon thread between two of those
+    callbacks let the exit go on, then unwound through the destructor when it wanted the GIL
+    back (an abort)."""
+    enter()
+    try:
+        vars(owner).clear()
+    finally:
+        leave()
+
+
 def drain() -> None:
     """Stop new calls from other threads; wait for the calls in flight (run at exit)."""
     global closing

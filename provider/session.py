@@ -177,6 +177,9 @@ class InferenceSession(ort.InferenceSession):
             return
         self._build(path_or_bytes, sess_options, npu, kwargs, None)
 
+    def __del__(self, _free=exit_gate.free) -> None:
+        _free(self)  # onnxruntime's session is freed inside the exit gate
+
     @_cyclic_gc_paused()
     def _build(self, path_or_bytes: Any, sess_options: ort.SessionOptions | None,
                npu: NpuOptions, kwargs: dict, family: Family | None) -> None:
@@ -399,6 +402,9 @@ class CheckedIOBinding(ort.IOBinding):
         super().__init__(session)
         self._inputs = {i.name: i for i in session.get_inputs()}
         self._outputs = {o.name: o for o in session.get_outputs()}
+
+    def __del__(self, _free=exit_gate.free) -> None:
+        _free(self)  # frees its NPU outputs (and may hold the session)
 
     def bind_ortvalue_input(self, name: str, ortvalue: ort.OrtValue) -> None:
         _check(self._inputs, "input", name, ORT_TYPE_TO_NUMPY.get(ortvalue.data_type()), ortvalue.shape())
