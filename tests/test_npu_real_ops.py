@@ -4,7 +4,7 @@ and ONNX -> Lite -> .ms -> Lite -> ONNX run by onnxruntime against the original.
 
 Recurrent layers (LSTM, GRU: directions, sequence lengths, initial states, absent outputs),
 1-D convolution and pooling, Range / Size / shape chains folded per shape, GatherND,
-run-time Gather indices, IsNaN / IsInf, HardSigmoid of any alpha/beta, Reshape allowzero,
+run-time Gather indices, IsNaN / IsInf, HardSigmoid of any alpha/beta, Gemm of any alpha/beta/C, Reshape allowzero,
 Resize with scales of a run-time size, int64 index arithmetic and Cast of non-finite values.
 """
 
@@ -279,6 +279,29 @@ def test_isnan_isinf_and_hardsigmoid_of_any_alpha_beta():
                       for n in ("nan", "inf", "pos", "neg")]
                      + [helper.make_tensor_value_info(n, F, None) for n in ("hs", "hs6")])
     check(model, [{"x": x}])
+
+
+@pytest.mark.parametrize("constant", [True, False])
+def test_gemm_of_any_alpha_beta_and_c_runs_whole_on_the_npu(constant):
+    """C of every broadcastable shape, scaled products, transposes: B and C constant (their
+    factors folded at import) or fed at run time (scaled on the NPU)."""
+    rng = np.random.default_rng(5)
+    cases = [(dict(alpha=0.5, beta=2.0, transA=1), [6, 3], [6, 4], [3, 1]),
+             (dict(alpha=-1.3, transB=1), [3, 6], [4, 6], [1, 4]),
+             (dict(beta=0.7), [3, 6], [6, 4], [3, 4]),
+             (dict(alpha=3.0), [3, 6], [6, 4], [4]),
+             (dict(beta=0.0), [3, 6], [6, 4], [1])]
+    for attrs, a_shape, b_shape, c_shape in cases:
+        b, c = randn(rng, *b_shape), randn(rng, *c_shape)
+        inputs = [helper.make_tensor_value_info("a", F, a_shape)]
+        if not constant:
+            inputs += [helper.make_tensor_value_info("b", F, b_shape),
+                       helper.make_tensor_value_info("c", F, c_shape)]
+        model = model_of([helper.make_node("Gemm", ["a", "b", "c"], ["y"], **attrs)], inputs,
+                         [helper.make_tensor_value_info("y", F, None)],
+                         {"b": b, "c": c} if constant else {})
+        feeds = {"a": randn(rng, *a_shape)} | ({} if constant else {"b": b, "c": c})
+        check(model, [feeds])
 
 
 def test_resize_by_whole_scales_of_a_run_time_size():

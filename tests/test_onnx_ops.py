@@ -85,10 +85,31 @@ def test_gemm_transb_is_full_connection_else_matmul_fusion():
     assert check(m, ["MatMulFusion"]).nodes[0].attrs["transpose_a"] is True
 
 
-def test_gemm_with_alpha_is_custom():
+def test_gemm_alpha_beta_and_any_c_map_to_a_product_then_a_sum():
+    b = rng.standard_normal((4, 3)).astype(np.float32)
+    c = rng.standard_normal((2, 1)).astype(np.float32)
+    gemm = helper.make_node("Gemm", ["x", "b", "c"], ["y"], alpha=2.0, beta=0.5)
+    # constant B and C take their factors at import: B stays a weight
+    m = model_of([gemm], [vi("x", [2, 4])], [vi("y", [2, 3])], {"b": b, "c": c})
+    lite = check(m, ["MatMulFusion", "AddFusion"])
+    weight = lite.tensors[lite.nodes[0].inputs[1]].data
+    assert weight is not None and np.array_equal(weight, 2 * b)
+    # run-time B and C: both factors are nodes
+    m = model_of([gemm], [vi("x", [2, 4]), vi("b", [4, 3]), vi("c", [2, 1])], [vi("y", [2, 3])])
+    check(m, ["MulFusion", "MatMulFusion", "MulFusion", "AddFusion"])
+    # beta 0: C is not read; a [1, n] C is no bias vector
+    m = model_of([helper.make_node("Gemm", ["x", "b", "c"], ["y"], beta=0.0)],
+                 [vi("x", [2, 4])], [vi("y", [2, 3])], {"b": b, "c": c})
+    check(m, ["MatMulFusion"])
+    m = model_of([helper.make_node("Gemm", ["x", "b", "c"], ["y"])],
+                 [vi("x", [2, 4])], [vi("y", [2, 3])], {"b": b, "c": rng.standard_normal((1, 3)).astype(np.float32)})
+    check(m, ["MatMulFusion", "AddFusion"])
+
+
+def test_gemm_with_alpha_on_integers_is_custom():
     m = model_of([helper.make_node("Gemm", ["x", "b"], ["y"], alpha=2.0)],
-                 [vi("x", [2, 4])], [vi("y", [2, 3])],
-                 {"b": np.ones((4, 3), np.float32)})
+                 [vi("x", [2, 4], TensorProto.INT32)], [vi("y", [2, 3], TensorProto.INT32)],
+                 {"b": np.ones((4, 3), np.int32)})
     lite, report = import_onnx(m)
     assert [n.op for n in lite.nodes] == ["Custom"]
     assert "alpha" in report.custom[0].reason

@@ -155,23 +155,53 @@ def conv_transpose(ctx, node):
 
 @IMPORTERS.register("Gemm")
 def gemm(ctx, node):
+    """alpha * A' B' + beta * C. One dense node when alpha = beta = 1 and C is a bias vector
+    (or absent); otherwise a product, then the scale and the sum as their own nodes (a
+    constant B or C takes its factor at import, so B stays a constant weight)."""
     a = node.attrs
-    if a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0:
-        raise Unmappable("alpha/beta other than 1")
     trans_a, trans_b = bool(a.get("transA", 0)), bool(a.get("transB", 0))
-    bias = present(node, 2)
+    alpha, beta = a.get("alpha", 1.0), a.get("beta", 1.0)
+    bias = present(node, 2) if beta != 0 else ""  # beta 0: C is never read
+    b_shape, c_shape = ctx.shape(node.inputs[1]), ctx.shape(bias) if bias else None
+    n = None if b_shape is None else b_shape[0 if trans_b else 1]
+    fused_bias = not bias or (beta == 1.0 and c_shape is not None and len(c_shape) == 1
+                              and isinstance(n, int) and c_shape[0] == n)
+    if alpha == 1.0 and fused_bias:
+        inputs = [i for i in node.inputs[:3] if i] if bias else node.inputs[:2]
+        if not trans_a and trans_b:
+            attrs = {"has_bias": bool(bias), "use_axis": False, "activation_type": NO_ACT}
+            return [emit(ctx, node, "FullConnection", attrs, inputs)]
+        attrs = {"transpose_a": trans_a, "transpose_b": trans_b, "activation_type": NO_ACT}
+        return [emit(ctx, node, "MatMulFusion", attrs, inputs)]
+    dtype = ctx.dtype(node.inputs[0])
+    if dtype is None or dtype.kind != "f":
+        raise Unmappable("alpha/beta other than 1 or a C other than a bias vector, on a "
+                         "non-float (or unknown) type")
+    out, nodes = node.outputs[0], []
+    weight, b_value = node.inputs[1], ctx.const_value(node.inputs[1])
+    if alpha != 1.0 and b_value is not None:  # B stays a constant weight
+        weight, alpha = ctx.const(f"{out}/alpha_B", b_value * dtype.type(alpha)), 1.0
+    chain = [("MatMulFusion", {"transpose_a": trans_a, "transpose_b": trans_b,
+                               "activation_type": NO_ACT}, [node.inputs[0], weight])]
+    if alpha != 1.0:
+        chain.append(("MulFusion", {"activation_type": NO_ACT},
+                      [ctx.const(f"{out}/alpha", np.array(alpha, dtype))]))
     if bias:
-        b_shape = ctx.shape(node.inputs[1])
-        c_shape = ctx.shape(bias)
-        n = None if b_shape is None else b_shape[0 if trans_b else 1]
-        if c_shape is None or len(c_shape) != 1 or not isinstance(n, int) or c_shape[0] != n:
-            raise Unmappable("bias C is not a vector of the output width")
-    inputs = [i for i in node.inputs if i]
-    if not trans_a and trans_b:
-        attrs = {"has_bias": bool(bias), "use_axis": False, "activation_type": NO_ACT}
-        return [emit(ctx, node, "FullConnection", attrs, inputs)]
-    attrs = {"transpose_a": trans_a, "transpose_b": trans_b, "activation_type": NO_ACT}
-    return [emit(ctx, node, "MatMulFusion", attrs, inputs)]
+        term, c_value = bias, ctx.const_value(bias)
+        if beta != 1.0 and c_value is not None:
+            term = ctx.const(f"{out}/beta_C", c_value * dtype.type(beta))
+        elif beta != 1.0:
+            term = intermediate(ctx, f"{out}/beta_C", dtype)
+            factor = ctx.const(f"{out}/beta", np.array(beta, dtype))
+            nodes.append(emit(ctx, node, "MulFusion", {"activation_type": NO_ACT},
+                              [bias, factor], [term]))
+        chain.append(("AddFusion", {"activation_type": NO_ACT}, [term]))
+    value: str | int = ""
+    for k, (op, attrs, operands) in enumerate(chain):  # each link reads the one before
+        target = out if k == len(chain) - 1 else intermediate(ctx, f"{out}/{op}", dtype)
+        nodes.append(emit(ctx, node, op, attrs, ([value] if k else []) + operands, [target]))
+        value = target
+    return nodes
 
 
 @IMPORTERS.register("MatMul")
