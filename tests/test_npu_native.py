@@ -1196,9 +1196,10 @@ SPECIAL = np.array([0.0, -0.0, 1e-8, -3e-4, 0.19, -0.21, 1.0, -2.5, 9.0, -15.0, 
 
 
 @pytest.mark.parametrize("op", ["Sqrt", "Erf", "Neg", "Abs", "Reciprocal", "Floor", "Ceil",
-                                "Square", "ExpFusion"])
+                                "Round", "Square", "ExpFusion"])
 def test_unary_math_runs_natively_like_numpy(op):
-    x = np.concatenate([SPECIAL, randn(rng(20), 200) * 3]).reshape(8, 27)
+    ties = np.arange(-5.5, 5.0, 0.5, dtype=np.float32)  # Round: half to even
+    x = np.concatenate([SPECIAL, ties, randn(rng(20), 195) * 3]).reshape(8, 29)
     with np.errstate(invalid="ignore", divide="ignore"):
         _native_matches_numpy(lite_graph(op, {}, [("x", x, False)]), {"x": x})
 

@@ -4,7 +4,8 @@ and ONNX -> Lite -> .ms -> Lite -> ONNX run by onnxruntime against the original.
 
 Recurrent layers (LSTM, GRU: directions, sequence lengths, initial states, absent outputs),
 1-D convolution and pooling, Range / Size / shape chains folded per shape, GatherND,
-run-time Gather indices, IsNaN / IsInf, HardSigmoid of any alpha/beta, Gemm of any alpha/beta/C, Reshape allowzero,
+run-time Gather indices, IsNaN / IsInf, HardSigmoid of any alpha/beta, Gemm of any alpha/beta/C, Round / Sign / Selu /
+ThresholdedRelu / Mod / Mean / n-ary Sum, Reshape allowzero,
 Resize with scales of a run-time size, int64 index arithmetic and Cast of non-finite values.
 """
 
@@ -302,6 +303,42 @@ def test_gemm_of_any_alpha_beta_and_c_runs_whole_on_the_npu(constant):
                          {"b": b, "c": c} if constant else {})
         feeds = {"a": randn(rng, *a_shape)} | ({} if constant else {"b": b, "c": c})
         check(model, [feeds])
+
+
+def test_round_sign_selu_thresholded_relu_mean_and_sum():
+    """Ties round to even (natively as in numpy); -inf and NaN below the threshold give 0."""
+    x = np.array([[0.5, 1.5, 2.5, -0.5, -2.5, 0.49999997, -np.inf, np.nan, 3.7, -1.2, 0.0, 2.0]],
+                 np.float32)
+    rng = np.random.default_rng(3)
+    b, c = randn(rng, 1, 12), randn(rng, 3, 1)
+    nodes = [helper.make_node("Round", ["x"], ["round"]),
+             helper.make_node("Sign", ["x"], ["sign"]),
+             helper.make_node("Selu", ["x"], ["selu"]),
+             helper.make_node("Selu", ["x"], ["selu2"], alpha=1.5, gamma=0.5),
+             helper.make_node("ThresholdedRelu", ["x"], ["thr"], alpha=0.7),
+             helper.make_node("Mean", ["x", "b", "c"], ["mean"]),
+             helper.make_node("Sum", ["x", "b", "c"], ["sum"]),
+             helper.make_node("Sum", ["x"], ["sum1"])]
+    outs = ["round", "sign", "selu", "selu2", "thr", "mean", "sum", "sum1"]
+    model = model_of(nodes, [helper.make_tensor_value_info(n, F, [r, 12]) for n, r in
+                             (("x", 1), ("b", 1))] + [helper.make_tensor_value_info("c", F, [3, 1])],
+                     [helper.make_tensor_value_info(n, F, None) for n in outs])
+    check(model, [{"x": x, "b": b, "c": c}])
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float32])
+def test_mod_floor_and_c_fmod(dtype):
+    a = np.array([7, -7, 7, -7, 0, 5, -3, 11], dtype)
+    b = np.array([3, 3, -3, -3, 2, -5, 4, 1], dtype)
+    if dtype == np.float32:
+        a, b = a + np.float32(0.25), b * np.float32(1.5)
+    nodes = [helper.make_node("Mod", ["a", "b"], ["fmod"], fmod=1)]
+    if dtype != np.float32:  # ONNX: fmod=0 is for integers only
+        nodes.append(helper.make_node("Mod", ["a", "b"], ["floor"]))
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    model = model_of(nodes, [helper.make_tensor_value_info(n, elem, [8]) for n in "ab"],
+                     [helper.make_tensor_value_info(n.output[0], elem, None) for n in nodes])
+    check(model, [{"a": a, "b": b}])
 
 
 def test_resize_by_whole_scales_of_a_run_time_size():

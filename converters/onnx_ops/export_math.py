@@ -31,7 +31,7 @@ for _op in _PLAIN:
 def activation(ctx, kind: str, a: dict, x: str, y: str, dtype: np.dtype, name: str) -> None:
     """Write `y = kind(x)` (a Lite ActivationType) with ONNX ops of the target opset."""
     simple = {"RELU": "Relu", "SIGMOID": "Sigmoid", "TANH": "Tanh", "SOFTSIGN": "Softsign",
-              "SOFTPLUS": "Softplus", "ABS": "Abs"}
+              "SOFTPLUS": "Softplus", "ABS": "Abs", "SIGN": "Sign"}
     if kind in simple:
         ctx.add(simple[kind], [x], [y], name=name)
     elif kind == "NO_ACTIVATION":
@@ -40,6 +40,8 @@ def activation(ctx, kind: str, a: dict, x: str, y: str, dtype: np.dtype, name: s
         ctx.add("LeakyRelu", [x], [y], name=name, alpha=float(a.get("alpha", 0.01)))
     elif kind == "ELU":
         ctx.add("Elu", [x], [y], name=name, alpha=float(a.get("alpha", 1.0)))
+    elif kind == "THRESHOLDRELU":
+        ctx.add("ThresholdedRelu", [x], [y], name=name, alpha=float(a.get("alpha", 0.0)))
     elif kind in ("RELU6", "RELU1", "HARD_TANH"):
         bounds = {"RELU6": (0.0, 6.0), "RELU1": (0.0, 1.0),
                   "HARD_TANH": (a.get("min_val", -1.0), a.get("max_val", 1.0))}[kind]

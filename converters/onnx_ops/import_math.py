@@ -22,12 +22,12 @@ NO_ACT = "NO_ACTIVATION"
 _BINARY_FUSION = {"Add": "AddFusion", "Sub": "SubFusion", "Mul": "MulFusion",
                   "Div": "DivFusion"}
 _SAME = {"Sqrt": "Sqrt", "Erf": "Erf", "Neg": "Neg", "Abs": "Abs", "Sin": "Sin",
-         "Cos": "Cos", "Log": "Log", "Floor": "Floor", "Ceil": "Ceil",
+         "Cos": "Cos", "Log": "Log", "Floor": "Floor", "Ceil": "Ceil", "Round": "Round",
          "Reciprocal": "Reciprocal", "Equal": "Equal", "Less": "Less", "Greater": "Greater",
          "LessOrEqual": "LessEqual", "GreaterOrEqual": "GreaterEqual", "Not": "LogicalNot",
          "And": "LogicalAnd", "Or": "LogicalOr", "Where": "Where"}
 _ACTIVATIONS = {"Relu": "RELU", "Sigmoid": "SIGMOID", "Tanh": "TANH", "Softsign": "SOFTSIGN",
-                "Softplus": "SOFTPLUS"}
+                "Softplus": "SOFTPLUS", "Sign": "SIGN"}
 
 
 def _no_legacy_broadcast(node) -> None:
@@ -71,10 +71,30 @@ def exp(ctx, node):
 
 
 @IMPORTERS.register("Sum", since=8)
-def sum_(ctx, node):
-    if len(node.inputs) != 2:
-        raise Unmappable("Sum of other than two inputs")
-    return [emit(ctx, node, "AddFusion", {"activation_type": NO_ACT}, node.inputs)]
+def sum_(ctx, node, outputs: list | None = None):
+    if len(node.inputs) == 2:
+        return [emit(ctx, node, "AddFusion", {"activation_type": NO_ACT}, node.inputs, outputs)]
+    return [emit(ctx, node, "AddN", {}, node.inputs, outputs)]
+
+
+@IMPORTERS.register("Mod", since=10)
+def mod(ctx, node):
+    """fmod=1: C fmod (Lite Mod); fmod=0 (integers only): the divisor's sign (FloorMod)."""
+    op = "Mod" if node.attrs.get("fmod", 0) else "FloorMod"
+    return [emit(ctx, node, op, {}, node.inputs)]
+
+
+@IMPORTERS.register("Mean", since=8)
+def mean(ctx, node):
+    """The sum, divided by the count (as onnxruntime computes it)."""
+    dtype = ctx.dtype(node.inputs[0])
+    if dtype is None or dtype.kind != "f":
+        raise Unmappable("Mean of a non-float (or unknown) type")
+    out = node.outputs[0]
+    total = intermediate(ctx, f"{out}/sum", dtype)
+    count = ctx.const(f"{out}/count", np.array(len(node.inputs), dtype))
+    return [*sum_(ctx, node, [total]),
+            emit(ctx, node, "DivFusion", {"activation_type": NO_ACT}, [total, count])]
 
 
 @IMPORTERS.register("Max", "Min", since=8)
@@ -94,6 +114,28 @@ def leaky_relu(ctx, node):
 @IMPORTERS.register("Elu")
 def elu(ctx, node):
     attrs = {"activation_type": "ELU", "alpha": float(node.attrs.get("alpha", 1.0))}
+    return [emit(ctx, node, "Activation", attrs, node.inputs)]
+
+
+@IMPORTERS.register("Selu", since=6)
+def selu(ctx, node):
+    """gamma * Elu(x, alpha): Lite's SELU has MindSpore's fixed constants."""
+    dtype = ctx.dtype(node.inputs[0])
+    if dtype is None or dtype.kind != "f":
+        raise Unmappable("Selu of a non-float (or unknown) type")
+    out = node.outputs[0]
+    alpha = float(node.attrs.get("alpha", 1.67326319217681884765625))
+    gamma = ctx.const(f"{out}/gamma",
+                      np.array(node.attrs.get("gamma", 1.05070102214813232421875), dtype))
+    elu_out = intermediate(ctx, f"{out}/elu", dtype)
+    return [emit(ctx, node, "Activation", {"activation_type": "ELU", "alpha": alpha},
+                 node.inputs, [elu_out]),
+            emit(ctx, node, "MulFusion", {"activation_type": NO_ACT}, [elu_out, gamma])]
+
+
+@IMPORTERS.register("ThresholdedRelu", since=10)
+def thresholded_relu(ctx, node):
+    attrs = {"activation_type": "THRESHOLDRELU", "alpha": float(node.attrs.get("alpha", 1.0))}
     return [emit(ctx, node, "Activation", attrs, node.inputs)]
 
 

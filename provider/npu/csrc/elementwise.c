@@ -23,7 +23,7 @@ static inline float ferf(float x) {
 
 /* unary function codes (provider/npu/ops/elementwise.py UNARY_CODES) */
 enum { U_SIGMOID, U_TANH, U_ERF, U_GELU, U_GELU_TANH, U_SWISH, U_HSWISH, U_HSIGMOID, U_EXP,
-       U_SQRT, U_NEG, U_ABS, U_RECIPROCAL, U_SQUARE, U_FLOOR, U_CEIL };
+       U_SQRT, U_NEG, U_ABS, U_RECIPROCAL, U_SQUARE, U_FLOOR, U_CEIL, U_ROUND };
 
 MULTIVERSION static void unary_range(const float *restrict x, float *restrict y, int64_t n,
                                      int64_t fn, float alpha, float beta) {
@@ -62,6 +62,7 @@ MULTIVERSION static void unary_range(const float *restrict x, float *restrict y,
     case U_SQUARE: for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i]; break;
     case U_FLOOR: for (int64_t i = 0; i < n; i++) y[i] = floorf(x[i]); break;
     case U_CEIL: for (int64_t i = 0; i < n; i++) y[i] = ceilf(x[i]); break;
+    case U_ROUND: for (int64_t i = 0; i < n; i++) y[i] = nearbyintf(x[i]); break;  /* half to even */
     }
 }
 

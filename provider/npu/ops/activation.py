@@ -141,8 +141,10 @@ def _softsign(x: np.ndarray, y: np.ndarray) -> None:
 
 
 def _thresholded_relu(x: np.ndarray, y: np.ndarray, alpha: float) -> None:
-    keep = x > alpha
-    np.multiply(x, keep, out=y)
+    """x where x > alpha, else 0 (a product with the mask made -inf and NaN a NaN)."""
+    dropped = ~(x > alpha)
+    np.copyto(y, x)
+    y[dropped] = 0
 
 
 # Activation types the NPU runs (capability.py publishes this set).

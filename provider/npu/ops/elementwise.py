@@ -60,6 +60,8 @@ BINARY = {
     "mul": np.multiply,
     "div": np.divide,
     "trunc_div": trunc_divide,
+    "floor_mod": np.mod,  # the divisor's sign (ONNX Mod, fmod=0)
+    "fmod": np.fmod,  # the dividend's sign (C fmod; ONNX Mod, fmod=1)
     "pow": np.power,
     "maximum": np.maximum,
     "minimum": np.minimum,
@@ -73,6 +75,7 @@ UNARY = {
     "reciprocal": np.reciprocal,
     "floor": np.floor,
     "ceil": np.ceil,
+    "round": np.rint,  # half to even, as ONNX Round
     "square": np.square,
     "sin": np.sin,
     "cos": np.cos,
@@ -156,10 +159,11 @@ def prelu(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: di
 # ---- rules -------------------------------------------------------------------------------
 
 _BINARY = {"AddFusion": "add", "SubFusion": "sub", "MulFusion": "mul", "DivFusion": "div",
-           "RealDiv": "div", "Maximum": "maximum", "Minimum": "minimum", "PowFusion": "pow"}
+           "RealDiv": "div", "Maximum": "maximum", "Minimum": "minimum", "PowFusion": "pow",
+           "FloorMod": "floor_mod", "Mod": "fmod"}
 _UNARY = {"Sqrt": "sqrt", "Erf": "erf", "Neg": "neg", "Abs": "abs", "Log": "log",
           "Reciprocal": "reciprocal", "Floor": "floor", "Ceil": "ceil", "Square": "square",
-          "Sin": "sin", "Cos": "cos", "LogicalNot": "logical_not"}
+          "Round": "round", "Sin": "sin", "Cos": "cos", "LogicalNot": "logical_not"}
 _COMPARE = {"Equal": "equal", "Less": "less", "Greater": "greater", "LessEqual": "less_equal",
             "GreaterEqual": "greater_equal", "NotEqual": "not_equal",
             "LogicalAnd": "logical_and", "LogicalOr": "logical_or"}
@@ -179,7 +183,7 @@ def _pow(node: LiteNode) -> str | None:
 
 @define("AddFusion", "SubFusion", "MulFusion", "DivFusion", dtypes=NUMERIC, check=FUSED,
         kernels=("binary",), note="numpy broadcasting")
-@define("RealDiv", "Maximum", "Minimum", dtypes=NUMERIC, kernels=("binary",),
+@define("RealDiv", "Maximum", "Minimum", "FloorMod", "Mod", dtypes=NUMERIC, kernels=("binary",),
         note="numpy broadcasting")
 @define("PowFusion", dtypes=FLOAT, check=_pow, kernels=("binary", "unary"),
         note="scale 1, shift 0")
@@ -204,7 +208,7 @@ def add_n_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     return Lowered("add_n", {}, list(range(len(ins))), [(out, data_dtype(ins))])
 
 
-@define("Sqrt", "Erf", "Log", "Reciprocal", "Floor", "Ceil", "Square", "Sin", "Cos",
+@define("Sqrt", "Erf", "Log", "Reciprocal", "Floor", "Ceil", "Round", "Square", "Sin", "Cos",
         dtypes=FLOAT, kernels=("unary",))
 @define("Neg", "Abs", dtypes=NUMERIC, kernels=("unary",))
 @define("LogicalNot", dtypes=frozenset({"bool"}), kernels=("unary",))

@@ -102,7 +102,7 @@ def f32(*slots: Slot) -> bool:
 # csrc/elementwise.c's unary function codes (U_*)
 UNARY_CODES = {name: code for code, name in enumerate((
     "sigmoid", "tanh", "erf", "gelu", "gelu_tanh", "swish", "hswish", "hsigmoid", "exp",
-    "sqrt", "neg", "abs", "reciprocal", "square", "floor", "ceil"))}
+    "sqrt", "neg", "abs", "reciprocal", "square", "floor", "ceil", "round"))}
 MAX_RANK = 6
 
 
