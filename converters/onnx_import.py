@@ -93,9 +93,12 @@ class ImportContext:
         return index
 
     def const(self, hint: str, array: np.ndarray, fmt: str = "NCHW") -> int:
-        """Add a new constant tensor (an attribute turned into an input); its index."""
+        """Add a new constant tensor (an attribute turned into an input, a reshaped or scaled
+        initializer); its index. A view is copied: an initializer's values may be memory that
+        is onnxruntime's only while it partitions (a view of one read garbage at run time)."""
         name = self.fresh_name(hint)
-        index = self.add_initializer(name, np.asarray(array))
+        array = np.asarray(array)
+        index = self.add_initializer(name, array if array.flags.owndata else array.copy())
         self.model.tensors[index].format = fmt
         return index
 

@@ -5,7 +5,7 @@ and ONNX -> Lite -> .ms -> Lite -> ONNX run by onnxruntime against the original.
 Recurrent layers (LSTM, GRU: directions, sequence lengths, initial states, absent outputs),
 1-D convolution and pooling, Range / Size / shape chains folded per shape, GatherND,
 run-time Gather indices, IsNaN / IsInf, HardSigmoid of any alpha/beta, Gemm of any alpha/beta/C, Round / Sign / Selu /
-ThresholdedRelu / Mod / Mean / n-ary Sum, Reshape allowzero,
+ThresholdedRelu / Mod / Mean / n-ary Sum, MatMul by a vector, Reshape allowzero,
 Resize with scales of a run-time size, int64 index arithmetic and Cast of non-finite values.
 """
 
@@ -339,6 +339,26 @@ def test_mod_floor_and_c_fmod(dtype):
     model = model_of(nodes, [helper.make_tensor_value_info(n, elem, [8]) for n in "ab"],
                      [helper.make_tensor_value_info(n.output[0], elem, None) for n in nodes])
     check(model, [{"a": a, "b": b}])
+
+
+@pytest.mark.parametrize("constant", [True, False])
+def test_matmul_with_a_vector_operand_runs_on_the_npu(constant):
+    """A 1-D A is a row, a 1-D B a column, and the product drops that dim again; symbolic
+    dims compile per shape at run time (a constant column viewing onnxruntime's initializer
+    read garbage there)."""
+    rng = np.random.default_rng(11)
+    for a_shape, b_shape in ((["N", "M", 6], [6]), ([6], [2, 6, "P"]), ([6], [6])):
+        b = randn(rng, *[4 if d == "P" else d for d in b_shape])
+        inputs = [helper.make_tensor_value_info("a", F, a_shape)]
+        if not constant:
+            inputs.append(helper.make_tensor_value_info("b", F, b_shape))
+        elif "P" in b_shape:
+            continue  # a constant has no symbolic dim
+        model = model_of([helper.make_node("MatMul", ["a", "b"], ["y"])], inputs,
+                         [helper.make_tensor_value_info("y", F, None)], {"b": b} if constant else {})
+        cases = [{"a": randn(rng, *[{"N": n, "M": m}.get(d, d) for d in a_shape])}
+                 for n, m in ((1, 3), (2, 5))]
+        check(model, [c | ({} if constant else {"b": b}) for c in cases])
 
 
 def test_resize_by_whole_scales_of_a_run_time_size():

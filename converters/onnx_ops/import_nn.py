@@ -206,8 +206,31 @@ def gemm(ctx, node):
 
 @IMPORTERS.register("MatMul")
 def matmul(ctx, node):
+    """A 1-D operand becomes a matrix (A a row, B a column) and the product loses that dim
+    again, as ONNX (numpy) defines it."""
     attrs = {"transpose_a": False, "transpose_b": False, "activation_type": NO_ACT}
-    return [emit(ctx, node, "MatMulFusion", attrs, node.inputs)]
+    ranks = [ctx.rank(name) for name in node.inputs[:2]]
+    if 1 not in ranks:
+        return [emit(ctx, node, "MatMulFusion", attrs, node.inputs)]
+    if None in ranks:
+        raise Unmappable("a 1-D operand beside one of unknown rank")
+    out, dtype = node.outputs[0], ctx.dtype(node.inputs[0])
+    nodes, inputs = [], list(node.inputs[:2])
+    for i, (axis, what) in enumerate(((0, "row"), (1, "column"))):
+        if ranks[i] != 1:
+            continue
+        value = ctx.const_value(inputs[i])
+        if value is not None:
+            inputs[i] = ctx.const(f"{out}/{what}", np.expand_dims(value, axis))
+            continue
+        matrix = intermediate(ctx, f"{out}/{what}", dtype)
+        nodes.append(emit(ctx, node, "Unsqueeze", {"axis": [axis]}, [inputs[i]], [matrix]))
+        inputs[i] = matrix
+    rank = max(2, *ranks)  # the product's
+    added = [rank - 2] * (ranks[0] == 1) + [rank - 1] * (ranks[1] == 1)
+    product = intermediate(ctx, f"{out}/product", dtype)
+    return [*nodes, emit(ctx, node, "MatMulFusion", attrs, inputs, [product]),
+            emit(ctx, node, "Squeeze", {"axis": added}, [product], [out])]
 
 
 def _pool_fields(ctx, node) -> dict:
