@@ -23,6 +23,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -106,5 +107,8 @@ def drain() -> None:
         time.sleep(0.001)
 
 
+# weakref.finalize's exit hook walks its registry, which a daemon thread's session changes
+# (dictionary changed size during iteration): registered first, it runs after `drain`.
+weakref.finalize(drain, lambda: None).atexit = False
 atexit.register(drain)
 os.register_at_fork(after_in_child=calls.clear)  # the parent's other threads are not here
