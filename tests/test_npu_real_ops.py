@@ -5,7 +5,8 @@ and ONNX -> Lite -> .ms -> Lite -> ONNX run by onnxruntime against the original.
 Recurrent layers (LSTM, GRU: directions, sequence lengths, initial states, absent outputs),
 1-D convolution and pooling, Range / Size / shape chains folded per shape, GatherND,
 run-time Gather indices, IsNaN / IsInf, HardSigmoid of any alpha/beta, Gemm of any alpha/beta/C, Round / Sign / Selu /
-ThresholdedRelu / Mod / Mean / n-ary Sum, MatMul by a vector, Reshape allowzero,
+ThresholdedRelu / Mod / Mean / n-ary Sum, MatMul by a vector, Pad with negative pads,
+Reshape allowzero,
 Resize with scales of a run-time size, int64 index arithmetic and Cast of non-finite values.
 """
 
@@ -359,6 +360,27 @@ def test_matmul_with_a_vector_operand_runs_on_the_npu(constant):
         cases = [{"a": randn(rng, *[{"N": n, "M": m}.get(d, d) for d in a_shape])}
                  for n, m in ((1, 3), (2, 5))]
         check(model, [c | ({} if constant else {"b": b}) for c in cases])
+
+
+@pytest.mark.parametrize("pads", [[0, -1, 2, 0, 1, -2], [3, 0, 0, -4, 0, 0], [-1, -1, -1, 0, 0, 0],
+                                  [-2, 0, 1, 0, 0, -1]], ids=str)
+def test_pad_with_negative_pads_crops_on_the_npu(pads):
+    """A negative pad crops what the padding made, so a crop may eat the other end's pad
+    (x of 3 rows, pads 3 and -4: two rows of the constant). The oracle is numpy: onnxruntime
+    1.23 (py310) reads out of bounds here."""
+    x = np.arange(3 * 4 * 5, dtype=np.float32).reshape(3, 4, 5)
+    model = model_of([helper.make_node("Pad", ["x", "pads", "v"], ["y"])],
+                     [helper.make_tensor_value_info("x", F, ["A", 4, 5])],
+                     [helper.make_tensor_value_info("y", F, None)],
+                     {"pads": np.array(pads, np.int64), "v": np.array(7.0, np.float32)})
+    sess = provider.InferenceSession(model.SerializeToString(), providers=NPU)
+    assert {p.device for p in sess.partition()} == {"NPU"}
+    begin, end = np.array(pads).reshape(2, 3)
+    padded = np.pad(x, list(zip(np.maximum(begin, 0), np.maximum(end, 0), strict=True)),
+                    constant_values=7.0)
+    want = padded[tuple(slice(max(-b, 0), padded.shape[d] - max(-e, 0))
+                        for d, (b, e) in enumerate(zip(begin, end, strict=True)))]
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)
 
 
 def test_resize_by_whole_scales_of_a_run_time_size():

@@ -176,13 +176,31 @@ def pad(ctx, node):
     else:
         pads, value = node.attrs["pads"], node.attrs.get("value", 0.0)
     pads = np.asarray(pads, np.int64).reshape(-1)
-    if (pads < 0).any():
-        raise Unmappable("negative pads (cropping)")
+    crop = np.maximum(-pads, 0)
+    if crop.any() and mode != "constant":
+        raise Unmappable(f"negative pads (cropping) with mode={mode}")
+    if (np.abs(pads) > INT32_MAX).any():
+        raise Unmappable("pads beyond int32")
     value = 0.0 if value is None else float(np.asarray(value).reshape(-1)[0])
-    paddings = pads.reshape(2, -1).T.astype(np.int32)
-    attrs = {"padding_mode": _PAD_MODES[mode], "constant_value": value}
-    index = ctx.const(f"{node.outputs[0]}/paddings", paddings)
-    return [emit(ctx, node, "PadFusion", attrs, [node.inputs[0], index])]
+    out, nodes, padded = node.outputs[0], [], node.inputs[0]
+    if (pads > 0).any() or not crop.any():
+        padded = out if not crop.any() else intermediate(ctx, f"{out}/padded",
+                                                         ctx.dtype(node.inputs[0]))
+        paddings = np.maximum(pads, 0).reshape(2, -1).T.astype(np.int32)
+        attrs = {"padding_mode": _PAD_MODES[mode], "constant_value": value}
+        index = ctx.const(f"{out}/paddings", paddings)
+        nodes.append(emit(ctx, node, "PadFusion", attrs, [node.inputs[0], index], [padded]))
+    if crop.any():  # negative pads crop what the padding made (a crop may eat a pad)
+        begin, end = crop.reshape(2, -1)
+        axes = [d for d in range(len(begin)) if begin[d] or end[d]]
+        bounds = [ctx.const(f"{out}/{what}", np.array(v, np.int32)) for what, v in
+                  (("starts", [int(begin[d]) for d in axes]),
+                   ("ends", [-int(end[d]) if end[d] else INT32_MAX for d in axes]),
+                   ("axes", axes), ("steps", [1] * len(axes)))]
+        attrs = {"begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0, "new_axis_mask": 0,
+                 "shrink_axis_mask": 0}
+        nodes.append(emit(ctx, node, "StridedSlice", attrs, [padded, *bounds], [out]))
+    return nodes
 
 
 _COORD = {"asymmetric": "ASYMMETRIC", "align_corners": "ALIGN_CORNERS",
