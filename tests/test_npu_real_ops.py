@@ -132,6 +132,10 @@ RNN_CASES = {
                                      linear_before_reset=1),
     "gru_lengths": dict(op="GRU", lengths=True, linear_before_reset=1, direction="bidirectional"),
     "gru_only_state": dict(op="GRU", outputs=("y_h",), linear_before_reset=1, bias=False),
+    # reverse: the forward layer between two ReverseV2 on the time axis
+    "lstm_reverse_states": dict(op="LSTM", direction="reverse", states=True),
+    "lstm_reverse_only_final_state": dict(op="LSTM", direction="reverse", outputs=("y_h",)),
+    "gru_reverse": dict(op="GRU", direction="reverse", linear_before_reset=1),
 }
 
 
@@ -143,7 +147,7 @@ def test_rnn_matches_onnxruntime_on_the_npu_and_through_ms(name):
 
 
 @pytest.mark.parametrize("case,why", [
-    (dict(op="LSTM", direction="reverse"), "direction=reverse"),
+    (dict(op="LSTM", direction="reverse", lengths=True), "direction=reverse with sequence_lens"),
     (dict(op="GRU"), "linear_before_reset=0"),
     (dict(op="LSTM", clip=2.0), "clip=2.0"),
     (dict(op="LSTM", activations=["Sigmoid", "Tanh", "Relu"]), "activations"),

@@ -12,7 +12,9 @@ The Lite nodes keep ONNX's operands and layouts (the importer never repacks weig
 
 An absent optional input is a zero-size constant (trailing ones are left out); every output
 has a tensor, read or not, so positions keep their meaning. D is 2 when `bidirectional`
-(forward, then reverse), else 1. Forms Lite cannot state stay Custom: direction "reverse",
+(forward, then reverse), else 1. Direction "reverse" is the forward layer between two
+ReverseV2 on the time axis (X, then Y; the final states are the reverse pass's as they
+are). Forms Lite cannot state stay Custom: direction "reverse" with sequence_lens,
 non-default activations, clip, input_forget, layout 1, peepholes, and GRU with
 linear_before_reset=0.
 """
@@ -34,8 +36,10 @@ def _common(ctx, node) -> tuple[bool, int, int]:
     a = node.attrs
     op = node.op_type
     direction = a.get("direction", "forward")
-    if direction not in ("forward", "bidirectional"):
-        raise Unmappable(f"direction={direction} (Lite runs forward or bidirectional)")
+    if direction not in ("forward", "bidirectional", "reverse"):
+        raise Unmappable(f"direction={direction}")
+    if direction == "reverse" and present(node, 4):
+        raise Unmappable("direction=reverse with sequence_lens (each sequence reversed alone)")
     acts = list(a.get("activations", []))
     if acts and acts != _DEFAULT_ACTIVATIONS[op] * (2 if direction == "bidirectional" else 1):
         raise Unmappable(f"activations={acts}")
@@ -83,13 +87,26 @@ def _outputs(ctx, node) -> list[str | int]:
             for k, n in enumerate(names[:count])]
 
 
+def _layer(ctx, node, op: str, attrs: dict) -> list:
+    """The Lite layer; for direction "reverse", between two ReverseV2 on the time axis."""
+    ins, outs = _operands(ctx, node), _outputs(ctx, node)
+    if node.attrs.get("direction", "forward") != "reverse":
+        return [emit(ctx, node, op, attrs, ins, outs)]
+    dtype, name = ctx.dtype(node.inputs[0]), node.outputs[0] or node.name
+    x, y = (intermediate(ctx, f"{name}/{what}", dtype) for what in ("x_reversed", "y_reversed"))
+    time = {"axis": [0]}
+    return [emit(ctx, node, "ReverseV2", time, [node.inputs[0]], [x]),
+            emit(ctx, node, op, attrs, [x, *ins[1:]], [y, *outs[1:]]),
+            emit(ctx, node, "ReverseV2", time, [y], [outs[0]])]
+
+
 @IMPORTERS.register("LSTM", since=7)
 def lstm(ctx, node):
     bidirectional, hidden, input_size = _common(ctx, node)
     attrs = {"bidirectional": bidirectional, "has_bias": present(node, 3) != "",
              "input_size": input_size, "hidden_size": hidden, "num_layers": 1,
              "num_directions": 2 if bidirectional else 1, "dropout": 0.0}
-    return [emit(ctx, node, "LSTM", attrs, _operands(ctx, node), _outputs(ctx, node))]
+    return _layer(ctx, node, "LSTM", attrs)
 
 
 @IMPORTERS.register("GRU", since=7)
@@ -98,5 +115,4 @@ def gru(ctx, node):
         raise Unmappable("linear_before_reset=0 (Lite's GRU applies the reset gate after "
                          "the recurrent product)")
     bidirectional, _, _ = _common(ctx, node)
-    return [emit(ctx, node, "GRU", {"bidirectional": bidirectional}, _operands(ctx, node),
-                 _outputs(ctx, node))]
+    return _layer(ctx, node, "GRU", {"bidirectional": bidirectional})

@@ -22,6 +22,7 @@ from provider.npu.ops import (  # noqa: F401  (imported for their registrations)
     quant_eltwise,
     reduce,
     resize,
+    reverse,
     rnn,
     shape,
     topk,
