@@ -5,7 +5,7 @@ and ONNX -> Lite -> .ms -> Lite -> ONNX run by onnxruntime against the original.
 Recurrent layers (LSTM, GRU: directions, sequence lengths, initial states, absent outputs),
 1-D convolution and pooling, Range / Size / shape chains folded per shape, GatherND,
 run-time Gather indices, IsNaN / IsInf, HardSigmoid of any alpha/beta, Gemm of any alpha/beta/C, Round / Sign / Selu /
-ThresholdedRelu / Mod / Mean / n-ary Sum, MatMul by a vector, Pad with negative pads,
+ThresholdedRelu / Mod / Mean / n-ary Sum, MatMul by a vector, Pad with negative pads and in edge mode,
 Reshape allowzero,
 Resize with scales of a run-time size, int64 index arithmetic and Cast of non-finite values.
 """
@@ -385,6 +385,22 @@ def test_pad_with_negative_pads_crops_on_the_npu(pads):
     want = padded[tuple(slice(max(-b, 0), padded.shape[d] - max(-e, 0))
                         for d, (b, e) in enumerate(zip(begin, end, strict=True)))]
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)
+
+
+@pytest.mark.parametrize("pads", [[0, 2, 1, 1, 0, 3], [1, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0]],
+                         ids=str)
+def test_pad_in_edge_mode_repeats_the_border_on_the_npu(pads):
+    """Lite's PadFusion has no edge mode: per axis, a Concat of the border slices."""
+    model = model_of([helper.make_node("Pad", ["x", "pads"], ["y"], mode="edge")],
+                     [helper.make_tensor_value_info("x", F, [2, "H", "W"])],
+                     [helper.make_tensor_value_info("y", F, None)],
+                     {"pads": np.array(pads, np.int64)})
+    sess = provider.InferenceSession(model.SerializeToString(), providers=NPU)
+    assert {p.device for p in sess.partition()} == {"NPU"}
+    for shape in ((2, 3, 4), (2, 1, 6)):
+        x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+        want = np.pad(x, list(zip(pads[:3], pads[3:], strict=True)), mode="edge")
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)
 
 
 def test_resize_by_whole_scales_of_a_run_time_size():

@@ -23,6 +23,10 @@ from converters.onnx_ops.import_base import (
 )
 from converters.onnx_ops.registry import Unmappable
 
+# StridedSlice in its ONNX form (x, starts, ends, axes, steps) sets none of TF's masks
+_NO_MASKS = {"begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0, "new_axis_mask": 0,
+             "shrink_axis_mask": 0}
+
 
 @IMPORTERS.register("Concat")
 def concat(ctx, node):
@@ -76,9 +80,7 @@ def slice_v10(ctx, node):
                                          ("axes", list(range(n))), ("steps", [1] * n))):
         value = values[k] if values[k] is not None else default
         operands.append(node.inputs[k + 1] if value is None else ctx.const(f"{out}/{what}", _int32(value)))
-    attrs = {"begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0, "new_axis_mask": 0,
-             "shrink_axis_mask": 0}
-    return [emit(ctx, node, "StridedSlice", attrs, operands)]
+    return [emit(ctx, node, "StridedSlice", _NO_MASKS, operands)]
 
 
 def _strided_slice(ctx, node, starts, ends, axes, steps):
@@ -87,9 +89,7 @@ def _strided_slice(ctx, node, starts, ends, axes, steps):
     inputs = [node.inputs[0]] + [ctx.const(f"{out}/{what}", _int32(v))
                                  for what, v in (("starts", starts), ("ends", ends),
                                                  ("axes", axes), ("steps", steps))]
-    attrs = {"begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0, "new_axis_mask": 0,
-             "shrink_axis_mask": 0}
-    return [emit(ctx, node, "StridedSlice", attrs, inputs)]
+    return [emit(ctx, node, "StridedSlice", _NO_MASKS, inputs)]
 
 
 def _int32(values) -> np.ndarray:
@@ -166,7 +166,7 @@ _PAD_MODES = {"constant": "CONSTANT", "reflect": "REFLECT"}
 @IMPORTERS.register("Pad", since=2)
 def pad(ctx, node):
     mode = node.attrs.get("mode", "constant")
-    if mode not in _PAD_MODES:
+    if mode not in _PAD_MODES and mode != "edge":
         raise Unmappable(f"mode={mode} has no Lite padding mode")
     if present(node, 3):
         raise Unmappable("axes input")
@@ -181,6 +181,10 @@ def pad(ctx, node):
         raise Unmappable(f"negative pads (cropping) with mode={mode}")
     if (np.abs(pads) > INT32_MAX).any():
         raise Unmappable("pads beyond int32")
+    if mode == "edge":
+        if pads.any():
+            return _edge_pad(ctx, node, pads)
+        mode = "constant"  # no pads: a copy in any mode
     value = 0.0 if value is None else float(np.asarray(value).reshape(-1)[0])
     out, nodes, padded = node.outputs[0], [], node.inputs[0]
     if (pads > 0).any() or not crop.any():
@@ -197,9 +201,36 @@ def pad(ctx, node):
                   (("starts", [int(begin[d]) for d in axes]),
                    ("ends", [-int(end[d]) if end[d] else INT32_MAX for d in axes]),
                    ("axes", axes), ("steps", [1] * len(axes)))]
-        attrs = {"begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0, "new_axis_mask": 0,
-                 "shrink_axis_mask": 0}
-        nodes.append(emit(ctx, node, "StridedSlice", attrs, [padded, *bounds], [out]))
+        nodes.append(emit(ctx, node, "StridedSlice", _NO_MASKS, [padded, *bounds], [out]))
+    return nodes
+
+
+EDGE_REPEATS = 64  # an edge pad wider than this stays on the CPU (a Concat per copied slice)
+
+
+def _edge_pad(ctx, node, pads: np.ndarray) -> list:
+    """mode=edge, which Lite's PadFusion has not: per padded axis, a Concat of the first
+    slice `begin` times, the tensor, and the last slice `end` times."""
+    rank = len(pads) // 2
+    axes = [d for d in range(rank) if pads[d] or pads[d + rank]]
+    if pads.max(initial=0) > EDGE_REPEATS:
+        raise Unmappable(f"an edge pad wider than {EDGE_REPEATS}")
+    out, dtype = node.outputs[0], ctx.dtype(node.inputs[0])
+    nodes, current = [], node.inputs[0]
+    for k, d in enumerate(axes):
+        target = out if k == len(axes) - 1 else intermediate(ctx, f"{out}/edge{d}", dtype)
+        operands: list[str | int] = [current]
+        for count, (start, end), where in ((int(pads[d]), (0, 1), "first"),
+                                           (int(pads[d + rank]), (-1, INT32_MAX), "last")):
+            if not count:
+                continue
+            edge = intermediate(ctx, f"{out}/{where}{d}", dtype)
+            bounds = [ctx.const(f"{out}/{where}{d}_{what}", np.array([v], np.int32))
+                      for what, v in (("start", start), ("end", end), ("axis", d), ("step", 1))]
+            nodes.append(emit(ctx, node, "StridedSlice", _NO_MASKS, [current, *bounds], [edge]))
+            operands = [edge] * count + operands if where == "first" else operands + [edge] * count
+        nodes.append(emit(ctx, node, "Concat", {"axis": d}, operands, [target]))
+        current = target
     return nodes
 
 
@@ -301,10 +332,8 @@ def shape(ctx, node):
     bounds = [ctx.const(f"{out}/{what}", np.array([v], np.int32)) for what, v in
               (("starts", _int32(start)[()]), ("ends", INT32_MAX if end is None else _int32(end)[()]),
                ("axes", 0), ("steps", 1))]
-    attrs = {"begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0, "new_axis_mask": 0,
-             "shrink_axis_mask": 0}
     return [emit(ctx, node, "Shape", {}, node.inputs, [whole]),
-            emit(ctx, node, "StridedSlice", attrs, [whole, *bounds])]
+            emit(ctx, node, "StridedSlice", _NO_MASKS, [whole, *bounds])]
 
 
 @IMPORTERS.register("Expand", since=8)
