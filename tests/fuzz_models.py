@@ -350,11 +350,17 @@ def session_path(src: Path, work: Path) -> dict:
         path = "unfused path" if onnxruntime_saturates() else "fused int8 kernels"
         return {"outcome": "ok", "checked": True,
                 "note": f"within one quantization step of onnxruntime's {path}: {mismatch}"}
-    if extreme_weights(src) and compare(got, want, finite_only=True) is None:
-        # NaN/inf weights: where NaNs go through Max/Relu/Clip/pooling is not specified by
-        # ONNX (onnxruntime's CPU kernels drop some that numpy keeps), and overflow to inf
-        # depends on the summation order; wherever both sides are finite they agree.
-        return {"outcome": "ok", "checked": True, "note": f"finite positions only: {mismatch}"}
+    if extreme_weights(src):
+        if compare(got, want, finite_only=True) is None:
+            # NaN/inf weights: where NaNs go through Max/Relu/Clip/pooling is not specified
+            # by ONNX (onnxruntime's CPU kernels drop some that numpy keeps), and overflow to
+            # inf depends on the summation order; wherever both sides are finite they agree.
+            return {"outcome": "ok", "checked": True,
+                    "note": f"finite positions only: {mismatch}"}
+        # a weight past the square root of the float max: squares and long sums overflow by
+        # formula (onnxruntime's LayerNorm variance became inf and zeroed rows the NPU
+        # normalized, 2 cases in 1,500), so even finite outputs are not comparable
+        return {"outcome": "ok-unverified", "note": f"float overflow inside the model: {mismatch}"}
     if not _small(want):
         # Mutated dims make huge planes, whose reductions (instance norm over 10**6 values)
         # gather float32 rounding in an order-dependent way: onnxruntime's CPU kernel sums
@@ -486,7 +492,8 @@ def _lite_model(src: Path):
 
 
 def extreme_weights(src: Path) -> bool:
-    """Whether a float constant of the model is NaN, inf or within 100x of its dtype's max."""
+    """Whether a float constant of the model is NaN, inf or past the square root of its
+    dtype's max (its square, or its products summed, overflow)."""
 
     if src.suffix == ".onnx":
         from converters.graph_view import from_onnx
@@ -496,7 +503,7 @@ def extreme_weights(src: Path) -> bool:
         arrays = [t.data for t in _lite_model(src).tensors if t.data is not None]
     for a in arrays:
         if a.dtype.kind == "f" and a.size:
-            big = np.finfo(a.dtype).max / 100
+            big = np.sqrt(np.finfo(a.dtype).max)
             if not np.all(np.isfinite(a)) or np.abs(a).max() > big:
                 return True
     return False
