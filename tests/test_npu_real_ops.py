@@ -5,7 +5,7 @@ and ONNX -> Lite -> .ms -> Lite -> ONNX run by onnxruntime against the original.
 Recurrent layers (LSTM, GRU: directions, sequence lengths, initial states, absent outputs),
 1-D convolution and pooling, Range / Size / shape chains folded per shape, GatherND,
 run-time Gather indices, IsNaN / IsInf, HardSigmoid of any alpha/beta, Gemm of any alpha/beta/C, Round / Sign / Selu /
-ThresholdedRelu / Mod / Mean / n-ary Sum, MatMul by a vector, Pad with negative pads and in edge mode,
+ThresholdedRelu / Mod / Mean / n-ary Sum, MatMul by a vector, Pad with negative pads and in edge mode, ArgMax/ArgMin of the last tie,
 Reshape allowzero,
 Resize with scales of a run-time size, int64 index arithmetic and Cast of non-finite values.
 """
@@ -401,6 +401,23 @@ def test_pad_in_edge_mode_repeats_the_border_on_the_npu(pads):
         x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
         want = np.pad(x, list(zip(pads[:3], pads[3:], strict=True)), mode="edge")
         np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_argmax_argmin_select_last_index_take_the_last_tie(keepdims):
+    x = np.array([[[1, 3, 3, 2], [5, 5, 0, 5], [-1, -1, -1, -1]],
+                  [[np.inf, 0, np.inf, 1], [2, -np.inf, 2, -np.inf], [0, 1, 2, 3]]], np.float32)
+    nodes = [helper.make_node(op, ["x"], [f"{op}{axis}"], axis=axis, keepdims=keepdims,
+                              select_last_index=1)
+             for op in ("ArgMax", "ArgMin") for axis in (-1, 1, 0)]
+    outputs = [helper.make_tensor_value_info(n.output[0], I64, None) for n in nodes]
+    check(model_of(nodes, [helper.make_tensor_value_info("x", F, [2, 3, 4])], outputs),
+          [{"x": x}])
+    # counted back from the axis' end: its size must be known
+    model = model_of(nodes, [helper.make_tensor_value_info("x", F, ["N", 3, 4])], outputs)
+    npu = check(model, [{"x": x}, {"x": x[:1]}], on_npu=False, ms=False)
+    cpu = [p.reason for p in npu.partition() if p.device == "CPU"]
+    assert len(cpu) == 2 and all("along an axis of unknown size" in r for r in cpu), cpu
 
 
 def test_resize_by_whole_scales_of_a_run_time_size():

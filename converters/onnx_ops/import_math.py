@@ -259,11 +259,24 @@ for _op in _REDUCE:
 
 
 def _arg(ctx, node):
-    if node.attrs.get("select_last_index", 0):
-        raise Unmappable("select_last_index=1")
-    attrs = {"axis": node.attrs.get("axis", 0), "top_k": 1,
-             "keep_dims": bool(node.attrs.get("keepdims", 1)), "out_max_value": False}
-    return [emit(ctx, node, node.op_type + "Fusion", attrs, node.inputs)]
+    """ArgMax/ArgMin (the first index among ties); select_last_index=1 is the first index of
+    the axis reversed, counted back from its end: (size - 1) - that."""
+    axis = node.attrs.get("axis", 0)
+    attrs = {"axis": axis, "top_k": 1, "keep_dims": bool(node.attrs.get("keepdims", 1)),
+             "out_max_value": False}
+    if not node.attrs.get("select_last_index", 0):
+        return [emit(ctx, node, node.op_type + "Fusion", attrs, node.inputs)]
+    shape = ctx.shape(node.inputs[0])
+    size = None if shape is None or not -len(shape) <= axis < len(shape) else shape[axis]
+    if not isinstance(size, int):
+        raise Unmappable("select_last_index=1 along an axis of unknown size")
+    out, index = node.outputs[0], np.dtype(np.int64)
+    reversed_, first = intermediate(ctx, f"{out}/reversed", ctx.dtype(node.inputs[0])), \
+        intermediate(ctx, f"{out}/first", index)
+    last = ctx.const(f"{out}/last", np.array(size - 1, index))
+    return [emit(ctx, node, "ReverseV2", {"axis": [axis]}, node.inputs[:1], [reversed_]),
+            emit(ctx, node, node.op_type + "Fusion", attrs, [reversed_], [first]),
+            emit(ctx, node, "SubFusion", {"activation_type": NO_ACT}, [last, first])]
 
 
 IMPORTERS.register("ArgMax", "ArgMin")(_arg)
