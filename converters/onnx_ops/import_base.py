@@ -64,6 +64,15 @@ def attr_or_input(ctx, node, attr: str, i: int, since: int) -> list[int] | None:
     return None if value is None else [int(v) for v in value]
 
 
+def float_input(ctx, node, what: str) -> np.dtype:
+    """The dtype of input 0; Unmappable ("{what} of a non-float (or unknown) type") unless
+    it is a float type (the forms built of float constants and arithmetic)."""
+    dtype = ctx.dtype(node.inputs[0])
+    if dtype is None or dtype.kind != "f":
+        raise Unmappable(f"{what} of a non-float (or unknown) type")
+    return dtype
+
+
 def single_output(ctx, node) -> None:
     """Unmappable unless only the first output is used (named extras nobody reads are fine)."""
     if any(ctx.is_read(o) for o in node.outputs[1:] if o):

@@ -12,6 +12,7 @@ from converters.onnx_ops.import_base import (
     attr_or_input,
     const_input,
     emit,
+    float_input,
     intermediate,
 )
 from converters.onnx_ops.registry import Unmappable
@@ -87,9 +88,7 @@ def mod(ctx, node):
 @IMPORTERS.register("Mean", since=8)
 def mean(ctx, node):
     """The sum, divided by the count (as onnxruntime computes it)."""
-    dtype = ctx.dtype(node.inputs[0])
-    if dtype is None or dtype.kind != "f":
-        raise Unmappable("Mean of a non-float (or unknown) type")
+    dtype = float_input(ctx, node, "Mean")
     out = node.outputs[0]
     total = intermediate(ctx, f"{out}/sum", dtype)
     count = ctx.const(f"{out}/count", np.array(len(node.inputs), dtype))
@@ -120,9 +119,7 @@ def elu(ctx, node):
 @IMPORTERS.register("Selu", since=6)
 def selu(ctx, node):
     """gamma * Elu(x, alpha): Lite's SELU has MindSpore's fixed constants."""
-    dtype = ctx.dtype(node.inputs[0])
-    if dtype is None or dtype.kind != "f":
-        raise Unmappable("Selu of a non-float (or unknown) type")
+    dtype = float_input(ctx, node, "Selu")
     out = node.outputs[0]
     alpha = float(node.attrs.get("alpha", 1.67326319217681884765625))
     gamma = ctx.const(f"{out}/gamma",
@@ -152,9 +149,7 @@ def hard_sigmoid(ctx, node):
     if alpha == np.float32(1 / 6) and beta == np.float32(0.5):
         return [emit(ctx, node, "Activation", {"activation_type": "HSIGMOID"}, node.inputs)]
     # Lite's Activation has no beta: clip(alpha * x + beta, 0, 1) in three primitives.
-    dtype = ctx.dtype(node.inputs[0])
-    if dtype is None or dtype.kind != "f":
-        raise Unmappable("HardSigmoid of a non-float (or unknown) type")
+    dtype = float_input(ctx, node, "HardSigmoid")
     out = node.outputs[0]
     scaled, shifted = (intermediate(ctx, f"{out}/{what}", dtype) for what in ("scaled", "shifted"))
     a = ctx.const(f"{out}/alpha", np.array(alpha, dtype))
@@ -174,9 +169,7 @@ def is_nan(ctx, node):
 @IMPORTERS.register("IsInf", since=10)
 def is_inf(ctx, node):
     """x == +inf, x == -inf, or |x| == inf, as detect_positive / detect_negative say."""
-    dtype = ctx.dtype(node.inputs[0])
-    if dtype is None or dtype.kind != "f":
-        raise Unmappable("IsInf of a non-float (or unknown) type")
+    dtype = float_input(ctx, node, "IsInf")
     positive = node.attrs.get("detect_positive", 1)
     negative = node.attrs.get("detect_negative", 1)
     out = node.outputs[0]
@@ -226,9 +219,7 @@ def _clip_bounds(ctx, node, dtype: np.dtype) -> tuple[float, float]:
 
 @IMPORTERS.register("Clip")
 def clip(ctx, node):
-    dtype = ctx.dtype(node.inputs[0])
-    if dtype is None or dtype.kind != "f":
-        raise Unmappable("Clip on a non-float (or unknown) type")
+    dtype = float_input(ctx, node, "Clip")
     lo, hi = _clip_bounds(ctx, node, dtype)
     if (lo, hi) == (0.0, 6.0):
         return [emit(ctx, node, "Activation", {"activation_type": "RELU6"}, node.inputs[:1])]

@@ -10,6 +10,7 @@ from converters.lite.padding import same_total
 from converters.onnx_ops.import_base import (
     IMPORTERS,
     emit,
+    float_input,
     intermediate,
     present,
     single_output,
@@ -173,10 +174,8 @@ def gemm(ctx, node):
             return [emit(ctx, node, "FullConnection", attrs, inputs)]
         attrs = {"transpose_a": trans_a, "transpose_b": trans_b, "activation_type": NO_ACT}
         return [emit(ctx, node, "MatMulFusion", attrs, inputs)]
-    dtype = ctx.dtype(node.inputs[0])
-    if dtype is None or dtype.kind != "f":
-        raise Unmappable("alpha/beta other than 1 or a C other than a bias vector, on a "
-                         "non-float (or unknown) type")
+    dtype = float_input(ctx, node, "a Gemm with alpha/beta other than 1 or a C other than a "
+                                   "bias vector")
     out, nodes = node.outputs[0], []
     weight, b_value = node.inputs[1], ctx.const_value(node.inputs[1])
     if alpha != 1.0 and b_value is not None:  # B stays a constant weight
