@@ -83,13 +83,16 @@ def slice_v10(ctx, node):
     return [emit(ctx, node, "StridedSlice", _NO_MASKS, operands)]
 
 
-def _strided_slice(ctx, node, starts, ends, axes, steps):
-    """Lite StridedSlice in its ONNX form: inputs (x, starts, ends, axes, steps), no masks."""
+def _strided_slice(ctx, node, starts, ends, axes, steps, source=None, target=None):
+    """Lite StridedSlice in its ONNX form: inputs (x, starts, ends, axes, steps), no masks;
+    x and the output are the node's unless `source` / `target` say otherwise."""
     out = node.outputs[0]
-    inputs = [node.inputs[0]] + [ctx.const(f"{out}/{what}", _int32(v))
-                                 for what, v in (("starts", starts), ("ends", ends),
-                                                 ("axes", axes), ("steps", steps))]
-    return [emit(ctx, node, "StridedSlice", _NO_MASKS, inputs)]
+    inputs = [node.inputs[0] if source is None else source]
+    inputs += [ctx.const(f"{out}/{what}", _int32(v))
+               for what, v in (("starts", starts), ("ends", ends), ("axes", axes),
+                               ("steps", steps))]
+    return [emit(ctx, node, "StridedSlice", _NO_MASKS, inputs,
+                 None if target is None else [target])]
 
 
 def _int32(values) -> np.ndarray:
@@ -197,11 +200,9 @@ def pad(ctx, node):
     if crop.any():  # negative pads crop what the padding made (a crop may eat a pad)
         begin, end = crop.reshape(2, -1)
         axes = [d for d in range(len(begin)) if begin[d] or end[d]]
-        bounds = [ctx.const(f"{out}/{what}", np.array(v, np.int32)) for what, v in
-                  (("starts", [int(begin[d]) for d in axes]),
-                   ("ends", [-int(end[d]) if end[d] else INT32_MAX for d in axes]),
-                   ("axes", axes), ("steps", [1] * len(axes)))]
-        nodes.append(emit(ctx, node, "StridedSlice", _NO_MASKS, [padded, *bounds], [out]))
+        nodes += _strided_slice(ctx, node, [begin[d] for d in axes],
+                                [-end[d] if end[d] else INT32_MAX for d in axes], axes,
+                                [1] * len(axes), padded, out)
     return nodes
 
 
@@ -225,9 +226,7 @@ def _edge_pad(ctx, node, pads: np.ndarray) -> list:
             if not count:
                 continue
             edge = intermediate(ctx, f"{out}/{where}{d}", dtype)
-            bounds = [ctx.const(f"{out}/{where}{d}_{what}", np.array([v], np.int32))
-                      for what, v in (("start", start), ("end", end), ("axis", d), ("step", 1))]
-            nodes.append(emit(ctx, node, "StridedSlice", _NO_MASKS, [current, *bounds], [edge]))
+            nodes += _strided_slice(ctx, node, [start], [end], [d], [1], current, edge)
             operands = [edge] * count + operands if where == "first" else operands + [edge] * count
         nodes.append(emit(ctx, node, "Concat", {"axis": d}, operands, [target]))
         current = target
