@@ -43,16 +43,21 @@ def gated(fn: _F) -> _F:
     return fn
 
 
-def enter() -> None:
+# The gate's functions take the module's objects as defaults: a session that lives until the
+# interpreter's last teardown (held by a reference cycle or another module's global) is freed
+# after this module's globals became None.
+
+
+def enter(_calls: list = calls) -> None:
     """Before a call into onnxruntime (or a callback from it); pair with `leave`."""
-    calls.append(None)
+    _calls.append(None)
     if closing:
         hold_if_late()
 
 
-def leave() -> None:
+def leave(_calls: list = calls) -> None:
     """After the call `enter` announced, however it ended."""
-    calls.pop()
+    _calls.pop()
 
 
 def in_flight() -> int:
@@ -84,18 +89,18 @@ def _gated_frames() -> int:
 
 
 @gated
-def free(owner: object) -> None:
+def free(owner: object, _enter: Callable = enter, _leave: Callable = leave) -> None:
     """Drop `owner`'s attributes as one gated call (from its `__del__`): they hold onnxruntime
     objects whose C++ destructors call back into the NPU EP (a session releases its partitions,
     EP and allocator; a binding its NPU outputs; the node descriptions `get_inputs` returned
     keep the session alive). Freed outside the gate, a daemon thread between two of those
     callbacks let the exit go on, then unwound through the destructor when it wanted the GIL
     back (an abort)."""
-    enter()
+    _enter()
     try:
         vars(owner).clear()
     finally:
-        leave()
+        _leave()
 
 
 def drain() -> None:

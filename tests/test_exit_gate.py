@@ -155,6 +155,28 @@ def test_finalizers_are_walked_after_the_drain(tmp_path):
     assert proc.stdout.strip() == "after the drain", proc.stderr[-2000:]
 
 
+def test_a_session_freed_at_the_last_teardown_is_quiet(tmp_path):
+    """A session that outlives every module (here: a function of __main__ kept by another
+    module keeps __main__'s globals) is freed after exit_gate's globals became None: its
+    `__del__` and the EP's callbacks printed "Exception ignored ... 'NoneType' object"."""
+    script = textwrap.dedent("""
+        import sys
+        import numpy as np
+        import provider
+        from provider.npu import memory
+        sys.path.insert(0, sys.argv[1])
+        from ort_models import CNN
+        sess = provider.InferenceSession(CNN, providers=["NPUExecutionProvider"])
+        sess.run(None, {"x": np.zeros((1, 3, 16, 16), np.float32)})
+        memory.kept_until_the_end = lambda: sess
+        print("done")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script, str(Path(__file__).parent)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr[-2000:]
+    assert proc.stderr == ""
+
+
 @exit_gate.gated
 def gated_call(inside) -> None:
     """A call into onnxruntime as the session's methods and our callbacks make it."""
