@@ -8,8 +8,9 @@ Feeds are random normal floats and small integers; in one case in ten of the sin
 families, a fifth of the float32 feed values are NaN or +-inf. Known by-design differences
 are kept out of the draws:
 
-- no NaN in max/min windows (pooling, ReduceMax, ReduceMin): the NPU keeps a NaN,
-  onnxruntime's kernels may drop it (for ReduceMin, onnx's reference evaluator keeps it too);
+- no NaN in max/min windows (pooling, ReduceMax, ReduceMin, ReduceLogSumExp's shift by
+  the maximum): the NPU keeps a NaN, onnxruntime's kernels may drop it (for ReduceMin,
+  onnx's reference evaluator keeps it too; a LogSumExp of NaN and +inf is inf there);
 - no -inf into pooling either: onnxruntime's MaxPool starts a window at -3.4e38, so a window
   of -inf and padding gives -3.4e38 there, -inf in onnx's reference and on the NPU;
 - no NaN into ArgMax / ArgMin with select_last_index: the NPU takes a NaN as the largest
@@ -263,7 +264,7 @@ def draw_reduce(rng: np.random.Generator) -> Draw:
         inits.append(const("axes", axes, np.int64))
         ins.append("axes")
     # NaN in a max/min window: the NPU keeps it, onnxruntime may drop it (see the top)
-    specials = INFINITE if op in ("ReduceMax", "ReduceMin") else NONFINITE
+    specials = INFINITE if op in ("ReduceMax", "ReduceMin", "ReduceLogSumExp") else NONFINITE
     return single(op, ins, ["y"], [tensor("x", shape)], inits, 18, specials, **attrs)
 
 

@@ -3,11 +3,11 @@ EP (every node on the NPU, one session across several input shapes) against onnx
 and ONNX -> Lite -> .ms -> Lite -> ONNX run by onnxruntime against the original.
 
 Recurrent layers (LSTM, GRU: directions, sequence lengths, initial states, absent outputs),
-1-D convolution and pooling, Range / Size / shape chains folded per shape, GatherND,
+1-D convolution and pooling, average pooling that counts its pads, Range / Size / shape chains folded per shape, GatherND,
 run-time Gather indices, IsNaN / IsInf, HardSigmoid of any alpha/beta, Gemm of any alpha/beta/C, Round / Sign / Selu /
-ThresholdedRelu / Mod / Mean / n-ary Sum, MatMul by a vector, Pad with negative pads and in edge mode, ArgMax/ArgMin of the last tie,
+ThresholdedRelu / Celu / Mod / Mean / n-ary Sum, ReduceL1 / ReduceLogSum / ReduceLogSumExp, PRelu of a run-time or any-axis slope, MatMul by a vector, Pad with negative pads and in edge mode, ArgMax/ArgMin of the last tie,
 Reshape allowzero,
-Resize with scales of a run-time size, int64 index arithmetic and Cast of non-finite values.
+Resize with scales of a run-time size and PyTorch's pytorch_half_pixel, int64 index arithmetic and Cast of non-finite values.
 """
 
 from __future__ import annotations
@@ -192,6 +192,7 @@ def test_conv1d_runs_as_a_2d_conv_of_height_1(attrs):
     ("MaxPool", dict(kernel_shape=[3], strides=[2], pads=[1, 1])),
     ("AveragePool", dict(kernel_shape=[2], strides=[2])),
     ("MaxPool", dict(kernel_shape=[2], ceil_mode=1, strides=[2])),
+    ("AveragePool", dict(kernel_shape=[3], strides=[2], pads=[1, 2], count_include_pad=1)),
 ])
 def test_pool1d(op, attrs):
     rng = np.random.default_rng(4)
@@ -199,6 +200,47 @@ def test_pool1d(op, attrs):
                      [helper.make_tensor_value_info("x", F, ["N", 3, "L"])],
                      [helper.make_tensor_value_info("y", F, None)])
     check(model, [{"x": randn(rng, n, 3, length)} for n, length in ((1, 8), (2, 11))])
+
+
+@pytest.mark.parametrize("attrs,shapes", [
+    (dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), ["N", 3, "H", "W"]),  # AvgPool2d(3, 1, 1)
+    (dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 2, 1]), ["N", 3, "H", "W"]),
+    (dict(kernel_shape=[2, 2], strides=[2, 2]), ["N", 3, "H", "W"]),  # no pads: none counted
+    # ceil_mode: a last window that would start in the end padding is dropped (static sizes)
+    (dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1), [1, 3, 7, 9]),
+    (dict(kernel_shape=[2, 4], strides=[3, 3], pads=[1, 0, 1, 1], ceil_mode=1), [2, 4, 2, 18]),
+    (dict(kernel_shape=[2, 5], strides=[3, 3], pads=[1, 2, 1, 4], ceil_mode=1), [2, 3, 9, 6]),
+])
+def test_average_pool_counting_the_pads(attrs, shapes):
+    """count_include_pad=1 (PyTorch's default) divides by the whole window, pads included:
+    a zero Pad, then the pool without pads (rounding down where ONNX drops a window)."""
+    rng = np.random.default_rng(6)
+    model = model_of([helper.make_node("AveragePool", ["x"], ["y"], count_include_pad=1,
+                                       **attrs)],
+                     [helper.make_tensor_value_info("x", F, shapes)],
+                     [helper.make_tensor_value_info("y", F, None)])
+    check(model, [{"x": randn(rng, *shape)} for shape in
+                  ([(1, 3, 7, 9), (2, 3, 8, 8)] if "N" in shapes else [shapes])])
+
+
+@pytest.mark.parametrize("node,reason", [
+    (helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[5, 5], strides=[1, 2],
+                      auto_pad="SAME_UPPER", count_include_pad=1), "auto_pad=SAME_UPPER"),
+    (helper.make_node("Celu", ["x"], ["y"], alpha=-1.0), "not positive"),
+    (helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                      pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=1), "unknown size"),
+])
+def test_forms_the_decompositions_do_not_cover_stay_on_the_cpu(node, reason):
+    """Found by the op fuzzer: SAME pads counted in the average (the pads depend on the
+    size), counted pads with ceil_mode on a size known at run time only (whether ONNX drops
+    the last window depends on it) and a negative Celu alpha (alpha * Elu(x / alpha) is
+    then wrong for x > 0)."""
+    rng = np.random.default_rng(12)
+    model = model_of([node], [helper.make_tensor_value_info("x", F, [1, 3, "H", 8])],
+                     [helper.make_tensor_value_info("y", F, None)])
+    npu = check(model, [{"x": randn(rng, 1, 3, 9, 8)}], on_npu=False, ms=False)
+    [placed] = npu.partition()
+    assert placed.device != "NPU" and reason in placed.reason, placed
 
 
 # ---- shape chains, Range, Size, Gather / GatherND ---------------------------------------------
@@ -331,6 +373,44 @@ def test_round_sign_selu_thresholded_relu_mean_and_sum():
     check(model, [{"x": x, "b": b, "c": c}])
 
 
+def test_prelu_of_any_slope_and_celu():
+    """A run-time slope and one that varies along the last axis (not a channel's) decompose;
+    non-finite values and signed zeros go through as onnxruntime's kernels give them."""
+    x = np.array([[0.5, -1.5, 2.5, -0.5, -np.inf, np.inf, np.nan, 0.0, -0.0, 3.7, -1.2, -2.0]],
+                 np.float32)
+    rng = np.random.default_rng(5)
+    nodes = [helper.make_node("PRelu", ["x", "s"], ["run_time"]),
+             helper.make_node("PRelu", ["x", "w"], ["along_last"]),
+             helper.make_node("Celu", ["x"], ["celu"]),
+             helper.make_node("Celu", ["x"], ["celu3"], alpha=0.3)]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", F, ["n", 12]),
+                             helper.make_tensor_value_info("s", F, [1, 12])],
+                     [helper.make_tensor_value_info(n.output[0], F, None) for n in nodes],
+                     {"w": randn(rng, 12)})
+    check(model, [{"x": x, "s": randn(rng, 1, 12)},
+                  {"x": randn(rng, 3, 12, scale=3.0), "s": randn(rng, 1, 12)}])
+
+
+@pytest.mark.parametrize("op", ["ReduceL1", "ReduceLogSum", "ReduceLogSumExp"])
+@pytest.mark.parametrize("keep", [0, 1])
+def test_reductions_lite_has_no_mode_for(op, keep):
+    """Composed of Abs / Log / Exp and the reductions Lite has. LogSumExp shifts by the
+    maximum (no overflow at 30 * N(0, 1)); along the last axis, a row of -inf gives -inf,
+    one holding +inf gives +inf, one holding NaN NaN, as onnxruntime's kernel does."""
+    rng = np.random.default_rng(8)
+    x = randn(rng, 2, 3, 5, scale=30.0)
+    if op == "ReduceLogSum":
+        x = np.abs(x)
+    odd = x.copy()
+    odd[0, 0, :], odd[0, 1, 0], odd[1, 2, 1], odd[1, 1, :] = -np.inf, np.inf, np.nan, 0.0
+    for axes, cases in (([2], [x, odd]), ([0, 2], [x]), (None, [x])):
+        node = helper.make_node(op, ["x"] + (["axes"] if axes else []), ["y"], keepdims=keep)
+        model = model_of([node], [helper.make_tensor_value_info("x", F, ["n", 3, 5])],
+                         [helper.make_tensor_value_info("y", F, None)],
+                         {"axes": np.array(axes, np.int64)} if axes else {}, opset=18)
+        check(model, [{"x": case} for case in cases])
+
+
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float32])
 def test_mod_floor_and_c_fmod(dtype):
     a = np.array([7, -7, 7, -7, 0, 5, -3, 11], dtype)
@@ -427,6 +507,30 @@ def test_resize_by_whole_scales_of_a_run_time_size():
                      [helper.make_tensor_value_info("y", F, None)],
                      {"scales": np.array([1, 1, 2, 3], np.float32)})
     check(model, [{"x": randn(rng, 1, 2, 3, 4)}, {"x": randn(rng, 2, 2, 5, 2)}])
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest"])
+def test_resize_pytorch_half_pixel_is_half_pixel_off_size_one(mode):
+    """PyTorch exports align_corners=False as pytorch_half_pixel; it samples 0 on an output
+    axis of size 1 (half_pixel samples the middle): such a resize stays on the CPU, the
+    others run on the NPU, with run-time whole scales (an input axis of 1 included) and with
+    static sizes."""
+    rng = np.random.default_rng(11)
+    kw = dict(mode=mode, coordinate_transformation_mode="pytorch_half_pixel")
+    model = model_of([helper.make_node("Resize", ["x", "", "scales"], ["y"], **kw)],
+                     [helper.make_tensor_value_info("x", F, ["N", 2, "H", "W"])],
+                     [helper.make_tensor_value_info("y", F, None)],
+                     {"scales": np.array([1, 1, 2, 3], np.float32)})
+    check(model, [{"x": randn(rng, 1, 2, 3, 4)}, {"x": randn(rng, 2, 2, 1, 5)}])
+    for sizes, on_npu in (([1, 2, 9, 4], True), ([1, 2, 1, 4], False)):
+        model = model_of([helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], **kw)],
+                         [helper.make_tensor_value_info("x", F, [1, 2, 5, 7])],
+                         [helper.make_tensor_value_info("y", F, None)],
+                         {"sizes": np.array(sizes, np.int64)})
+        npu = check(model, [{"x": randn(rng, 1, 2, 5, 7)}], on_npu=on_npu, ms=on_npu)
+        if not on_npu:
+            [placed] = npu.partition()
+            assert placed.device != "NPU" and "size of 1" in placed.reason, placed
 
 
 def test_int64_and_bool_elementwise_on_index_tensors():

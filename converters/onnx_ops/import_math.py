@@ -130,6 +130,23 @@ def selu(ctx, node):
             emit(ctx, node, "MulFusion", {"activation_type": NO_ACT}, [elu_out, gamma])]
 
 
+@IMPORTERS.register("Celu", since=12)
+def celu(ctx, node):
+    """alpha * Elu(x / alpha) (Lite has no CELU): for alpha > 0 only; with alpha < 0 that
+    is Celu's negative branch for x > 0, where Celu gives x."""
+    dtype = float_input(ctx, node, "Celu")
+    out = node.outputs[0]
+    if not node.attrs.get("alpha", 1.0) > 0:
+        raise Unmappable(f"Celu with alpha={node.attrs['alpha']} (not positive)")
+    alpha = ctx.const(f"{out}/alpha", np.array(node.attrs.get("alpha", 1.0), dtype))
+    scaled, elu_out = (intermediate(ctx, f"{out}/{part}", dtype) for part in ("scaled", "elu"))
+    return [emit(ctx, node, "DivFusion", {"activation_type": NO_ACT}, [node.inputs[0], alpha],
+                 [scaled]),
+            emit(ctx, node, "Activation", {"activation_type": "ELU", "alpha": 1.0}, [scaled],
+                 [elu_out]),
+            emit(ctx, node, "MulFusion", {"activation_type": NO_ACT}, [elu_out, alpha])]
+
+
 @IMPORTERS.register("ThresholdedRelu", since=10)
 def thresholded_relu(ctx, node):
     attrs = {"activation_type": "THRESHOLDRELU", "alpha": float(node.attrs.get("alpha", 1.0))}
@@ -194,16 +211,27 @@ def gelu(ctx, node):
 
 @IMPORTERS.register("PRelu", since=7)
 def prelu(ctx, node):
+    """Lite's PReLU for a constant slope shared or per channel (axis 1); any other slope (a
+    run-time input, or one that varies along other axes) as max(x, 0) + slope * min(x, 0)."""
     slope = ctx.const_value(node.inputs[1])
     rank = ctx.rank(node.inputs[0])
-    if slope is None:
-        raise Unmappable("slope is not a constant")
-    channel_shared = slope.size == 1
-    per_channel = (rank is not None and rank >= 2 and slope.ndim == rank - 1
-                   and all(d == 1 for d in slope.shape[1:]))
-    if not channel_shared and not per_channel:
-        raise Unmappable("slope is neither shared nor per channel (axis 1)")
-    return [emit(ctx, node, "PReLUFusion", {"channel_shared": channel_shared}, node.inputs)]
+    if slope is not None:
+        channel_shared = slope.size == 1
+        per_channel = (rank is not None and rank >= 2 and slope.ndim == rank - 1
+                       and all(d == 1 for d in slope.shape[1:]))
+        if channel_shared or per_channel:
+            return [emit(ctx, node, "PReLUFusion", {"channel_shared": channel_shared},
+                         node.inputs)]
+    dtype = float_input(ctx, node, "PRelu")
+    out = node.outputs[0]
+    zero = ctx.const(f"{out}/zero", np.zeros((), dtype))
+    pos, neg, scaled = (intermediate(ctx, f"{out}/{part}", dtype)
+                        for part in ("positive", "negative", "scaled"))
+    x, slope_in = node.inputs[:2]
+    return [emit(ctx, node, "Maximum", {}, [x, zero], [pos]),
+            emit(ctx, node, "Minimum", {}, [x, zero], [neg]),
+            emit(ctx, node, "MulFusion", {"activation_type": NO_ACT}, [neg, slope_in], [scaled]),
+            emit(ctx, node, "AddFusion", {"activation_type": NO_ACT}, [pos, scaled])]
 
 
 def _clip_bounds(ctx, node, dtype: np.dtype) -> tuple[float, float]:
@@ -247,6 +275,62 @@ def _reduce(ctx, node):
 
 for _op in _REDUCE:
     IMPORTERS.register(_op)(_reduce)
+
+
+def _reduce_node(ctx, node, mode: str, axes, keep: bool, x, out) -> object:
+    """One ReduceFusion of `x` into `out` (a name or tensor index)."""
+    attrs = {"keep_dims": keep, "mode": mode, "reduce_to_end": False, "coeff": 1.0}
+    inputs = [x]
+    if axes:
+        inputs.append(ctx.const(ctx.fresh_name(f"{node.outputs[0]}/axes"),
+                                np.array(axes, np.int32)))
+    return emit(ctx, node, "ReduceFusion", attrs, inputs, [out])
+
+
+@IMPORTERS.register("ReduceL1", "ReduceLogSum", "ReduceLogSumExp")
+def reduce_composed(ctx, node):
+    """Reductions Lite has no mode for, of the ones it has: ReduceL1 = ReduceSum(|x|),
+    ReduceLogSum = Log(ReduceSum(x)), ReduceLogSumExp = Log(ReduceSum(Exp(x - m))) + m with
+    m = ReduceMax(x), finite (onnxruntime's form: exp never overflows)."""
+    dtype = float_input(ctx, node, node.op_type)
+    axes = attr_or_input(ctx, node, "axes", 1, 18)
+    if not axes and node.attrs.get("noop_with_empty_axes", 0):
+        raise Unmappable("noop_with_empty_axes=1 without axes")
+    keep = bool(node.attrs.get("keepdims", 1))
+    x, out = node.inputs[0], node.outputs[0]
+
+    def fresh(part: str) -> int:
+        return intermediate(ctx, f"{out}/{part}", dtype)
+
+    if node.op_type == "ReduceL1":
+        magnitude = fresh("abs")
+        return [emit(ctx, node, "Abs", {}, [x], [magnitude]),
+                _reduce_node(ctx, node, "ReduceSum", axes, keep, magnitude, out)]
+    if node.op_type == "ReduceLogSum":
+        total = fresh("sum")
+        return [_reduce_node(ctx, node, "ReduceSum", axes, keep, x, total),
+                emit(ctx, node, "Log", {}, [total], [out])]
+    finite = {"min": float(np.finfo(dtype).min), "max": float(np.finfo(dtype).max)}
+
+    def finite_max(keep_max: bool, part: str) -> tuple[int, list]:
+        # an infinite maximum clipped to the largest finite value: a row of -inf sums
+        # exp(-inf) = 0 and gives -inf, one with +inf gives +inf (onnxruntime shifts by 0
+        # there), where x - m would be NaN
+        raw, peak = fresh(f"{part}_raw"), fresh(part)
+        return peak, [_reduce_node(ctx, node, "ReduceMax", axes, keep_max, x, raw),
+                      emit(ctx, node, "Clip", finite, [raw], [peak])]
+
+    peak, nodes = finite_max(True, "max")
+    shifted, exp, total, log = (fresh(p) for p in ("shifted", "exp", "sum", "log"))
+    nodes += [emit(ctx, node, "SubFusion", {"activation_type": NO_ACT}, [x, peak], [shifted]),
+              emit(ctx, node, "ExpFusion", {"base": -1.0, "scale": 1.0, "shift": 0.0},
+                   [shifted], [exp]),
+              _reduce_node(ctx, node, "ReduceSum", axes, keep, exp, total),
+              emit(ctx, node, "Log", {}, [total], [log])]
+    if not keep:  # the maximum again, of the sum's shape
+        peak, more = finite_max(False, "max_out")
+        nodes += more
+    return [*nodes, emit(ctx, node, "AddFusion", {"activation_type": NO_ACT}, [log, peak])]
 
 
 def _arg(ctx, node):

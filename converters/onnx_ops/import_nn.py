@@ -6,7 +6,6 @@ import dataclasses
 
 import numpy as np
 
-from converters.lite.padding import same_total
 from converters.onnx_ops.import_base import (
     IMPORTERS,
     emit,
@@ -67,7 +66,7 @@ def _window_2d(attrs) -> dict:
     return a
 
 
-def _as_2d(ctx, node, lower, weight: bool = False) -> list:
+def as_2d(ctx, node, lower, weight: bool = False) -> list:
     """A 1-D conv or pooling (N, C, L) as its 2-D form over (N, C, 1, L): Unsqueeze, the
     2-D node `lower(ctx, node2d)` makes, Squeeze. A constant weight (O, I, K) becomes
     (O, I, 1, K)."""
@@ -91,7 +90,7 @@ def _as_2d(ctx, node, lower, weight: bool = False) -> list:
             emit(ctx, node, "Squeeze", {"axis": [2]}, [y4], [out])]
 
 
-def _spatial(ctx, node) -> int | None:
+def spatial_rank(ctx, node) -> int | None:
     """Spatial rank of a conv/pool node: from kernel_shape, else the weight or input rank."""
     kernel = node.attrs.get("kernel_shape")
     if kernel is not None:
@@ -122,8 +121,8 @@ def _conv_attrs(ctx, node, w: list[int], weight_format: str) -> dict:
 
 @IMPORTERS.register("Conv")
 def conv(ctx, node):
-    if _spatial(ctx, node) == 1:
-        return _as_2d(ctx, node, _conv_2d, weight=True)
+    if spatial_rank(ctx, node) == 1:
+        return as_2d(ctx, node, _conv_2d, weight=True)
     return _conv_2d(ctx, node)
 
 
@@ -230,89 +229,6 @@ def matmul(ctx, node):
     product = intermediate(ctx, f"{out}/product", dtype)
     return [*nodes, emit(ctx, node, "MatMulFusion", attrs, inputs, [product]),
             emit(ctx, node, "Squeeze", {"axis": added}, [product], [out])]
-
-
-def _pool_fields(ctx, node) -> dict:
-    a = node.attrs
-    kernel = a["kernel_shape"]
-    if len(kernel) != 2:
-        raise Unmappable("only 2-D pooling maps to Lite")
-    if any(d != 1 for d in a.get("dilations", [1, 1])):
-        raise Unmappable("dilated pooling")
-    check_window(kernel, a)
-    pads = a.get("pads", [0, 0, 0, 0])
-    if any(p >= kernel[i % 2] for i, p in enumerate(pads)):
-        raise Unmappable(f"pads={list(pads)}: a pooling pad must be smaller than the kernel "
-                         f"{list(kernel)}")
-    single_output(ctx, node)
-    _check_same_upper(ctx, node, kernel)
-    pad_mode, pad_list = pad_fields(a)
-    return {"kernel_size": list(kernel), "strides": list(a.get("strides", [1, 1])),
-            "pad": pad_list, "pad_mode": pad_mode,
-            "round_mode": "CEIL" if a.get("ceil_mode", 0) else "FLOOR",
-            "format": "NCHW", "global": False, "activation_type": NO_ACT}
-
-
-def _check_same_upper(ctx, node, kernel) -> None:
-    """Unmappable for a SAME_UPPER pooling whose padding would be negative: where a stride
-    passes its kernel, ceil(size / stride) windows may need less than the input, and
-    onnxruntime then crops the input (half the excess at the start) while Lite's SAME pads
-    nothing and starts at row 0, so the two read different rows. The exact test needs the
-    spatial size; an unknown one is refused too."""
-    if node.attrs.get("auto_pad") != "SAME_UPPER":
-        return
-    shape = ctx.shape(node.inputs[0])
-    spatial = shape[-2:] if shape is not None and len(shape) == 4 else (None, None)
-    strides = node.attrs.get("strides", [1, 1])
-    for axis, (size, k, s) in enumerate(zip(spatial, kernel, strides, strict=False)):
-        if s <= k:  # then ceil(size / s) windows need the whole input
-            continue
-        if not isinstance(size, int):
-            raise Unmappable(f"auto_pad=SAME_UPPER with stride {s} over kernel {k} on an "
-                             f"input of unknown size (onnxruntime may crop it)")
-        if same_total(size, k, s) < 0:
-            raise Unmappable(f"auto_pad=SAME_UPPER with stride {s} over kernel {k} on size "
-                             f"{size} (axis {axis + 2}): onnxruntime crops the input")
-
-
-@IMPORTERS.register("MaxPool")
-def max_pool(ctx, node):
-    if node.attrs.get("storage_order", 0):
-        raise Unmappable("storage_order=1")
-    if _spatial(ctx, node) == 1:
-        single_output(ctx, node)
-        return _as_2d(ctx, node, max_pool)
-    return [emit(ctx, node, "MaxPoolFusion", _pool_fields(ctx, node), node.inputs[:1],
-                 node.outputs[:1])]
-
-
-@IMPORTERS.register("AveragePool")
-def average_pool(ctx, node):
-    if node.attrs.get("count_include_pad", 0):
-        raise Unmappable("count_include_pad=1 (Lite averages over valid elements)")
-    if _spatial(ctx, node) == 1:
-        return _as_2d(ctx, node, average_pool)
-    return [emit(ctx, node, "AvgPoolFusion", _pool_fields(ctx, node), node.inputs[:1],
-                 node.outputs[:1])]
-
-
-def _global_pool(ctx, node, op: str):
-    if ctx.rank(node.inputs[0]) != 4:
-        raise Unmappable("global pooling maps to Lite for 4-D NCHW inputs only")
-    # MindSpore Lite checks kernel/stride/pad fields even for global pooling.
-    attrs = {"kernel_size": [1, 1], "strides": [1, 1], "pad": [0, 0, 0, 0], "pad_mode": "VALID",
-             "round_mode": "FLOOR", "format": "NCHW", "global": True, "activation_type": NO_ACT}
-    return [emit(ctx, node, op, attrs, node.inputs)]
-
-
-@IMPORTERS.register("GlobalAveragePool")
-def global_average_pool(ctx, node):
-    return _global_pool(ctx, node, "AvgPoolFusion")
-
-
-@IMPORTERS.register("GlobalMaxPool")
-def global_max_pool(ctx, node):
-    return _global_pool(ctx, node, "MaxPoolFusion")
 
 
 @IMPORTERS.register("BatchNormalization")

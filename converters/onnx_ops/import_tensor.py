@@ -242,14 +242,24 @@ _NEAREST = {"round_prefer_floor": "ROUND_HALF_DOWN", "round_prefer_ceil": "ROUND
 
 @IMPORTERS.register("Resize", since=11)
 def resize(ctx, node):
+    """pytorch_half_pixel (PyTorch's export of align_corners=False) is half_pixel but on an
+    output axis of size 1, which it samples at 0: it maps where no such axis can appear."""
     a = node.attrs
     coord = a.get("coordinate_transformation_mode", "half_pixel")
-    if coord not in _COORD:
+    if coord not in _COORD and coord != "pytorch_half_pixel":
         raise Unmappable(f"coordinate_transformation_mode={coord}")
     if a.get("antialias", 0) or a.get("keep_aspect_ratio_policy", "stretch") != "stretch" \
             or "axes" in a:
         raise Unmappable("antialias / aspect-ratio policy / axes")
     new_hw, extra = _resize_output_hw(ctx, node)
+    if coord == "pytorch_half_pixel":
+        # with run-time whole-number scales an output axis of 1 is an input axis of 1 at
+        # scale 1, where both modes sample 0; a static one must not shrink an axis to 1
+        shape = ctx.shape(node.inputs[0])
+        if not extra and any(size == 1 and shape[2 + i] != 1 for i, size in enumerate(new_hw)):
+            raise Unmappable("coordinate_transformation_mode=pytorch_half_pixel to a size "
+                             "of 1 (it samples 0, half_pixel the middle)")
+        coord = "half_pixel"
     attrs = {"format": "NCHW", "method": _METHOD[a.get("mode", "nearest")],
              "new_height": new_hw[0], "new_width": new_hw[1],
              "preserve_aspect_ratio": False, "coordinate_transform_mode": _COORD[coord],

@@ -3,6 +3,7 @@
 from converters.onnx_ops import (  # noqa: F401
     import_math,
     import_nn,
+    import_pool,
     import_quant_dynamic,
     import_rnn,
     import_tensor,
