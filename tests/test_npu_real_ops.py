@@ -379,6 +379,7 @@ def test_prelu_of_any_slope_and_celu():
     x = np.array([[0.5, -1.5, 2.5, -0.5, -np.inf, np.inf, np.nan, 0.0, -0.0, 3.7, -1.2, -2.0]],
                  np.float32)
     rng = np.random.default_rng(5)
+    infinite = np.full((1, 12), np.inf, np.float32)  # inf * slope where x >= 0 is not x
     nodes = [helper.make_node("PRelu", ["x", "s"], ["run_time"]),
              helper.make_node("PRelu", ["x", "w"], ["along_last"]),
              helper.make_node("Celu", ["x"], ["celu"]),
@@ -387,7 +388,7 @@ def test_prelu_of_any_slope_and_celu():
                              helper.make_tensor_value_info("s", F, [1, 12])],
                      [helper.make_tensor_value_info(n.output[0], F, None) for n in nodes],
                      {"w": randn(rng, 12)})
-    check(model, [{"x": x, "s": randn(rng, 1, 12)},
+    check(model, [{"x": x, "s": randn(rng, 1, 12)}, {"x": x, "s": infinite},
                   {"x": randn(rng, 3, 12, scale=3.0), "s": randn(rng, 1, 12)}])
 
 

@@ -212,7 +212,8 @@ def gelu(ctx, node):
 @IMPORTERS.register("PRelu", since=7)
 def prelu(ctx, node):
     """Lite's PReLU for a constant slope shared or per channel (axis 1); any other slope (a
-    run-time input, or one that varies along other axes) as max(x, 0) + slope * min(x, 0)."""
+    run-time input, or one that varies along other axes) as Where(x < 0, x * slope, x)
+    (max(x, 0) + slope * min(x, 0) gave NaN for x = +inf, slope = +inf)."""
     slope = ctx.const_value(node.inputs[1])
     rank = ctx.rank(node.inputs[0])
     if slope is not None:
@@ -225,13 +226,12 @@ def prelu(ctx, node):
     dtype = float_input(ctx, node, "PRelu")
     out = node.outputs[0]
     zero = ctx.const(f"{out}/zero", np.zeros((), dtype))
-    pos, neg, scaled = (intermediate(ctx, f"{out}/{part}", dtype)
-                        for part in ("positive", "negative", "scaled"))
+    negative = intermediate(ctx, f"{out}/negative", np.dtype(bool))
+    scaled = intermediate(ctx, f"{out}/scaled", dtype)
     x, slope_in = node.inputs[:2]
-    return [emit(ctx, node, "Maximum", {}, [x, zero], [pos]),
-            emit(ctx, node, "Minimum", {}, [x, zero], [neg]),
-            emit(ctx, node, "MulFusion", {"activation_type": NO_ACT}, [neg, slope_in], [scaled]),
-            emit(ctx, node, "AddFusion", {"activation_type": NO_ACT}, [pos, scaled])]
+    return [emit(ctx, node, "Less", {}, [x, zero], [negative]),
+            emit(ctx, node, "MulFusion", {"activation_type": NO_ACT}, [x, slope_in], [scaled]),
+            emit(ctx, node, "Where", {}, [negative, scaled, x])]
 
 
 def _clip_bounds(ctx, node, dtype: np.dtype) -> tuple[float, float]:
