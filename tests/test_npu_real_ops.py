@@ -4,7 +4,7 @@ and ONNX -> Lite -> .ms -> Lite -> ONNX run by onnxruntime against the original.
 
 Recurrent layers (LSTM, GRU: directions, sequence lengths, initial states, absent outputs),
 1-D convolution and pooling, average pooling that counts its pads, Range / Size / shape chains folded per shape, GatherND,
-run-time Gather indices, IsNaN / IsInf, HardSigmoid of any alpha/beta, Gemm of any alpha/beta/C, Round / Sign / Selu /
+run-time Gather indices, IsNaN / IsInf, HardSigmoid of any alpha/beta, Gemm of any alpha/beta/C, ConvTranspose with output_shape, Round / Sign / Selu /
 ThresholdedRelu / Celu / Mod / Mean / n-ary Sum, ReduceL1 / ReduceLogSum / ReduceLogSumExp, PRelu of a run-time or any-axis slope, MatMul by a vector, Pad with negative pads and in edge mode, ArgMax/ArgMin of the last tie,
 Reshape allowzero,
 Resize with scales of a run-time size and PyTorch's pytorch_half_pixel, int64 index arithmetic and Cast of non-finite values.
@@ -223,10 +223,29 @@ def test_average_pool_counting_the_pads(attrs, shapes):
                   ([(1, 3, 7, 9), (2, 3, 8, 8)] if "N" in shapes else [shapes])])
 
 
+@pytest.mark.parametrize("attrs", [
+    dict(kernel_shape=[3, 3], strides=[2, 2], output_shape=[10, 9]),  # odd total: start
+    dict(kernel_shape=[3, 2], strides=[2, 3], output_shape=[9, 10], auto_pad="SAME_UPPER"),
+    dict(kernel_shape=[4, 3], strides=[2, 2], dilations=[2, 1], output_shape=[12, 9],
+         output_padding=[1, 1], auto_pad="SAME_LOWER"),
+])
+def test_conv_transpose_output_shape_becomes_its_pads(attrs):
+    """Keras / TensorFlow exports state the output size; the pads it implies are derived
+    at import (the odd one at the end only for SAME_UPPER, as onnxruntime places it)."""
+    rng = np.random.default_rng(13)
+    model = model_of([helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs)],
+                     [helper.make_tensor_value_info("x", F, [2, 3, 5, 4])],
+                     [helper.make_tensor_value_info("y", F, None)],
+                     {"w": randn(rng, 3, 2, *attrs["kernel_shape"])})
+    check(model, [{"x": randn(rng, 2, 3, 5, 4)}])
+
+
 @pytest.mark.parametrize("node,reason", [
     (helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[5, 5], strides=[1, 2],
                       auto_pad="SAME_UPPER", count_include_pad=1), "auto_pad=SAME_UPPER"),
     (helper.make_node("Celu", ["x"], ["y"], alpha=-1.0), "not positive"),
+    (helper.make_node("ConvTranspose", ["x", "w"], ["y"], kernel_shape=[3, 3],
+                      output_shape=[10, 9]), "unknown size"),
     (helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
                       pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=1), "unknown size"),
 ])
@@ -237,7 +256,8 @@ def test_forms_the_decompositions_do_not_cover_stay_on_the_cpu(node, reason):
     then wrong for x > 0)."""
     rng = np.random.default_rng(12)
     model = model_of([node], [helper.make_tensor_value_info("x", F, [1, 3, "H", 8])],
-                     [helper.make_tensor_value_info("y", F, None)])
+                     [helper.make_tensor_value_info("y", F, None)],
+                     {"w": randn(rng, 3, 2, 3, 3)} if "w" in node.input else {})
     npu = check(model, [{"x": randn(rng, 1, 3, 9, 8)}], on_npu=False, ms=False)
     [placed] = npu.partition()
     assert placed.device != "NPU" and reason in placed.reason, placed

@@ -135,10 +135,11 @@ def _conv_2d(ctx, node):
 
 @IMPORTERS.register("ConvTranspose")
 def conv_transpose(ctx, node):
+    """An `output_shape` becomes the pads it implies (static input sizes only)."""
     w = _weight_shape(ctx, node)
+    if "output_shape" in node.attrs:
+        node = dataclasses.replace(node, attrs=_pads_of_output_shape(ctx, node, w), _proto=None)
     a = node.attrs
-    if "output_shape" in a:
-        raise Unmappable("output_shape has no Lite equivalent")
     if a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
         raise Unmappable(f"auto_pad={a['auto_pad']} has no exact Lite equivalent")
     attrs = _conv_attrs(ctx, node, w, "CKHW")
@@ -151,6 +152,30 @@ def conv_transpose(ctx, node):
     attrs.update(in_channel=w[0], out_channel=w[1] * attrs["group"],
                  output_paddings=output_padding)
     return [emit(ctx, node, "Conv2dTransposeFusion", attrs, [i for i in node.inputs if i])]
+
+
+def _pads_of_output_shape(ctx, node, w) -> dict:
+    """ConvTranspose's attributes with `output_shape` replaced by the pads ONNX derives from
+    it: per axis, total = stride * (in - 1) + output_padding + (k - 1) * dilation + 1 - out,
+    the odd one at the end for SAME_UPPER, at the start otherwise (onnxruntime's rule)."""
+    a = dict(node.attrs)
+    shape = ctx.shape(node.inputs[0])
+    sizes = list(shape[2:]) if shape is not None and len(shape) == 4 else [None, None]
+    wanted = list(a.pop("output_shape"))[-2:]
+    if not all(isinstance(d, int) for d in sizes) or len(wanted) != 2 or w is None:
+        raise Unmappable("output_shape on an input of unknown size (its pads depend on it)")
+    kernel = a.get("kernel_shape", list(w[2:]))
+    begin, end = [], []
+    for i, (size, out) in enumerate(zip(sizes, wanted, strict=True)):
+        total = (a.get("strides", [1, 1])[i] * (size - 1) + a.get("output_padding", [0, 0])[i]
+                 + (kernel[i] - 1) * a.get("dilations", [1, 1])[i] + 1 - out)
+        if total < 0:
+            raise Unmappable(f"output_shape {wanted} beyond the full transposed size")
+        small, large = total // 2, total - total // 2
+        begin.append(small if a.get("auto_pad") == "SAME_UPPER" else large)
+        end.append(large if a.get("auto_pad") == "SAME_UPPER" else small)
+    a["pads"], a["auto_pad"] = begin + end, "NOTSET"
+    return a
 
 
 @IMPORTERS.register("Gemm")
