@@ -3,11 +3,14 @@ EP (every node on the NPU, one session across several input shapes) against onnx
 and ONNX -> Lite -> .ms -> Lite -> ONNX run by onnxruntime against the original.
 
 Recurrent layers (LSTM, GRU: directions, sequence lengths, initial states, absent outputs),
-1-D convolution and pooling, average pooling that counts its pads, Range / Size / shape chains folded per shape, GatherND,
-run-time Gather indices, IsNaN / IsInf, HardSigmoid of any alpha/beta, Gemm of any alpha/beta/C, ConvTranspose with output_shape, Round / Sign / Selu /
-ThresholdedRelu / Celu / Mod / Mean / n-ary Sum, ReduceL1 / ReduceLogSum / ReduceLogSumExp, PRelu of a run-time or any-axis slope, MatMul by a vector, Pad with negative pads and in edge mode, ArgMax/ArgMin of the last tie,
-Reshape allowzero,
-Resize with scales of a run-time size and PyTorch's pytorch_half_pixel, int64 index arithmetic and Cast of non-finite values.
+1-D convolution and pooling, average pooling that counts its pads, ConvTranspose with
+output_shape, Range / Size / shape chains folded per shape, GatherND, run-time Gather
+indices, IsNaN / IsInf, HardSigmoid of any alpha/beta, Gemm of any alpha/beta/C, Round /
+Sign / Selu / ThresholdedRelu / Celu / Mod / Mean / n-ary Sum, ReduceL1 / ReduceLogSum /
+ReduceLogSumExp, PRelu of a run-time or any-axis slope, MatMul by a vector, Pad with
+negative pads and in edge mode, ArgMax/ArgMin of the last tie, Reshape allowzero, Resize
+with scales of a run-time size and PyTorch's pytorch_half_pixel, int64 index arithmetic
+and Cast of non-finite values.
 """
 
 from __future__ import annotations
