@@ -16,6 +16,8 @@ are kept out of the draws:
 - no NaN into ArgMax / ArgMin with select_last_index: the NPU takes a NaN as the largest
   value either way (numpy's rule, and onnxruntime's without select_last_index), while
   onnxruntime's select_last_index loop skips it;
+- no NaN or inf into LRN: onnxruntime's running sum over the channel window turns an inf
+  into NaN (inf - inf) for the channels after it;
 - no NaN or inf into a linear or cubic Resize: onnxruntime, onnx's reference evaluator and
   the NPU each interpolate infinities into their own mix of inf and NaN;
 - no nearest Resize rounding half ties (round_prefer_*) by sizes of an uneven ratio:
@@ -269,10 +271,10 @@ def draw_reduce(rng: np.random.Generator) -> Draw:
 
 
 def draw_norm(rng: np.random.Generator) -> Draw:
-    """Layer / Instance / Batch (inference) / Lp / MeanVariance normalization."""
+    """Layer / Instance / Batch (inference) / Lp / MeanVariance normalization, LRN."""
     op = pick(rng, ["LayerNormalization", "InstanceNormalization", "BatchNormalization",
-                    "LpNormalization", "MeanVarianceNormalization"])
-    shape = random_shape(rng, 1 if op == "LayerNormalization" else 2, 4, 5)
+                    "LpNormalization", "MeanVarianceNormalization", "LRN"])
+    shape = random_shape(rng, {"LayerNormalization": 1, "LRN": 3}.get(op, 2), 4, 5)
     rank = len(shape)
     channels = shape[1] if rank > 1 else shape[0]
     x = [tensor("x", shape)]
@@ -289,6 +291,10 @@ def draw_norm(rng: np.random.Generator) -> Draw:
         inits = [const(name, normal(rng, [channels])) for name in ("g", "b", "m")]
         inits.append(const("v", rng.random(channels) + 0.1))
         return single(op, ["x", "g", "b", "m", "v"], ["y"], x, inits, 15)
+    if op == "LRN":  # finite feeds: onnxruntime's running window sum makes inf - inf = NaN
+        return single(op, ["x"], ["y"], x, opset=13, specials=(), size=pick(rng, [1, 3, 5, 7]),
+                      alpha=pick(rng, [1e-4, 1e-2, 0.5]), beta=pick(rng, [0.5, 0.75, 1.0]),
+                      bias=pick(rng, [1.0, 2.0]))
     if op == "LpNormalization":
         return single(op, ["x"], ["y"], x, opset=17, axis=int(rng.integers(-rank, rank)),
                       p=pick(rng, [1, 2]))
@@ -380,10 +386,17 @@ def draw_slice(rng: np.random.Generator) -> Draw:
 
 
 def draw_gather(rng: np.random.Generator) -> Draw:
-    """Gather on any axis, constant int64 indices (negative too) of rank 0-2 (maybe empty)."""
+    """Gather on any axis, constant int64 indices (negative too) of rank 0-2 (maybe empty);
+    GatherElements with a constant index of the data's rank (smaller off the axis)."""
     shape = random_shape(rng, 1, 3, 5)
     axis = int(rng.integers(-len(shape), len(shape)))
     dim = shape[axis]
+    if rng.random() < 0.35:
+        extent = [int(rng.integers(1, 4)) if a == axis % len(shape) else int(rng.integers(1, d + 1))
+                  for a, d in enumerate(shape)]
+        index = rng.integers(-dim, dim, extent)
+        return single("GatherElements", ["x", "i"], ["y"], [tensor("x", shape)],
+                      [const("i", index, np.int64)], 13, axis=axis)
     indices = rng.integers(-dim, dim, ints(rng, 0, 4, int(rng.integers(0, 3))))
     return single("Gather", ["x", "i"], ["y"], [tensor("x", shape)],
                   [const("i", indices, np.int64)], axis=axis)

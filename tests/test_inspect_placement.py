@@ -14,15 +14,15 @@ from provider.cli import main
 MODELS = Path(__file__).resolve().parent.parent / "models"
 
 
-def lrn_model(path: Path) -> Path:
-    """relu -> LRN (not an NPU op) -> neg, sigmoid -> add: LRN must stay on CPU."""
+def hardmax_model(path: Path) -> Path:
+    """relu -> Hardmax (no Lite primitive) -> neg, sigmoid -> add: Hardmax stays on CPU."""
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-             helper.make_node("LRN", ["r"], ["v"], name="lrn", size=3),
+             helper.make_node("Hardmax", ["r"], ["v"], name="hardmax", axis=1),
              helper.make_node("Neg", ["v"], ["y"], name="neg"),
              helper.make_node("Sigmoid", ["r"], ["j"], name="sigmoid"),
              helper.make_node("Add", ["y", "j"], ["z"], name="add")]
     graph = helper.make_graph(
-        nodes, "lrn_graph", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 2, 2])],
+        nodes, "hardmax_graph", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 2, 2])],
         [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 5, 2, 2])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
                               producer_name="test", producer_version="1")
@@ -32,12 +32,12 @@ def lrn_model(path: Path) -> Path:
 
 
 def test_unsupported_and_disabled_ops_are_named_with_reasons(tmp_path, capsys):
-    path = lrn_model(tmp_path / "lrn.onnx")
+    path = hardmax_model(tmp_path / "hardmax.onnx")
     assert main(["inspect", str(path), "--option", "disable_ops=Neg"]) == 0
     out = capsys.readouterr().out
-    assert "lrn.onnx: ONNX (.onnx) 'lrn_graph'" in out
+    assert "hardmax.onnx: ONNX (.onnx) 'hardmax_graph'" in out
     assert "NPUExecutionProvider: 3 of 5 nodes on the NPU" in out and "2 on CPU" in out
-    assert "CPU  lrn (LRN): LRN: primitive LRN is not in the NPU's set" in out
+    assert "CPU  hardmax (Hardmax): no Lite primitive: no Lite mapping for Hardmax" in out
     assert "CPU  neg (Neg): disabled by provider option disable_ops" in out
     assert "CPU  relu" not in out
 
@@ -66,7 +66,7 @@ def test_mindir_summary_and_placement(capsys):
 
 
 def test_no_placement_and_bad_option(tmp_path, capsys):
-    path = lrn_model(tmp_path / "m.onnx")
+    path = hardmax_model(tmp_path / "m.onnx")
     assert main(["inspect", "--no-placement", str(path)]) == 0
     assert "placement:" not in capsys.readouterr().out
     assert main(["inspect", str(path), "--option", "disable_ops"]) == 1

@@ -124,8 +124,8 @@ def test_assess_agrees_with_per_node_compile_on_zoo_models(name, fp16):
 @pytest.mark.parametrize("name", [*FAST_LIGHT, *(pytest.param(n, marks=pytest.mark.slow) for n in SLOW_LIGHT)])
 @pytest.mark.parametrize("weights", ["shipped", "random"])
 def test_assess_agrees_with_per_node_compile_on_light_models(name, weights):
-    """As shipped the weights come from ConstantOfShape, which both sides fold; LRN and a
-    Custom softmax stay on CPU and the nodes after them are judged on their declared shapes."""
+    """As shipped the weights come from ConstantOfShape, which both sides fold; a Custom
+    softmax stays on CPU and the nodes after it are judged on their declared shapes."""
     model = light(name)
     check_agreement(model if weights == "shipped" else randomized(model))
 
@@ -180,17 +180,17 @@ def test_unknown_shapes_get_no_shape_dependent_check():
 
 
 def test_declared_shapes_after_a_cpu_node_are_used():
-    """A node fed by a CPU node (LRN) is judged on the tensor's declared static shape, as
+    """A node fed by a CPU node (Rsqrt) is judged on the tensor's declared static shape, as
     its partition will be compiled; an undeclared shape () leaves it unchecked."""
     for declared, refused in (((1, 2, 3, 3), True), ((), False)):
         g = Graph("after_cpu")
         x = g.input("x", (1, 2, 3, 3))
-        h = g.node("LRN", [x])
+        h = g.node("Rsqrt", [x])
         g.m.tensors[g.ids[h]] = dataclasses.replace(g.m.tensors[g.ids[h]], shape=declared)
         y = g.node("MaxPoolFusion", [h], {"kernel_size": [8, 8], "strides": [2, 2], "pad": [0, 0, 0, 0],
                                          "pad_mode": "PAD", "format": "NCHW"})
         reasons = capability.assess(g.outputs(y))
-        assert "LRN is not in the NPU's set" in reasons[0]
+        assert "Rsqrt is not in the NPU's set" in reasons[0]
         assert ("overhangs input (1, 2, 3, 3)" in (reasons[1] or "")) if refused else reasons[1] is None, reasons
 
 
@@ -246,9 +246,9 @@ def test_a_cycle_keeps_the_static_reasons():
     a = g.node("Neg", [x])
     b = g.node("Abs", [a])
     g.m.nodes[0].inputs = [g.ids[b]]
-    g.node("LRN", [x])
+    g.node("Rsqrt", [x])
     reasons = capability.assess(g.outputs(b))
-    assert reasons[:2] == [None, None] and "LRN" in reasons[2]
+    assert reasons[:2] == [None, None] and "Rsqrt" in reasons[2]
 
 
 # ---- no weight packing ---------------------------------------------------------------------

@@ -633,7 +633,7 @@ def test_capability_gives_reasons():
     x = g.input("x", (1, 3, 4, 4))
     wx = g.input("wx", (2, 3, 3, 3))
     i = g.input("i", (1, 3, 4, 4), np.int64)
-    g.node("LRN", [x])
+    g.node("Rsqrt", [x])
     g.node("Custom", [x], {"type": "onnx:ai.onnx:Foo", "attr": {}})
     g.node("Conv2DFusion", [x, wx], CONV)
     g.node("Activation", [x], {"activation_type": "SELU"})
@@ -642,14 +642,14 @@ def test_capability_gives_reasons():
     g.node("MatMulFusion", [g.input("v", (3,)), g.const("m", np.zeros((3, 2), F32))])
     model = g.outputs(x)
     reasons = capability.supported_nodes(model)
-    assert "LRN is not in the NPU's set" in reasons[0]
+    assert "Rsqrt is not in the NPU's set" in reasons[0]
     assert "onnx:ai.onnx:Foo" in reasons[1]
     assert "'wx'" in reasons[2] and "run time" in reasons[2]
     assert "SELU" in reasons[3]
     assert "int64" in reasons[4]
     assert reasons[5] is None and capability.check(model, 5) is None
     assert "rank 1" in reasons[6]
-    with pytest.raises(UnsupportedError, match="LRN0"):
+    with pytest.raises(UnsupportedError, match="Rsqrt0"):
         compile_model(model)
 
 

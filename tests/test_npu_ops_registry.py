@@ -36,12 +36,12 @@ def test_a_second_definition_is_an_error_and_registers_nothing():
 
 
 def test_failed_lookups_list_what_exists():
-    with pytest.raises(UnsupportedError, match="no NPU op 'LRN'.*Conv2DFusion.*MaxPoolFusion"):
-        op_def("LRN")
-    with pytest.raises(UnsupportedError, match="no NPU kernel 'lrn'.*conv2d.*max_pool"):
-        get("lrn")
-    with pytest.raises(UnsupportedError, match="node 'n': no NPU op 'LRN'; known ops: .*Conv2DFusion"):
-        lower(LiteNode("n", "LRN", {}, [0], [1]), [TensorInfo((1,), F32)], [F32])
+    with pytest.raises(UnsupportedError, match="no NPU op 'Rsqrt'.*Conv2DFusion.*MaxPoolFusion"):
+        op_def("Rsqrt")
+    with pytest.raises(UnsupportedError, match="no NPU kernel 'rsqrt'.*conv2d.*max_pool"):
+        get("rsqrt")
+    with pytest.raises(UnsupportedError, match="node 'n': no NPU op 'Rsqrt'; known ops: .*Conv2DFusion"):
+        lower(LiteNode("n", "Rsqrt", {}, [0], [1]), [TensorInfo((1,), F32)], [F32])
 
 
 def test_every_primitive_has_a_rule_whose_kernels_exist():

@@ -8,7 +8,8 @@ output_shape, Range / Size / shape chains folded per shape, GatherND, run-time G
 indices, IsNaN / IsInf, HardSigmoid of any alpha/beta, Gemm of any alpha/beta/C, Round /
 Sign / Selu / ThresholdedRelu / Celu / Mod / Mean / n-ary Sum, ReduceL1 / ReduceLogSum /
 ReduceLogSumExp, PRelu of a run-time or any-axis slope, MatMul by a vector, Pad with
-negative pads and in edge mode, ArgMax/ArgMin of the last tie, Reshape allowzero, Resize
+negative pads and in edge mode, ArgMax/ArgMin of the last tie, GatherElements, LRN,
+LpNormalization, Reshape allowzero, Resize
 with scales of a run-time size and PyTorch's pytorch_half_pixel, int64 index arithmetic
 and Cast of non-finite values.
 """
@@ -335,6 +336,43 @@ def test_gather_nd(constant):
                      [helper.make_tensor_value_info("y", F, None)], {"i": idx} if constant else {})
     feeds = {"x": randn(rng, 3, 4, 5)} | ({} if constant else {"i": idx})
     check(model, [feeds])
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_gather_elements_reads_run_time_indices_and_checks_them(axis):
+    """Negative indices wrap; the index may be smaller than the data off the axis (ONNX);
+    an index out of range is the run's error, naming the op."""
+    rng = np.random.default_rng(14)
+    model = model_of([helper.make_node("GatherElements", ["x", "i"], ["y"], axis=axis)],
+                     [helper.make_tensor_value_info("x", F, ["A", 4, 5]),
+                      helper.make_tensor_value_info("i", I64, ["B", "C", "D"])],
+                     [helper.make_tensor_value_info("y", F, None)])
+    x = randn(rng, 3, 4, 5)
+    dim = x.shape[axis]
+    npu = check(model, [{"x": x, "i": rng.integers(-dim, dim, size=shape)}
+                        for shape in ((3, 4, 5), (2, 3, 4), (1, 1, 1))])
+    bad = np.zeros((1, 1, 1), np.int64) + dim
+    with pytest.raises(InputValueError, match=rf"GatherElements: index {dim} is outside"):
+        npu.run(None, {"x": x, "i": bad})
+
+
+def test_lrn_and_lp_normalization():
+    """LRN across channels (AlexNet / GoogLeNet exports) and LpNormalization with p 1 and 2
+    along any axis; a zero norm gives 0, an infinite one 0 or NaN, as onnxruntime's do (no
+    inf into LRN: onnxruntime's running window sum carries its inf - inf = NaN on to later
+    channels)."""
+    rng = np.random.default_rng(15)
+    nodes = [helper.make_node("LRN", ["x"], ["lrn"], size=5, alpha=1e-3, beta=0.75, bias=2.0),
+             helper.make_node("LRN", ["x"], ["lrn3"], size=3),
+             helper.make_node("LpNormalization", ["z"], ["l2"], axis=1, p=2),
+             helper.make_node("LpNormalization", ["z"], ["l1"], axis=-1, p=1)]
+    model = model_of(nodes, [helper.make_tensor_value_info(n, F, ["N", 7, 3, 4]) for n in "xz"],
+                     [helper.make_tensor_value_info(n.output[0], F, None) for n in nodes])
+    x, z = randn(rng, 1, 7, 3, 4, scale=5.0), randn(rng, 1, 7, 3, 4)
+    x[0, :, 0, 0] = z[0, :, 0, 0] = z[0, 2, 1, :] = 0.0
+    z[0, 3, 2, 1] = np.inf
+    check(model, [{"x": randn(rng, 2, 7, 3, 4, scale=5.0), "z": randn(rng, 2, 7, 3, 4)},
+                  {"x": x, "z": z}])
 
 
 def test_isnan_isinf_and_hardsigmoid_of_any_alpha_beta():

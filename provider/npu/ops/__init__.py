@@ -12,6 +12,7 @@ from provider.npu.ops import (  # noqa: F401  (imported for their registrations)
     conv,
     cumsum,
     elementwise,
+    gather_elements,
     layout,
     matmul,
     norm,

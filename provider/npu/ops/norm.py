@@ -1,6 +1,7 @@
-"""Normalisations: LayerNormFusion, InstanceNorm, and inference BatchNorm / FusedBatchNorm
-(a per-channel scale and shift, when the compiler could not fold it into a conv):
-capability, rules and numpy kernels; LayerNorm also natively (csrc/elementwise.c).
+"""Normalisations: LayerNormFusion, InstanceNorm, inference BatchNorm / FusedBatchNorm
+(a per-channel scale and shift, when the compiler could not fold it into a conv), LRN
+across channels and LpNormalization: capability, rules and numpy kernels; LayerNorm and
+the scale and shift also natively (csrc/elementwise.c, csrc/dwconv.c).
 
 Statistics are accumulated in fp32 (dtype=np.float32) even when storage is fp16.
 """
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from converters.lite.ir import LiteNode
-from provider.errors import InvalidModelError
+from provider.errors import InvalidModelError, UnsupportedError
 from provider.npu.ops.activation import fused
 from provider.npu.ops.common import (
     FLOAT,
@@ -73,7 +74,58 @@ def scale_shift(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], att
     fused(y, attrs)
 
 
+@register("lrn")
+@np.errstate(over="ignore", invalid="ignore", divide="ignore")  # as x / 0 and inf / inf give
+def lrn(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """LRN across channels (axis 1): y = x / (bias + alpha * sum of x^2 over the channels
+    within `radius`)^beta, alpha already per element (ONNX's alpha / size)."""
+    x, r = inputs[0], attrs["radius"]
+    squares = np.square(x, dtype=F32)
+    padded = np.pad(squares, [(0, 0), (r, r)] + [(0, 0)] * (x.ndim - 2))
+    window = np.zeros_like(squares)
+    for k in range(2 * r + 1):  # channel windows of a few channels: shifted sums
+        window += padded[:, k:k + x.shape[1]]
+    window *= attrs["alpha"]
+    window += attrs["bias"]
+    np.divide(x, np.power(window, attrs["beta"], dtype=F32), out=outputs[0])
+
+
+@register("lp_norm")
+@np.errstate(invalid="ignore", divide="ignore")
+def lp_norm(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """x / ||x||_p along attrs["axis"] (p 1 or 2); a zero norm gives 0, as onnxruntime's
+    kernel does (not 0 / 0)."""
+    x, axis = inputs[0], attrs["axis"]
+    if attrs["p"] == 1:
+        norm = np.sum(np.abs(x), axis=axis, keepdims=True, dtype=F32)
+    else:
+        norm = np.sqrt(np.sum(np.square(x, dtype=F32), axis=axis, keepdims=True))
+    np.divide(x, norm, out=outputs[0])
+    outputs[0][np.broadcast_to(norm == 0, x.shape)] = 0
+
+
 # ---- rules -------------------------------------------------------------------------------
+
+
+@define("LRN", dtypes=FLOAT, rank=(3, 99), kernels=("lrn",), note="across channels (axis 1)")
+def lrn_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    region = node.attrs.get("norm_region") or "ACROSS_CHANNELS"
+    if region != "ACROSS_CHANNELS":
+        raise UnsupportedError(f"{describe(node)}: norm_region {region}")
+    # absent fields are the schema's zeros, as the ONNX exporter reads them
+    attrs = {"radius": int(node.attrs.get("depth_radius", 0)),
+             "bias": float(node.attrs.get("bias", 0.0)), "alpha": float(node.attrs.get("alpha", 0.0)),
+             "beta": float(node.attrs.get("beta", 0.0))}
+    return Lowered("lrn", attrs, [0], [(ins[0].shape, ins[0].dtype)])
+
+
+@define("LpNormalization", dtypes=FLOAT, kernels=("lp_norm",), note="p 1 or 2")
+def lp_norm_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    p = int(node.attrs.get("p", 2))
+    if p not in (1, 2):
+        raise UnsupportedError(f"{describe(node)}: p={p} (ONNX defines 1 and 2)")
+    axis = axis_of(node, int(node.attrs.get("axis", -1)), len(ins[0].shape))
+    return Lowered("lp_norm", {"axis": axis, "p": p}, [0], [(ins[0].shape, ins[0].dtype)])
 
 
 @define("LayerNormFusion", dtypes=FLOAT, kernels=("layer_norm",))

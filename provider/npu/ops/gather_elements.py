@@ -1,0 +1,45 @@
+"""GatherD (ONNX GatherElements): out[i][j][k] = x[index[i][j][k]][j][k] along one axis
+(capability, rule and numpy kernel). Index values come at run time and are checked there."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from converters.lite.ir import LiteNode
+from provider.errors import UnsupportedError
+from provider.npu.ops.common import (
+    DATA,
+    Lowered,
+    TensorInfo,
+    axis_of,
+    check_indices,
+    const,
+    describe,
+)
+from provider.npu.ops.registry import define, register
+
+
+@register("gather_elements")
+def gather_elements(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = x taken along attrs["axis"] at `index` (negatives wrap), x cut to the
+    index's extent on the other axes (ONNX lets the index be smaller there)."""
+    x, idx = inputs[0], inputs[1]
+    axis = attrs["axis"]
+    check_indices(idx, x.shape[axis], "GatherElements")
+    x = x[tuple(slice(None) if a == axis else slice(0, n) for a, n in enumerate(idx.shape))]
+    np.copyto(outputs[0], np.take_along_axis(x, np.where(idx < 0, idx + x.shape[axis], idx),
+                                             axis=axis))
+
+
+@define("GatherD", dtypes=DATA, const_inputs=(1,), kernels=("gather_elements",),
+        note="int32/int64 index of the data's rank, checked per run")
+def gather_d_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    x, idx = ins[0], ins[2]
+    axis = axis_of(node, int(const(node, ins, 1, "dim").reshape(-1)[0]), len(x.shape))
+    if idx.dtype.kind not in "iu" or len(idx.shape) != len(x.shape) or any(
+            n > d for a, (n, d) in enumerate(zip(idx.shape, x.shape, strict=True)) if a != axis):
+        raise UnsupportedError(f"{describe(node)}: index {idx.dtype}{list(idx.shape)} for data "
+                               f"{list(x.shape)} along axis {axis}")
+    return Lowered("gather_elements", {"axis": axis}, [0, 2], [(tuple(idx.shape), x.dtype)])
