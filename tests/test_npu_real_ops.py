@@ -9,7 +9,7 @@ indices, IsNaN / IsInf, HardSigmoid of any alpha/beta, Gemm of any alpha/beta/C,
 Sign / Selu / ThresholdedRelu / Celu / Mod / Mean / n-ary Sum, ReduceL1 / ReduceLogSum /
 ReduceLogSumExp, PRelu of a run-time or any-axis slope, MatMul by a vector, Pad with
 negative pads and in edge mode, ArgMax/ArgMin of the last tie, GatherElements, LRN,
-LpNormalization, Reshape allowzero, Resize
+LpNormalization, Trilu (a causal mask per length), Reshape allowzero, Resize
 with scales of a run-time size and PyTorch's pytorch_half_pixel, int64 index arithmetic
 and Cast of non-finite values.
 """
@@ -373,6 +373,33 @@ def test_lrn_and_lp_normalization():
     z[0, 3, 2, 1] = np.inf
     check(model, [{"x": randn(rng, 2, 7, 3, 4, scale=5.0), "z": randn(rng, 2, 7, 3, 4)},
                   {"x": x, "z": z}])
+
+
+def test_trilu_and_a_causal_mask_per_sequence_length():
+    """Trilu upper/lower, k absent, positive or negative, over batched float / int64 / bool
+    data; and a decoder's causal mask built from the input's shape (ConstantOfShape, then
+    Trilu), folded per sequence length."""
+    rng = np.random.default_rng(16)
+    k = {"kp": np.array(1, np.int64), "kn": np.array(-2, np.int64)}
+    nodes = [helper.make_node("Trilu", ["x"], ["upper"]),
+             helper.make_node("Trilu", ["x", "kp"], ["lower"], upper=0),
+             helper.make_node("Trilu", ["i", "kn"], ["ints"]),
+             helper.make_node("Trilu", ["b", "kp"], ["bools"], upper=0),
+             helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Slice", ["shape", "one", "three"], ["square"]),
+             helper.make_node("ConstantOfShape", ["square"], ["ones"],
+                              value=numpy_helper.from_array(np.array([1.0], np.float32))),
+             helper.make_node("Trilu", ["ones"], ["causal"], upper=0),
+             helper.make_node("Mul", ["x", "causal"], ["masked"])]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", F, ["N", "L", "L"]),
+                             helper.make_tensor_value_info("i", I64, [2, 3, 5]),
+                             helper.make_tensor_value_info("b", TensorProto.BOOL, [4, 6])],
+                     [helper.make_tensor_value_info(n, t, None) for n, t in
+                      (("upper", F), ("lower", F), ("ints", I64), ("bools", TensorProto.BOOL),
+                       ("masked", F))],
+                     {**k, "one": np.array([1], np.int64), "three": np.array([3], np.int64)})
+    check(model, [{"x": randn(rng, n, length, length), "i": rng.integers(-9, 9, (2, 3, 5)),
+                   "b": rng.random((4, 6)) < 0.5} for n, length in ((1, 4), (2, 7))])
 
 
 def test_isnan_isinf_and_hardsigmoid_of_any_alpha_beta():

@@ -312,6 +312,18 @@ def cum_sum(ctx, node):
     return [emit(ctx, node, "CumSum", attrs, [node.inputs[0], int32_operand(ctx, node, 1, "axis")])]
 
 
+@IMPORTERS.register("Trilu", since=14)
+def trilu(ctx, node):
+    """Lite's Triu / Tril take k as a second input (int32, as MindSpore Lite reads it); an
+    absent k is 0."""
+    op = "Triu" if node.attrs.get("upper", 1) else "Tril"
+    if present(node, 1):
+        k = int32_operand(ctx, node, 1, "k")
+    else:
+        k = ctx.const(f"{node.outputs[0]}/k", np.array(0, np.int32))
+    return [emit(ctx, node, op, {}, [node.inputs[0], k])]
+
+
 @IMPORTERS.register("Size")
 def size(ctx, node):
     return [emit(ctx, node, "Size", {}, node.inputs[:1])]

@@ -27,6 +27,7 @@ from provider.npu.ops import (  # noqa: F401  (imported for their registrations)
     rnn,
     shape,
     topk,
+    triangle,
 )
 from provider.npu.ops.registry import (
     KERNELS,

@@ -1,0 +1,27 @@
+"""Triu / Tril (ONNX Trilu): the upper or lower triangle of the last two axes, from the k-th
+diagonal on, the rest zero (capability, rule and numpy kernel). A decoder's causal mask is
+one, built per sequence length."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from converters.lite.ir import LiteNode
+from provider.npu.ops.common import DATA, Lowered, TensorInfo, const
+from provider.npu.ops.registry import define, register
+
+
+@register("triangle")
+def triangle(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """outputs[0] = triu(x, k) or tril(x, k) over the last two axes."""
+    pick = np.triu if attrs["upper"] else np.tril
+    np.copyto(outputs[0], pick(inputs[0], attrs["k"]))
+
+
+@define("Triu", "Tril", dtypes=DATA, const_inputs=(1,), rank=(2, 99), kernels=("triangle",))
+def triangle_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    k = int(const(node, ins, 1, "k").reshape(-1)[0]) if len(ins) > 1 else 0
+    attrs = {"upper": node.op == "Triu", "k": k}
+    return Lowered("triangle", attrs, [0], [(ins[0].shape, ins[0].dtype)])
