@@ -9,7 +9,7 @@ indices, IsNaN / IsInf, HardSigmoid of any alpha/beta, Gemm of any alpha/beta/C,
 Sign / Selu / ThresholdedRelu / Celu / Mod / Mean / n-ary Sum, ReduceL1 / ReduceLogSum /
 ReduceLogSumExp, PRelu of a run-time or any-axis slope, MatMul by a vector, Pad with
 negative pads and in edge mode, ArgMax/ArgMin of the last tie, GatherElements, LRN,
-LpNormalization, Trilu (a causal mask per length), Reshape allowzero, Resize
+LpNormalization, Trilu (a causal mask per length), Split of an uneven dimension, Reshape allowzero, Resize
 with scales of a run-time size and PyTorch's pytorch_half_pixel, int64 index arithmetic
 and Cast of non-finite values.
 """
@@ -373,6 +373,16 @@ def test_lrn_and_lp_normalization():
     z[0, 3, 2, 1] = np.inf
     check(model, [{"x": randn(rng, 2, 7, 3, 4, scale=5.0), "z": randn(rng, 2, 7, 3, 4)},
                   {"x": x, "z": z}])
+
+
+@pytest.mark.parametrize("dim,parts", [(7, 3), (10, 4), (4, 3)])
+def test_split_into_num_outputs_of_an_uneven_dimension(dim, parts):
+    """Opset 18: chunks of ceil(dim / parts), the last smaller (even empty)."""
+    names = [f"part{i}" for i in range(parts)]
+    model = model_of([helper.make_node("Split", ["x"], names, axis=1, num_outputs=parts)],
+                     [helper.make_tensor_value_info("x", F, ["N", dim])],
+                     [helper.make_tensor_value_info(n, F, None) for n in names], opset=18)
+    check(model, [{"x": randn(np.random.default_rng(17), n, dim)} for n in (1, 3)])
 
 
 def test_trilu_and_a_causal_mask_per_sequence_length():

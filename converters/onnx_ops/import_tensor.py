@@ -39,9 +39,15 @@ def split(ctx, node):
     axis = node.attrs.get("axis", 0)
     n = len(node.outputs)
     if sizes is None and "num_outputs" in node.attrs:
-        # Opset 18 allows an uneven last chunk; Lite splits evenly only.
+        # Opset 18 allows an uneven last chunk (chunks of ceil(dim / n), the last smaller):
+        # stated as sizes where the dimension is known; Lite's output_num splits evenly
         dim = (ctx.shape(node.inputs[0]) or [None] * (abs(axis) + 1))[axis]
-        if not isinstance(dim, int) or dim % n:
+        if isinstance(dim, int) and dim % n:
+            chunk = -(-dim // n)
+            sizes = [chunk] * (n - 1) + [dim - chunk * (n - 1)]
+            if sizes[-1] < 0:
+                raise Unmappable(f"num_outputs={n} of a dimension of {dim}")
+        elif not isinstance(dim, int):
             raise Unmappable("num_outputs split of a dimension not known to divide evenly")
     attrs = {"output_num": n, "size_splits": sizes or [], "axis": axis}
     return [emit(ctx, node, "Split", attrs, node.inputs[:1])]
