@@ -510,6 +510,22 @@ def test_reductions_lite_has_no_mode_for(op, keep):
         check(model, [{"x": case} for case in cases])
 
 
+def test_reductions_over_no_axes_with_noop_keep_their_elementwise_part():
+    """noop_with_empty_axes=1 and no axes: nothing is reduced, but onnxruntime still squares
+    (ReduceSumSquare), takes |x| (ReduceL1 / L2) or log x (ReduceLogSum); the others copy
+    their input (inside the graph too: an alias would leave the node nothing to place)."""
+    ops = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+           "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp"]
+    nodes = [helper.make_node(op, ["x"], [op], noop_with_empty_axes=1) for op in ops]
+    nodes += [helper.make_node("ReduceMean", ["x"], ["inside"], noop_with_empty_axes=1),
+              helper.make_node("Neg", ["inside"], ["negated"])]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", F, ["n", 3])],
+                     [helper.make_tensor_value_info(n, F, None) for n in [*ops, "negated"]],
+                     opset=18)
+    x = np.array([[-2.0, 3.0, 0.0], [0.5, -0.25, 7.0]], np.float32)
+    check(model, [{"x": x}, {"x": randn(np.random.default_rng(18), 4, 3)}])
+
+
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float32])
 def test_mod_floor_and_c_fmod(dtype):
     a = np.array([7, -7, 7, -7, 0, 5, -3, 11], dtype)

@@ -15,6 +15,7 @@ from converters.onnx_ops.import_base import (
     float_input,
     intermediate,
 )
+from converters.onnx_ops.import_tensor import copy_of
 from converters.onnx_ops.registry import Unmappable
 
 NO_ACT = "NO_ACTIVATION"
@@ -260,11 +261,28 @@ _REDUCE = {"ReduceMean": ("ReduceMean", 18), "ReduceSum": ("ReduceSum", 13),
            "ReduceL2": ("ReduceL2", 18)}
 
 
+# With noop_with_empty_axes=1 and no axes nothing is reduced, but the element-wise part of
+# the reduction stays (onnxruntime: ReduceSumSquare gives x^2, ReduceL1/L2 |x|, ReduceLogSum
+# log x; log(exp(x)) is x).
+_NOOP_ELEMENTWISE = {"ReduceSumSquare": "Square", "ReduceL1": "Abs", "ReduceL2": "Abs",
+                     "ReduceLogSum": "Log"}
+
+
+def _noop_reduction(ctx, node) -> list:
+    """A reduction over no axes with noop_with_empty_axes=1: its element-wise part or a copy
+    (an alias would leave no node to place: the reduction stayed on the CPU)."""
+    op = _NOOP_ELEMENTWISE.get(node.op_type)
+    if op is None:
+        return copy_of(ctx, node, f"{node.op_type} over no axes of a non-numeric (or unknown) "
+                       "type")
+    return [emit(ctx, node, op, {}, node.inputs[:1])]
+
+
 def _reduce(ctx, node):
     mode, since = _REDUCE[node.op_type]
     axes = attr_or_input(ctx, node, "axes", 1, since)
     if not axes and node.attrs.get("noop_with_empty_axes", 0):
-        raise Unmappable("noop_with_empty_axes=1 without axes")
+        return _noop_reduction(ctx, node)
     attrs = {"keep_dims": bool(node.attrs.get("keepdims", 1)), "mode": mode,
              "reduce_to_end": False, "coeff": 1.0}
     inputs = [node.inputs[0]]
@@ -295,7 +313,7 @@ def reduce_composed(ctx, node):
     dtype = float_input(ctx, node, node.op_type)
     axes = attr_or_input(ctx, node, "axes", 1, 18)
     if not axes and node.attrs.get("noop_with_empty_axes", 0):
-        raise Unmappable("noop_with_empty_axes=1 without axes")
+        return _noop_reduction(ctx, node)
     keep = bool(node.attrs.get("keepdims", 1))
     x, out = node.inputs[0], node.outputs[0]
 

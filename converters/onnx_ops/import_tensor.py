@@ -397,17 +397,22 @@ def _aliasable(ctx, name: str) -> bool:
     return name not in ctx.graph_outputs and name not in ctx.read_by_subgraphs
 
 
+def copy_of(ctx, node, refusal: str) -> list:
+    """Input 0 copied to output 0 (a Cast to its own type is Lite's copy); Unmappable with
+    `refusal` for a non-numeric or unknown type."""
+    dtype = ctx.dtype(node.inputs[0])
+    if dtype is None or dtype.kind not in "biuf":
+        raise Unmappable(refusal)
+    to = ctx.const(f"{node.outputs[0]}/to", np.array([dtypes.from_numpy(dtype)], np.int32))
+    return [emit(ctx, node, "Cast", {}, [node.inputs[0], to])]
+
+
 @IMPORTERS.register("Identity")
 def identity(ctx, node):
     # Lite has no identity primitive: alias the value, unless its name must survive.
     if not _aliasable(ctx, node.outputs[0]):
-        # its name must survive: a Cast to its own type is Lite's copy
-        dtype = ctx.dtype(node.inputs[0])
-        if dtype is None or dtype.kind not in "biuf":
-            raise Unmappable("Identity of a non-numeric (or unknown) type producing a graph "
-                             "output (or a subgraph's outer value), whose name must survive")
-        to = ctx.const(f"{node.outputs[0]}/to", np.array([dtypes.from_numpy(dtype)], np.int32))
-        return [emit(ctx, node, "Cast", {}, [node.inputs[0], to])]
+        return copy_of(ctx, node, "Identity of a non-numeric (or unknown) type producing a "
+                       "graph output (or a subgraph's outer value), whose name must survive")
     ctx.alias(node.outputs[0], node.inputs[0])
     return []
 
