@@ -45,8 +45,9 @@ def split(ctx, node):
         if isinstance(dim, int) and dim % n:
             chunk = -(-dim // n)
             sizes = [chunk] * (n - 1) + [dim - chunk * (n - 1)]
-            if sizes[-1] < 0:
-                raise Unmappable(f"num_outputs={n} of a dimension of {dim}")
+            if sizes[-1] <= 0:  # onnxruntime 1.23 refuses an empty chunk, 1.32 makes one
+                raise Unmappable(f"num_outputs={n} of a dimension of {dim} (a chunk would "
+                                 "be empty)")
         elif not isinstance(dim, int):
             raise Unmappable("num_outputs split of a dimension not known to divide evenly")
     attrs = {"output_num": n, "size_splits": sizes or [], "axis": axis}
