@@ -265,6 +265,8 @@ def test_conv_transpose_output_shape_becomes_its_pads(attrs):
     (helper.make_node("Celu", ["x"], ["y"], alpha=-1.0), "not positive"),
     (helper.make_node("ConvTranspose", ["x", "w"], ["y"], kernel_shape=[3, 3],
                       output_shape=[10, 9]), "unknown size"),
+    # found by fuzz_models (a mutated .ms): onnxruntime's running sum makes it all NaN
+    (helper.make_node("LRN", ["x"], ["y"], size=3, alpha=float("inf")), "non-finite"),
     (helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
                       pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=1), "unknown size"),
 ])

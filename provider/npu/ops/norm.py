@@ -116,6 +116,9 @@ def lrn_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     attrs = {"radius": int(node.attrs.get("depth_radius", 0)),
              "bias": float(node.attrs.get("bias", 0.0)), "alpha": float(node.attrs.get("alpha", 0.0)),
              "beta": float(node.attrs.get("beta", 0.0))}
+    if not all(math.isfinite(attrs[k]) for k in ("bias", "alpha", "beta")):
+        # onnxruntime's running window sum makes such a layer NaN everywhere (inf - inf)
+        raise UnsupportedError(f"{describe(node)}: non-finite alpha, beta or bias {attrs}")
     return Lowered("lrn", attrs, [0], [(ins[0].shape, ins[0].dtype)])
 
 
