@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from converters.lite.ir import LiteNode
-from provider.errors import InvalidModelError, UnsupportedError
+from provider.errors import InvalidModelError
 from provider.npu.ops.activation import fused
 from provider.npu.ops.common import (
     FLOAT,
@@ -107,28 +107,42 @@ def lp_norm(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: 
 # ---- rules -------------------------------------------------------------------------------
 
 
-@define("LRN", dtypes=FLOAT, rank=(3, 99), kernels=("lrn",), note="across channels (axis 1)")
-def lrn_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+def _lrn_attrs(node: LiteNode) -> dict:
+    """The kernel's attributes; absent fields are the schema's zeros, as the ONNX exporter
+    reads them."""
+    return {"radius": int(node.attrs.get("depth_radius", 0)),
+            "bias": float(node.attrs.get("bias", 0.0)), "alpha": float(node.attrs.get("alpha", 0.0)),
+            "beta": float(node.attrs.get("beta", 0.0))}
+
+
+def _lrn_check(node: LiteNode) -> str | None:
+    """Across channels only, and finite parameters: with an infinite one onnxruntime's
+    running window sum makes the layer NaN everywhere (inf - inf); left to it."""
     region = node.attrs.get("norm_region") or "ACROSS_CHANNELS"
     if region != "ACROSS_CHANNELS":
-        raise UnsupportedError(f"{describe(node)}: norm_region {region}")
-    # absent fields are the schema's zeros, as the ONNX exporter reads them
-    attrs = {"radius": int(node.attrs.get("depth_radius", 0)),
-             "bias": float(node.attrs.get("bias", 0.0)), "alpha": float(node.attrs.get("alpha", 0.0)),
-             "beta": float(node.attrs.get("beta", 0.0))}
+        return f"norm_region {region}"
+    attrs = _lrn_attrs(node)
     if not all(math.isfinite(attrs[k]) for k in ("bias", "alpha", "beta")):
-        # onnxruntime's running window sum makes such a layer NaN everywhere (inf - inf)
-        raise UnsupportedError(f"{describe(node)}: non-finite alpha, beta or bias {attrs}")
-    return Lowered("lrn", attrs, [0], [(ins[0].shape, ins[0].dtype)])
+        return f"non-finite alpha, beta or bias {attrs}"
+    return None
 
 
-@define("LpNormalization", dtypes=FLOAT, kernels=("lp_norm",), note="p 1 or 2")
+@define("LRN", dtypes=FLOAT, check=_lrn_check, rank=(3, 99), kernels=("lrn",),
+        note="across channels (axis 1), finite parameters")
+def lrn_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
+    return Lowered("lrn", _lrn_attrs(node), [0], [(ins[0].shape, ins[0].dtype)])
+
+
+def _lp_check(node: LiteNode) -> str | None:
+    p = node.attrs.get("p", 2)
+    return None if p in (1, 2) else f"p={p} (ONNX defines 1 and 2)"
+
+
+@define("LpNormalization", dtypes=FLOAT, check=_lp_check, kernels=("lp_norm",), note="p 1 or 2")
 def lp_norm_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
-    p = int(node.attrs.get("p", 2))
-    if p not in (1, 2):
-        raise UnsupportedError(f"{describe(node)}: p={p} (ONNX defines 1 and 2)")
     axis = axis_of(node, int(node.attrs.get("axis", -1)), len(ins[0].shape))
-    return Lowered("lp_norm", {"axis": axis, "p": p}, [0], [(ins[0].shape, ins[0].dtype)])
+    attrs = {"axis": axis, "p": int(node.attrs.get("p", 2))}
+    return Lowered("lp_norm", attrs, [0], [(ins[0].shape, ins[0].dtype)])
 
 
 @define("LayerNormFusion", dtypes=FLOAT, kernels=("layer_norm",))
