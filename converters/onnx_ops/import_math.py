@@ -283,12 +283,8 @@ def _reduce(ctx, node):
     axes = attr_or_input(ctx, node, "axes", 1, since)
     if not axes and node.attrs.get("noop_with_empty_axes", 0):
         return _noop_reduction(ctx, node)
-    attrs = {"keep_dims": bool(node.attrs.get("keepdims", 1)), "mode": mode,
-             "reduce_to_end": False, "coeff": 1.0}
-    inputs = [node.inputs[0]]
-    if axes:
-        inputs.append(ctx.const(f"{node.outputs[0]}/axes", np.array(axes, np.int32)))
-    return [emit(ctx, node, "ReduceFusion", attrs, inputs)]
+    keep = bool(node.attrs.get("keepdims", 1))
+    return [_reduce_node(ctx, node, mode, axes, keep, node.inputs[0], node.outputs[0])]
 
 
 for _op in _REDUCE:

@@ -90,6 +90,13 @@ def as_2d(ctx, node, lower, weight: bool = False) -> list:
             emit(ctx, node, "Squeeze", {"axis": [2]}, [y4], [out])]
 
 
+def spatial_sizes(ctx, name: str) -> tuple:
+    """(H, W) of a 4-D value, ints or symbolic names; (None, None) when its shape or rank is
+    unknown or not 4."""
+    shape = ctx.shape(name)
+    return tuple(shape[2:]) if shape is not None and len(shape) == 4 else (None, None)
+
+
 def spatial_rank(ctx, node) -> int | None:
     """Spatial rank of a conv/pool node: from kernel_shape, else the weight or input rank."""
     kernel = node.attrs.get("kernel_shape")
@@ -159,8 +166,7 @@ def _pads_of_output_shape(ctx, node, w) -> dict:
     it: per axis, total = stride * (in - 1) + output_padding + (k - 1) * dilation + 1 - out,
     the odd one at the end for SAME_UPPER, at the start otherwise (onnxruntime's rule)."""
     a = dict(node.attrs)
-    shape = ctx.shape(node.inputs[0])
-    sizes = list(shape[2:]) if shape is not None and len(shape) == 4 else [None, None]
+    sizes = spatial_sizes(ctx, node.inputs[0])
     wanted = list(a.pop("output_shape"))[-2:]
     if not all(isinstance(d, int) for d in sizes) or len(wanted) != 2 or w is None:
         raise Unmappable("output_shape on an input of unknown size (its pads depend on it)")

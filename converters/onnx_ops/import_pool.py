@@ -6,7 +6,14 @@ import numpy as np
 
 from converters.lite.padding import same_total
 from converters.onnx_ops.import_base import IMPORTERS, emit, intermediate, single_output
-from converters.onnx_ops.import_nn import NO_ACT, as_2d, check_window, pad_fields, spatial_rank
+from converters.onnx_ops.import_nn import (
+    NO_ACT,
+    as_2d,
+    check_window,
+    pad_fields,
+    spatial_rank,
+    spatial_sizes,
+)
 from converters.onnx_ops.registry import Unmappable
 
 
@@ -39,8 +46,7 @@ def _check_same_upper(ctx, node, kernel) -> None:
     spatial size; an unknown one is refused too."""
     if node.attrs.get("auto_pad") != "SAME_UPPER":
         return
-    shape = ctx.shape(node.inputs[0])
-    spatial = shape[-2:] if shape is not None and len(shape) == 4 else (None, None)
+    spatial = spatial_sizes(ctx, node.inputs[0])
     strides = node.attrs.get("strides", [1, 1])
     for axis, (size, k, s) in enumerate(zip(spatial, kernel, strides, strict=False)):
         if s <= k:  # then ceil(size / s) windows need the whole input
@@ -95,8 +101,7 @@ def _counted_round_mode(ctx, node, fields: dict) -> str:
     last window that would start in the end padding, which the padded input no longer
     tells apart; per axis the output is then the floor one, so FLOOR or CEIL, known for
     static sizes (an axis of each kind, or an unknown size: Unmappable)."""
-    shape = ctx.shape(node.inputs[0])
-    sizes = shape[2:] if shape is not None and len(shape) == 4 else (None, None)
+    sizes = spatial_sizes(ctx, node.inputs[0])
     if not all(isinstance(d, int) for d in sizes):
         raise Unmappable("count_include_pad=1 with ceil_mode=1 on an input of unknown size")
     top, bottom, left, right = fields["pad"]
