@@ -9,9 +9,13 @@ indices, IsNaN / IsInf, HardSigmoid of any alpha/beta, Gemm of any alpha/beta/C,
 Sign / Selu / ThresholdedRelu / Celu / Mod / Mean / n-ary Sum, ReduceL1 / ReduceLogSum /
 ReduceLogSumExp, PRelu of a run-time or any-axis slope, MatMul by a vector, Pad with
 negative pads and in edge mode, ArgMax/ArgMin of the last tie, GatherElements, LRN,
-LpNormalization, Trilu (a causal mask per length), Split of an uneven dimension, Reshape allowzero, Resize
-with scales of a run-time size and PyTorch's pytorch_half_pixel, int64 index arithmetic
-and Cast of non-finite values.
+LpNormalization, Trilu (a causal mask per length), Split of an uneven dimension, Reshape
+allowzero, Resize with scales of a run-time size and PyTorch's pytorch_half_pixel, int64
+index arithmetic and Cast of non-finite values.
+
+Long (over ~400 lines) by design, for now: one short test per form, all sharing the
+`check` / `check_reference` oracles below; split it by family (recurrent, windows, index
+and shape, element-wise) when it next grows.
 """
 
 from __future__ import annotations
