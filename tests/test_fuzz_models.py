@@ -76,3 +76,16 @@ def test_the_installed_cli_gives_exit_0_or_1_with_one_line(tmp_path):
             assert outcome["outcome"] in ("ok", "error"), (case_id, mutations, outcome)
             outcomes.append(outcome["outcome"])
     assert set(outcomes) == {"ok", "error"}
+
+
+def test_a_quantized_int8_output_may_be_one_code_off_and_no_more():
+    """The one-step rule on an int8 output is one code; other integer outputs (indices)
+    compare exactly."""
+    import numpy as np
+
+    want = [np.array([36, -128, 5], np.int8)]
+    assert fm.compare([np.array([37, -127, 5], np.int8)], want, steps=[0.06]) is None
+    assert fm.compare([np.array([38, -128, 5], np.int8)], want, steps=[0.06]) is not None
+    assert fm.compare([np.array([37, -128, 5], np.int8)], want) is not None  # no steps: exact
+    indices = [np.array([3, 1], np.int64)]
+    assert fm.compare([np.array([2, 1], np.int64)], indices, steps=[0.06]) is not None
