@@ -1,100 +1,32 @@
-"""The ops real models need (issue 18), each through the whole path: an ONNX model -> the NPU
-EP (every node on the NPU, one session across several input shapes) against onnxruntime CPU,
-and ONNX -> Lite -> .ms -> Lite -> ONNX run by onnxruntime against the original.
+"""The ops real models need (issue 18), each through the whole path (real_ops.py: an ONNX
+model -> the NPU EP, every node on the NPU, one session across several input shapes,
+against onnxruntime CPU, and ONNX -> Lite -> .ms -> Lite -> ONNX against the original).
+Window ops (1-D, counted pads, output_shape, SAME_LOWER) are test_npu_real_windows.py.
 
 Recurrent layers (LSTM, GRU: directions, sequence lengths, initial states, absent outputs),
-1-D convolution and pooling, average pooling that counts its pads, ConvTranspose with
-output_shape, Range / Size / shape chains folded per shape, GatherND, run-time Gather
-indices, IsNaN / IsInf, HardSigmoid of any alpha/beta, Gemm of any alpha/beta/C, Round /
-Sign / Selu / ThresholdedRelu / Celu / Mod / Mean / n-ary Sum, ReduceL1 / ReduceLogSum /
+Range / Size / shape chains folded per shape, GatherND, run-time Gather indices, IsNaN /
+IsInf, HardSigmoid of any alpha/beta, Gemm of any alpha/beta/C, Round / Sign / Selu /
+ThresholdedRelu / Celu / Mod / Mean / n-ary Sum, ReduceL1 / ReduceLogSum /
 ReduceLogSumExp, PRelu of a run-time or any-axis slope, MatMul by a vector, Pad with
 negative pads and in edge mode, ArgMax/ArgMin of the last tie, GatherElements, LRN,
 LpNormalization, Trilu (a causal mask per length), Split of an uneven dimension, Reshape
 allowzero, Resize with scales of a run-time size and PyTorch's pytorch_half_pixel, int64
 index arithmetic and Cast of non-finite values.
 
-Long (over ~400 lines) by design, for now: one short test per form, all sharing the
-`check` / `check_reference` oracles below; split it by family (recurrent, windows, index
-and shape, element-wise) when it next grows.
-"""
+Long (over ~400 lines) by design, for now: one short test per form; split further by
+family (recurrent, index and shape, element-wise) when it next grows."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnx_roundtrip import assert_close, roundtrip
+from onnx_roundtrip import assert_close
+from real_ops import I64, NPU, F, check, check_reference, model_of, randn, registered  # noqa: F401
 
 import provider
 from provider.npu.ops.common import InputValueError
-
-NPU = ["NPUExecutionProvider", "CPUExecutionProvider"]
-F = TensorProto.FLOAT
-I64 = TensorProto.INT64
-
-
-@pytest.fixture(scope="module", autouse=True)
-def registered():
-    provider.register()
-
-
-def model_of(nodes, inputs, outputs, initializers=(), opset: int = 17) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "g", inputs, outputs,
-                              [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(initializers).items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)  # outputs typed
-    del model.graph.output[:]
-    model.graph.output.extend(inferred.graph.output)
-    return model
-
-
-def cpu_session(model: onnx.ModelProto) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-
-
-def check(model: onnx.ModelProto, cases: list[dict], *, on_npu: bool = True, atol: float = 1e-5,
-          rtol: float = 1e-4, ms: bool = True) -> provider.InferenceSession:
-    """Every case on one NPU session equals onnxruntime CPU; with `on_npu` every node ran on
-    the NPU; with `ms` the .ms round trip runs like the original."""
-    cpu = cpu_session(model)
-    npu = provider.InferenceSession(model.SerializeToString(), providers=NPU)
-    for feeds in cases:
-        assert_close(npu.run(None, feeds), cpu.run(None, feeds), rtol=rtol, atol=atol)
-    if on_npu:
-        cpu_nodes = [(p.name, p.reason) for p in npu.partition() if p.device != "NPU"]
-        assert not cpu_nodes, cpu_nodes
-    if ms:
-        exported, _, report = roundtrip(model)
-        assert not report.custom, [(c.op, c.reason) for c in report.custom]
-        back = cpu_session(exported)
-        for feeds in cases:
-            assert_close(back.run(None, feeds), cpu.run(None, feeds), rtol=rtol, atol=atol)
-    return npu
-
-
-def check_reference(model: onnx.ModelProto, cases: list[dict], rtol: float = 1e-4,
-                    atol: float = 1e-5) -> None:
-    """Every case on one NPU session (every node on the NPU) equals onnx's reference
-    evaluator: the oracle where onnxruntime versions disagree (1.23 gives NaN for PRelu of
-    an infinity and cannot run a reduction over no axes)."""
-    from onnx.reference import ReferenceEvaluator
-
-    npu = provider.InferenceSession(model.SerializeToString(), providers=NPU)
-    assert not [(p.name, p.reason) for p in npu.partition() if p.device != "NPU"]
-    reference = ReferenceEvaluator(model)
-    for feeds in cases:
-        want = [np.asarray(w) for w in reference.run(None, feeds)]
-        assert_close(npu.run(None, feeds), want, rtol=rtol, atol=atol)
-
-
-def randn(rng, *shape, scale: float = 1.0) -> np.ndarray:
-    return (scale * rng.standard_normal(shape)).astype(np.float32)
-
 
 # ---- LSTM / GRU ----------------------------------------------------------------------------
 
@@ -192,75 +124,6 @@ def test_rnn_sequence_length_beyond_the_sequence_is_refused_per_run():
 
 
 # ---- 1-D convolution and pooling -------------------------------------------------------------
-
-
-@pytest.mark.parametrize("attrs", [
-    dict(kernel_shape=[3], pads=[1, 1]),
-    dict(kernel_shape=[5], strides=[2], pads=[2, 1], dilations=[1]),
-    dict(kernel_shape=[3], dilations=[2], group=2),
-    dict(kernel_shape=[4], strides=[2], auto_pad="SAME_UPPER"),
-])
-def test_conv1d_runs_as_a_2d_conv_of_height_1(attrs):
-    rng = np.random.default_rng(3)
-    group = attrs.get("group", 1)
-    w = randn(rng, 6, 4 // group, attrs["kernel_shape"][0], scale=0.3)
-    model = model_of([helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)],
-                     [helper.make_tensor_value_info("x", F, ["N", 4, "L"])],
-                     [helper.make_tensor_value_info("y", F, None)],
-                     {"w": w, "b": randn(rng, 6)})
-    check(model, [{"x": randn(rng, n, 4, length)} for n, length in ((1, 9), (2, 16))])
-
-
-@pytest.mark.parametrize("op,attrs", [
-    ("MaxPool", dict(kernel_shape=[3], strides=[2], pads=[1, 1])),
-    ("AveragePool", dict(kernel_shape=[2], strides=[2])),
-    ("MaxPool", dict(kernel_shape=[2], ceil_mode=1, strides=[2])),
-    ("AveragePool", dict(kernel_shape=[3], strides=[2], pads=[1, 2], count_include_pad=1)),
-])
-def test_pool1d(op, attrs):
-    rng = np.random.default_rng(4)
-    model = model_of([helper.make_node(op, ["x"], ["y"], **attrs)],
-                     [helper.make_tensor_value_info("x", F, ["N", 3, "L"])],
-                     [helper.make_tensor_value_info("y", F, None)])
-    check(model, [{"x": randn(rng, n, 3, length)} for n, length in ((1, 8), (2, 11))])
-
-
-@pytest.mark.parametrize("attrs,shapes", [
-    (dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), ["N", 3, "H", "W"]),  # AvgPool2d(3, 1, 1)
-    (dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 2, 1]), ["N", 3, "H", "W"]),
-    (dict(kernel_shape=[2, 2], strides=[2, 2]), ["N", 3, "H", "W"]),  # no pads: none counted
-    # ceil_mode: a last window that would start in the end padding is dropped (static sizes)
-    (dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1), [1, 3, 7, 9]),
-    (dict(kernel_shape=[2, 4], strides=[3, 3], pads=[1, 0, 1, 1], ceil_mode=1), [2, 4, 2, 18]),
-    (dict(kernel_shape=[2, 5], strides=[3, 3], pads=[1, 2, 1, 4], ceil_mode=1), [2, 3, 9, 6]),
-])
-def test_average_pool_counting_the_pads(attrs, shapes):
-    """count_include_pad=1 (PyTorch's default) divides by the whole window, pads included:
-    a zero Pad, then the pool without pads (rounding down where ONNX drops a window)."""
-    rng = np.random.default_rng(6)
-    model = model_of([helper.make_node("AveragePool", ["x"], ["y"], count_include_pad=1,
-                                       **attrs)],
-                     [helper.make_tensor_value_info("x", F, shapes)],
-                     [helper.make_tensor_value_info("y", F, None)])
-    check(model, [{"x": randn(rng, *shape)} for shape in
-                  ([(1, 3, 7, 9), (2, 3, 8, 8)] if "N" in shapes else [shapes])])
-
-
-@pytest.mark.parametrize("attrs", [
-    dict(kernel_shape=[3, 3], strides=[2, 2], output_shape=[10, 9]),  # odd total: start
-    dict(kernel_shape=[3, 2], strides=[2, 3], output_shape=[9, 10], auto_pad="SAME_UPPER"),
-    dict(kernel_shape=[4, 3], strides=[2, 2], dilations=[2, 1], output_shape=[12, 9],
-         output_padding=[1, 1], auto_pad="SAME_LOWER"),
-])
-def test_conv_transpose_output_shape_becomes_its_pads(attrs):
-    """Keras / TensorFlow exports state the output size; the pads it implies are derived
-    at import (the odd one at the end only for SAME_UPPER, as onnxruntime places it)."""
-    rng = np.random.default_rng(13)
-    model = model_of([helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs)],
-                     [helper.make_tensor_value_info("x", F, [2, 3, 5, 4])],
-                     [helper.make_tensor_value_info("y", F, None)],
-                     {"w": randn(rng, 3, 2, *attrs["kernel_shape"])})
-    check(model, [{"x": randn(rng, 2, 3, 5, 4)}])
 
 
 @pytest.mark.parametrize("node,reason", [

@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 
+from converters.lite.padding import same_total
 from converters.onnx_ops.import_base import (
     IMPORTERS,
     emit,
@@ -42,6 +43,30 @@ def check_window(kernel, a: dict) -> None:
                                      ("pads", a.get("pads", [0, 0, 0, 0]), 4, 0)):
         if len(values) != count or min(values) < low:
             raise Unmappable(f"{name}={list(values)}: expected {count} values >= {low}")
+
+
+def same_as_pads(ctx, node, kernel, dilations=(1, 1)):
+    """The node with its auto_pad SAME_LOWER or SAME_UPPER replaced by the pads ONNX derives
+    from its input size: ceil(size / stride) outputs, the odd pad at the start for
+    SAME_LOWER (Lite's SAME puts it at the end), at the end for SAME_UPPER. Static sizes
+    only; a stride past its kernel that would crop the input (onnxruntime's negative pads)
+    is Unmappable too."""
+    mode = node.attrs["auto_pad"]
+    sizes = spatial_sizes(ctx, node.inputs[0])
+    if not all(isinstance(d, int) for d in sizes):
+        raise Unmappable(f"auto_pad={mode} on an input of unknown size (its pads depend on it)")
+    strides = node.attrs.get("strides", [1, 1])
+    begin, end = [], []
+    for axis, (size, k, st, d) in enumerate(zip(sizes, kernel, strides, dilations, strict=True)):
+        total = same_total(size, k, st, d)
+        if total < 0:
+            raise Unmappable(f"auto_pad={mode} with stride {st} over kernel {k} on size {size} "
+                             f"(axis {axis + 2}): onnxruntime crops the input")
+        small, large = total // 2, total - total // 2
+        begin.append(large if mode == "SAME_LOWER" else small)
+        end.append(small if mode == "SAME_LOWER" else large)
+    attrs = {**node.attrs, "pads": begin + end, "auto_pad": "NOTSET"}
+    return dataclasses.replace(node, attrs=attrs, _proto=None)
 
 
 def _weight_shape(ctx, node) -> list[int]:
@@ -135,6 +160,10 @@ def conv(ctx, node):
 
 def _conv_2d(ctx, node):
     w = _weight_shape(ctx, node)
+    if node.attrs.get("auto_pad") == "SAME_LOWER":
+        kernel = node.attrs.get("kernel_shape", w[2:])
+        check_window(kernel, node.attrs)
+        node = same_as_pads(ctx, node, kernel, node.attrs.get("dilations", [1, 1]))
     attrs = _conv_attrs(ctx, node, w, "KCHW")
     attrs.update(in_channel=w[1] * attrs["group"], out_channel=w[0])
     return [emit(ctx, node, "Conv2DFusion", attrs, [i for i in node.inputs if i])]

@@ -11,10 +11,22 @@ from converters.onnx_ops.import_nn import (
     as_2d,
     check_window,
     pad_fields,
+    same_as_pads,
     spatial_rank,
     spatial_sizes,
 )
 from converters.onnx_ops.registry import Unmappable
+
+
+def _explicit_same(ctx, node):
+    """A SAME_LOWER pool (Lite's SAME puts the odd pad at the end), or an average counting
+    SAME pads, with the pads its static input size implies (`same_as_pads`)."""
+    mode, kernel = node.attrs.get("auto_pad"), node.attrs.get("kernel_shape", [])
+    counted = node.op_type == "AveragePool" and node.attrs.get("count_include_pad", 0)
+    if len(kernel) == 2 and (mode == "SAME_LOWER" or (mode == "SAME_UPPER" and counted)):
+        check_window(kernel, node.attrs)
+        return same_as_pads(ctx, node, kernel)
+    return node
 
 
 def _pool_fields(ctx, node) -> dict:
@@ -66,6 +78,7 @@ def max_pool(ctx, node):
     if spatial_rank(ctx, node) == 1:
         single_output(ctx, node)
         return as_2d(ctx, node, max_pool)
+    node = _explicit_same(ctx, node)
     return [emit(ctx, node, "MaxPoolFusion", _pool_fields(ctx, node), node.inputs[:1],
                  node.outputs[:1])]
 
@@ -76,6 +89,7 @@ def average_pool(ctx, node):
     the pool without pads: Lite averages over the elements inside its input."""
     if spatial_rank(ctx, node) == 1:
         return as_2d(ctx, node, average_pool)
+    node = _explicit_same(ctx, node)
     fields = _pool_fields(ctx, node)
     counted = node.attrs.get("count_include_pad", 0)
     if counted and fields["pad_mode"] == "SAME":
