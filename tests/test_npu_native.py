@@ -1304,6 +1304,22 @@ def test_float_nearest_resize_runs_natively(coord, rounding, size):
     assert native_steps.lower(program, 0).op == native.OPS["qresize"]
 
 
+@pytest.mark.parametrize("coord", ["ASYMMETRIC", "ALIGN_CORNERS", "HALF_PIXEL"])
+@pytest.mark.parametrize("size", [(10, 12), (7, 13), (3, 4), (5, 1)], ids=str)
+def test_float_linear_resize_runs_natively_with_the_numpy_kernels_bits(coord, size):
+    """A segmentation head's bilinear upsampling (and downsampling) of float32 in C
+    (csrc/resize.c): the numpy kernel's blends, bit for bit."""
+    x = randn(rng(32), 2, 3, 5, 6)
+    model = lite_graph("Resize", {"method": "LINEAR", "new_height": size[0],
+                                  "new_width": size[1], "coordinate_transform_mode": coord},
+                       [("x", x, False)])
+    program = check_native(model, {"x": x}, "resize_linear")
+    assert native_steps.lower(program, 0).op == native.OPS["resize_linear"]
+    got, _ = run(program, {"x": x})
+    want, _ = run(program, {"x": x}, kernels=KERNELS)
+    np.testing.assert_array_equal(got[0], want[0])
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int8])
 @pytest.mark.parametrize("axis, sizes", [(1, [2, 6, 8]), (3, [1, 4]), (0, [1, 1]), (2, [3])],
                          ids=str)

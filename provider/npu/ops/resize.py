@@ -1,7 +1,8 @@
-"""Resize (NCHW, LINEAR or NEAREST along H and W): capability, rule and numpy kernel.
+"""Resize (NCHW, LINEAR or NEAREST along H and W): capability, rule, numpy kernel and the
+native lowerings (nearest: csrc/qeltwise.c's copy; linear: csrc/resize.c).
 
 The rule precomputes each output index's source indices (and linear weights) per axis as
-Packed operands, made when the Program is built; the kernel only gathers and blends.
+Packed operands, made when the Program is built; the kernels only gather and blend.
 """
 
 from __future__ import annotations
@@ -29,13 +30,16 @@ from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
 
 
+@register("resize_linear")
 @register("resize")
 def resize(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
     """NCHW resize along H and W from precomputed source indices and weights.
 
     inputs: x, h_lo, h_hi, h_frac (OH, 1), w_lo, w_hi, w_frac (OW,); nearest uses h_lo/w_lo only
-    (attrs method "nearest" / "linear"). Linear is separable: rows first, then columns.
-    Scratch after the output: rows (N, C, OH, W) [, top (N, C, OH, W), left (N, C, OH, OW)].
+    (attrs method "nearest" / "linear"). Linear is separable: rows first, then columns, or
+    with attrs columns_first the other way. Scratch after the output: the first pass's
+    result (rows: (N, C, OH, W), or (N, C, H, OW) columns first) [, its low operand, the
+    second pass's low operand (the output's shape)].
     """
     x, y = inputs[0], outputs[0]
     rows = outputs[1]
@@ -43,18 +47,24 @@ def resize(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: d
         np.take(x, inputs[1], axis=2, out=rows, mode="clip")
         np.take(rows, inputs[2], axis=3, out=y, mode="clip")
         return
-    top, left = outputs[2], outputs[3]
     h_lo, h_hi, h_frac, w_lo, w_hi, w_frac = inputs[1:7]
-    np.take(x, h_lo, axis=2, out=top, mode="clip")
-    np.take(x, h_hi, axis=2, out=rows, mode="clip")
-    rows -= top
-    rows *= h_frac
-    rows += top
-    np.take(rows, w_lo, axis=3, out=left, mode="clip")
-    np.take(rows, w_hi, axis=3, out=y, mode="clip")
-    y -= left
-    y *= w_frac
-    y += left
+    if attrs.get("columns_first"):  # an upsampling along H: fewer columns to gather
+        _blend(x, w_lo, w_hi, w_frac, 3, rows, outputs[2])
+        _blend(rows, h_lo, h_hi, h_frac, 2, y, outputs[3])
+    else:
+        _blend(x, h_lo, h_hi, h_frac, 2, rows, outputs[2])
+        _blend(rows, w_lo, w_hi, w_frac, 3, y, outputs[3])
+
+
+def _blend(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, frac: np.ndarray, axis: int,
+           out: np.ndarray, low: np.ndarray) -> None:
+    """out = (x[hi] - x[lo]) * frac + x[lo] along `axis` (`low`: scratch for x[lo]), in
+    float32 in that order, as csrc/resize.c computes it."""
+    np.take(x, lo, axis=axis, out=low, mode="clip")
+    np.take(x, hi, axis=axis, out=out, mode="clip")
+    out -= low
+    out *= frac
+    out += low
 
 
 # ---- rule --------------------------------------------------------------------------------
@@ -118,7 +128,7 @@ def _index_maps(node: LiteNode, h: int, w: int, oh: int, ow: int, method: str,
 
 
 @define("Resize", dtypes=FLOAT, check=_CHECK, const_inputs=(1, 2, 3), rank=(4, 4),
-        kernels=("resize",), note="NCHW; LINEAR or NEAREST; ASYMMETRIC/ALIGN_CORNERS/HALF_PIXEL; "
+        kernels=("resize", "resize_linear"), note="NCHW; LINEAR or NEAREST; ASYMMETRIC/ALIGN_CORNERS/HALF_PIXEL; "
         "nearest_mode NORMAL/ROUND_HALF_DOWN/ROUND_HALF_UP/FLOOR/CEIL")
 def resize_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     """Output size from new_height/new_width, else the last constant input, as MindSpore
@@ -144,11 +154,17 @@ def resize_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered
         if oh <= 0 or ow <= 0:
             raise InvalidModelError(f"{describe(node)}: output size {oh}x{ow} from {v.tolist()}")
     operands: list[int | np.ndarray | Packed] = [0, *_index_maps(node, h, w, oh, ow, method, x.dtype)]
-    planned = [("rows", (n, c, oh, w), x.dtype)]
+    # linear: an upsampling along H blends columns first (H x OW gathered values, not OH x OW)
+    columns_first = method == "LINEAR" and oh > h
+    first = (n, c, h, ow) if columns_first else (n, c, oh, w)
+    planned = [("rows", first, x.dtype)]
     if method == "LINEAR":
-        planned += [("top", (n, c, oh, w), x.dtype), ("left", (n, c, oh, ow), x.dtype)]
+        planned += [("top", first, x.dtype), ("left", (n, c, oh, ow), x.dtype)]
     attrs = {"method": method.lower(), "scratch": [s[0] for s in planned]}
-    return Lowered("resize", attrs, operands, [((n, c, oh, ow), x.dtype)], planned)
+    if columns_first:
+        attrs["columns_first"] = True
+    kernel = "resize_linear" if method == "LINEAR" else "resize"  # one C op per method
+    return Lowered(kernel, attrs, operands, [((n, c, oh, ow), x.dtype)], planned)
 
 
 # ---- native lowering ---------------------------------------------------------------------
@@ -167,6 +183,24 @@ def nearest_copy(ins: Sequence[Slot], outs: Sequence[Slot], b: StepBuilder, *, s
         return False
     b.params(n * c, h, w, oh, ow, signed, element_bytes)
     b.slots(b.inputs[0], b.inputs[1], b.inputs[2], table, b.outputs[0])
+    return True
+
+
+@native("resize_linear")
+def _resize_linear_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict,
+                          b: StepBuilder) -> bool:
+    """Bilinear resize of float32 (csrc/resize.c) from the rule's row and column tables:
+    the numpy kernel's blends, without its three scratch planes."""
+    if len(ins) != 7 or not f32(ins[0], ins[3], ins[6], outs[0]) or len(ins[0].shape) != 4:
+        return False
+    n, c, h, w = ins[0].shape
+    oh, ow = outs[0].shape[2:]
+    tables = ((ins[1], (oh,)), (ins[2], (oh,)), (ins[4], (ow,)), (ins[5], (ow,)))
+    if any(t.dtype != "int64" or t.shape != shape for t, shape in tables) or \
+            ins[3].shape != (oh, 1) or ins[6].shape != (ow,):
+        return False
+    b.params(n * c, h, w, oh, ow, bool(attrs.get("columns_first")))
+    b.slots(*b.inputs[:7], b.outputs[0])
     return True
 
 
