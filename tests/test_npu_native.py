@@ -1304,6 +1304,22 @@ def test_float_nearest_resize_runs_natively(coord, rounding, size):
     assert native_steps.lower(program, 0).op == native.OPS["qresize"]
 
 
+@pytest.mark.parametrize("slope_shape", [(1,), (3,), (3, 1, 1)], ids=str)
+def test_prelu_runs_natively_with_the_numpy_kernels_bits(slope_shape):
+    """PReLU (a face-recognition ResNet has one after most convs) as a binary step in C:
+    x > 0 ? x : x * slope, slope shared or per channel; zeros, a NaN and infinities pass as
+    the numpy kernel passes them."""
+    x = randn(rng(33), 2, 3, 5, 6)
+    x[0, 0, 0, :4] = [0.0, -0.0, np.nan, -np.inf]
+    slope = np.linspace(-0.5, 0.75, int(np.prod(slope_shape)), dtype=np.float32).reshape(slope_shape)
+    model = lite_graph("PReLUFusion", {}, [("x", x, False), ("slope", slope, True)])
+    program = check_native(model, {"x": x}, "prelu")
+    got, _ = run(program, {"x": x})
+    want, _ = run(program, {"x": x}, kernels=KERNELS)
+    np.testing.assert_array_equal(got[0], want[0])
+    assert np.array_equal(np.signbit(got[0]), np.signbit(want[0]))
+
+
 @pytest.mark.parametrize("coord", ["ASYMMETRIC", "ALIGN_CORNERS", "HALF_PIXEL"])
 @pytest.mark.parametrize("size", [(10, 12), (7, 13), (3, 4), (5, 1)], ids=str)
 def test_float_linear_resize_runs_natively_with_the_numpy_kernels_bits(coord, size):

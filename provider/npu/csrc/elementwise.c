@@ -89,7 +89,7 @@ void unary(const lnpu_step *s, void **slots) {
 }
 
 /* binary op codes (provider/npu/ops/elementwise.py BINARY_CODES) */
-enum { B_ADD, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW };
+enum { B_ADD, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW, B_PRELU };
 
 /* y[i] = op(a[i * sa], b[i * sb]) for i < n, clamped to [lo, hi] */
 MULTIVERSION static void binary_row(const float *restrict a, int64_t sa, const float *restrict b,
@@ -115,6 +115,7 @@ MULTIVERSION static void binary_row(const float *restrict a, int64_t sa, const f
     case B_MAX: ROW(u != u || u > v ? u : v) break;
     case B_MIN: ROW(u != u || u < v ? u : v) break;
     case B_POW: ROW(powf(u, v)) break;
+    case B_PRELU: ROW(u > 0.0f ? u : u * v) break;  /* v: the slope (a NaN x stays NaN) */
     }
 #undef ROW
 }

@@ -265,6 +265,7 @@ def prelu_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
 
 # csrc/elementwise.c's binary op codes (B_*)
 BINARY_CODES = {"add": 0, "sub": 1, "mul": 2, "div": 3, "maximum": 4, "minimum": 5, "pow": 6}
+PRELU_CODE = 7  # csrc/elementwise.c B_PRELU: x > 0 ? x : x * slope, the slope broadcast
 
 
 # csrc/elementwise.c's element types (BT_*); integers take the ops that wrap or compare
@@ -276,17 +277,31 @@ INTEGER_OPS = ("add", "sub", "mul", "maximum", "minimum")
 def _binary_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     y = outs[0]
     kind = BINARY_TYPES.get(y.np_dtype)
-    if kind is None or any(s.np_dtype != y.np_dtype for s in ins) or \
-            attrs["op"] not in (BINARY_CODES if kind == 0 else INTEGER_OPS):
+    if kind is None or attrs["op"] not in (BINARY_CODES if kind == 0 else INTEGER_OPS):
+        return False
+    return _lower_binary(ins, y, kind, BINARY_CODES[attrs["op"]],
+                         attrs.get("activation", "NO_ACTIVATION"), b)
+
+
+@native("prelu", op="binary")
+def _prelu_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """PReLU of float32 as a binary step with the slope (shared or per channel) broadcast:
+    face-recognition ResNets have one after most convs."""
+    return f32(*ins, outs[0]) and _lower_binary(ins, outs[0], 0, PRELU_CODE, "NO_ACTIVATION", b)
+
+
+def _lower_binary(ins: Sequence[Slot], y: Slot, kind: int, op: int, activation: str,
+                  b: StepBuilder) -> bool:
+    """csrc/elementwise.c's binary step of op code `op` over elements of type `kind`."""
+    if any(s.np_dtype != y.np_dtype for s in ins):
         return False
     dims, (sa, sb) = merged(y.shape, broadcast_strides(ins[0].shape, y.shape),
                             broadcast_strides(ins[1].shape, y.shape))
-    activation = attrs.get("activation", "NO_ACTIVATION")
     code = b.activation_code(activation, finish=True)
     if len(dims) > MAX_RANK or code is None or (kind and activation != "NO_ACTIVATION"):
         return False
     r = len(dims)
-    b.p[0], b.p[1] = BINARY_CODES[attrs["op"]], r
+    b.p[0], b.p[1] = op, r
     b.p[2:2 + r], b.p[8:8 + r], b.p[14:14 + r] = dims, sa, sb
     b.p[20], b.p[21] = code, kind
     b.slots(b.inputs[0], b.inputs[1], b.outputs[0])
