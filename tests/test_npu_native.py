@@ -1372,6 +1372,17 @@ def test_layer_norm_runs_natively(affine, length):
                                      inputs), {"x": x})
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 5, 6), (1, 4, 100), (3, 2, 7)], ids=str)
+def test_instance_norm_runs_natively(shape):
+    """A row per (image, channel) with that channel's scale and bias: image-to-image models,
+    and GroupNorm as PyTorch exports it (a reshaped InstanceNorm over (N, G, rest))."""
+    r = rng(27)
+    x = randn(r, *shape) * 3 + 1
+    c = shape[1]
+    _native_matches_numpy(lite_graph("InstanceNorm", {"epsilon": 1e-5}, [
+        ("x", x, False), ("scale", randn(r, c), True), ("bias", randn(r, c), True)]), {"x": x})
+
+
 @pytest.mark.parametrize("op,bidirectional,states,outputs", [
     ("LSTM", False, False, 3), ("LSTM", True, True, 3), ("LSTM", True, False, 1),
     ("GRU", False, True, 2), ("GRU", True, False, 1)])

@@ -212,9 +212,11 @@ void binary(const lnpu_step *s, void **slots) {
     parallel(binary_task, &cx, (cx.units + cx.per - 1) / cx.per);
 }
 
-/* layer_norm: rows, length, has gamma, has beta; f[0] epsilon; slots x, gamma, beta, y.
- * Mean and variance accumulated in double (lane_sum: in one running sum, MiniLM's 256 x 384
- * rows took 124 us a step), then rounded to float; y may be x. */
+/* layer_norm: rows, length, has gamma, has beta, per-row channels; f[0] epsilon; slots x,
+ * gamma, beta, y. Gamma and beta go along the row, or with p[4] = C > 0 (instance norm:
+ * a row per (image, channel)) one value per row, that of channel row % C. Mean and variance
+ * accumulated in double (lane_sum: in one running sum, MiniLM's 256 x 384 rows took 124 us
+ * a step), then rounded to float; y may be x. */
 typedef struct {
     const lnpu_step *s;
     const float *x, *g, *b;
@@ -223,7 +225,7 @@ typedef struct {
 } norm_ctx;
 
 MULTIVERSION static void norm_rows(const norm_ctx *cx, int64_t lo, int64_t hi) {
-    int64_t len = cx->s->p[1];
+    int64_t len = cx->s->p[1], channels = cx->s->p[4];
     float eps = cx->s->f[0];
     for (int64_t r = lo; r < hi; r++) {
         const float *x = cx->x + r * len;
@@ -232,6 +234,11 @@ MULTIVERSION static void norm_rows(const norm_ctx *cx, int64_t lo, int64_t hi) {
         double sq = lane_sum(x, len, mean, 1);
         /* the variance as float32 holds it (an overflow is inf, as onnxruntime's is) */
         float inv = 1.0f / sqrtf((float)(sq / (double)len) + eps);
+        if (channels) {
+            float g = cx->g[r % channels], b = cx->b[r % channels];
+            for (int64_t i = 0; i < len; i++) y[i] = (x[i] - mean) * inv * g + b;
+            continue;
+        }
         for (int64_t i = 0; i < len; i++) {
             float v = (x[i] - mean) * inv;
             if (cx->g) v *= cx->g[i];

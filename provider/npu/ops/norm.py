@@ -197,10 +197,25 @@ def _layer_norm_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b
     length = math.prod(x.shape[attrs["begin_norm_axis"]:])
     if not f32(*ins, outs[0]) or any(t.nbytes != 4 * length for t in ins[1:]):
         return False
-    b.params(math.prod(x.shape[:attrs["begin_norm_axis"]]), length, len(ins) > 1, len(ins) > 2)
+    b.params(math.prod(x.shape[:attrs["begin_norm_axis"]]), length, len(ins) > 1, len(ins) > 2, 0)
     b.f[0] = attrs["epsilon"]
     b.slots(b.inputs[0], b.inputs[1] if len(ins) > 1 else None,
             b.inputs[2] if len(ins) > 2 else None, b.outputs[0])
+    return True
+
+
+@native("instance_norm", op="layer_norm")
+def _instance_norm_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict,
+                          b: StepBuilder) -> bool:
+    """float32: the layer norm's rows, one per (image, channel), with the channel's scale and
+    bias (image-to-image models, and PyTorch's GroupNorm exported as a reshaped InstanceNorm)."""
+    x = ins[0]
+    if not f32(*ins, outs[0]) or len(x.shape) < 3 or \
+            any(t.nbytes != 4 * x.shape[1] for t in ins[1:3]):
+        return False
+    b.params(x.shape[0] * x.shape[1], math.prod(x.shape[2:]), 1, 1, x.shape[1])
+    b.f[0] = attrs["epsilon"]
+    b.slots(*b.inputs[:3], b.outputs[0])
     return True
 
 
