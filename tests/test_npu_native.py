@@ -1304,6 +1304,27 @@ def test_float_nearest_resize_runs_natively(coord, rounding, size):
     assert native_steps.lower(program, 0).op == native.OPS["qresize"]
 
 
+@pytest.mark.parametrize("op", ["ArgMaxFusion", "ArgMinFusion"])
+@pytest.mark.parametrize("axis", [0, 1, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])
+def test_arg_max_min_run_natively_like_numpy(op, axis, dtype):
+    """The first index on a tie; a NaN wins only as its line's first value (onnxruntime's
+    scan). Across an inner axis (a segmentation head's classes at axis 1) and along the
+    last one."""
+    r = rng(34)
+    x = (randn(r, 3, 4, 5, 300) * 3).astype(dtype)
+    if dtype == np.float32:
+        x[0, 0, 0, :5] = [np.nan, 1.0, np.nan, 1e30, -0.0]
+        x[:, :, 1, :] = np.nan
+    x[1] = x[1, 0]  # ties along axis 0 and 1
+    model = lite_graph(op, {"axis": axis, "keep_dims": axis == 1, "top_k": 1},
+                       [("x", x, False)], out_dtypes=(np.int64 if axis else np.int32,))
+    program = check_native(model, {"x": x}, "arg")
+    got, _ = run(program, {"x": x})
+    want, _ = run(program, {"x": x}, kernels=KERNELS)
+    np.testing.assert_array_equal(got[0], want[0])
+
+
 @pytest.mark.parametrize("slope_shape", [(1,), (3,), (3, 1, 1)], ids=str)
 def test_prelu_runs_natively_with_the_numpy_kernels_bits(slope_shape):
     """PReLU (a face-recognition ResNet has one after most convs) as a binary step in C:
