@@ -1304,6 +1304,28 @@ def test_float_nearest_resize_runs_natively(coord, rounding, size):
     assert native_steps.lower(program, 0).op == native.OPS["qresize"]
 
 
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("axis, k", [(3, 7), (1, 4), (0, 1), (3, 300)], ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])
+def test_topk_runs_natively_like_numpy(largest, axis, k, dtype):
+    """Sorted, ties by the lower index, NaNs greatest (numpy's stable sort): a line with
+    NaNs, signed zeros, infinities and repeats; k from 1 to the whole line."""
+    r = rng(35)
+    x = (randn(r, 2, 4, 3, 300) * 3).astype(dtype)
+    x[0, 0, 0, :] = x[0, 0, 0, :] // 2  # repeats
+    if dtype == np.float32:
+        x[1, 0, 0, :8] = [np.nan, 1.0, np.nan, np.inf, -0.0, 0.0, -np.inf, 1.0]
+    x[1] = x[1, 0]  # ties along axis 0 and 1
+    model = lite_graph("TopKFusion", {"axis": axis, "largest": int(largest), "sorted": True},
+                       [("x", x, False), ("k", np.array([k], np.int64), True)],
+                       out_dtypes=(dtype, np.int64 if axis else np.int32))
+    program = check_native(model, {"x": x}, "topk")
+    got, _ = run(program, {"x": x})
+    want, _ = run(program, {"x": x}, kernels=KERNELS)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
 @pytest.mark.parametrize("op", ["ArgMaxFusion", "ArgMinFusion"])
 @pytest.mark.parametrize("axis", [0, 1, 3])
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])

@@ -1,9 +1,11 @@
 """TopKFusion: the k largest or smallest values along one axis, sorted, and their indices
-(capability, rule and numpy kernel). Ties go to the lower index, as onnxruntime orders
-them; an unsorted TopK stays on the CPU (its order is the runtime's own)."""
+(capability, rule, numpy kernel and native lowering: csrc/topk.c). Ties go to the lower
+index, as onnxruntime orders them; an unsorted TopK stays on the CPU (its order is the
+runtime's own)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -11,7 +13,9 @@ import numpy as np
 from converters.lite.ir import LiteNode
 from provider.errors import InvalidModelError
 from provider.npu.ops.common import NUMERIC, Lowered, TensorInfo, axis_of, const, describe, ints
-from provider.npu.ops.registry import define, register
+from provider.npu.ops.native_builder import StepBuilder
+from provider.npu.ops.registry import define, native, register
+from provider.npu.program import Slot
 
 
 def _order(x: np.ndarray, axis: int, largest: bool) -> np.ndarray:
@@ -55,3 +59,23 @@ def topk_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     index = out_types[1] if len(out_types) > 1 and out_types[1] is not None else np.dtype(np.int32)
     attrs = {"axis": axis, "k": k[0], "largest": bool(int(node.attrs.get("largest", 1)))}
     return Lowered("topk", attrs, [0], [(out, x.dtype), (out, index)])
+
+
+# csrc/topk.c's value and index types (TK_F32.., int32 0 / int64 1)
+_VALUES = {np.dtype(np.float32): 0, np.dtype(np.int32): 1, np.dtype(np.int64): 2}
+_INDICES = {np.dtype(np.int32): 0, np.dtype(np.int64): 1}
+
+
+@native("topk")
+def _topk_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """float32, int32 or int64 values, int32 or int64 indices (or none): a detector's top
+    scores inside the model."""
+    x, axis, k = ins[0], attrs["axis"], attrs["k"]
+    kind = _VALUES.get(x.np_dtype)
+    index = _INDICES.get(outs[1].np_dtype) if len(outs) > 1 else 0
+    if kind is None or index is None or outs[0].np_dtype != x.np_dtype or not k:
+        return False
+    b.params(math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:]), k,
+             attrs["largest"], kind, index)
+    b.slots(b.inputs[0], b.outputs[0], b.outputs[1] if len(outs) > 1 else None)
+    return True
