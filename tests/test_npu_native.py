@@ -1304,6 +1304,19 @@ def test_float_nearest_resize_runs_natively(coord, rounding, size):
     assert native_steps.lower(program, 0).op == native.OPS["qresize"]
 
 
+@pytest.mark.parametrize("shape, reps", [((2, 3, 4), (1, 5, 1)), ((3, 1, 7), (2, 4, 3)),
+                                         ((6,), (9,)), ((2, 2, 2, 3), (2, 1, 3, 1))], ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_])
+def test_tile_runs_natively_as_a_strided_copy(shape, reps, dtype):
+    """Tile (a transformer's mask or position table repeated per batch) as the strided copy,
+    x walked with stride 0 along each repeat."""
+    x = (randn(rng(36), *shape) * 5).astype(dtype)
+    model = lite_graph("TileFusion", {}, [("x", x, False), ("m", np.array(reps, np.int64), True)],
+                       out_dtypes=(dtype,))
+    program = check_native(model, {"x": x}, "tile")
+    np.testing.assert_array_equal(run(program, {"x": x})[0][0], np.tile(x, reps))
+
+
 @pytest.mark.parametrize("largest", [True, False])
 @pytest.mark.parametrize("axis, k", [(3, 7), (1, 4), (0, 1), (3, 300)], ids=str)
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])

@@ -528,9 +528,25 @@ def _gather_nd_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b:
 def _broadcast_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     """A broadcast as the C library's strided copy, stride 0 along the repeated axes."""
     x, y = ins[0], outs[0]
+    return _repeating_copy(x, y.shape, broadcast_strides(x.shape, y.shape), b)
+
+
+@native("tile", op="transpose")
+def _tile_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """Tile as the strided copy of the numpy kernel's view: the output as (m0, d0, m1, d1,
+    ...), x walked with stride 0 along each repeat (any dtype: bytes are copied)."""
+    x = ins[0]
+    inner = [math.prod(x.shape[a + 1:]) for a in range(len(x.shape))]
+    view = [v for m, d in zip(attrs["multiples"], x.shape, strict=True) for v in (m, d)]
+    return _repeating_copy(x, view, [v for step in inner for v in (0, step)], b)
+
+
+def _repeating_copy(x: Slot, shape: Sequence[int], walk: Sequence[int], b: StepBuilder) -> bool:
+    """The C library's strided copy of x into an output of `shape` (C order) reading x's
+    element `walk` strides apart per dim (0: the dim repeats x); False past its 6 merged dims."""
     size = x.np_dtype.itemsize
-    dims, (walk,) = merged(y.shape, broadcast_strides(x.shape, y.shape))
-    if len(dims) > 6 or 0 in y.shape:
+    dims, (walk,) = merged(tuple(shape), list(walk))
+    if len(dims) > 6 or 0 in shape:
         return False
     b.params(len(dims), dims[-1] * size if walk[-1] == 1 else 0)
     b.p[2:2 + len(dims)] = dims
