@@ -1317,6 +1317,18 @@ def test_tile_runs_natively_as_a_strided_copy(shape, reps, dtype):
     np.testing.assert_array_equal(run(program, {"x": x})[0][0], np.tile(x, reps))
 
 
+@pytest.mark.parametrize("shape, axes", [((4, 5, 6), [1]), ((4, 5, 6), [0, 2]), ((3, 4, 5, 2), [1, 2]),
+                                         ((7,), [0]), ((2, 3), [-1])], ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int8])
+def test_reverse_runs_natively_as_a_strided_copy(shape, axes, dtype):
+    """ReverseV2 (a reverse-direction RNN's time axis, ArgMax's last-index form) as the
+    strided copy walking the reversed axes backwards from their last element."""
+    x = (randn(rng(37), *shape) * 50).astype(dtype)
+    model = lite_graph("ReverseV2", {"axis": axes}, [("x", x, False)], out_dtypes=(dtype,))
+    program = check_native(model, {"x": x}, "reverse")
+    np.testing.assert_array_equal(run(program, {"x": x})[0][0], np.flip(x, axes))
+
+
 @pytest.mark.parametrize("largest", [True, False])
 @pytest.mark.parametrize("axis, k", [(3, 7), (1, 4), (0, 1), (3, 300)], ids=str)
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])

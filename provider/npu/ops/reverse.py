@@ -1,16 +1,20 @@
-"""ReverseV2: the elements along some axes in reverse order (capability, rule and numpy
-kernel). The importer runs a reverse-direction LSTM/GRU as the forward one between two of
-these on the time axis."""
+"""ReverseV2: the elements along some axes in reverse order (capability, rule, numpy kernel
+and native lowering: the C library's strided copy, walking those axes backwards). The
+importer runs a reverse-direction LSTM/GRU as the forward one between two of these on the
+time axis, and ArgMax/ArgMin's last-index form reads its input through one."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from converters.lite.ir import LiteNode
 from provider.npu.ops.common import DATA, Lowered, TensorInfo, axis_of
-from provider.npu.ops.registry import define, register
+from provider.npu.ops.native_builder import StepBuilder, merged
+from provider.npu.ops.registry import define, native, register
+from provider.npu.program import Slot
 
 
 @register("reverse")
@@ -24,3 +28,25 @@ def reverse_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowere
     x = ins[0]
     axes = tuple(sorted({axis_of(node, int(a), len(x.shape)) for a in node.attrs.get("axis", [])}))
     return Lowered("reverse", {"axes": axes}, [0], [(x.shape, x.dtype)])
+
+
+@native("reverse", op="transpose")
+def _reverse_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """The strided copy starting at the last element of each reversed axis and walking it
+    with a negative stride (any dtype: bytes are copied)."""
+    x = ins[0]
+    size = x.np_dtype.itemsize
+    walk = [math.prod(x.shape[a + 1:]) for a in range(len(x.shape))]
+    offset = sum((x.shape[a] - 1) * walk[a] for a in attrs["axes"] if x.shape[a]) * size
+    for a in attrs["axes"]:
+        walk[a] = -walk[a]
+    dims, (walk,) = merged(x.shape, walk)
+    if len(dims) > 6 or 0 in x.shape:
+        return False
+    b.params(len(dims), dims[-1] * size if walk[-1] == 1 else 0)
+    b.p[2:2 + len(dims)] = dims
+    b.p[8:8 + len(dims)] = [w * size for w in walk]
+    b.p[14] = offset
+    b.p[15] = size
+    b.slots(b.inputs[0], b.outputs[0])
+    return True
