@@ -1329,6 +1329,26 @@ def test_reverse_runs_natively_as_a_strided_copy(shape, axes, dtype):
     np.testing.assert_array_equal(run(program, {"x": x})[0][0], np.flip(x, axes))
 
 
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("shape, axis", [((3, 50), 1), ((7, 2, 5000), 1), ((1,), 0), ((4, 3), 0)],
+                         ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])
+def test_cumsum_runs_natively_with_the_numpy_kernels_bits(exclusive, reverse, shape, axis, dtype):
+    """Inclusive or exclusive, forward or from the end, along the last axis and across an
+    inner one; float32 adds in numpy's order (a -0.0 first stays -0.0), integers wrap."""
+    x = (randn(rng(38), *shape) * 1e3).astype(dtype)
+    x.reshape(-1)[0] = -0.0 if dtype == np.float32 else np.iinfo(dtype).max
+    model = lite_graph("CumSum", {"exclusive": exclusive, "reverse": reverse},
+                       [("x", x, False), ("axis", np.array([axis], np.int64), True)],
+                       out_dtypes=(dtype,))
+    program = check_native(model, {"x": x}, "cumsum")
+    got, _ = run(program, {"x": x})
+    want, _ = run(program, {"x": x}, kernels=KERNELS)
+    np.testing.assert_array_equal(got[0], want[0])
+    assert np.array_equal(np.signbit(got[0]), np.signbit(want[0]))
+
+
 @pytest.mark.parametrize("largest", [True, False])
 @pytest.mark.parametrize("axis, k", [(3, 7), (1, 4), (0, 1), (3, 300)], ids=str)
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])

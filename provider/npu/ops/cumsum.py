@@ -1,9 +1,11 @@
 """CumSum: running sums along one axis, inclusive or exclusive, forward or reversed
-(capability, rule and numpy kernel). Sums in the input's dtype, one element after the
-other, as onnxruntime's kernel adds them."""
+(capability, rule, numpy kernel and native lowering: csrc/cumsum.c). Sums in the input's
+dtype, one element after the other, as onnxruntime's kernel adds them (RoBERTa-style
+position ids are a cumsum of the attention mask, every run)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -11,7 +13,9 @@ import numpy as np
 from converters.lite.ir import LiteNode
 from provider.errors import InvalidModelError
 from provider.npu.ops.common import NUMERIC, Lowered, TensorInfo, axis_of, const, describe, ints
-from provider.npu.ops.registry import define, register
+from provider.npu.ops.native_builder import StepBuilder
+from provider.npu.ops.registry import define, native, register
+from provider.npu.program import Slot
 
 
 @register("cumsum")
@@ -40,3 +44,19 @@ def cumsum_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered
              "exclusive": bool(node.attrs.get("exclusive", False)),
              "reverse": bool(node.attrs.get("reverse", False))}
     return Lowered("cumsum", attrs, [0], [(x.shape, x.dtype)])
+
+
+_TYPES = {np.dtype(np.float32): 0, np.dtype(np.int32): 1, np.dtype(np.int64): 2}  # CS_*
+
+
+@native("cumsum")
+def _cumsum_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """float32, int32 or int64, the output in the input's dtype."""
+    x, axis = ins[0], attrs["axis"]
+    kind = _TYPES.get(x.np_dtype)
+    if kind is None or outs[0].np_dtype != x.np_dtype:
+        return False
+    b.params(math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:]),
+             attrs["exclusive"], attrs["reverse"], kind)
+    b.slots(b.inputs[0], b.outputs[0])
+    return True
