@@ -42,13 +42,12 @@ SINGLE = [("NPUExecutionProvider", {"npu_threads": "1"}), "CPUExecutionProvider"
 NATIVE_ONLY = make_model(
     [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["r"], ["y"], axis=-1)],
     [f32("x", [2, 8])], [f32("y", [2, 8])])
-# y = tile(relu(x)) + 1: relu and add native, tile on its numpy kernel between them
+# y = triu(relu(x)) + 1: relu and add native, Trilu on its numpy kernel between them
 MIXED = make_model(
-    [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Tile", ["r", "reps"], ["t"]),
+    [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Trilu", ["r"], ["t"]),
      helper.make_node("Add", ["t", "one"], ["y"])],
-    [f32("x", [2, 8])], [f32("y", [2, 16])],
-    [numpy_helper.from_array(np.array([1, 2], np.int64), "reps"),
-     numpy_helper.from_array(np.ones(16, np.float32), "one")])
+    [f32("x", [2, 8])], [f32("y", [2, 8])],
+    [numpy_helper.from_array(np.ones(8, np.float32), "one")])
 # the ops of real models (native codes 11-16): layer norm, batched matmul, unary, binary, reduce
 REAL_OPS = make_model(
     [helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["n"], axis=-1),
@@ -171,7 +170,7 @@ def test_a_mixed_program_enters_python_only_for_its_numpy_steps():
     calls, computes = steps.calls, kernel.python_computes
     for _ in range(10):
         np.testing.assert_allclose(sess.run(None, {"x": x})[0],
-                                   np.tile(np.maximum(x, 0), (1, 2)) + 1, rtol=1e-6)
+                                   np.triu(np.maximum(x, 0)) + 1, rtol=1e-6)
     assert steps.calls == calls + 10  # one numpy segment per run
     assert kernel.python_computes == computes
 
@@ -340,10 +339,10 @@ def test_a_numpy_step_failing_in_a_c_run_is_typed(monkeypatch):
     def broken(inputs, outputs, attrs):
         raise FloatingPointError("simulated kernel failure")
 
-    monkeypatch.setitem(KERNELS, "tile", Kernel("tile", broken))
+    monkeypatch.setitem(KERNELS, "triangle", Kernel("triangle", broken))
     sess = InferenceSession(MIXED, providers=NPU)
     (kernel,) = kernels(sess)
-    with pytest.raises(LitenpuError, match=r"step 1 \(tile\) failed: FloatingPointError: "
+    with pytest.raises(LitenpuError, match=r"step 1 \(triangle\) failed: FloatingPointError: "
                                            r"simulated kernel failure") as info:
         sess.run(None, {"x": np.ones((2, 8), np.float32)})
     assert "NodeComputeInfo.Compute: LitenpuError" in str(info.value.__cause__)
@@ -380,7 +379,7 @@ def test_errors_from_c_have_the_python_computes_types_and_text(monkeypatch):
     def broken(inputs, outputs, attrs):
         raise FloatingPointError("simulated kernel failure")
 
-    monkeypatch.setitem(KERNELS, "tile", Kernel("tile", broken))
+    monkeypatch.setitem(KERNELS, "triangle", Kernel("triangle", broken))
     from_c = _bad_run_messages(True)
     monkeypatch.setattr(compute.clib, "data_plane", lambda: False)  # kernels made from now on
     from_python = _bad_run_messages(False)
