@@ -1349,6 +1349,25 @@ def test_cumsum_runs_natively_with_the_numpy_kernels_bits(exclusive, reverse, sh
     assert np.array_equal(np.signbit(got[0]), np.signbit(want[0]))
 
 
+@pytest.mark.parametrize("count", [2, 3, 15])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])
+def test_add_n_runs_natively_with_the_numpy_kernels_bits(count, dtype):
+    """ONNX Sum / AddN of same-shape inputs, added in order ((x0 + x1) + x2) + ...: float32
+    gives the numpy kernel's bits, integers wrap as numpy's do."""
+    r = rng(39)
+    xs = [(randn(r, 3, 7000) * 1e3).astype(dtype) for _ in range(count)]
+    if dtype != np.float32:
+        xs[0][0, :2] = np.iinfo(dtype).max
+    names = [f"x{i}" for i in range(count)]
+    model = lite_graph("AddN", {}, [(n, x, False) for n, x in zip(names, xs, strict=True)],
+                       out_dtypes=(dtype,))
+    feeds = dict(zip(names, xs, strict=True))
+    program = check_native(model, feeds, "add_n")
+    got, _ = run(program, feeds)
+    want, _ = run(program, feeds, kernels=KERNELS)
+    np.testing.assert_array_equal(got[0], want[0])
+
+
 @pytest.mark.parametrize("largest", [True, False])
 @pytest.mark.parametrize("axis, k", [(3, 7), (1, 4), (0, 1), (3, 300)], ids=str)
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])

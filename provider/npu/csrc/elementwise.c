@@ -262,3 +262,47 @@ void layer_norm(const lnpu_step *s, void **slots) {
     cx.per = per_task(rows, tasks);
     parallel(norm_task, &cx, (rows + cx.per - 1) / cx.per);
 }
+
+/* ---- AddN: inputs of the output's shape summed in order -----------------------------------
+ *
+ * add_n: inputs (2..15), elements, type (AN_*); slots 0.. the inputs, 15 the output. Per
+ * element ((x0 + x1) + x2) + ..., each sum in the element type (integers wrap, computed
+ * unsigned): the numpy kernel's adds in its order, so the same bits. */
+enum { AN_F32, AN_I32, AN_I64 };
+#define AN_CHUNK 16384
+
+#define AN_RANGE(NAME, T, A)                                                                  \
+    MULTIVERSION static void NAME(void **in, int64_t count, T *y, int64_t lo, int64_t hi) {   \
+        const T *a = in[0], *b = in[1];                                                       \
+        for (int64_t i = lo; i < hi; i++) y[i] = (T)((A)a[i] + (A)b[i]);                     \
+        for (int64_t k = 2; k < count; k++) {                                                 \
+            const T *x = in[k];                                                               \
+            for (int64_t i = lo; i < hi; i++) y[i] = (T)((A)y[i] + (A)x[i]);                 \
+        }                                                                                     \
+    }
+AN_RANGE(add_n_f32, float, float)
+AN_RANGE(add_n_i32, int32_t, uint32_t)
+AN_RANGE(add_n_i64, int64_t, uint64_t)
+#undef AN_RANGE
+
+typedef struct {
+    const lnpu_step *s;
+    void *in[MAX_SLOTS];
+    void *y;
+} add_n_ctx;
+
+static void add_n_task(const void *ctx, int64_t t) {
+    const add_n_ctx *cx = ctx;
+    const int64_t *p = cx->s->p;
+    int64_t lo = t * AN_CHUNK, hi = lo + AN_CHUNK < p[1] ? lo + AN_CHUNK : p[1];
+    void **in = (void **)cx->in;
+    if (p[2] == AN_F32) add_n_f32(in, p[0], cx->y, lo, hi);
+    else if (p[2] == AN_I32) add_n_i32(in, p[0], cx->y, lo, hi);
+    else add_n_i64(in, p[0], cx->y, lo, hi);
+}
+
+void add_n(const lnpu_step *s, void **slots) {
+    add_n_ctx cx = {.s = s, .y = slots[s->slot[MAX_SLOTS - 1]]};
+    for (int64_t k = 0; k < s->p[0]; k++) cx.in[k] = slots[s->slot[k]];
+    parallel(add_n_task, &cx, (s->p[1] + AN_CHUNK - 1) / AN_CHUNK);
+}

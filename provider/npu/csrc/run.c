@@ -87,6 +87,7 @@ API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, int64_
         case OP_ARG: argreduce(s, slots); break;
         case OP_TOPK: status = topk(s, slots); break;
         case OP_CUMSUM: cumsum(s, slots); break;
+        case OP_ADD_N: add_n(s, slots); break;
         case OP_QCONV: status = qconv(s, slots); break;
         case OP_QDENSE: qdense(s, slots); break;
         case OP_QUANTIZE: quantize(s, slots); break;

@@ -6,12 +6,14 @@ residual Add folds into the conv before it."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from converters.lite.ir import LiteNode
 from provider.errors import UnsupportedError
+from provider.npu.native import MAX_SLOTS
 from provider.npu.ops.activation import FUSED, erf, fused
 from provider.npu.ops.common import (
     BOOL,
@@ -305,6 +307,24 @@ def _lower_binary(ins: Sequence[Slot], y: Slot, kind: int, op: int, activation: 
     b.p[2:2 + r], b.p[8:8 + r], b.p[14:14 + r] = dims, sa, sb
     b.p[20], b.p[21] = code, kind
     b.slots(b.inputs[0], b.inputs[1], b.outputs[0])
+    return True
+
+
+_ADD_N_TYPES = {np.dtype(np.float32): 0, np.dtype(np.int32): 1, np.dtype(np.int64): 2}
+
+
+@native("add_n")
+def _add_n_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """ONNX Sum / AddN of inputs that all have the output's shape and dtype (float32, int32,
+    int64), at most 15 of them; broadcasting ones stay numpy."""
+    y = outs[0]
+    kind = _ADD_N_TYPES.get(y.np_dtype)
+    if kind is None or not 2 <= len(ins) < MAX_SLOTS or \
+            any(s.shape != y.shape or s.np_dtype != y.np_dtype for s in ins):
+        return False
+    b.params(len(ins), math.prod(y.shape), kind)
+    b.slots(*b.inputs[:len(ins)])
+    b.slot_at(MAX_SLOTS - 1, b.outputs[0])
     return True
 
 
