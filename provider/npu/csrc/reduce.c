@@ -73,13 +73,19 @@ static void reduce_task(const void *ctx, int64_t t) {
     }
 }
 
+/* Outer blocks per task for a step over (outer = p[0], len = p[1], inner = p[2]), about
+ * half a nanosecond per element on one core; returns the task count. */
+static int64_t outer_tasks(const lnpu_step *s, int64_t *per) {
+    int64_t outer = s->p[0];
+    *per = per_task(outer, task_count((double)outer * s->p[1] * s->p[2] * 0.5, outer));
+    return (outer + *per - 1) / *per;
+}
+
 /* reduce: outer, len (>= 1), inner, mode; slots x, y */
 void reduce(const lnpu_step *s, void **slots) {
     reduce_ctx cx = {s, slots[s->slot[0]], slots[s->slot[1]], 0};
-    int64_t outer = s->p[0];
-    int64_t tasks = task_count((double)outer * s->p[1] * s->p[2] * 0.5, outer);
-    cx.per = per_task(outer, tasks);
-    parallel(reduce_task, &cx, (outer + cx.per - 1) / cx.per);
+    int64_t tasks = outer_tasks(s, &cx.per);
+    parallel(reduce_task, &cx, tasks);
 }
 
 
@@ -141,8 +147,6 @@ static void arg_task(const void *ctx, int64_t t) {
 
 void argreduce(const lnpu_step *s, void **slots) {
     arg_ctx cx = {s, slots[s->slot[0]], slots[s->slot[1]], 0};
-    int64_t outer = s->p[0];
-    int64_t tasks = task_count((double)outer * s->p[1] * s->p[2] * 0.5, outer);
-    cx.per = per_task(outer, tasks);
-    parallel(arg_task, &cx, (outer + cx.per - 1) / cx.per);
+    int64_t tasks = outer_tasks(s, &cx.per);
+    parallel(arg_task, &cx, tasks);
 }
