@@ -6,7 +6,6 @@
 #include "npu.h"
 
 enum { CS_OUTER, CS_N, CS_INNER, CS_EXCLUSIVE, CS_REVERSE, CS_TYPE };
-enum { CS_F32, CS_I32, CS_I64 };
 #define CS_CHUNK 4096  /* inner elements per task */
 
 /* y's rows of one outer block, columns [c0, c1): y[j] = y[prev] + x[...] in scan order */
@@ -46,11 +45,11 @@ static void cumsum_task(const void *ctx, int64_t t) {
     const int64_t *p = cx->s->p;
     int64_t n = p[CS_N], inner = p[CS_INNER], o = t / cx->chunks, c0 = t % cx->chunks * CS_CHUNK;
     int64_t c1 = c0 + CS_CHUNK < inner ? c0 + CS_CHUNK : inner;
-    int64_t size = p[CS_TYPE] == CS_I64 ? 8 : 4, block = o * n * inner * size;
+    int64_t size = element_bytes(p[CS_TYPE]), block = o * n * inner * size;
     int ex = (int)p[CS_EXCLUSIVE], rev = (int)p[CS_REVERSE];
-    if (p[CS_TYPE] == CS_F32)
+    if (p[CS_TYPE] == ET_F32)
         cs_rows_f32((const float *)(cx->x + block), (float *)(cx->y + block), n, inner, c0, c1, ex, rev);
-    else if (p[CS_TYPE] == CS_I32)
+    else if (p[CS_TYPE] == ET_I32)
         cs_rows_i32((const int32_t *)(cx->x + block), (int32_t *)(cx->y + block), n, inner, c0, c1, ex, rev);
     else
         cs_rows_i64((const int64_t *)(cx->x + block), (int64_t *)(cx->y + block), n, inner, c0, c1, ex, rev);

@@ -141,7 +141,6 @@ INT_ROW(binary_row_i32, int32_t, uint32_t)
 INT_ROW(binary_row_i64, int64_t, uint64_t)
 #undef INT_ROW
 
-enum { BT_F32, BT_I32, BT_I64 };  /* p[21]: the element type (ops/elementwise.py) */
 
 typedef struct {
     const lnpu_step *s;
@@ -175,11 +174,11 @@ static void binary_task(const void *ctx, int64_t t) {
         }
         const char *a = cx->a + oa * cx->size, *b = cx->b + ob * cx->size;
         char *y = cx->y + (row * inner + i0) * cx->size;
-        if (p[21] == BT_I32) {
+        if (p[21] == ET_I32) {
             binary_row_i32((const int32_t *)a, sa, (const int32_t *)b, sb, (int32_t *)y, n, p[0]);
             continue;
         }
-        if (p[21] == BT_I64) {
+        if (p[21] == ET_I64) {
             binary_row_i64((const int64_t *)a, sa, (const int64_t *)b, sb, (int64_t *)y, n, p[0]);
             continue;
         }
@@ -201,7 +200,7 @@ void binary(const lnpu_step *s, void **slots) {
     int64_t r = p[1], inner = p[2 + r - 1], rows = 1;
     for (int64_t d = 0; d < r - 1; d++) rows *= p[2 + d];
     binary_ctx cx = {s, slots[s->slot[0]], slots[s->slot[1]], slots[s->slot[2]], 0,
-                     p[21] == BT_I64 ? 8 : 4, 1, 0, 0, inner};
+                     element_bytes(p[21]), 1, 0, 0, inner};
     /* same-shape operands merge into one row: a detector's residual add of 16x256x256 ran
      * on one core; rows fewer than the tasks are cut in pieces of at least 4096 elements */
     int64_t tasks = task_count((double)rows * inner * 0.5, rows * (inner / 4096 > 1 ? inner / 4096 : 1));
@@ -265,10 +264,9 @@ void layer_norm(const lnpu_step *s, void **slots) {
 
 /* ---- AddN: inputs of the output's shape summed in order -----------------------------------
  *
- * add_n: inputs (2..15), elements, type (AN_*); slots 0.. the inputs, 15 the output. Per
+ * add_n: inputs (2..15), elements, type (ET_*); slots 0.. the inputs, 15 the output. Per
  * element ((x0 + x1) + x2) + ..., each sum in the element type (integers wrap, computed
  * unsigned): the numpy kernel's adds in its order, so the same bits. */
-enum { AN_F32, AN_I32, AN_I64 };
 #define AN_CHUNK 16384
 
 #define AN_RANGE(NAME, T, A)                                                                  \
@@ -296,8 +294,8 @@ static void add_n_task(const void *ctx, int64_t t) {
     const int64_t *p = cx->s->p;
     int64_t lo = t * AN_CHUNK, hi = lo + AN_CHUNK < p[1] ? lo + AN_CHUNK : p[1];
     void **in = (void **)cx->in;
-    if (p[2] == AN_F32) add_n_f32(in, p[0], cx->y, lo, hi);
-    else if (p[2] == AN_I32) add_n_i32(in, p[0], cx->y, lo, hi);
+    if (p[2] == ET_F32) add_n_f32(in, p[0], cx->y, lo, hi);
+    else if (p[2] == ET_I32) add_n_i32(in, p[0], cx->y, lo, hi);
     else add_n_i64(in, p[0], cx->y, lo, hi);
 }
 

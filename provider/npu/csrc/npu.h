@@ -148,6 +148,13 @@ static inline float ftanh(float x) {
     return x < 0 ? -t : t;
 }
 
+/* Element types of the kernels that take more than float32 (binary, AddN, ArgMax/ArgMin,
+ * TopK, CumSum), and of index outputs: provider/npu/ops/native_builder.py ELEMENT_TYPES and
+ * INDEX_TYPES. */
+enum { ET_F32, ET_I32, ET_I64 };
+enum { IT_I32, IT_I64 };
+static inline int64_t element_bytes(int64_t type) { return type == ET_I64 ? 8 : 4; }
+
 /* ---- cores (pool.c) ------------------------------------------------------------------ */
 
 /* Eight floats as one value (GCC/clang vector extensions), loaded from and stored to any float

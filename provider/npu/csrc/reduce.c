@@ -91,13 +91,11 @@ void reduce(const lnpu_step *s, void **slots) {
 
 /* ---- ArgMax / ArgMin ---------------------------------------------------------------------
  *
- * arg: outer, len (>= 1), inner, min, x type (AT_*), y type (AY_*); slots x, y. Each
+ * arg: outer, len (>= 1), inner, min, x type (ET_*), y type (IT_*); slots x, y. Each
  * output scans its line from the first value, taking a later one only when it compares
  * strictly greater (less): the first index on a tie; a NaN wins only as the first value
  * (nothing compares greater than it) and loses anywhere else, as onnxruntime scans (the
  * numpy kernel's rule). Lines across an inner axis go RED_COLUMNS side by side. */
-enum { AT_F32, AT_I32, AT_I64 };
-enum { AY_I32, AY_I64 };
 
 /* idx[k] for the n (<= RED_COLUMNS) lines starting at x + k, values `stride` apart */
 #define ARG_LINES(NAME, T)                                                                   \
@@ -128,18 +126,18 @@ typedef struct {
 static void arg_task(const void *ctx, int64_t t) {
     const arg_ctx *cx = ctx;
     const int64_t *p = cx->s->p;
-    int64_t len = p[1], inner = p[2], xt = p[4], size = xt == AT_I64 ? 8 : 4;
+    int64_t len = p[1], inner = p[2], xt = p[4], size = element_bytes(xt);
     int min = (int)p[3];
     int64_t idx[RED_COLUMNS];
     for (int64_t o = t * cx->per; o < (t + 1) * cx->per && o < p[0]; o++) {
         for (int64_t k0 = 0; k0 < inner; k0 += RED_COLUMNS) {
             int64_t n = inner - k0 < RED_COLUMNS ? inner - k0 : RED_COLUMNS;
             const char *x = cx->x + (o * len * inner + k0) * size;
-            if (xt == AT_F32) arg_lines_f32((const float *)x, len, inner, n, min, idx);
-            else if (xt == AT_I32) arg_lines_i32((const int32_t *)x, len, inner, n, min, idx);
+            if (xt == ET_F32) arg_lines_f32((const float *)x, len, inner, n, min, idx);
+            else if (xt == ET_I32) arg_lines_i32((const int32_t *)x, len, inner, n, min, idx);
             else arg_lines_i64((const int64_t *)x, len, inner, n, min, idx);
             int64_t at = o * inner + k0;
-            if (p[5] == AY_I64) memcpy((int64_t *)cx->y + at, idx, (size_t)n * sizeof(int64_t));
+            if (p[5] == IT_I64) memcpy((int64_t *)cx->y + at, idx, (size_t)n * sizeof(int64_t));
             else for (int64_t k = 0; k < n; k++) ((int32_t *)cx->y)[at + k] = (int32_t)idx[k];
         }
     }

@@ -7,7 +7,6 @@
 #include "npu.h"
 
 enum { TK_OUTER, TK_N, TK_INNER, TK_K, TK_LARGEST, TK_XTYPE, TK_ITYPE };
-enum { TK_F32, TK_I32, TK_I64 };  /* value types; indices int32 (0) or int64 (1) */
 
 #define TK_DEFINE(NAME, T, ISNAN)                                                            \
     typedef struct { T v; int64_t i; } NAME##_item;                                           \
@@ -71,7 +70,7 @@ typedef struct {
             int64_t at = (o * k + j) * inner + in;                                            \
             ((T *)cx->values)[at] = heap[j].v;                                                \
             if (!cx->indices) continue;                                                       \
-            if (p[TK_ITYPE]) ((int64_t *)cx->indices)[at] = heap[j].i;                        \
+            if (p[TK_ITYPE] == IT_I64) ((int64_t *)cx->indices)[at] = heap[j].i;                        \
             else ((int32_t *)cx->indices)[at] = (int32_t)heap[j].i;                           \
         }                                                                                     \
     }
@@ -88,14 +87,14 @@ static void topk_task(const void *ctx, int64_t t) {
     }
     for (int64_t line = t * cx->per; line < (t + 1) * cx->per && line < lines; line++) {
         int64_t o = line / inner, in = line % inner;
-        if (p[TK_XTYPE] == TK_F32) TK_OUT(tk_f32, float)
-        else if (p[TK_XTYPE] == TK_I32) TK_OUT(tk_i32, int32_t)
+        if (p[TK_XTYPE] == ET_F32) TK_OUT(tk_f32, float)
+        else if (p[TK_XTYPE] == ET_I32) TK_OUT(tk_i32, int32_t)
         else TK_OUT(tk_i64, int64_t)
     }
 }
 #undef TK_OUT
 
-/* topk: outer, n, inner, k (1..n), largest, value type, index type; slots x, values,
+/* topk: outer, n, inner, k (1..n), largest, value type (ET_*), index type (IT_*); slots x, values,
  * indices (-1: none). Returns -1 when a core found no memory for its heap. */
 int topk(const lnpu_step *s, void **slots) {
     int64_t lines = s->p[TK_OUTER] * s->p[TK_INNER];

@@ -13,7 +13,7 @@ import numpy as np
 from converters.lite.ir import LiteNode
 from provider.errors import InvalidModelError
 from provider.npu.ops.common import NUMERIC, Lowered, TensorInfo, axis_of, const, describe, ints
-from provider.npu.ops.native_builder import StepBuilder
+from provider.npu.ops.native_builder import ELEMENT_TYPES, StepBuilder
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
 
@@ -46,14 +46,11 @@ def cumsum_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered
     return Lowered("cumsum", attrs, [0], [(x.shape, x.dtype)])
 
 
-_TYPES = {np.dtype(np.float32): 0, np.dtype(np.int32): 1, np.dtype(np.int64): 2}  # CS_*
-
-
 @native("cumsum")
 def _cumsum_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     """float32, int32 or int64, the output in the input's dtype."""
     x, axis = ins[0], attrs["axis"]
-    kind = _TYPES.get(x.np_dtype)
+    kind = ELEMENT_TYPES.get(x.np_dtype)
     if kind is None or outs[0].np_dtype != x.np_dtype:
         return False
     b.params(math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:]),

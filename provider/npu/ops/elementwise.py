@@ -30,6 +30,7 @@ from provider.npu.ops.common import (
     per_channel,
 )
 from provider.npu.ops.native_builder import (
+    ELEMENT_TYPES,
     MAX_RANK,
     StepBuilder,
     broadcast_strides,
@@ -270,15 +271,14 @@ BINARY_CODES = {"add": 0, "sub": 1, "mul": 2, "div": 3, "maximum": 4, "minimum":
 PRELU_CODE = 7  # csrc/elementwise.c B_PRELU: x > 0 ? x : x * slope, the slope broadcast
 
 
-# csrc/elementwise.c's element types (BT_*); integers take the ops that wrap or compare
-BINARY_TYPES = {np.dtype(np.float32): 0, np.dtype(np.int32): 1, np.dtype(np.int64): 2}
+# integers take the ops that wrap or compare
 INTEGER_OPS = ("add", "sub", "mul", "maximum", "minimum")
 
 
 @native("binary")
 def _binary_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     y = outs[0]
-    kind = BINARY_TYPES.get(y.np_dtype)
+    kind = ELEMENT_TYPES.get(y.np_dtype)
     if kind is None or attrs["op"] not in (BINARY_CODES if kind == 0 else INTEGER_OPS):
         return False
     return _lower_binary(ins, y, kind, BINARY_CODES[attrs["op"]],
@@ -310,15 +310,12 @@ def _lower_binary(ins: Sequence[Slot], y: Slot, kind: int, op: int, activation: 
     return True
 
 
-_ADD_N_TYPES = {np.dtype(np.float32): 0, np.dtype(np.int32): 1, np.dtype(np.int64): 2}
-
-
 @native("add_n")
 def _add_n_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     """ONNX Sum / AddN of inputs that all have the output's shape and dtype (float32, int32,
     int64), at most 15 of them; broadcasting ones stay numpy."""
     y = outs[0]
-    kind = _ADD_N_TYPES.get(y.np_dtype)
+    kind = ELEMENT_TYPES.get(y.np_dtype)
     if kind is None or not 2 <= len(ins) < MAX_SLOTS or \
             any(s.shape != y.shape or s.np_dtype != y.np_dtype for s in ins):
         return False

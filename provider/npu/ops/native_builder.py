@@ -104,6 +104,10 @@ UNARY_CODES = {name: code for code, name in enumerate((
     "sigmoid", "tanh", "erf", "gelu", "gelu_tanh", "swish", "hswish", "hsigmoid", "exp",
     "sqrt", "neg", "abs", "reciprocal", "square", "floor", "ceil", "round"))}
 MAX_RANK = 6
+# csrc/npu.h's element types (ET_*) of the kernels that take more than float32, and of
+# index outputs (IT_*)
+ELEMENT_TYPES = {np.dtype(np.float32): 0, np.dtype(np.int32): 1, np.dtype(np.int64): 2}
+INDEX_TYPES = {np.dtype(np.int32): 0, np.dtype(np.int64): 1}
 
 
 def fits_int32(*sizes: int) -> bool:

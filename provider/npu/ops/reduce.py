@@ -23,7 +23,7 @@ from provider.npu.ops.common import (
     enum_check,
     ints,
 )
-from provider.npu.ops.native_builder import StepBuilder, f32
+from provider.npu.ops.native_builder import ELEMENT_TYPES, INDEX_TYPES, StepBuilder, f32
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
 
@@ -120,17 +120,12 @@ def arg(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict
     np.copyto(outputs[0], found.reshape(outputs[0].shape), casting="same_kind")
 
 
-# csrc/reduce.c's ArgMax/ArgMin element types (AT_*, AY_*)
-_ARG_X = {np.dtype(np.float32): 0, np.dtype(np.int32): 1, np.dtype(np.int64): 2}
-_ARG_Y = {np.dtype(np.int32): 0, np.dtype(np.int64): 1}
-
-
 @native("arg")
 def _arg_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     """ArgMax/ArgMin of float32, int32 or int64 into int32 or int64 indices (a segmentation
     head's per-pixel class, a classifier's label)."""
     x, y, axis = ins[0], outs[0], attrs["axis"]
-    xt, yt = _ARG_X.get(x.np_dtype), _ARG_Y.get(y.np_dtype)
+    xt, yt = ELEMENT_TYPES.get(x.np_dtype), INDEX_TYPES.get(y.np_dtype)
     if xt is None or yt is None or not x.nbytes or not x.shape[axis]:
         return False
     b.params(math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:]),

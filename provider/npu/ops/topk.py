@@ -13,7 +13,7 @@ import numpy as np
 from converters.lite.ir import LiteNode
 from provider.errors import InvalidModelError
 from provider.npu.ops.common import NUMERIC, Lowered, TensorInfo, axis_of, const, describe, ints
-from provider.npu.ops.native_builder import StepBuilder
+from provider.npu.ops.native_builder import ELEMENT_TYPES, INDEX_TYPES, StepBuilder
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
 
@@ -61,18 +61,13 @@ def topk_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     return Lowered("topk", attrs, [0], [(out, x.dtype), (out, index)])
 
 
-# csrc/topk.c's value and index types (TK_F32.., int32 0 / int64 1)
-_VALUES = {np.dtype(np.float32): 0, np.dtype(np.int32): 1, np.dtype(np.int64): 2}
-_INDICES = {np.dtype(np.int32): 0, np.dtype(np.int64): 1}
-
-
 @native("topk")
 def _topk_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     """float32, int32 or int64 values, int32 or int64 indices (or none): a detector's top
     scores inside the model."""
     x, axis, k = ins[0], attrs["axis"], attrs["k"]
-    kind = _VALUES.get(x.np_dtype)
-    index = _INDICES.get(outs[1].np_dtype) if len(outs) > 1 else 0
+    kind = ELEMENT_TYPES.get(x.np_dtype)
+    index = INDEX_TYPES.get(outs[1].np_dtype) if len(outs) > 1 else 0
     if kind is None or index is None or outs[0].np_dtype != x.np_dtype or not k:
         return False
     b.params(math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:]), k,
