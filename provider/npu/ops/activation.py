@@ -32,6 +32,7 @@ from provider.npu.ops.native_builder import (
     CLAMPS,
     INF,
     StepBuilder,
+    around,
     f32,
     lower_unary,
 )
@@ -376,6 +377,7 @@ def _softmax_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: S
     if not f32(x, outs[0]) or not x.shape:
         return False
     axis = attrs["axis"]
-    b.params(math.prod(x.shape[:axis]), x.shape[axis], attrs["log"], math.prod(x.shape[axis + 1:]))
+    outer, length, inner = around(x.shape, axis)
+    b.params(outer, length, attrs["log"], inner)
     b.slots(b.inputs[0], b.outputs[0])
     return True

@@ -5,7 +5,6 @@ position ids are a cumsum of the attention mask, every run)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -13,7 +12,7 @@ import numpy as np
 from converters.lite.ir import LiteNode
 from provider.errors import InvalidModelError
 from provider.npu.ops.common import NUMERIC, Lowered, TensorInfo, axis_of, const, describe, ints
-from provider.npu.ops.native_builder import ELEMENT_TYPES, StepBuilder
+from provider.npu.ops.native_builder import ELEMENT_TYPES, StepBuilder, around
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
 
@@ -53,7 +52,6 @@ def _cumsum_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
     kind = ELEMENT_TYPES.get(x.np_dtype)
     if kind is None or outs[0].np_dtype != x.np_dtype:
         return False
-    b.params(math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:]),
-             attrs["exclusive"], attrs["reverse"], kind)
+    b.params(*around(x.shape, axis), attrs["exclusive"], attrs["reverse"], kind)
     b.slots(b.inputs[0], b.outputs[0])
     return True

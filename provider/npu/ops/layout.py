@@ -32,7 +32,13 @@ from provider.npu.ops.common import (
     enum_check,
     ints,
 )
-from provider.npu.ops.native_builder import MAX_SLOTS, StepBuilder, broadcast_strides, merged
+from provider.npu.ops.native_builder import (
+    MAX_SLOTS,
+    StepBuilder,
+    around,
+    broadcast_strides,
+    merged,
+)
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
 
@@ -502,8 +508,8 @@ def _gather_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
     if idx.np_dtype not in (np.dtype(np.int32), np.dtype(np.int64)) or not x.shape \
             or y.shape != (*x.shape[:axis], *idx.shape, *x.shape[axis + 1:]):
         return False
-    b.params(math.prod(x.shape[:axis]), x.shape[axis],
-             math.prod(x.shape[axis + 1:]) * x.np_dtype.itemsize, math.prod(idx.shape),
+    outer, length, inner = around(x.shape, axis)
+    b.params(outer, length, inner * x.np_dtype.itemsize, math.prod(idx.shape),
              idx.np_dtype.itemsize, attrs.get("checked", True))
     b.slots(b.inputs[0], b.inputs[1], b.outputs[0])
     return True

@@ -116,6 +116,12 @@ def fits_int32(*sizes: int) -> bool:
     return not sizes or (min(sizes) >= 0 and max(sizes) < 2**31)
 
 
+def around(shape: Sequence[int], axis: int) -> tuple[int, int, int]:
+    """(outer, length, inner): a tensor seen as the dims before `axis`, `axis` itself and the
+    dims after it, the view of the C kernels that work along one axis."""
+    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+
+
 def broadcast_strides(shape: Sequence[int], out: Sequence[int]) -> list[int]:
     """Element strides of a contiguous `shape` read at each index of `out` (0 where it is
     broadcast), aligned to out's rank."""

@@ -29,7 +29,7 @@ from converters.lite.quant import QUANT_ALL, Quant
 from provider.errors import InvalidModelError, UnsupportedError
 from provider.npu.ops import activation
 from provider.npu.ops.common import ANY, F32, Lowered, Packed, TensorInfo, describe
-from provider.npu.ops.native_builder import StepBuilder
+from provider.npu.ops.native_builder import StepBuilder, around
 from provider.npu.ops.registry import KERNELS, OPS, define, native, register
 from provider.npu.program import Slot
 
@@ -334,7 +334,7 @@ def _qwrap_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: Ste
         return False
     (sx, zx), (sy, zy) = attrs["in"][0], attrs["out"][0]
     axis = attrs["attrs"]["axis"]
-    b.params(math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:]), zx,
+    b.params(*around(x.shape, axis), zx,
              x.dtype == "int8", zy, *limits(np.dtype(y.dtype)))
     b.f[0], b.f[1] = sx, sy
     b.slots(b.inputs[0], b.outputs[0])

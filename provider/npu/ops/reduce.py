@@ -23,7 +23,7 @@ from provider.npu.ops.common import (
     enum_check,
     ints,
 )
-from provider.npu.ops.native_builder import ELEMENT_TYPES, INDEX_TYPES, StepBuilder, f32
+from provider.npu.ops.native_builder import ELEMENT_TYPES, INDEX_TYPES, StepBuilder, around, f32
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
 
@@ -128,8 +128,7 @@ def _arg_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepB
     xt, yt = ELEMENT_TYPES.get(x.np_dtype), INDEX_TYPES.get(y.np_dtype)
     if xt is None or yt is None or not x.nbytes or not x.shape[axis]:
         return False
-    b.params(math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:]),
-             bool(attrs["min"]), xt, yt)
+    b.params(*around(x.shape, axis), bool(attrs["min"]), xt, yt)
     b.slots(b.inputs[0], b.outputs[0])
     return True
 

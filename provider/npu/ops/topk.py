@@ -5,7 +5,6 @@ runtime's own)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -13,7 +12,7 @@ import numpy as np
 from converters.lite.ir import LiteNode
 from provider.errors import InvalidModelError
 from provider.npu.ops.common import NUMERIC, Lowered, TensorInfo, axis_of, const, describe, ints
-from provider.npu.ops.native_builder import ELEMENT_TYPES, INDEX_TYPES, StepBuilder
+from provider.npu.ops.native_builder import ELEMENT_TYPES, INDEX_TYPES, StepBuilder, around
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
 
@@ -70,7 +69,6 @@ def _topk_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: Step
     index = INDEX_TYPES.get(outs[1].np_dtype) if len(outs) > 1 else 0
     if kind is None or index is None or outs[0].np_dtype != x.np_dtype or not k:
         return False
-    b.params(math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:]), k,
-             attrs["largest"], kind, index)
+    b.params(*around(x.shape, axis), k, attrs["largest"], kind, index)
     b.slots(b.inputs[0], b.outputs[0], b.outputs[1] if len(outs) > 1 else None)
     return True
