@@ -441,21 +441,9 @@ def _merged_transpose(shape: Sequence[int], perm: Sequence[int]) -> tuple[list[i
 @native("transpose")
 def _transpose_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     x = ins[0]
-    size = x.np_dtype.itemsize
     shape, perm = _merged_transpose(attrs.get("view", x.shape), attrs["perm"])
-    if not shape:
-        shape, perm = [1], [0]
-    if len(shape) > 6:
-        return False
-    strides = [math.prod(shape[a + 1:]) * size for a in range(len(shape))]
-    out_shape = [shape[a] for a in perm]
-    block = out_shape[-1] * size if perm[-1] == len(shape) - 1 else 0
-    b.params(len(shape), block)
-    b.p[2:2 + len(shape)] = out_shape
-    b.p[8:8 + len(shape)] = [strides[a] for a in perm]
-    b.p[15] = size
-    b.slots(b.inputs[0], b.outputs[0])
-    return True
+    walk = [math.prod(shape[a + 1:]) for a in range(len(shape))]
+    return strided_copy(x, [shape[a] for a in perm], [walk[a] for a in perm], b, empty=True)
 
 
 _PAD_CODES = {"constant": 0, "reflect": 1, "edge": 2, "symmetric": 3}  # layout.c's PAD_*
@@ -534,7 +522,7 @@ def _gather_nd_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b:
 def _broadcast_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     """A broadcast as the C library's strided copy, stride 0 along the repeated axes."""
     x, y = ins[0], outs[0]
-    return _repeating_copy(x, y.shape, broadcast_strides(x.shape, y.shape), b)
+    return strided_copy(x, y.shape, broadcast_strides(x.shape, y.shape), b)
 
 
 @native("tile", op="transpose")
@@ -544,19 +532,23 @@ def _tile_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: Step
     x = ins[0]
     inner = [math.prod(x.shape[a + 1:]) for a in range(len(x.shape))]
     view = [v for m, d in zip(attrs["multiples"], x.shape, strict=True) for v in (m, d)]
-    return _repeating_copy(x, view, [v for step in inner for v in (0, step)], b)
+    return strided_copy(x, view, [v for step in inner for v in (0, step)], b)
 
 
-def _repeating_copy(x: Slot, shape: Sequence[int], walk: Sequence[int], b: StepBuilder) -> bool:
-    """The C library's strided copy of x into an output of `shape` (C order) reading x's
-    element `walk` strides apart per dim (0: the dim repeats x); False past its 6 merged dims."""
+def strided_copy(x: Slot, shape: Sequence[int], walk: Sequence[int], b: StepBuilder,
+                 offset: int = 0, empty: bool = False) -> bool:
+    """The C library's strided copy (layout.c `transpose`) of x into an output of `shape`
+    (C order), reading x's elements `walk` apart per dim (0: the dim repeats x; negative:
+    backwards) from byte `offset`: transposes, broadcasts, tiles, slices and reverses.
+    False past its 6 merged dims, and for an empty output unless `empty`."""
     size = x.np_dtype.itemsize
     dims, (walk,) = merged(tuple(shape), list(walk))
-    if len(dims) > 6 or 0 in shape:
+    if len(dims) > 6 or (0 in shape and not empty):
         return False
     b.params(len(dims), dims[-1] * size if walk[-1] == 1 else 0)
     b.p[2:2 + len(dims)] = dims
     b.p[8:8 + len(dims)] = [w * size for w in walk]
+    b.p[14] = offset
     b.p[15] = size
     b.slots(b.inputs[0], b.outputs[0])
     return True
@@ -564,27 +556,14 @@ def _repeating_copy(x: Slot, shape: Sequence[int], walk: Sequence[int], b: StepB
 
 @native("slice", op="transpose")
 def _slice_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
-    """A slice (steps of any sign) as the C library's strided copy: output dims of size 1
-    dropped, the walk of the rest over x, and the byte offset of its first element."""
+    """A slice (steps of any sign) as the C library's strided copy: the walk of its output
+    over x, from the byte offset of its first element."""
     x = ins[0]
-    size = x.np_dtype.itemsize
-    contiguous = [math.prod(x.shape[a + 1:]) * size for a in range(len(x.shape))]
-    offset, shape, strides = 0, [], []
+    contiguous = [math.prod(x.shape[a + 1:]) for a in range(len(x.shape))]
+    offset, shape, walk = 0, [], []
     for a, (start, stop, step) in enumerate(attrs["slices"]):
         length = len(range(start, -1 if stop is None else stop, step))  # _slice_spec's
         offset += start * contiguous[a] if length else 0
-        if length != 1:
-            shape.append(length)
-            strides.append(step * contiguous[a])
-    if not shape:
-        shape, strides = [1], [size]
-    if len(shape) > 6 or 0 in shape:
-        return False
-    block = shape[-1] * size if strides[-1] == size else 0
-    b.params(len(shape), block)
-    b.p[2:2 + len(shape)] = shape
-    b.p[8:8 + len(shape)] = strides
-    b.p[14] = offset
-    b.p[15] = size
-    b.slots(b.inputs[0], b.outputs[0])
-    return True
+        shape.append(length)
+        walk.append(step * contiguous[a])
+    return strided_copy(x, shape, walk, b, offset * x.np_dtype.itemsize)

@@ -12,7 +12,8 @@ import numpy as np
 
 from converters.lite.ir import LiteNode
 from provider.npu.ops.common import DATA, Lowered, TensorInfo, axis_of
-from provider.npu.ops.native_builder import StepBuilder, merged
+from provider.npu.ops.layout import strided_copy
+from provider.npu.ops.native_builder import StepBuilder
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
 
@@ -35,18 +36,8 @@ def _reverse_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: S
     """The strided copy starting at the last element of each reversed axis and walking it
     with a negative stride (any dtype: bytes are copied)."""
     x = ins[0]
-    size = x.np_dtype.itemsize
     walk = [math.prod(x.shape[a + 1:]) for a in range(len(x.shape))]
-    offset = sum((x.shape[a] - 1) * walk[a] for a in attrs["axes"] if x.shape[a]) * size
+    offset = sum((x.shape[a] - 1) * walk[a] for a in attrs["axes"] if x.shape[a])
     for a in attrs["axes"]:
         walk[a] = -walk[a]
-    dims, (walk,) = merged(x.shape, walk)
-    if len(dims) > 6 or 0 in x.shape:
-        return False
-    b.params(len(dims), dims[-1] * size if walk[-1] == 1 else 0)
-    b.p[2:2 + len(dims)] = dims
-    b.p[8:8 + len(dims)] = [w * size for w in walk]
-    b.p[14] = offset
-    b.p[15] = size
-    b.slots(b.inputs[0], b.outputs[0])
-    return True
+    return strided_copy(x, x.shape, walk, b, offset * x.np_dtype.itemsize)
