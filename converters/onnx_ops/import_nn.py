@@ -45,6 +45,12 @@ def check_window(kernel, a: dict) -> None:
             raise Unmappable(f"{name}={list(values)}: expected {count} values >= {low}")
 
 
+def _split_pad(total: int, odd_at_end: bool) -> tuple[int, int]:
+    """(begin, end) halves of one axis's padding, the odd one at the end or at the start."""
+    small, large = total // 2, total - total // 2
+    return (small, large) if odd_at_end else (large, small)
+
+
 def same_as_pads(ctx, node, kernel, dilations=(1, 1)):
     """The node with its auto_pad SAME_LOWER or SAME_UPPER replaced by the pads ONNX derives
     from its input size: ceil(size / stride) outputs, the odd pad at the start for
@@ -62,9 +68,9 @@ def same_as_pads(ctx, node, kernel, dilations=(1, 1)):
         if total < 0:
             raise Unmappable(f"auto_pad={mode} with stride {st} over kernel {k} on size {size} "
                              f"(axis {axis + 2}): onnxruntime crops the input")
-        small, large = total // 2, total - total // 2
-        begin.append(large if mode == "SAME_LOWER" else small)
-        end.append(small if mode == "SAME_LOWER" else large)
+        first, last = _split_pad(total, odd_at_end=mode == "SAME_UPPER")
+        begin.append(first)
+        end.append(last)
     attrs = {**node.attrs, "pads": begin + end, "auto_pad": "NOTSET"}
     return dataclasses.replace(node, attrs=attrs, _proto=None)
 
@@ -206,9 +212,9 @@ def _pads_of_output_shape(ctx, node, w) -> dict:
                  + (kernel[i] - 1) * a.get("dilations", [1, 1])[i] + 1 - out)
         if total < 0:
             raise Unmappable(f"output_shape {wanted} beyond the full transposed size")
-        small, large = total // 2, total - total // 2
-        begin.append(small if a.get("auto_pad") == "SAME_UPPER" else large)
-        end.append(large if a.get("auto_pad") == "SAME_UPPER" else small)
+        first, last = _split_pad(total, odd_at_end=a.get("auto_pad") == "SAME_UPPER")
+        begin.append(first)
+        end.append(last)
     a["pads"], a["auto_pad"] = begin + end, "NOTSET"
     return a
 
