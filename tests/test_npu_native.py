@@ -1390,6 +1390,41 @@ def test_topk_runs_natively_like_numpy(largest, axis, k, dtype):
         np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("order", ["random", "rising", "falling", "few_values", "nan_heavy"])
+@pytest.mark.parametrize("shape, axis, k", [((3, 5000), 1, 40), ((1, 2000, 37), 1, 25),
+                                            ((1, 37, 2000), 2, 600)], ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_topk_long_lines_like_numpy(largest, order, shape, axis, k, dtype):
+    """Lines far longer than k, whose buffers of candidates are cut back to k many times,
+    and lines along an inner axis scanned 16 at a time (37: a partial group): orders that
+    make every value a candidate (rising for the largest, falling for the smallest), a
+    few repeated values (ties by index everywhere), and lines mostly NaN, so that the bar
+    is a NaN."""
+    r = rng(36)
+    x = randn(r, *shape) * 1000
+    if order == "rising":
+        x = np.sort(x, axis=axis)
+    elif order == "falling":
+        x = -np.sort(x, axis=axis)
+    elif order == "few_values":
+        x = np.round(x / 1000)
+    x = x.astype(dtype)
+    if dtype == np.int32:
+        x.flat[:3] = [np.iinfo(np.int32).min, np.iinfo(np.int32).max, 0]
+    elif order == "nan_heavy":
+        x[r.random(x.shape) < 0.9] = np.nan
+        x.flat[:2] = [-0.0, 0.0]
+    model = lite_graph("TopKFusion", {"axis": axis, "largest": int(largest), "sorted": True},
+                       [("x", x, False), ("k", np.array([k], np.int64), True)],
+                       out_dtypes=(dtype, np.int64))
+    program = check_native(model, {"x": x}, "topk")
+    got, _ = run(program, {"x": x})
+    want, _ = run(program, {"x": x}, kernels=KERNELS)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
 @pytest.mark.parametrize("op", ["ArgMaxFusion", "ArgMinFusion"])
 @pytest.mark.parametrize("axis", [0, 1, 3])
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])
