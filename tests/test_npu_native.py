@@ -459,13 +459,17 @@ def test_pool_on_small_and_wide_planes(op, k, s, pads, ceil, w):
                          ids=["2x2/2", "3x3/1 padded", "global"])
 def test_max_pool_keeps_a_nan_in_its_window(attrs):
     """A NaN in a window makes that window's max NaN, as numpy's maximum does (a C `>` fold
-    would drop it depending on where it sits); every other window is unaffected."""
+    would drop it depending on where it sits); every other window is unaffected. The kernel
+    takes the hardware's max on planes without a NaN (channel 2) and the NaN-keeping one on
+    the others: both give numpy's values."""
     x = randn(rng(6), 1, 3, 6, 6)
     x[0, 0, 1, 1] = x[0, 1, 0, 5] = np.nan  # channel 2 stays clean
     model = lite_graph("MaxPoolFusion", attrs, [("x", x, False)])
     program = check_native(model, {"x": x})
     got, _ = run(program, {"x": x})
+    want, _ = run(program, {"x": x}, kernels=KERNELS)
     assert np.isnan(got[0]).any() and not np.isnan(got[0]).all()
+    np.testing.assert_array_equal(got[0], want[0])
 
 
 @pytest.mark.parametrize("op", ["MaxPoolFusion", "AvgPoolFusion"])
