@@ -587,6 +587,23 @@ def test_resize(mode, coord, nearest, sizes):
           "Resize", lite_attrs, {"x": x}, consts, lite_consts={}, opset=13)
 
 
+@pytest.mark.parametrize("coord", ["half_pixel", "align_corners", "asymmetric"])
+@pytest.mark.parametrize("a, exclude", [(-0.75, 0), (-0.5, 1)], ids=str)
+@pytest.mark.parametrize("sizes", [(1, 2, 9, 13), (1, 2, 3, 2), (1, 2, 1, 7)], ids=str)
+def test_cubic_resize(coord, a, exclude, sizes):
+    """Bicubic up- and downsampling (PyTorch's bicubic interpolate, super-resolution heads):
+    the four taps of each output clamped at the edges, or with exclude_outside dropped and
+    the rest reweighted; onnxruntime's values."""
+    x = randn(rng(31), 1, 2, 4, 5)
+    consts = {"roi": np.zeros(0, F32), "scales": np.zeros(0, F32), "sizes": np.array(sizes, np.int64)}
+    lite_attrs = {"format": "NCHW", "method": "CUBIC", "new_height": sizes[2], "new_width": sizes[3],
+                  "coordinate_transform_mode": coord.upper(), "cubic_coeff": a,
+                  "exclude_outside": exclude}
+    check("Resize", {"mode": "cubic", "coordinate_transformation_mode": coord, "cubic_coeff_a": a,
+                     "exclude_outside": exclude},
+          "Resize", lite_attrs, {"x": x}, consts, lite_consts={}, opset=13)
+
+
 @pytest.mark.parametrize("coord,nearest", [("half_pixel", "floor"), ("asymmetric", "ceil"),
                                             ("align_corners", "round_prefer_floor")])
 def test_nearest_resize_picks_onnxruntimes_row_at_an_exact_tie(coord, nearest):

@@ -1482,6 +1482,24 @@ def test_float_linear_resize_runs_natively_with_the_numpy_kernels_bits(coord, si
     np.testing.assert_array_equal(got[0], want[0])
 
 
+@pytest.mark.parametrize("coord", ["ASYMMETRIC", "ALIGN_CORNERS", "HALF_PIXEL"])
+@pytest.mark.parametrize("size, exclude", [((10, 12), 0), ((7, 13), 1), ((3, 4), 0), ((5, 1), 1)],
+                         ids=str)
+def test_float_cubic_resize_runs_natively_with_the_numpy_kernels_bits(coord, size, exclude):
+    """Bicubic resize of float32 in C (csrc/resize.c), columns first: the numpy kernel's
+    four-tap sums, bit for bit."""
+    x = randn(rng(33), 2, 3, 5, 6)
+    model = lite_graph("Resize", {"method": "CUBIC", "new_height": size[0], "new_width": size[1],
+                                  "coordinate_transform_mode": coord, "cubic_coeff": -0.75,
+                                  "exclude_outside": exclude},
+                       [("x", x, False)])
+    program = check_native(model, {"x": x}, "resize_cubic")
+    assert native_steps.lower(program, 0).op == native.OPS["resize_cubic"]
+    got, _ = run(program, {"x": x})
+    want, _ = run(program, {"x": x}, kernels=KERNELS)
+    np.testing.assert_array_equal(got[0], want[0])
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int8])
 @pytest.mark.parametrize("axis, sizes", [(1, [2, 6, 8]), (3, [1, 4]), (0, [1, 1]), (2, [3])],
                          ids=str)

@@ -1,5 +1,5 @@
-/* Bilinear resize of float32 NCHW planes (the Resize step's LINEAR method; its nearest one
- * is qeltwise.c's qresize), separably, with the index tables and weights the compiler made
+/* Bilinear and bicubic resize of float32 NCHW planes (the Resize step's LINEAR and CUBIC
+ * methods; its nearest one is qeltwise.c's qresize), separably, with the index tables and weights the compiler made
  * (provider/npu/ops/resize.py), so coordinate modes cost nothing here. Rows first: per
  * output row, its two source rows blended by the row's weight into a line, then each output
  * column blends two of the line's values; columns first (an upsampling along H, where the
@@ -94,5 +94,72 @@ int resize_linear(const lnpu_step *s, void **slots) {
     double ns = (double)rows * (double)(s->p[RL_W] + s->p[RL_OW]);
     resize_args a = {s, slots, per_task(rows, task_count(ns, rows)), &failed};
     parallel(resize_linear_task, &a, (rows + a.chunk - 1) / a.chunk);
+    return atomic_load(&failed) ? -1 : 0;
+}
+
+/* ---- bicubic ------------------------------------------------------------------------------
+ *
+ * Columns first, as onnxruntime sums it: each source row a task's output rows read is
+ * resized along W once (four taps per output column), then each output row sums four such
+ * rows, whole vectors. Every sum is ((a w0 + b w1) + c w2) + d w3 in float32, no fused
+ * multiply-add: the numpy kernel's bits. */
+enum { RC_PLANES, RC_H, RC_W, RC_OH, RC_OW };
+enum { RC_X, RC_HINDEX, RC_HWEIGHT, RC_WINDEX, RC_WWEIGHT, RC_Y };
+
+__attribute__((optimize("fp-contract=off"))) static void resize_cubic_task(const void *ctx,
+                                                                             int64_t t) {
+    const resize_args *a = ctx;
+    const int64_t *p = a->s->p, *slot = a->s->slot;
+    void **slots = a->slots;
+    int64_t h = p[RC_H], w = p[RC_W], oh = p[RC_OH], ow = p[RC_OW];
+    int64_t k0 = t * a->chunk, k1 = k0 + a->chunk < p[RC_PLANES] * oh ? k0 + a->chunk : p[RC_PLANES] * oh;
+    const float *x = slots[slot[RC_X]], *hw = slots[slot[RC_HWEIGHT]], *ww = slots[slot[RC_WWEIGHT]];
+    const int64_t *hi = slots[slot[RC_HINDEX]], *wi = slots[slot[RC_WINDEX]];
+    float *y = slots[slot[RC_Y]];
+    for (int64_t k = k0; k < k1;) {  /* per plane of the task's rows: its source rows, then rows */
+        int64_t plane = k / oh, r0 = k % oh, r1 = k1 - plane * oh < oh ? k1 - plane * oh : oh;
+        int64_t first = h, last = -1;
+        for (int64_t r = r0; r < r1; r++)
+            for (int j = 0; j < 4; j++) {
+                int64_t i = clamped(hi[4 * r + j], h);
+                first = i < first ? i : first, last = i > last ? i : last;
+            }
+        float *mid = thread_scratch((last - first + 1) * ow);
+        if (!mid) {
+            atomic_store(a->failed, 1);
+            return;
+        }
+        for (int64_t i = first; i <= last; i++) {
+            const float *in = x + (plane * h + i) * w;
+            float *m = mid + (i - first) * ow;
+            for (int64_t c = 0; c < ow; c++) {
+                const int64_t *ci = wi + 4 * c;
+                const float *cw = ww + 4 * c;
+                m[c] = ((in[clamped(ci[0], w)] * cw[0] + in[clamped(ci[1], w)] * cw[1])
+                        + in[clamped(ci[2], w)] * cw[2]) + in[clamped(ci[3], w)] * cw[3];
+            }
+        }
+        for (int64_t r = r0; r < r1; r++) {
+            const float *rows[4];
+            for (int j = 0; j < 4; j++) rows[j] = mid + (clamped(hi[4 * r + j], h) - first) * ow;
+            const float *f = hw + 4 * r;
+            float *out = y + (plane * oh + r) * ow;
+            for (int64_t c = 0; c < ow; c++)
+                out[c] = ((rows[0][c] * f[0] + rows[1][c] * f[1]) + rows[2][c] * f[2]) + rows[3][c] * f[3];
+        }
+        k = plane * oh + r1;
+    }
+}
+
+/* resize_cubic: planes, H, W, OH, OW; slots x, row indices and weights (OH x 4), column
+ * indices and weights (OW x 4), y. Returns -1 when a core found no memory for its rows. */
+int resize_cubic(const lnpu_step *s, void **slots) {
+    int64_t rows = s->p[RC_PLANES] * s->p[RC_OH];
+    if (!rows || !s->p[RC_OW] || !s->p[RC_W]) return 0;
+    atomic_int failed = 0;
+    /* four taps per value of the columns pass and of the output, ~1 ns per tap */
+    double ns = (double)rows * (double)s->p[RC_OW] * 8.0;
+    resize_args a = {s, slots, per_task(rows, task_count(ns, rows)), &failed};
+    parallel(resize_cubic_task, &a, (rows + a.chunk - 1) / a.chunk);
     return atomic_load(&failed) ? -1 : 0;
 }

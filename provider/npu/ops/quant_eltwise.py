@@ -220,7 +220,7 @@ def qresize_nearest(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
 
 @define("Resize", dtypes=QDATA, quant=QUANT_ALL, const_inputs=(1, 2, 3), rank=(4, 4),
         kernels=("qresize_nearest", "qwrap"),
-        note="nearest: codes copied [through a table]; linear: dequantize, the float kernel, "
+        note="nearest: codes copied [through a table]; linear, cubic: dequantize, the float kernel, "
         "quantize")
 def qresize_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     x, y = ins[0], out_types[0]

@@ -1,8 +1,8 @@
-"""Resize (NCHW, LINEAR or NEAREST along H and W): capability, rule, numpy kernel and the
-native lowerings (nearest: csrc/qeltwise.c's copy; linear: csrc/resize.c).
+"""Resize (NCHW, LINEAR, NEAREST or CUBIC along H and W): capability, rule, numpy kernels
+and the native lowerings (nearest: csrc/qeltwise.c's copy; linear and cubic: csrc/resize.c).
 
-The rule precomputes each output index's source indices (and linear weights) per axis as
-Packed operands, made when the Program is built; the kernels only gather and blend.
+The rule precomputes each output index's source indices (and linear or cubic weights) per
+axis as Packed operands, made when the Program is built; the kernels only gather and blend.
 """
 
 from __future__ import annotations
@@ -56,6 +56,27 @@ def resize(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: d
         _blend(rows, w_lo, w_hi, w_frac, 3, y, outputs[3])
 
 
+@register("resize_cubic")
+def resize_cubic(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """NCHW bicubic resize, columns first (as onnxruntime sums it): inputs x, h_index,
+    h_weight, w_index, w_weight ((OH, 4) and (OW, 4): each output's four source indices,
+    clamped, and weights); scratch after the output: the columns pass (N, C, H, OW)."""
+    x, h_index, h_weight, w_index, w_weight = inputs
+    y, cols = outputs
+    _taps(x, w_index, w_weight, 3, cols)
+    _taps(cols, h_index, h_weight, 2, y)
+
+
+def _taps(x: np.ndarray, index: np.ndarray, weight: np.ndarray, axis: int, out: np.ndarray) -> None:
+    """out = ((x[i0] * w0 + x[i1] * w1) + x[i2] * w2) + x[i3] * w3 along `axis`, in float32
+    in that order, as csrc/resize.c computes it."""
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    np.multiply(np.take(x, index[:, 0], axis=axis), weight[:, 0].reshape(shape), out=out)
+    for j in range(1, index.shape[1]):
+        out += np.take(x, index[:, j], axis=axis) * weight[:, j].reshape(shape)
+
+
 def _blend(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, frac: np.ndarray, axis: int,
            out: np.ndarray, low: np.ndarray) -> None:
     """out = (x[hi] - x[lo]) * frac + x[lo] along `axis` (`low`: scratch for x[lo]), in
@@ -76,7 +97,7 @@ _NEAREST_ROUNDING = {
     "FLOOR": np.floor,
     "CEIL": np.ceil,
 }
-_CHECK = all_checks(NCHW, enum_check("method", ("LINEAR", "NEAREST"), "LINEAR"),
+_CHECK = all_checks(NCHW, enum_check("method", ("LINEAR", "NEAREST", "CUBIC"), "LINEAR"),
                     enum_check("coordinate_transform_mode",
                                ("ASYMMETRIC", "ALIGN_CORNERS", "HALF_PIXEL"), "ASYMMETRIC"),
                     enum_check("nearest_mode", tuple(_NEAREST_ROUNDING), "NORMAL"))
@@ -98,10 +119,33 @@ def _source_coords(out: int, size: int, mode: str) -> np.ndarray:
     return i / scale  # ASYMMETRIC
 
 
+def _cubic_axis(node: LiteNode, x: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each output's four source indices (floor(x) - 1 .. floor(x) + 2, clamped to the axis)
+    and weights, ONNX's cubic convolution with coefficient A (`cubic_coeff`) in float32, as
+    onnxruntime computes them; with `exclude_outside`, taps outside the axis weigh 0 and the
+    rest are scaled to sum to 1."""
+    a, one, two = np.float32(node.attrs.get("cubic_coeff", -0.75)), np.float32(1), np.float32(2)
+    floor = np.floor(x)
+    s = (x - floor).astype(np.float32)
+    s1, t, t2 = s + one, one - s, two - s
+    weight = np.stack([((a * s1 - 5 * a) * s1 + 8 * a) * s1 - 4 * a,
+                       ((a + 2) * s - (a + 3)) * s * s + one,
+                       ((a + 2) * t - (a + 3)) * t * t + one,
+                       ((a * t2 - 5 * a) * t2 + 8 * a) * t2 - 4 * a], axis=1).astype(np.float32)
+    index = floor.astype(np.int64)[:, None] - 1 + np.arange(4)
+    if node.attrs.get("exclude_outside"):
+        weight[(index < 0) | (index >= size)] = 0
+        weight = (weight / weight.sum(axis=1, keepdims=True)).astype(np.float32)
+    return np.clip(index, 0, size - 1), weight
+
+
 def _resize_axis(node: LiteNode, size: int, out: int, method: str):
-    """(source index,) for NEAREST, (low index, high index, high weight) for LINEAR."""
+    """(source index,) for NEAREST, (low index, high index, high weight) for LINEAR, (four
+    indices, four weights) for CUBIC."""
     mode = str(node.attrs.get("coordinate_transform_mode", "ASYMMETRIC"))
     x = _source_coords(out, size, mode)
+    if method == "CUBIC":
+        return _cubic_axis(node, x, size)
     if method == "NEAREST":
         rounding = _NEAREST_ROUNDING[str(node.attrs.get("nearest_mode", "NORMAL"))]
         return (np.clip(rounding(x), 0, size - 1).astype(np.int64),)
@@ -123,12 +167,16 @@ def _index_maps(node: LiteNode, h: int, w: int, oh: int, ow: int, method: str,
     i64 = np.dtype(np.int64)
     if method == "NEAREST":
         return [part(0, 0, (oh,), i64), part(1, 0, (ow,), i64)]
+    if method == "CUBIC":
+        return [part(0, 0, (oh, 4), i64), part(0, 1, (oh, 4), dtype),
+                part(1, 0, (ow, 4), i64), part(1, 1, (ow, 4), dtype)]
     return [part(0, 0, (oh,), i64), part(0, 1, (oh,), i64), part(0, 2, (oh, 1), dtype),
             part(1, 0, (ow,), i64), part(1, 1, (ow,), i64), part(1, 2, (ow,), dtype)]
 
 
 @define("Resize", dtypes=FLOAT, check=_CHECK, const_inputs=(1, 2, 3), rank=(4, 4),
-        kernels=("resize", "resize_linear"), note="NCHW; LINEAR or NEAREST; ASYMMETRIC/ALIGN_CORNERS/HALF_PIXEL; "
+        kernels=("resize", "resize_linear", "resize_cubic"),
+        note="NCHW; LINEAR, NEAREST or CUBIC; ASYMMETRIC/ALIGN_CORNERS/HALF_PIXEL; "
         "nearest_mode NORMAL/ROUND_HALF_DOWN/ROUND_HALF_UP/FLOOR/CEIL")
 def resize_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     """Output size from new_height/new_width, else the last constant input, as MindSpore
@@ -154,6 +202,9 @@ def resize_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered
         if oh <= 0 or ow <= 0:
             raise InvalidModelError(f"{describe(node)}: output size {oh}x{ow} from {v.tolist()}")
     operands: list[int | np.ndarray | Packed] = [0, *_index_maps(node, h, w, oh, ow, method, x.dtype)]
+    if method == "CUBIC":
+        return Lowered("resize_cubic", {"scratch": ["cols"]}, operands,
+                       [((n, c, oh, ow), x.dtype)], [("cols", (n, c, h, ow), x.dtype)])
     # linear: an upsampling along H blends columns first (H x OW gathered values, not OH x OW)
     columns_first = method == "LINEAR" and oh > h
     first = (n, c, h, ow) if columns_first else (n, c, oh, w)
@@ -201,6 +252,24 @@ def _resize_linear_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict
         return False
     b.params(n * c, h, w, oh, ow, bool(attrs.get("columns_first")))
     b.slots(*b.inputs[:7], b.outputs[0])
+    return True
+
+
+@native("resize_cubic")
+def _resize_cubic_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict,
+                         b: StepBuilder) -> bool:
+    """Bicubic resize of float32 (csrc/resize.c) from the rule's four-tap tables: the numpy
+    kernel's sums, without its columns plane."""
+    if len(ins) != 5 or not f32(ins[0], ins[2], ins[4], outs[0]) or len(ins[0].shape) != 4:
+        return False
+    n, c, h, w = ins[0].shape
+    oh, ow = outs[0].shape[2:]
+    tables = ((ins[1], (oh, 4), "int64"), (ins[2], (oh, 4), "float32"),
+              (ins[3], (ow, 4), "int64"), (ins[4], (ow, 4), "float32"))
+    if any(t.dtype != dtype or t.shape != shape for t, shape, dtype in tables):
+        return False
+    b.params(n * c, h, w, oh, ow)
+    b.slots(*b.inputs[:5], b.outputs[0])
     return True
 
 
