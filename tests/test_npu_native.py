@@ -1843,6 +1843,35 @@ def test_gather_nd_runs_natively_and_refuses_an_index_off_its_axis(index_dtype):
             ex.run([x, bad])
 
 
+@pytest.mark.parametrize("index_dtype", [np.int64, np.int32])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int8])
+@pytest.mark.parametrize("x_shape, idx_shape, axis", [((3, 4, 5), (3, 4, 5), 1),
+                                                      ((3, 4, 5), (2, 6, 3), 1),
+                                                      ((6, 5), (4, 2), 0),
+                                                      ((2, 3, 4, 7), (2, 3, 4, 9), 3)], ids=str)
+def test_gather_elements_runs_natively_and_refuses_an_index_off_its_axis(index_dtype, dtype,
+                                                                        x_shape, idx_shape, axis):
+    """torch.gather's export: each index replaces its own position's coordinate on the axis;
+    the index may be shorter than x on the other axes (x is read through its strides) and
+    longer on the axis itself; negatives wrap. An index off the axis is the numpy kernel's
+    InputValueError, raised from C before anything is written."""
+    r = rng(37)
+    x = (randn(r, *x_shape) * 50).astype(dtype)
+    dim = x_shape[axis]
+    idx = r.integers(-dim, dim, idx_shape).astype(index_dtype)
+    model = lite_graph("GatherD", {}, [("x", x, False), ("dim", np.array([axis], np.int32), True),
+                                       ("idx", idx, False)], out_dtypes=(np.dtype(dtype),))
+    program = check_native(model, {"x": x, "idx": idx}, "gather_elements")
+    got, _ = run(program, {"x": x, "idx": idx})
+    want, _ = run(program, {"x": x, "idx": idx}, kernels=KERNELS)
+    np.testing.assert_array_equal(got[0], want[0])
+    bad = idx.copy()
+    bad.flat[-1] = dim
+    with Executor(program, pool()) as ex:
+        with pytest.raises(InputValueError, match=rf"GatherElements: index {dim} is outside \[-{dim}, {dim}\)"):
+            ex.run([x, bad])
+
+
 def test_a_step_builder_packs_what_a_lowering_wrote():
     """build() writes slots, parameters and floats where the C step reads them; floats past
     float32's range become infinities (the clamps' "no bound"), a NaN stays a NaN; a

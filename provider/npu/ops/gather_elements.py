@@ -1,8 +1,10 @@
 """GatherD (ONNX GatherElements): out[i][j][k] = x[index[i][j][k]][j][k] along one axis
-(capability, rule and numpy kernel). Index values come at run time and are checked there."""
+(capability, rule, numpy kernel and native lowering: csrc/layout.c). Index values come at
+run time and are checked there."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,7 +20,9 @@ from provider.npu.ops.common import (
     const,
     describe,
 )
-from provider.npu.ops.registry import define, register
+from provider.npu.ops.native_builder import StepBuilder
+from provider.npu.ops.registry import define, native, register
+from provider.npu.program import Slot
 
 
 @register("gather_elements")
@@ -43,3 +47,21 @@ def gather_d_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lower
         raise UnsupportedError(f"{describe(node)}: index {idx.dtype}{list(idx.shape)} for data "
                                f"{list(x.shape)} along axis {axis}")
     return Lowered("gather_elements", {"axis": axis}, [0, 2], [(tuple(idx.shape), x.dtype)])
+
+
+@native("gather_elements")
+def _gather_elements_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict,
+                            b: StepBuilder) -> bool:
+    """Elements copied by index (layout.c) through x's strides, up to rank 6, run-time
+    indices checked in C with the numpy kernel's words."""
+    x, idx, y = ins[0], ins[1], outs[0]
+    rank, axis = len(x.shape), attrs["axis"]
+    if idx.np_dtype not in (np.dtype(np.int32), np.dtype(np.int64)) or not 1 <= rank <= 6 \
+            or y.shape != idx.shape or y.np_dtype != x.np_dtype:
+        return False
+    size = x.np_dtype.itemsize
+    strides = [size * math.prod(x.shape[d + 1:]) for d in range(rank)]
+    pad = [0] * (6 - rank)
+    b.params(rank, axis, size, idx.np_dtype.itemsize, x.shape[axis], *idx.shape, *pad, *strides, *pad)
+    b.slots(b.inputs[0], b.inputs[1], b.outputs[0])
+    return True
