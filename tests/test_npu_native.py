@@ -1872,6 +1872,23 @@ def test_gather_elements_runs_natively_and_refuses_an_index_off_its_axis(index_d
             ex.run([x, bad])
 
 
+@pytest.mark.parametrize("op", ["Triu", "Tril"])
+@pytest.mark.parametrize("k", [0, 2, -3, 9, -9])
+@pytest.mark.parametrize("shape, dtype", [((2, 3, 5, 7), np.float32), ((6, 4), np.int64),
+                                          ((1, 7, 7), np.bool_), ((3, 0, 4), np.float32)], ids=str)
+def test_trilu_runs_natively(op, k, shape, dtype):
+    """A decoder's causal mask in C (layout.c): each row's kept columns copied, the rest
+    zero, over batches of non-square matrices, k past either corner, any element type."""
+    x = (randn(rng(38), *shape) * 9).astype(dtype)
+    model = lite_graph(op, {}, [("x", x, False), ("k", np.array([k], np.int64), True)],
+                       out_dtypes=(np.dtype(dtype),))
+    program = check_native(model, {"x": x}, "triangle")
+    got, _ = run(program, {"x": x})
+    want, _ = run(program, {"x": x}, kernels=KERNELS)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[0], (np.triu if op == "Triu" else np.tril)(x, k))
+
+
 def test_a_step_builder_packs_what_a_lowering_wrote():
     """build() writes slots, parameters and floats where the C step reads them; floats past
     float32's range become infinities (the clamps' "no bound"), a NaN stays a NaN; a

@@ -29,7 +29,7 @@ from provider.errors import BindingError, LitenpuError
 from provider.npu import native
 from provider.npu.memory import default_pool
 from provider.npu.ops import KERNELS
-from provider.npu.ops.registry import Kernel
+from provider.npu.ops.registry import NATIVE, Kernel
 from provider.ort import abi, compute
 from provider.session import InferenceSession
 
@@ -42,7 +42,8 @@ SINGLE = [("NPUExecutionProvider", {"npu_threads": "1"}), "CPUExecutionProvider"
 NATIVE_ONLY = make_model(
     [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["r"], ["y"], axis=-1)],
     [f32("x", [2, 8])], [f32("y", [2, 8])])
-# y = triu(relu(x)) + 1: relu and add native, Trilu on its numpy kernel between them
+# y = triu(relu(x)) + 1: relu and add native, Trilu on its numpy kernel between them (the
+# tests that use it take it off its native lowering: `numpy_trilu`)
 MIXED = make_model(
     [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Trilu", ["r"], ["t"]),
      helper.make_node("Add", ["t", "one"], ["y"])],
@@ -66,6 +67,12 @@ NATIVE_ANY_BATCH = make_model(
 @pytest.fixture(scope="module", autouse=True)
 def registered():
     provider.register()
+
+
+@pytest.fixture
+def numpy_trilu(monkeypatch):
+    """Trilu without its native lowering: MIXED's numpy step between two native ones."""
+    monkeypatch.delitem(NATIVE, "triangle")
 
 
 def kernels(sess: InferenceSession) -> list[compute.FusedKernel]:
@@ -160,7 +167,7 @@ def test_integer_programs_run_in_c(case, kernel):
 
 
 @needs_native
-def test_a_mixed_program_enters_python_only_for_its_numpy_steps():
+def test_a_mixed_program_enters_python_only_for_its_numpy_steps(numpy_trilu):
     sess = InferenceSession(MIXED, providers=NPU)
     x = RNG.standard_normal((2, 8)).astype(np.float32)
     sess.run(None, {"x": x})
@@ -335,7 +342,7 @@ def test_an_output_sharing_the_input_memory_is_refused_in_c():
 
 
 @needs_native
-def test_a_numpy_step_failing_in_a_c_run_is_typed(monkeypatch):
+def test_a_numpy_step_failing_in_a_c_run_is_typed(monkeypatch, numpy_trilu):
     def broken(inputs, outputs, attrs):
         raise FloatingPointError("simulated kernel failure")
 
@@ -375,7 +382,7 @@ def _bad_run_messages(in_c: bool) -> list[str]:
 
 
 @needs_native
-def test_errors_from_c_have_the_python_computes_types_and_text(monkeypatch):
+def test_errors_from_c_have_the_python_computes_types_and_text(monkeypatch, numpy_trilu):
     def broken(inputs, outputs, attrs):
         raise FloatingPointError("simulated kernel failure")
 

@@ -399,6 +399,28 @@ int gather_elements(const lnpu_step *s, void **slots) {
     return 0;
 }
 
+/* triangle (Trilu): matrices, rows, columns, k, upper, element bytes; slots x, y. Each
+ * row of each matrix keeps its columns j with j - i >= k (upper) or j - i <= k (lower)
+ * and is zero elsewhere: a decoder's causal mask, one copy and one fill per row. */
+void triangle(const lnpu_step *s, void **slots) {
+    int64_t mats = s->p[0], rows = s->p[1], cols = s->p[2], k = s->p[3], upper = s->p[4];
+    size_t e = (size_t)s->p[5];
+    const char *x = slots[s->slot[0]];
+    char *y = slots[s->slot[1]];
+    for (int64_t m = 0; m < mats * rows; m++) {
+        int64_t i = m % rows;
+        /* the kept columns [lo, hi) */
+        int64_t lo = upper ? i + k : 0, hi = upper ? cols : i + k + 1;
+        lo = lo < 0 ? 0 : lo > cols ? cols : lo;
+        hi = hi < lo ? lo : hi > cols ? cols : hi;
+        const char *in = x + m * cols * e;
+        char *out = y + m * cols * e;
+        memset(out, 0, (size_t)lo * e);
+        memcpy(out + lo * e, in + lo * e, (size_t)(hi - lo) * e);
+        memset(out + hi * e, 0, (size_t)(cols - hi) * e);
+    }
+}
+
 /* pad: rank r (<= 6, adjacent unpadded axes merged, trailing ones folded into the element),
  * element bytes, mode, the constant's bytes (p[PD_VALUE]: the low `base` bytes, repeated
  * over an element), base element bytes, input dims, pads before, output dims. Each output

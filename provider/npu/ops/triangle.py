@@ -1,16 +1,19 @@
 """Triu / Tril (ONNX Trilu): the upper or lower triangle of the last two axes, from the k-th
-diagonal on, the rest zero (capability, rule and numpy kernel). A decoder's causal mask is
-one, built per sequence length."""
+diagonal on, the rest zero (capability, rule, numpy kernel and native lowering: csrc/layout.c).
+A decoder's causal mask is one, built per sequence length."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from converters.lite.ir import LiteNode
 from provider.npu.ops.common import DATA, Lowered, TensorInfo, const
-from provider.npu.ops.registry import define, register
+from provider.npu.ops.native_builder import StepBuilder
+from provider.npu.ops.registry import define, native, register
+from provider.npu.program import Slot
 
 
 @register("triangle")
@@ -25,3 +28,13 @@ def triangle_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lower
     k = int(const(node, ins, 1, "k").reshape(-1)[0]) if len(ins) > 1 else 0
     attrs = {"upper": node.op == "Triu", "k": k}
     return Lowered("triangle", attrs, [0], [(ins[0].shape, ins[0].dtype)])
+
+
+@native("triangle")
+def _triangle_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """Row by row (layout.c): the kept columns copied, the rest zero, any element type."""
+    x = ins[0]
+    *batch, rows, cols = x.shape
+    b.params(math.prod(batch), rows, cols, attrs["k"], attrs["upper"], x.np_dtype.itemsize)
+    b.slots(b.inputs[0], b.outputs[0])
+    return True
