@@ -1889,6 +1889,25 @@ def test_trilu_runs_natively(op, k, shape, dtype):
     np.testing.assert_array_equal(got[0], (np.triu if op == "Triu" else np.tril)(x, k))
 
 
+@pytest.mark.parametrize("radius, alpha, beta, bias", [(2, 1e-4 / 5, 0.75, 1.0),
+                                                       (1, 0.5, 0.75, 2.0),
+                                                       (3, 2e-5, 0.5, 1.0),
+                                                       (0, 0.1, 1.3, 0.0)], ids=str)
+@pytest.mark.parametrize("shape", [(2, 7, 5, 6), (1, 96, 33, 31), (3, 4, 9)], ids=str)
+def test_lrn_runs_natively_like_numpy(radius, alpha, beta, bias, shape):
+    """AlexNet's and GoogLeNet's LRN (beta 0.75: square roots) and other betas (powf), any
+    spatial rank; a window past the first and last channel; a zero bias with a zero input
+    (0 / 0: NaN, as numpy)."""
+    x = randn(rng(39), *shape) * 4
+    x[0, 0, 0] = 0.0
+    model = lite_graph("LRN", {"depth_radius": radius, "alpha": alpha, "beta": beta, "bias": bias,
+                               "norm_region": "ACROSS_CHANNELS"}, [("x", x, False)])
+    program = check_native(model, {"x": x}, "lrn")
+    got, _ = run(program, {"x": x})
+    want, _ = run(program, {"x": x}, kernels=KERNELS)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=0, equal_nan=True)
+
+
 def test_a_step_builder_packs_what_a_lowering_wrote():
     """build() writes slots, parameters and floats where the C step reads them; floats past
     float32's range become infinities (the clamps' "no bound"), a NaN stays a NaN; a

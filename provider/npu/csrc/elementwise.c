@@ -262,6 +262,60 @@ void layer_norm(const lnpu_step *s, void **slots) {
     parallel(norm_task, &cx, (rows + cx.per - 1) / cx.per);
 }
 
+/* ---- LRN across channels ----------------------------------------------------------------
+ *
+ * lrn: images, channels, positions per channel (the spatial size), radius; f: alpha (per
+ * element: ONNX's alpha / size), bias, beta; slots x, y. y = x / (bias + alpha * the sum of
+ * x^2 over channels c - radius .. c + radius)^beta, a chunk of LRN_CHUNK positions of one
+ * image per task, the sums and scalings in the numpy kernel's order (no fused multiply-add).
+ * The power: beta 0.75 (AlexNet, GoogLeNet, every LRN the model zoo has) as sqrt(w) *
+ * sqrt(sqrt(w)), square roots that vectorize, within 2 ulp of powf; other betas powf. */
+#define LRN_CHUNK 512
+
+typedef struct {
+    const lnpu_step *s;
+    const float *x;
+    float *y;
+    int64_t chunks;  /* chunks of positions per image */
+} lrn_ctx;
+
+__attribute__((optimize("fp-contract=off"))) MULTIVERSION static void lrn_task(const void *ctx,
+                                                                                 int64_t t) {
+    const lrn_ctx *cx = ctx;
+    const int64_t *p = cx->s->p;
+    int64_t C = p[1], inner = p[2], r = p[3];
+    float alpha = cx->s->f[0], bias = cx->s->f[1], beta = cx->s->f[2];
+    int64_t image = t / cx->chunks, p0 = t % cx->chunks * LRN_CHUNK;
+    int64_t n = inner - p0 < LRN_CHUNK ? inner - p0 : LRN_CHUNK;
+    const float *x = cx->x + image * C * inner + p0;
+    float *y = cx->y + image * C * inner + p0;
+    float w[LRN_CHUNK];
+    for (int64_t c = 0; c < C; c++) {
+        for (int64_t i = 0; i < n; i++) w[i] = 0.0f;
+        for (int64_t d = c - r; d <= c + r; d++) {
+            if (d < 0 || d >= C) continue;
+            const float *xd = x + d * inner;
+            for (int64_t i = 0; i < n; i++) w[i] += xd[i] * xd[i];
+        }
+        const float *xc = x + c * inner;
+        float *yc = y + c * inner;
+        if (beta == 0.75f)
+            for (int64_t i = 0; i < n; i++) {
+                float v = w[i] * alpha + bias, root = sqrtf(v);
+                yc[i] = xc[i] / (root * sqrtf(root));
+            }
+        else
+            for (int64_t i = 0; i < n; i++) yc[i] = xc[i] / powf(w[i] * alpha + bias, beta);
+    }
+}
+
+void lrn(const lnpu_step *s, void **slots) {
+    int64_t images = s->p[0], inner = s->p[2];
+    if (!images || !s->p[1] || !inner) return;
+    lrn_ctx cx = {s, slots[s->slot[0]], slots[s->slot[1]], (inner + LRN_CHUNK - 1) / LRN_CHUNK};
+    parallel(lrn_task, &cx, images * cx.chunks);  /* a task: LRN_CHUNK positions, every channel */
+}
+
 /* ---- AddN: inputs of the output's shape summed in order -----------------------------------
  *
  * add_n: inputs (2..15), elements, type (ET_*); slots 0.. the inputs, 15 the output. Per

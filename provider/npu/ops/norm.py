@@ -1,7 +1,7 @@
 """Normalisations: LayerNormFusion, InstanceNorm, inference BatchNorm / FusedBatchNorm
 (a per-channel scale and shift, when the compiler could not fold it into a conv), LRN
-across channels and LpNormalization: capability, rules and numpy kernels; LayerNorm and
-the scale and shift also natively (csrc/elementwise.c, csrc/dwconv.c).
+across channels and LpNormalization: capability, rules and numpy kernels; LayerNorm, LRN
+and the scale and shift also natively (csrc/elementwise.c, csrc/dwconv.c).
 
 Statistics are accumulated in fp32 (dtype=np.float32) even when storage is fp16.
 """
@@ -131,6 +131,19 @@ def _lrn_check(node: LiteNode) -> str | None:
         note="across channels (axis 1), finite parameters")
 def lrn_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     return Lowered("lrn", _lrn_attrs(node), [0], [(ins[0].shape, ins[0].dtype)])
+
+
+@native("lrn")
+def _lrn_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """LRN of float32 NCHW (elementwise.c), the channels' windows in the numpy kernel's
+    order."""
+    x = ins[0]
+    if not f32(x, outs[0]):
+        return False
+    b.params(x.shape[0], x.shape[1], math.prod(x.shape[2:]), attrs["radius"])
+    b.f[0], b.f[1], b.f[2] = attrs["alpha"], attrs["bias"], attrs["beta"]
+    b.slots(b.inputs[0], b.outputs[0])
+    return True
 
 
 def _lp_check(node: LiteNode) -> str | None:
