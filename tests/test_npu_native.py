@@ -1908,6 +1908,23 @@ def test_lrn_runs_natively_like_numpy(radius, alpha, beta, bias, shape):
     np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=0, equal_nan=True)
 
 
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("shape, axis", [((4, 128), 1), ((2, 5, 7, 3), 1), ((3, 20, 6), 0),
+                                         ((2, 3, 40), 2), ((9,), 0)], ids=str)
+def test_lp_normalization_runs_natively_like_numpy(p, shape, axis):
+    """An embedding's L2 (or L1) normalization along the last axis, and along inner axes
+    (lines read across the block); a zero line gives zeros, not 0 / 0."""
+    x = randn(rng(40), *shape) * 3
+    if x.ndim > 1:
+        np.moveaxis(x, axis, 0)[:, 0] = 0.0  # a zero line
+    model = lite_graph("LpNormalization", {"axis": axis, "p": p}, [("x", x, False)])
+    program = check_native(model, {"x": x}, "lp_norm")
+    got, _ = run(program, {"x": x})
+    want, _ = run(program, {"x": x}, kernels=KERNELS)
+    np.testing.assert_allclose(got[0], want[0], rtol=2e-6, atol=0)
+    assert not np.isnan(got[0]).any()
+
+
 def test_a_step_builder_packs_what_a_lowering_wrote():
     """build() writes slots, parameters and floats where the C step reads them; floats past
     float32's range become infinities (the clamps' "no bound"), a NaN stays a NaN; a

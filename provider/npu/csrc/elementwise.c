@@ -316,6 +316,60 @@ void lrn(const lnpu_step *s, void **slots) {
     parallel(lrn_task, &cx, images * cx.chunks);  /* a task: LRN_CHUNK positions, every channel */
 }
 
+/* ---- LpNormalization -----------------------------------------------------------------------
+ *
+ * lp_norm: outer, length, inner (the axis's view), p (1 or 2); slots x, y. Each line along
+ * the axis divided by its L1 or L2 norm, summed in double; a zero norm gives 0 (not 0 / 0),
+ * as onnxruntime's kernel does. A task takes whole outer blocks (every inner line of one
+ * outer index): a line along an inner axis is read across the block, LP_LANES lines at a
+ * time. */
+#define LP_LANES 16
+
+typedef struct {
+    const lnpu_step *s;
+    const float *x;
+    float *y;
+    int64_t per;
+} lp_ctx;
+
+MULTIVERSION static void lp_task(const void *ctx, int64_t t) {
+    const lp_ctx *cx = ctx;
+    const int64_t *p = cx->s->p;
+    int64_t outer = p[0], n = p[1], inner = p[2], l2 = p[3] == 2;
+    for (int64_t o = t * cx->per; o < (t + 1) * cx->per && o < outer; o++) {
+        if (inner == 1 && l2) {  /* a contiguous line (an embedding): lane_sum's vector sums */
+            const float *x = cx->x + o * n;
+            float *y = cx->y + o * n, norm = (float)sqrt(lane_sum(x, n, 0.0f, 1));
+            for (int64_t j = 0; j < n; j++) y[j] = norm == 0.0f ? 0.0f : x[j] / norm;
+            continue;
+        }
+        for (int64_t i0 = 0; i0 < inner; i0 += LP_LANES) {
+            int64_t lanes = inner - i0 < LP_LANES ? inner - i0 : LP_LANES;
+            const float *x = cx->x + o * n * inner + i0;
+            float *y = cx->y + o * n * inner + i0;
+            double sum[LP_LANES] = {0};
+            for (int64_t j = 0; j < n; j++)
+                for (int64_t l = 0; l < lanes; l++) {
+                    double v = x[j * inner + l];
+                    sum[l] += l2 ? v * v : fabs(v);
+                }
+            float norm[LP_LANES];
+            for (int64_t l = 0; l < lanes; l++) norm[l] = (float)(l2 ? sqrt(sum[l]) : sum[l]);
+            for (int64_t j = 0; j < n; j++)
+                for (int64_t l = 0; l < lanes; l++)
+                    y[j * inner + l] = norm[l] == 0.0f ? 0.0f : x[j * inner + l] / norm[l];
+        }
+    }
+}
+
+void lp_norm(const lnpu_step *s, void **slots) {
+    int64_t outer = s->p[0];
+    if (!outer || !s->p[1] || !s->p[2]) return;
+    lp_ctx cx = {s, slots[s->slot[0]], slots[s->slot[1]], 0};
+    cx.per = per_task(outer, task_count((double)outer * s->p[1] * s->p[2] * 2.0, outer));
+    parallel(lp_task, &cx, (outer + cx.per - 1) / cx.per);
+}
+
 /* ---- AddN: inputs of the output's shape summed in order -----------------------------------
  *
  * add_n: inputs (2..15), elements, type (ET_*); slots 0.. the inputs, 15 the output. Per

@@ -86,6 +86,7 @@ API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, int64_
         case OP_GATHER_ELEMENTS: status = gather_elements(s, slots); break;
         case OP_TRIANGLE: triangle(s, slots); break;
         case OP_LRN: lrn(s, slots); break;
+        case OP_LP_NORM: lp_norm(s, slots); break;
         case OP_RESIZE_LINEAR: status = resize_linear(s, slots); break;
         case OP_RESIZE_CUBIC: status = resize_cubic(s, slots); break;
         case OP_ARG: argreduce(s, slots); break;

@@ -1,7 +1,7 @@
 """Normalisations: LayerNormFusion, InstanceNorm, inference BatchNorm / FusedBatchNorm
 (a per-channel scale and shift, when the compiler could not fold it into a conv), LRN
-across channels and LpNormalization: capability, rules and numpy kernels; LayerNorm, LRN
-and the scale and shift also natively (csrc/elementwise.c, csrc/dwconv.c).
+across channels and LpNormalization: capability, rules and numpy kernels; LayerNorm, LRN,
+LpNormalization and the scale and shift also natively (csrc/elementwise.c, csrc/dwconv.c).
 
 Statistics are accumulated in fp32 (dtype=np.float32) even when storage is fp16.
 """
@@ -26,7 +26,7 @@ from provider.npu.ops.common import (
     describe,
     per_channel,
 )
-from provider.npu.ops.native_builder import StepBuilder, f32
+from provider.npu.ops.native_builder import StepBuilder, around, f32
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
 
@@ -156,6 +156,17 @@ def lp_norm_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowere
     axis = axis_of(node, int(node.attrs.get("axis", -1)), len(ins[0].shape))
     attrs = {"axis": axis, "p": int(node.attrs.get("p", 2))}
     return Lowered("lp_norm", attrs, [0], [(ins[0].shape, ins[0].dtype)])
+
+
+@native("lp_norm")
+def _lp_norm_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+    """LpNormalization of float32 along any axis (elementwise.c), norms summed in double."""
+    x = ins[0]
+    if not f32(x, outs[0]) or not x.shape:
+        return False
+    b.params(*around(x.shape, attrs["axis"]), attrs["p"])
+    b.slots(b.inputs[0], b.outputs[0])
+    return True
 
 
 @define("LayerNormFusion", dtypes=FLOAT, kernels=("layer_norm",))
