@@ -1466,35 +1466,22 @@ def test_prelu_runs_natively_with_the_numpy_kernels_bits(slope_shape):
     assert np.array_equal(np.signbit(got[0]), np.signbit(want[0]))
 
 
+@pytest.mark.parametrize("method, kernel, extra", [("LINEAR", "resize_linear", {}),
+                                                   ("CUBIC", "resize_cubic", {"exclude_outside": 0}),
+                                                   ("CUBIC", "resize_cubic", {"exclude_outside": 1})],
+                         ids=["linear", "cubic", "cubic_exclude_outside"])
 @pytest.mark.parametrize("coord", ["ASYMMETRIC", "ALIGN_CORNERS", "HALF_PIXEL"])
 @pytest.mark.parametrize("size", [(10, 12), (7, 13), (3, 4), (5, 1)], ids=str)
-def test_float_linear_resize_runs_natively_with_the_numpy_kernels_bits(coord, size):
-    """A segmentation head's bilinear upsampling (and downsampling) of float32 in C
-    (csrc/resize.c): the numpy kernel's blends, bit for bit."""
+def test_float_resize_runs_natively_with_the_numpy_kernels_bits(method, kernel, extra, coord, size):
+    """A segmentation head's bilinear and a super-resolution head's bicubic up- and
+    downsampling of float32 in C (csrc/resize.c): the numpy kernel's blends and four-tap
+    sums, bit for bit."""
     x = randn(rng(32), 2, 3, 5, 6)
-    model = lite_graph("Resize", {"method": "LINEAR", "new_height": size[0],
-                                  "new_width": size[1], "coordinate_transform_mode": coord},
+    model = lite_graph("Resize", {"method": method, "new_height": size[0], "new_width": size[1],
+                                  "coordinate_transform_mode": coord, **extra},
                        [("x", x, False)])
-    program = check_native(model, {"x": x}, "resize_linear")
-    assert native_steps.lower(program, 0).op == native.OPS["resize_linear"]
-    got, _ = run(program, {"x": x})
-    want, _ = run(program, {"x": x}, kernels=KERNELS)
-    np.testing.assert_array_equal(got[0], want[0])
-
-
-@pytest.mark.parametrize("coord", ["ASYMMETRIC", "ALIGN_CORNERS", "HALF_PIXEL"])
-@pytest.mark.parametrize("size, exclude", [((10, 12), 0), ((7, 13), 1), ((3, 4), 0), ((5, 1), 1)],
-                         ids=str)
-def test_float_cubic_resize_runs_natively_with_the_numpy_kernels_bits(coord, size, exclude):
-    """Bicubic resize of float32 in C (csrc/resize.c), columns first: the numpy kernel's
-    four-tap sums, bit for bit."""
-    x = randn(rng(33), 2, 3, 5, 6)
-    model = lite_graph("Resize", {"method": "CUBIC", "new_height": size[0], "new_width": size[1],
-                                  "coordinate_transform_mode": coord, "cubic_coeff": -0.75,
-                                  "exclude_outside": exclude},
-                       [("x", x, False)])
-    program = check_native(model, {"x": x}, "resize_cubic")
-    assert native_steps.lower(program, 0).op == native.OPS["resize_cubic"]
+    program = check_native(model, {"x": x}, kernel)
+    assert native_steps.lower(program, 0).op == native.OPS[kernel]
     got, _ = run(program, {"x": x})
     want, _ = run(program, {"x": x}, kernels=KERNELS)
     np.testing.assert_array_equal(got[0], want[0])

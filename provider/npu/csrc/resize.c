@@ -22,6 +22,23 @@ typedef struct {
 
 static inline int64_t clamped(int64_t i, int64_t n) { return i < 0 ? 0 : i >= n ? n - 1 : i; }
 
+/* The source rows [first, last] that output rows [r0, r1) of a plane read (each row's
+ * `count` taps: taps[j][r * stride]) and thread scratch for them resized along W (OW
+ * floats a row); NULL, the failure flagged, when the thread has no memory for it. */
+static float *source_rows(const resize_args *a, const int64_t *const *taps, int count,
+                          int64_t stride, int64_t r0, int64_t r1, int64_t *first, int64_t *last) {
+    int64_t h = a->s->p[RL_H], ow = a->s->p[RL_OW];
+    *first = h, *last = -1;
+    for (int64_t r = r0; r < r1; r++)
+        for (int j = 0; j < count; j++) {
+            int64_t i = clamped(taps[j][r * stride], h);
+            *first = i < *first ? i : *first, *last = i > *last ? i : *last;
+        }
+    float *mid = thread_scratch((*last - *first + 1) * ow);
+    if (!mid) atomic_store(a->failed, 1);
+    return mid;
+}
+
 __attribute__((optimize("fp-contract=off"))) static void resize_linear_task(const void *ctx,
                                                                               int64_t t) {
     const resize_args *a = ctx;
@@ -37,17 +54,10 @@ __attribute__((optimize("fp-contract=off"))) static void resize_linear_task(cons
     if (p[RL_COLUMNS_FIRST]) {  /* per plane of the task's rows: its source rows, then rows */
         for (int64_t k = k0; k < k1;) {
             int64_t plane = k / oh, r0 = k % oh, r1 = k1 - plane * oh < oh ? k1 - plane * oh : oh;
-            int64_t first = h, last = -1;
-            for (int64_t r = r0; r < r1; r++) {
-                int64_t i = clamped(hlo[r], h), j = clamped(hhi[r], h);
-                first = i < first ? i : first, first = j < first ? j : first;
-                last = i > last ? i : last, last = j > last ? j : last;
-            }
-            float *mid = thread_scratch((last - first + 1) * ow);
-            if (!mid) {
-                atomic_store(a->failed, 1);
-                return;
-            }
+            const int64_t *taps[2] = {hlo, hhi};
+            int64_t first, last;
+            float *mid = source_rows(a, taps, 2, 1, r0, r1, &first, &last);
+            if (!mid) return;
             for (int64_t i = first; i <= last; i++) {
                 const float *in = x + (plane * h + i) * w;
                 float *m = mid + (i - first) * ow;
@@ -103,7 +113,7 @@ int resize_linear(const lnpu_step *s, void **slots) {
  * resized along W once (four taps per output column), then each output row sums four such
  * rows, whole vectors. Every sum is ((a w0 + b w1) + c w2) + d w3 in float32, no fused
  * multiply-add: the numpy kernel's bits. */
-enum { RC_PLANES, RC_H, RC_W, RC_OH, RC_OW };
+/* parameters: the linear step's first five (RL_PLANES .. RL_OW) */
 enum { RC_X, RC_HINDEX, RC_HWEIGHT, RC_WINDEX, RC_WWEIGHT, RC_Y };
 
 __attribute__((optimize("fp-contract=off"))) static void resize_cubic_task(const void *ctx,
@@ -111,24 +121,17 @@ __attribute__((optimize("fp-contract=off"))) static void resize_cubic_task(const
     const resize_args *a = ctx;
     const int64_t *p = a->s->p, *slot = a->s->slot;
     void **slots = a->slots;
-    int64_t h = p[RC_H], w = p[RC_W], oh = p[RC_OH], ow = p[RC_OW];
-    int64_t k0 = t * a->chunk, k1 = k0 + a->chunk < p[RC_PLANES] * oh ? k0 + a->chunk : p[RC_PLANES] * oh;
+    int64_t h = p[RL_H], w = p[RL_W], oh = p[RL_OH], ow = p[RL_OW];
+    int64_t k0 = t * a->chunk, k1 = k0 + a->chunk < p[RL_PLANES] * oh ? k0 + a->chunk : p[RL_PLANES] * oh;
     const float *x = slots[slot[RC_X]], *hw = slots[slot[RC_HWEIGHT]], *ww = slots[slot[RC_WWEIGHT]];
     const int64_t *hi = slots[slot[RC_HINDEX]], *wi = slots[slot[RC_WINDEX]];
     float *y = slots[slot[RC_Y]];
     for (int64_t k = k0; k < k1;) {  /* per plane of the task's rows: its source rows, then rows */
         int64_t plane = k / oh, r0 = k % oh, r1 = k1 - plane * oh < oh ? k1 - plane * oh : oh;
-        int64_t first = h, last = -1;
-        for (int64_t r = r0; r < r1; r++)
-            for (int j = 0; j < 4; j++) {
-                int64_t i = clamped(hi[4 * r + j], h);
-                first = i < first ? i : first, last = i > last ? i : last;
-            }
-        float *mid = thread_scratch((last - first + 1) * ow);
-        if (!mid) {
-            atomic_store(a->failed, 1);
-            return;
-        }
+        const int64_t *taps[4] = {hi, hi + 1, hi + 2, hi + 3};
+        int64_t first, last;
+        float *mid = source_rows(a, taps, 4, 4, r0, r1, &first, &last);
+        if (!mid) return;
         for (int64_t i = first; i <= last; i++) {
             const float *in = x + (plane * h + i) * w;
             float *m = mid + (i - first) * ow;
@@ -154,11 +157,11 @@ __attribute__((optimize("fp-contract=off"))) static void resize_cubic_task(const
 /* resize_cubic: planes, H, W, OH, OW; slots x, row indices and weights (OH x 4), column
  * indices and weights (OW x 4), y. Returns -1 when a core found no memory for its rows. */
 int resize_cubic(const lnpu_step *s, void **slots) {
-    int64_t rows = s->p[RC_PLANES] * s->p[RC_OH];
-    if (!rows || !s->p[RC_OW] || !s->p[RC_W]) return 0;
+    int64_t rows = s->p[RL_PLANES] * s->p[RL_OH];
+    if (!rows || !s->p[RL_OW] || !s->p[RL_W]) return 0;
     atomic_int failed = 0;
     /* four taps per value of the columns pass and of the output, ~1 ns per tap */
-    double ns = (double)rows * (double)s->p[RC_OW] * 8.0;
+    double ns = (double)rows * (double)s->p[RL_OW] * 8.0;
     resize_args a = {s, slots, per_task(rows, task_count(ns, rows)), &failed};
     parallel(resize_cubic_task, &a, (rows + a.chunk - 1) / a.chunk);
     return atomic_load(&failed) ? -1 : 0;
