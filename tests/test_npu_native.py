@@ -1860,7 +1860,7 @@ def test_gather_elements_runs_natively_and_refuses_an_index_off_its_axis(index_d
 
 
 @pytest.mark.parametrize("op", ["Triu", "Tril"])
-@pytest.mark.parametrize("k", [0, 2, -3, 9, -9])
+@pytest.mark.parametrize("k", [0, 2, -3, 9, -9, 2**63 - 1, -(2**63 - 1)])
 @pytest.mark.parametrize("shape, dtype", [((2, 3, 5, 7), np.float32), ((6, 4), np.int64),
                                           ((1, 7, 7), np.bool_), ((3, 0, 4), np.float32)], ids=str)
 def test_trilu_runs_natively(op, k, shape, dtype):
@@ -1873,17 +1873,22 @@ def test_trilu_runs_natively(op, k, shape, dtype):
     got, _ = run(program, {"x": x})
     want, _ = run(program, {"x": x}, kernels=KERNELS)
     np.testing.assert_array_equal(got[0], want[0])
-    np.testing.assert_array_equal(got[0], (np.triu if op == "Triu" else np.tril)(x, k))
+    rows, cols = shape[-2:]
+    offset = np.arange(cols)[None, :] - np.arange(rows)[:, None]  # j - i, against k unshifted
+    keep = offset >= np.int64(k) if op == "Triu" else offset <= np.int64(k)
+    np.testing.assert_array_equal(got[0], np.where(keep, x, np.zeros_like(x)))
 
 
 @pytest.mark.parametrize("radius, alpha, beta, bias", [(2, 1e-4 / 5, 0.75, 1.0),
                                                        (1, 0.5, 0.75, 2.0),
                                                        (3, 2e-5, 0.5, 1.0),
-                                                       (0, 0.1, 1.3, 0.0)], ids=str)
+                                                       (0, 0.1, 1.3, 0.0),
+                                                       (2**40, 1e-6, 0.75, 1.0)], ids=str)
 @pytest.mark.parametrize("shape", [(2, 7, 5, 6), (1, 96, 33, 31), (3, 4, 9)], ids=str)
 def test_lrn_runs_natively_like_numpy(radius, alpha, beta, bias, shape):
     """AlexNet's and GoogLeNet's LRN (beta 0.75: square roots) and other betas (powf), any
-    spatial rank; a window past the first and last channel; a zero bias with a zero input
+    spatial rank; a window past the first and last channel, or wider than all of them (the
+    radius clamped to the channels: no overflow, no huge pad); a zero bias with a zero input
     (0 / 0: NaN, as numpy)."""
     x = randn(rng(39), *shape) * 4
     x[0, 0, 0] = 0.0

@@ -130,7 +130,11 @@ def _lrn_check(node: LiteNode) -> str | None:
 @define("LRN", dtypes=FLOAT, check=_lrn_check, rank=(3, 99), kernels=("lrn",),
         note="across channels (axis 1), finite parameters")
 def lrn_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
-    return Lowered("lrn", _lrn_attrs(node), [0], [(ins[0].shape, ins[0].dtype)])
+    attrs = _lrn_attrs(node)
+    # a window wider than the channels sums them all, as one of the channels' width does
+    # (the numpy kernel pads by the radius: a huge one was a huge allocation)
+    attrs["radius"] = max(0, min(attrs["radius"], ins[0].shape[1]))
+    return Lowered("lrn", attrs, [0], [(ins[0].shape, ins[0].dtype)])
 
 
 @native("lrn")

@@ -26,7 +26,10 @@ def triangle(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs:
 @define("Triu", "Tril", dtypes=DATA, const_inputs=(1,), rank=(2, 99), kernels=("triangle",))
 def triangle_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     k = int(const(node, ins, 1, "k").reshape(-1)[0]) if len(ins) > 1 else 0
-    attrs = {"upper": node.op == "Triu", "k": k}
+    rows, cols = ins[0].shape[-2:]
+    # a diagonal past a corner keeps all or nothing, as the corner's does (and a k near
+    # int64's ends would overflow the C step's column arithmetic)
+    attrs = {"upper": node.op == "Triu", "k": max(-rows, min(k, cols))}
     return Lowered("triangle", attrs, [0], [(ins[0].shape, ins[0].dtype)])
 
 
