@@ -1429,6 +1429,26 @@ def test_topk_long_lines_like_numpy(largest, order, shape, axis, k, dtype):
         np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.parametrize("dtype, native_step", [(np.float32, False), (np.int32, False),
+                                                 (np.int64, True)])
+def test_topk_lines_of_2_to_the_32_stay_native_only_where_the_index_fits(dtype, native_step):
+    """csrc/topk.c's float32/int32 keys hold a value's index in 32 bits: a line of 2^32 - 1
+    values or more is left to the numpy kernel (the C step's heap, for int64, has no such
+    bound). The lowering alone, on slots of that shape (no such tensor is made)."""
+    from provider.npu.ops.native_builder import StepBuilder
+    from provider.npu.ops.topk import KEYED_LINE_LIMIT, _topk_native
+    from provider.npu.program import Slot
+
+    n = KEYED_LINE_LIMIT
+    x = Slot.of("x", np.dtype(dtype), (1, n), "input")
+    outs = [Slot.of("v", np.dtype(dtype), (1, 5), "output"),
+            Slot.of("i", np.dtype(np.int64), (1, 5), "output")]
+    attrs = {"axis": 1, "k": 5, "largest": 1}
+    assert _topk_native([x], outs, attrs, StepBuilder("topk", [0], [1, 2])) is native_step
+    shorter = Slot.of("x", np.dtype(dtype), (1, n - 1), "input")
+    assert _topk_native([shorter], outs, attrs, StepBuilder("topk", [0], [1, 2]))
+
+
 @pytest.mark.parametrize("op", ["ArgMaxFusion", "ArgMinFusion"])
 @pytest.mark.parametrize("axis", [0, 1, 3])
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])

@@ -3,7 +3,7 @@
  * a stable sort): larger (smaller) values first, equal values by lower index, and NaNs
  * greatest (first when the largest are asked for, last otherwise), as numpy sorts them.
  *
- * float32 and int32 values (lines under 2^32 long) go by keys: one uint64 per value whose
+ * float32 and int32 values (lines under 2^32 long: the lowering's bound) go by keys: one uint64 per value whose
  * order is that order, the value's rank-preserving 32 bits above its index, so a compare
  * is one integer compare. A line is scanned once; a value whose key beats the worst of the
  * k best kept so far joins a buffer, and a full buffer is cut back to its k best (a
@@ -251,7 +251,7 @@ static void topk_group(const topk_ctx *cx, int64_t q, void *scratch) {
     int64_t n = p[TK_N], inner = p[TK_INNER], k = p[TK_K], o = q / cx->groups;
     int64_t in0 = q % cx->groups * TK_GROUP, g = inner - in0 < TK_GROUP ? inner - in0 : TK_GROUP;
     int largest = (int)p[TK_LARGEST];
-    size_t size = p[TK_XTYPE] == ET_I64 ? 8 : 4;
+    size_t size = (size_t)element_bytes(p[TK_XTYPE]);
     const char *x = cx->x + (o * n * inner + in0) * size;
     if (!cx->cap) {
         tk_item *heap = scratch;
@@ -299,7 +299,7 @@ int topk(const lnpu_step *s, void **slots) {
     int64_t lines = p[TK_OUTER] * p[TK_INNER], k = p[TK_K];
     if (!lines || !k) return 0;
     atomic_int failed = 0;
-    int keyed = p[TK_XTYPE] != ET_I64 && p[TK_N] < 0xffffffffL;
+    int keyed = p[TK_XTYPE] != ET_I64;  /* the lowering keeps keyed lines under 2^32 */
     topk_ctx cx = {s, slots[s->slot[0]], slots[s->slot[1]],
                    s->slot[2] >= 0 ? slots[s->slot[2]] : NULL,
                    (p[TK_INNER] + TK_GROUP - 1) / TK_GROUP, keyed ? 2 * k + TK_SLACK : 0,

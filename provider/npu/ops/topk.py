@@ -16,6 +16,10 @@ from provider.npu.ops.native_builder import ELEMENT_TYPES, INDEX_TYPES, StepBuil
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
 
+# float32/int32 lines at least this long stay on the numpy kernel: csrc/topk.c's keys hold a
+# value's index in their low 32 bits
+KEYED_LINE_LIMIT = 2**32 - 1
+
 
 def _order(x: np.ndarray, axis: int, largest: bool) -> np.ndarray:
     """Indices that sort x along axis (descending when `largest`), equal values by index.
@@ -63,11 +67,14 @@ def topk_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
 @native("topk")
 def _topk_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     """float32, int32 or int64 values, int32 or int64 indices (or none): a detector's top
-    scores inside the model."""
+    scores inside the model. float32 and int32 lines go by keys holding the index in 32 bits
+    (csrc/topk.c): a line of 2^32 - 1 values or more stays on the numpy kernel."""
     x, axis, k = ins[0], attrs["axis"], attrs["k"]
     kind = ELEMENT_TYPES.get(x.np_dtype)
     index = INDEX_TYPES.get(outs[1].np_dtype) if len(outs) > 1 else 0
     if kind is None or index is None or outs[0].np_dtype != x.np_dtype or not k:
+        return False
+    if x.np_dtype != np.int64 and x.shape[axis] >= KEYED_LINE_LIMIT:
         return False
     b.params(*around(x.shape, axis), k, attrs["largest"], kind, index)
     b.slots(b.inputs[0], b.outputs[0], b.outputs[1] if len(outs) > 1 else None)
