@@ -330,21 +330,20 @@ int gather_nd(const lnpu_step *s, void **slots) {
     return 0;
 }
 
-/* gather_elements: rank r (<= 6), axis, element bytes, index bytes (4 or 8), the axis's
- * length in x, then the index's dims (r) and x's byte strides (r); slots x, indices, y.
- * y[i] = x[i with its axis coordinate replaced by index[i]] for every index position i, x
- * read through its strides (ONNX lets the index be shorter than x on the other axes). The
- * indices are checked first, all of them in order (nothing is written when one is out of
- * range), and negatives wrap, as the numpy kernel does. */
-enum { GE_R, GE_AXIS, GE_ESIZE, GE_IBYTES, GE_DIM, GE_SHAPE, GE_STRIDES = GE_SHAPE + 6 };
+/* gather_elements: rank r (<= 6), element bytes, index bytes (4 or 8), the axis's length in
+ * x and its byte stride, then the index's dims (r) and x's byte strides (r) with the axis's
+ * 0; slots x, indices, y. y[i] = x[i with its axis coordinate replaced by index[i]] for
+ * every index position i, x read through its strides (ONNX lets the index be shorter than x
+ * on the other axes). The indices are checked first, all of them in order (nothing is
+ * written when one is out of range), and negatives wrap, as the numpy kernel does. */
+enum { GE_R, GE_ESIZE, GE_IBYTES, GE_DIM, GE_ALONG, GE_SHAPE, GE_STRIDES = GE_SHAPE + 6 };
 
 /* One row of the index (its last axis, n positions): y[c] = x at row + c * step + k * along,
  * k the position's index (wrapped), elements of type T. */
 #define GE_ROW(T)                                                                            \
     for (int64_t c = 0; c < n; c++) {                                                        \
-        int64_t k = bytes == 8 ? ((const int64_t *)idx)[c] : ((const int32_t *)idx)[c];      \
-        k += k < 0 ? dim : 0;                                                                \
-        ((T *)y)[c] = *(const T *)(row + c * step + k * along);                              \
+        int64_t k = gather_index(idx, c, bytes);                                             \
+        ((T *)y)[c] = *(const T *)(row + c * step + (k < 0 ? k + dim : k) * along);          \
     }
 
 static void gather_elements_row(const char *row, const void *idx, char *y, int64_t n,
@@ -366,8 +365,7 @@ static void gather_elements_row(const char *row, const void *idx, char *y, int64
 
 int gather_elements(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p, *shape = p + GE_SHAPE, *strides = p + GE_STRIDES;
-    int64_t r = p[GE_R], axis = p[GE_AXIS], esize = p[GE_ESIZE], bytes = p[GE_IBYTES];
-    int64_t dim = p[GE_DIM], count = 1;
+    int64_t r = p[GE_R], esize = p[GE_ESIZE], bytes = p[GE_IBYTES], dim = p[GE_DIM], count = 1;
     for (int64_t d = 0; d < r; d++) count *= shape[d];
     const char *x = slots[s->slot[0]];
     const char *idx = slots[s->slot[1]];
@@ -379,22 +377,14 @@ int gather_elements(const lnpu_step *s, void **slots) {
                                (long long)k, (long long)dim, (long long)dim);
     }
     if (!count) return 0;
-    /* row by row along the last axis; a row's start in x: its coordinates but the axis's */
-    int64_t n = shape[r - 1], rows = count / n, last = r - 1;
-    int64_t step = last == axis ? 0 : strides[last];
-    int64_t at[6] = {0}, base = 0;
-    for (int64_t q = 0; q < rows; q++) {
-        gather_elements_row(x + base, idx + q * n * bytes, y + q * n * esize, n, step,
-                            strides[axis], dim, bytes, esize);
-        for (int64_t d = r - 2; d >= 0; d--) {  /* the next row */
-            int64_t move = d == axis ? 0 : strides[d];
-            if (++at[d] < shape[d]) {
-                base += move;
-                break;
-            }
-            base -= (shape[d] - 1) * move;
-            at[d] = 0;
-        }
+    /* row by row along the last axis, each from the odometer of the axes before it */
+    int64_t n = shape[r - 1], at[6] = {0};
+    for (int64_t q = 0; q < count / n; q++) {
+        const char *row = x;
+        for (int64_t d = 0; d < r - 1; d++) row += at[d] * strides[d];
+        gather_elements_row(row, idx + q * n * bytes, y + q * n * esize, n, strides[r - 1],
+                            p[GE_ALONG], dim, bytes, esize);
+        for (int64_t d = r - 2; d >= 0 && ++at[d] == shape[d]; d--) at[d] = 0;
     }
     return 0;
 }

@@ -20,7 +20,7 @@ from provider.npu.ops.common import (
     const,
     describe,
 )
-from provider.npu.ops.native_builder import StepBuilder
+from provider.npu.ops.native_builder import INDEX_TYPES, MAX_RANK, StepBuilder
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
 
@@ -52,16 +52,18 @@ def gather_d_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lower
 @native("gather_elements")
 def _gather_elements_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict,
                             b: StepBuilder) -> bool:
-    """Elements copied by index (layout.c) through x's strides, up to rank 6, run-time
+    """Elements copied by index (layout.c) through x's strides, up to MAX_RANK, run-time
     indices checked in C with the numpy kernel's words."""
     x, idx, y = ins[0], ins[1], outs[0]
     rank, axis = len(x.shape), attrs["axis"]
-    if idx.np_dtype not in (np.dtype(np.int32), np.dtype(np.int64)) or not 1 <= rank <= 6 \
-            or y.shape != idx.shape or y.np_dtype != x.np_dtype:
+    if idx.np_dtype not in INDEX_TYPES or not 1 <= rank <= MAX_RANK or y.shape != idx.shape \
+            or y.np_dtype != x.np_dtype:
         return False
     size = x.np_dtype.itemsize
     strides = [size * math.prod(x.shape[d + 1:]) for d in range(rank)]
-    pad = [0] * (6 - rank)
-    b.params(rank, axis, size, idx.np_dtype.itemsize, x.shape[axis], *idx.shape, *pad, *strides, *pad)
+    along, strides[axis] = strides[axis], 0  # the axis's coordinate is the index's
+    pad = [0] * (MAX_RANK - rank)
+    b.params(rank, size, idx.np_dtype.itemsize, x.shape[axis], along, *idx.shape, *pad,
+             *strides, *pad)
     b.slots(b.inputs[0], b.inputs[1], b.outputs[0])
     return True

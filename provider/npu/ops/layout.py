@@ -33,6 +33,7 @@ from provider.npu.ops.common import (
     ints,
 )
 from provider.npu.ops.native_builder import (
+    INDEX_TYPES,
     MAX_SLOTS,
     StepBuilder,
     around,
@@ -493,7 +494,7 @@ def _gather_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
     """Rows copied by index (layout.c), run-time indices checked in C with numpy's words."""
     x, idx, y = ins[0], ins[1], outs[0]
     axis = attrs["axis"]
-    if idx.np_dtype not in (np.dtype(np.int32), np.dtype(np.int64)) or not x.shape \
+    if idx.np_dtype not in INDEX_TYPES or not x.shape \
             or y.shape != (*x.shape[:axis], *idx.shape, *x.shape[axis + 1:]):
         return False
     outer, length, inner = around(x.shape, axis)
@@ -507,7 +508,7 @@ def _gather_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
 def _gather_nd_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     """Index tuples into x's first axes (layout.c), checked in C with numpy's words."""
     x, idx, y = ins[0], ins[1], outs[0]
-    if idx.np_dtype not in (np.dtype(np.int32), np.dtype(np.int64)) or not idx.shape:
+    if idx.np_dtype not in INDEX_TYPES or not idx.shape:
         return False
     k = idx.shape[-1]
     if not 1 <= k <= min(6, len(x.shape)) or y.shape != (*idx.shape[:-1], *x.shape[k:]):

@@ -105,7 +105,7 @@ UNARY_CODES = {name: code for code, name in enumerate((
     "sqrt", "neg", "abs", "reciprocal", "square", "floor", "ceil", "round"))}
 MAX_RANK = 6
 # csrc/npu.h's element types (ET_*) of the kernels that take more than float32, and of
-# index outputs (IT_*)
+# index outputs (IT_*); an index input the C kernels read by its bytes, 4 or 8: one of these
 ELEMENT_TYPES = {np.dtype(np.float32): 0, np.dtype(np.int32): 1, np.dtype(np.int64): 2}
 INDEX_TYPES = {np.dtype(np.int32): 0, np.dtype(np.int64): 1}
 
