@@ -292,8 +292,8 @@ __attribute__((optimize("fp-contract=off"))) MULTIVERSION static void lrn_task(c
     float w[LRN_CHUNK];
     for (int64_t c = 0; c < C; c++) {
         for (int64_t i = 0; i < n; i++) w[i] = 0.0f;
-        for (int64_t d = c - r; d <= c + r; d++) {
-            if (d < 0 || d >= C) continue;
+        int64_t d0 = c - r < 0 ? 0 : c - r, d1 = c + r < C ? c + r : C - 1;
+        for (int64_t d = d0; d <= d1; d++) {  /* the window's channels inside the image */
             const float *xd = x + d * inner;
             for (int64_t i = 0; i < n; i++) w[i] += xd[i] * xd[i];
         }

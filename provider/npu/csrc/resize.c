@@ -1,13 +1,14 @@
 /* Bilinear and bicubic resize of float32 NCHW planes (the Resize step's LINEAR and CUBIC
- * methods; its nearest one is qeltwise.c's qresize), separably, with the index tables and weights the compiler made
- * (provider/npu/ops/resize.py), so coordinate modes cost nothing here. Rows first: per
- * output row, its two source rows blended by the row's weight into a line, then each output
- * column blends two of the line's values; columns first (an upsampling along H, where the
- * gathered values per column are the costly part: H x OW of them instead of OH x OW): each
- * source row a task needs is blended along W once, then each output row is two such rows
- * blended, whole vectors. Each blend is the numpy kernel's, (b - a) * f + a in float32 in
- * that order and never a fused multiply-add: both kernels give the same bits. A 64-channel
- * 16x16 plane upsampled 8x took 2.4 ms rows first, on one core. */
+ * methods; its nearest one is qeltwise.c's qresize), separably, with the index tables and
+ * weights the compiler made (provider/npu/ops/resize.py), so coordinate modes cost nothing
+ * here. Bilinear rows first: per output row, its two source rows blended by the row's
+ * weight into a line, then each output column blends two of the line's values; columns
+ * first (an upsampling along H, where the gathered values per column are the costly part:
+ * H x OW of them instead of OH x OW): each source row a task needs is blended along W once,
+ * then each output row is two such rows blended, whole vectors. Each blend is the numpy
+ * kernel's, (b - a) * f + a in float32 in that order and never a fused multiply-add: both
+ * kernels give the same bits. A 64-channel 16x16 plane upsampled 8x took 2.4 ms rows
+ * first, on one core. Bicubic: see its section below. */
 #include "npu.h"
 
 enum { RL_PLANES, RL_H, RL_W, RL_OH, RL_OW, RL_COLUMNS_FIRST };
