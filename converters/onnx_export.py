@@ -23,7 +23,7 @@ from converters.lite import dtypes
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
 from converters.lite.quant import QUANT_DYNAMIC
 from converters.naming import unique_name
-from converters.onnx_import import HEADER_TENSOR, PROGRESS_EVERY
+from converters.onnx_import import HEADER_TENSOR, PROGRESS_EVERY, carried_node
 from converters.onnx_ops.export_base import (
     LAYOUT_OPS,
     TO_NCHW,
@@ -193,12 +193,10 @@ def _dequantized_inputs(ctx: ExportContext, node: LiteNode, ins: list[str]) -> l
 
 
 def _export_custom(ctx: ExportContext, node: LiteNode) -> None:
-    kind = node.attrs.get("type", "")
-    blob = node.attrs.get("attr", {}).get("onnx_node")
-    if not kind.startswith("onnx:") or blob is None:
-        raise UnsupportedError(f"node {node.name!r}: Custom op {kind!r} did not come from ONNX "
-                               "and has no ONNX export")
-    proto = onnx.NodeProto.FromString(blob)
+    proto = carried_node(node)
+    if proto is None:
+        raise UnsupportedError(f"node {node.name!r}: Custom op {node.attrs.get('type', '')!r} "
+                               "did not come from ONNX and has no ONNX export")
     # Naming every input also emits the constants that subgraphs read from outer scope.
     ins = iter([ctx.name(i) for i in node.inputs])
     outs = iter([ctx.name(i) for i in node.outputs])

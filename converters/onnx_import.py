@@ -47,6 +47,16 @@ def custom_type(domain: str, op_type: str) -> str:
     return f"onnx:{domain or DEFAULT_DOMAIN}:{op_type}"
 
 
+def carried_node(node: LiteNode) -> onnx.NodeProto | None:
+    """The ONNX node a Custom node carries (see the module docstring), or None when it
+    carries none. Its non-empty inputs are the Lite node's inputs, in order (then the
+    outer-scope values of its subgraphs); likewise its non-empty outputs."""
+    blob = node.attrs.get("attr", {}).get("onnx_node") if node.op == "Custom" else None
+    if not str(node.attrs.get("type", "")).startswith("onnx:") or blob is None:
+        return None
+    return onnx.NodeProto.FromString(blob)
+
+
 class ImportContext:
     """State of one import: the Lite model under construction and ONNX value lookups.
 

@@ -34,6 +34,7 @@ from worker_cores import run_until_a_worker_helps
 
 from converters.lite import dtypes as lite_dtypes
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
+from converters.onnx_import import import_onnx
 from provider.errors import BindingError, InputValueError
 from provider.npu import native, native_steps
 from provider.npu.compiler import compile_model
@@ -1614,6 +1615,36 @@ def test_a_big_recurrence_is_cut_over_the_cores_in_blocks(op, hidden, batch, res
             for _ in range(2):
                 assert_close([np.array(o) for o in ex.run([feeds[n] for n in ex.input_names])],
                              want, f"{cores} cores")
+
+
+@pytest.mark.parametrize("op,attrs,hidden", [
+    ("RNN", {}, 7), ("RNN", {"activations": ["Relu", "Relu"], "direction": "bidirectional"}, 7),
+    ("RNN", {"direction": "reverse"}, 7), ("GRU", {}, 7), ("GRU", {"direction": "reverse"}, 9),
+    ("GRU", {"direction": "bidirectional"}, 7), ("RNN", {"direction": "bidirectional"}, 512)])
+def test_custom_rnn_forms_run_natively_like_numpy(op, attrs, hidden):
+    """ONNX's RNN and a GRU resetting before its product (linear_before_reset=0), carried as
+    Custom: the C step gives the numpy kernel's values (both directions, reverse, Relu; a
+    big RNN's R^T in blocks, cut over the cores)."""
+    from onnx import helper, numpy_helper
+
+    r = rng(29)
+    steps, batch, size = 6, 3, 5
+    gates, dirs = (3 if op == "GRU" else 1), (2 if attrs.get("direction") == "bidirectional" else 1)
+    x, h0 = randn(r, steps, batch, size), randn(r, dirs, batch, hidden)
+    weights = {"W": randn(r, dirs, gates * hidden, size) * 0.5,
+               "R": randn(r, dirs, gates * hidden, hidden) * (0.5 / np.sqrt(hidden)),
+               "B": randn(r, dirs, 2 * gates * hidden) * 0.3}
+    node = helper.make_node(op, ["x", "W", "R", "B", "", "h0"], ["y", "y_h"], hidden_size=hidden,
+                            **attrs)
+    f = helper.make_tensor_value_info
+    graph = helper.make_graph([node], "g", [f("x", 1, x.shape), f("h0", 1, h0.shape)],
+                              [f("y", 1, [steps, dirs, batch, hidden]), f("y_h", 1, h0.shape)],
+                              [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    lite, _ = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]))
+    assert [n.op for n in lite.nodes] == ["Custom"]
+    feeds = {"x": x, "h0": h0}
+    assert compile_for(lite, feeds).steps[0].attrs["r_layout"] == ("blocks" if hidden > 256 else "rows")
+    _native_matches_numpy(lite, feeds)
 
 
 def test_rnn_with_sequence_lengths_stays_on_numpy():

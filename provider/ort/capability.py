@@ -34,7 +34,7 @@ from converters.onnx_import import import_onnx
 from converters.onnx_ops.import_quant import QOPERATORS
 from converters.report import ConversionReport
 from provider.errors import LitenpuError, UnsupportedError
-from provider.npu.capability import assess, supported_nodes
+from provider.npu.capability import assess, has_row, supported_nodes
 from provider.npu.program import Program
 from provider.options import NpuOptions
 from provider.ort import abi, epcontext
@@ -210,14 +210,16 @@ def _device_reasons(contents: OrtGraphContents, candidates: list[int], options: 
         carried = next(custom) if any(lite.nodes[j].op == "Custom" for j in origin) else None
         if i not in candidates:
             continue
-        if carried is not None:
-            reasons[i] = f"no Lite primitive: {carried.reason}"
+        refusal = next(((j, verdicts[j]) for j in origin if verdicts[j] is not None), None)
+        if carried is not None:  # the NPU runs some ONNX ops carried as Custom
+            if refusal is not None:
+                reasons[i] = f"no Lite primitive: {carried.reason}"
+                if has_row(lite.nodes[refusal[0]]):
+                    reasons[i] += f"; the NPU's own form: {refusal[1]}"
         elif not origin:
             reasons[i] = "imports to no NPU operation"
-        else:
-            why = next(((j, verdicts[j]) for j in origin if verdicts[j] is not None), None)
-            if why is not None:
-                reasons[i] = f"{lite.nodes[why[0]].op}: {why[1]}"
+        elif refusal is not None:
+            reasons[i] = f"{lite.nodes[refusal[0]].op}: {refusal[1]}"
     return reasons, graph
 
 

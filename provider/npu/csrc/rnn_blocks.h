@@ -39,8 +39,10 @@ static inline __attribute__((always_inline)) void RB(blocks_of)(
 RB_ATTR static void RB(recurrent_blocks)(float *restrict g, const float *restrict h,
                                          const float *restrict rb, int64_t B, int64_t H,
                                          int gates, int64_t b0, int64_t b1, int accumulate) {
+    /* a constant count per call: the gate loops unroll */
     if (gates == 4) RB(blocks_of)(g, h, rb, B, H, 4, b0, b1, accumulate);
-    else RB(blocks_of)(g, h, rb, B, H, 3, b0, b1, accumulate);
+    else if (gates == 3) RB(blocks_of)(g, h, rb, B, H, 3, b0, b1, accumulate);
+    else RB(blocks_of)(g, h, rb, B, H, 1, b0, b1, accumulate);
 }
 
 #undef RB_LANES

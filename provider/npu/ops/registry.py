@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from provider.npu.program import Slot
 
 __all__ = ["OPS", "KERNELS", "NATIVE", "OpDef", "Kernel", "NativeLowering", "Check", "Rule",
-           "define", "register", "native", "op_def", "get", "lower", "key_of", "QUANT_NONE"]
+           "define", "register", "native", "op_def", "get", "lower", "key_of", "custom_key",
+           "QUANT_NONE"]
 
 QUANT_NONE = ("QUANT_NONE", "", None)
 
@@ -77,8 +78,16 @@ class OpDef:
 
 
 def key_of(node: LiteNode) -> str:
-    """The OPS key of a node: its primitive, with its quant_type when it is quantized."""
+    """The OPS key of a node: its primitive, with its quant_type when it is quantized; a
+    Custom node's with its type (an ONNX op the NPU runs though Lite has no primitive)."""
+    if node.op == "Custom":
+        return custom_key(str(node.attrs.get("type", "")))
     return node.op if node.quant_type in QUANT_NONE else f"{node.op}[{node.quant_type}]"
+
+
+def custom_key(custom_type: str) -> str:
+    """The OPS key of Custom nodes of this type ("onnx:<domain>:<op>" for ONNX's)."""
+    return f"Custom[{custom_type}]"
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,11 @@
 """Recurrent layers: LSTM and GRU (MindSpore Lite's primitives with ONNX's operands, see
-converters/onnx_ops/import_rnn.py): capability, rule, numpy kernels and the native lowering
-to csrc/rnn.c (one task per direction).
+converters/onnx_ops/import_rnn.py), and ONNX's RNN, GRU and LSTM carried as Custom where Lite
+cannot state them (RNN; GRU with linear_before_reset=0; direction "reverse" with sequence
+lengths; `rnn_form` reads them): capability, rule, numpy kernels and the native lowering
+to csrc/rnn.c (one task per direction). PyTorch's nn.RNN exports as ONNX RNN (Tanh or
+Relu); Keras' GRU(reset_after=False) and ONNX's own default GRU apply the reset gate before
+the recurrent product. Clip, input_forget, peepholes, layout 1 and other activations stay
+on the CPU.
 
 The rule packs the constant weights once for the kernels: W and R transposed per direction
 to (I, G*H) and (H, G*H) so each product is a plain GEMM, and the biases summed where the
@@ -31,11 +36,12 @@ from provider.npu.ops.common import (
 )
 from provider.npu.ops.native_builder import StepBuilder, f32
 from provider.npu.ops.registry import define, native, register
+from provider.npu.ops.rnn_form import ONNX_KEYS, custom_form, form_of
 from provider.npu.program import Slot
 
 F32 = np.dtype(np.float32)
-GATES = {"LSTM": 4, "GRU": 3}
-STATES = {"LSTM": 2, "GRU": 1}  # initial_h (, initial_c)
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+STATES = {"LSTM": 2, "GRU": 1, "RNN": 1}  # initial_h (, initial_c)
 
 
 def _sigmoid(v: np.ndarray) -> np.ndarray:
@@ -99,7 +105,8 @@ def _run(kind: str, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
     lengths, states = _operands(inputs, attrs)
     lengths = _check_lengths(lengths, steps)
     n = attrs["outputs"]
-    outs = list(outputs[:n]) + [None] * (STATES[kind] + 1 - n)
+    written = iter(outputs[:n])
+    outs = [next(written) if p else None for p in _present_outputs(attrs, STATES[kind] + 1)]
     y = outs[0]
     scratch = outputs[n]  # (D, T, B, G*H) fp32
     x2 = x.reshape(steps * batch, -1).astype(F32, copy=False)
@@ -112,12 +119,15 @@ def _run(kind: str, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
         if kind == "LSTM":
             c = np.zeros((batch, hidden), F32) if states[1] is None else states[1][d].astype(F32)
         r = rt[d].astype(F32, copy=False)
-        order = range(steps) if d == 0 else range(steps - 1, -1, -1)
-        for t in order:
+        backward = d == 1 or attrs.get("reverse", False)
+        for t in (range(steps - 1, -1, -1) if backward else range(steps)):
             if kind == "LSTM":
                 h_new, c_new = _lstm_cell(xw[t], h, c, r, hidden)
+            elif kind == "GRU":
+                h_new, c_new = _gru_cell(xw[t], h, r, inputs[4][d], hidden,
+                                         attrs.get("reset_before", False)), None
             else:
-                h_new, c_new = _gru_cell(xw[t], h, r, inputs[4][d], hidden), None
+                h_new, c_new = _rnn_cell(xw[t], h, r, attrs.get("relu", False)), None
             if lengths is not None:
                 live = (t < lengths)[:, None]
                 h_new = np.where(live, h_new, h)
@@ -146,17 +156,37 @@ def _lstm_cell(xw: np.ndarray, h: np.ndarray, c: np.ndarray, r: np.ndarray, hidd
     return o * np.tanh(c_new), c_new
 
 
-def _gru_cell(xw: np.ndarray, h: np.ndarray, r: np.ndarray, rb_new: np.ndarray, hidden: int):
-    """One GRU step (gates z, r, h; reset after the recurrent product); h after it."""
-    hr = h @ r
+def _gru_cell(xw: np.ndarray, h: np.ndarray, r: np.ndarray, rb_new: np.ndarray, hidden: int,
+              reset_before: bool):
+    """One GRU step (gates z, r, h; the reset gate applied after the recurrent product, or
+    to h before it); h after it."""
+    hr = h @ (r[:, :2 * hidden] if reset_before else r)
     zr = hr[:, :2 * hidden] + xw[:, :2 * hidden]
     _sigmoid(zr)
     z, reset = zr[:, :hidden], zr[:, hidden:]
-    cand = hr[:, 2 * hidden:] + rb_new
-    cand *= reset
+    if reset_before:
+        cand = (reset * h) @ r[:, 2 * hidden:]
+        cand += rb_new
+    else:
+        cand = hr[:, 2 * hidden:] + rb_new
+        cand *= reset
     cand += xw[:, 2 * hidden:]
     np.tanh(cand, out=cand)
     return cand + z * (h - cand)
+
+
+def _rnn_cell(xw: np.ndarray, h: np.ndarray, r: np.ndarray, relu: bool) -> np.ndarray:
+    """One step of ONNX's RNN: f(x W + h R + biases), f Tanh or Relu (fmax: NaN gives 0, as
+    csrc/rnn.c)."""
+    g = h @ r
+    g += xw
+    return np.fmax(g, 0.0, out=g) if relu else np.tanh(g, out=g)
+
+
+def _present_outputs(attrs: dict, count: int) -> list[bool]:
+    """Which of Y, Y_h (, Y_c) the step writes: the first attrs["outputs"], unless a Custom
+    node's absent outputs say otherwise."""
+    return attrs.get("present") or [k < attrs["outputs"] for k in range(count)]
 
 
 @register("lstm")
@@ -175,10 +205,20 @@ def gru(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict
     _run("GRU", inputs, outputs, attrs)
 
 
+@register("rnn")
+def rnn(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs: dict) -> None:
+    """ONNX RNN over x (T, B, I): inputs x, W^T (D, I, H), R^T (D, H, H), bias (D, H)
+    [, lengths (B,)] [, h0 (D, B, H)]; outputs Y (T, D, B, H) [, Y_h], then the scratch
+    X @ W (D, T, B, H) fp32."""
+    _run("RNN", inputs, outputs, attrs)
+
+
 # ---- rule --------------------------------------------------------------------------------
 
-
 def _check(node: LiteNode) -> str | None:
+    if node.op == "Custom":
+        form = custom_form(node)
+        return form if isinstance(form, str) else None
     if node.op == "LSTM":
         if int(node.attrs.get("num_layers", 1)) not in (0, 1):
             return f"num_layers={node.attrs['num_layers']} (the NPU runs one layer)"
@@ -189,22 +229,31 @@ def _check(node: LiteNode) -> str | None:
     return None
 
 
-def _present(ins: Sequence[TensorInfo], i: int) -> bool:
-    """Optional input i is given (an absent one is missing or a zero-size constant)."""
-    return i < len(ins) and not (ins[i].value is not None and ins[i].value.size == 0)
-
-
 @define("LSTM", "GRU", dtypes=FLOAT | {"int32"}, check=_check, const_inputs=(1, 2, 3),
         rank=(3, 3), kernels=("lstm", "gru"),
         note="ONNX operands; forward or bidirectional; sequence lengths, initial states")
+@define(*ONNX_KEYS, dtypes=FLOAT | {"int32"}, check=_check, const_inputs=(1, 2), rank=(3, 3),
+        kernels=("lstm", "gru", "rnn"),
+        note="ONNX's node carried as Custom: RNN (Tanh, Relu), GRU linear_before_reset=0, "
+             "reverse with sequence lengths; no clip, peepholes, layout 1")
 def rnn_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
-    kind, x = node.op, ins[0]
+    form = form_of(node)
+    kind, dirs = form.kind, form.dirs
+    at = list(form.inputs) + [None] * (8 - len(form.inputs))  # node position of operand k
+
+    def present(k: int) -> bool:  # an absent optional is missing or a zero-size constant
+        i = at[k]
+        return i is not None and i < len(ins) and not (ins[i].value is not None
+                                                       and ins[i].value.size == 0)
+
+    if at[1] is None or at[2] is None:
+        raise InvalidModelError(f"{describe(node)}: W and R are required")
+    x = ins[0]
     if x.dtype.kind != "f":
         raise UnsupportedError(f"{describe(node)}: X of dtype {x.dtype}")
     steps, batch, size = x.shape
     gates = GATES[kind]
-    w, r = const(node, ins, 1, "W"), const(node, ins, 2, "R")
-    dirs = 2 if node.attrs.get("bidirectional") else 1
+    w, r = const(node, ins, at[1], "W"), const(node, ins, at[2], "R")
     if w.ndim != 3 or r.ndim != 3 or w.shape[0] != dirs or r.shape[0] != dirs:
         raise InvalidModelError(f"{describe(node)}: W {list(w.shape)}, R {list(r.shape)} for "
                                 f"{dirs} direction(s)")
@@ -212,7 +261,8 @@ def rnn_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     if w.shape[1:] != (gates * hidden, size) or r.shape[1] != gates * hidden:
         raise InvalidModelError(f"{describe(node)}: W {list(w.shape)}, R {list(r.shape)} for "
                                 f"input size {size}, hidden size {hidden}")
-    b = const(node, ins, 3, "B") if _present(ins, 3) else np.zeros((dirs, 2 * gates * hidden), F32)
+    b = (const(node, ins, at[3], "B") if present(3)
+         else np.zeros((dirs, 2 * gates * hidden), F32))
     if b.shape != (dirs, 2 * gates * hidden):
         raise InvalidModelError(f"{describe(node)}: B {list(b.shape)}, expected "
                                 f"{[dirs, 2 * gates * hidden]}")
@@ -221,61 +271,71 @@ def rnn_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     def packed(make, shape) -> Packed:
         return Packed(shape, F32, lambda: np.ascontiguousarray(make(), dtype=F32))
 
-    blocked = hidden % BLOCK == 0 and hidden * gh * 4 >= BLOCKED_MIN_BYTES
+    blocked = (hidden % BLOCK == 0 and hidden * gh * 4 >= BLOCKED_MIN_BYTES
+               and not form.reset_before)  # (its two products per step run by rows)
     operands: list = [0, packed(lambda: w.transpose(0, 2, 1), (dirs, size, gh)),
                       packed(lambda: blocks(r.transpose(0, 2, 1), gates),
                              (dirs, hidden // BLOCK, hidden, gates, BLOCK)) if blocked
                       else packed(lambda: r.transpose(0, 2, 1), (dirs, hidden, gh))]
-    if kind == "LSTM":
+    if kind != "GRU":
         operands.append(packed(lambda: b[:, :gh] + b[:, gh:], (dirs, gh)))
     else:  # z and r take both biases; the new gate's recurrent bias is scaled by r
         operands.append(packed(lambda: b[:, :gh] + np.concatenate(
             [b[:, gh:gh + 2 * hidden], np.zeros((dirs, hidden), b.dtype)], axis=1), (dirs, gh)))
         operands.append(packed(lambda: b[:, gh + 2 * hidden:], (dirs, hidden)))
-    attrs = {"first_optional": len(operands), "has_lengths": _present(ins, 4),
+    states = STATES[kind]
+    attrs = {"first_optional": len(operands), "has_lengths": present(4),
              "r_layout": "blocks" if blocked else "rows",
-             "has_states": [_present(ins, 5 + k) for k in range(STATES[kind])],
-             "outputs": len(node.outputs)}
+             "has_states": [present(5 + k) for k in range(states)],
+             "outputs": sum(form.outputs)}
+    attrs.update({k: True for k in ("reverse", "reset_before", "relu") if getattr(form, k)})
     if attrs["has_lengths"]:
-        if ins[4].shape != (batch,) or ins[4].dtype.kind not in "iu":
-            raise InvalidModelError(f"{describe(node)}: sequence_lens {ins[4].dtype}"
-                                    f"{list(ins[4].shape)}, expected int [{batch}]")
-        operands.append(4)
-    for k, present in enumerate(attrs["has_states"]):
-        if present:
-            if ins[5 + k].shape != (dirs, batch, hidden):
+        lengths = ins[at[4]]
+        if lengths.shape != (batch,) or lengths.dtype.kind not in "iu":
+            raise InvalidModelError(f"{describe(node)}: sequence_lens {lengths.dtype}"
+                                    f"{list(lengths.shape)}, expected int [{batch}]")
+        operands.append(at[4])
+    for k, given in enumerate(attrs["has_states"]):
+        if given:
+            if ins[at[5 + k]].shape != (dirs, batch, hidden):
                 raise InvalidModelError(f"{describe(node)}: initial state {k} of shape "
-                                        f"{list(ins[5 + k].shape)}, expected {[dirs, batch, hidden]}")
-            operands.append(5 + k)
+                                        f"{list(ins[at[5 + k]].shape)}, expected "
+                                        f"{[dirs, batch, hidden]}")
+            operands.append(at[5 + k])
     state = ((dirs, batch, hidden), x.dtype)
-    outputs = [((steps, dirs, batch, hidden), x.dtype), *[state] * STATES[kind]]
-    if not 1 <= len(node.outputs) <= len(outputs):
+    outputs = [((steps, dirs, batch, hidden), x.dtype), *[state] * states]
+    wanted = list(form.outputs[:len(outputs)]) + [False] * (len(outputs) - len(form.outputs))
+    if not 1 <= len(node.outputs) == sum(wanted) or any(form.outputs[len(outputs):]):
         raise InvalidModelError(f"{describe(node)}: {len(node.outputs)} outputs")
-    return Lowered(kind.lower(), attrs, operands, outputs[:len(node.outputs)],
+    if wanted != [k < len(node.outputs) for k in range(len(outputs))]:
+        attrs["present"] = wanted  # (a Custom node without Y, say)
+    return Lowered(kind.lower(), attrs, operands, [o for o, p in zip(outputs, wanted, strict=True) if p],
                    [("xw", (dirs, steps, batch, gh), F32)])
 
 
-@native("lstm", "gru", op="rnn")
+@native("lstm", "gru", "rnn", op="rnn")
 def _rnn_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
     """float32 and no sequence lengths (those are checked per run by the numpy kernel)."""
     n = attrs["outputs"]
-    gru = len(attrs["has_states"]) == 1
     if not f32(*ins, *outs) or attrs["has_lengths"]:
         return False
     x, wt = ins[0], ins[1]
     steps, batch, size = x.shape
     dirs, gh = wt.shape[0], wt.shape[2]
-    hidden = gh // (3 if gru else 4)
-    b.params(steps, batch, size, hidden, dirs, int(gru), int(attrs.get("r_layout") == "blocks"))
+    by_blocks = attrs.get("r_layout") == "blocks"
+    hidden = ins[2].shape[2 if by_blocks else 1]
+    kind = {4: 0, 3: 1, 1: 2 + int(attrs.get("relu", False))}[gh // hidden]  # rnn.c's p[5]
+    b.params(steps, batch, size, hidden, dirs, kind, int(by_blocks),
+             int(attrs.get("reset_before", False)), int(attrs.get("reverse", False)))
     k = attrs["first_optional"]
     states = []
     for present in attrs["has_states"]:
         states.append(b.inputs[k] if present else None)
         k += int(present)
     states += [None] * (2 - len(states))
-    results = [b.outputs[i] if i < n else None for i in range(3)]
-    if gru:
-        results[2] = None
-    b.slots(b.inputs[0], b.inputs[1], b.inputs[2], b.inputs[3], b.inputs[4] if gru else None,
+    written = iter(b.outputs[:n])
+    results = [next(written) if p else None for p in _present_outputs(attrs, 3)]
+    results += [None] * (3 - len(results))  # Y_c of a GRU or an RNN
+    b.slots(b.inputs[0], b.inputs[1], b.inputs[2], b.inputs[3], b.inputs[4] if kind == 1 else None,
             *states, *results, b.outputs[n])
     return outs[n].nbytes == 4 * dirs * steps * batch * gh
