@@ -35,8 +35,9 @@ from worker_cores import run_until_a_worker_helps
 from converters.lite import dtypes as lite_dtypes
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
 from converters.onnx_import import import_onnx
-from provider.errors import BindingError, InputValueError
+from provider.errors import BindingError, InputValueError, UnsupportedError
 from provider.npu import native, native_steps
+from provider.npu.capability import check
 from provider.npu.compiler import compile_model
 from provider.npu.executor import Executor, step_stamps
 from provider.npu.memory import DevicePool
@@ -1645,6 +1646,29 @@ def test_custom_rnn_forms_run_natively_like_numpy(op, attrs, hidden):
     feeds = {"x": x, "h0": h0}
     assert compile_for(lite, feeds).steps[0].attrs["r_layout"] == ("blocks" if hidden > 256 else "rows")
     _native_matches_numpy(lite, feeds)
+
+
+@pytest.mark.parametrize("blob,why", [
+    (b"\xff\x00 not a NodeProto", "does not parse"),
+    (b"", "carries ai.onnx:"),
+    ("conv", "carries ai.onnx:Conv"),
+    ("gru", "1 inputs and 1 outputs for its carried node's 3 and 2"),
+])
+def test_a_custom_node_that_does_not_hold_together_stays_on_the_cpu(blob, why):
+    """A .ms file's Custom node is input like any other: a blob that does not parse, an ONNX
+    node other than its type says, or operands that do not match get a reason, not a crash."""
+    from onnx import helper
+
+    if blob == "conv":
+        blob = helper.make_node("Conv", ["x", "w"], ["y"]).SerializeToString()
+    elif blob == "gru":
+        blob = helper.make_node("GRU", ["x", "W", "R"], ["y", "y_h"], hidden_size=2).SerializeToString()
+    x = randn(rng(30), 2, 1, 3)
+    model = lite_graph("Custom", {"type": "onnx:ai.onnx:GRU", "attr": {"onnx_node": blob}},
+                       [("x", x, False)])
+    assert why in check(model, 0)
+    with pytest.raises(UnsupportedError, match=why):
+        compile_for(model, {"x": x})
 
 
 def test_rnn_with_sequence_lengths_stays_on_numpy():

@@ -258,9 +258,10 @@ def rnn_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
         raise InvalidModelError(f"{describe(node)}: W {list(w.shape)}, R {list(r.shape)} for "
                                 f"{dirs} direction(s)")
     hidden = r.shape[2]
-    if w.shape[1:] != (gates * hidden, size) or r.shape[1] != gates * hidden:
+    if w.shape[1:] != (gates * hidden, size) or r.shape[1] != gates * hidden \
+            or form.hidden_size not in (None, hidden):
         raise InvalidModelError(f"{describe(node)}: W {list(w.shape)}, R {list(r.shape)} for "
-                                f"input size {size}, hidden size {hidden}")
+                                f"input size {size}, hidden size {form.hidden_size or hidden}")
     b = (const(node, ins, at[3], "B") if present(3)
          else np.zeros((dirs, 2 * gates * hidden), F32))
     if b.shape != (dirs, 2 * gates * hidden):

@@ -33,6 +33,7 @@ class Form:
     dirs: int
     inputs: tuple[int | None, ...]
     outputs: tuple[bool, ...]
+    hidden_size: int | None = None  # the attribute, when given (R's shape must agree)
     reverse: bool = False  # one direction, walked from the last step
     reset_before: bool = False  # GRU: the reset gate scales h before its product
     relu: bool = False  # RNN: Relu, not Tanh
@@ -43,14 +44,25 @@ def _lite_form(node: LiteNode) -> Form:
                 tuple(range(len(node.inputs))), (True,) * len(node.outputs))
 
 
+def _text(value: object) -> object:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
 def custom_form(node: LiteNode) -> Form | str:
-    """The Form of a carried ONNX RNN/GRU/LSTM node, or why the NPU does not run it."""
-    proto = carried_node(node)
+    """The Form of a carried ONNX RNN/GRU/LSTM node, or why the NPU does not run it (also
+    for a node that does not hold together: a .ms file is input like any other)."""
+    try:
+        proto = carried_node(node)
+        a = {x.name: helper.get_attribute_value(x) for x in proto.attribute} if proto else {}
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and kin: a bad blob
+        return f"its carried ONNX node does not parse ({type(exc).__name__})"
     if proto is None:
         return "carries no ONNX node"
     op = proto.op_type
-    a = {x.name: helper.get_attribute_value(x) for x in proto.attribute}
-    text = {k: v.decode() if isinstance(v, bytes) else v for k, v in a.items()}
+    if op not in ("RNN", "GRU", "LSTM") or proto.domain \
+            or node.attrs.get("type") != custom_type("", op):
+        return f"type {node.attrs.get('type')!r} carries {proto.domain or 'ai.onnx'}:{op}"
+    text = {k: _text(v) for k, v in a.items()}
     direction = text.get("direction", "forward")
     if direction not in _DIRECTIONS:
         return f"direction={direction}"
@@ -58,7 +70,7 @@ def custom_form(node: LiteNode) -> Form | str:
     for name in ("clip", "input_forget", "layout"):
         if text.get(name):
             return f"{name}={text[name]} (the NPU's {op} has none)"
-    acts = [v.decode() for v in a.get("activations", [])]
+    acts = [_text(v) for v in a.get("activations", [])]
     # (a one-direction RNN's schema default lists two: onnxruntime reads the first)
     allowed = ([[f] * n for f in ("Tanh", "Relu") for n in {dirs, 2}] if op == "RNN"
                else [_DEFAULT_ACTIVATIONS[op] * dirs])
@@ -71,7 +83,13 @@ def custom_form(node: LiteNode) -> Form | str:
         inputs.append(position if name else None)
         position += bool(name)
     outputs = tuple(bool(name) for name in proto.output)
-    return Form(op, dirs, tuple(inputs), outputs, reverse=direction == "reverse",
+    if len(node.inputs) != position or len(node.outputs) != sum(outputs):
+        return (f"{len(node.inputs)} inputs and {len(node.outputs)} outputs for its carried "
+                f"node's {position} and {sum(outputs)}")
+    hidden = a.get("hidden_size")
+    return Form(op, dirs, tuple(inputs), outputs,
+                hidden_size=hidden if isinstance(hidden, int) else None,
+                reverse=direction == "reverse",
                 reset_before=op == "GRU" and not a.get("linear_before_reset", 0),
                 relu=bool(acts) and acts[0] == "Relu")
 
