@@ -120,6 +120,32 @@ def _tiny_ops() -> bytes:
     return _serialized(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
 
 
+def _tiny_rnn() -> bytes:
+    """Recurrences Lite has no primitive for (carried as Custom, run by the NPU): an RNN, then
+    a reverse GRU resetting before its product, from a given initial state."""
+    rng = np.random.default_rng(2)
+
+    def weight(name: str, *shape: int) -> TensorProto:
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.4).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("RNN", ["x", "rw", "rr", "rb"], ["ry"], "rnn", hidden_size=6),
+        helper.make_node("Squeeze", ["ry", "axis1"], ["rs"], "squeeze"),
+        helper.make_node("GRU", ["rs", "gw", "gr", "", "", "h0"], ["gy", "y_h"], "gru",
+                         hidden_size=4, direction="reverse", linear_before_reset=0),
+    ]
+    graph = helper.make_graph(
+        nodes, "tiny_rnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 2, 3]),
+         helper.make_tensor_value_info("h0", TensorProto.FLOAT, [1, 2, 4])],
+        [helper.make_tensor_value_info("gy", TensorProto.FLOAT, [5, 1, 2, 4]),
+         helper.make_tensor_value_info("y_h", TensorProto.FLOAT, [1, 2, 4])],
+        [weight("rw", 1, 6, 3), weight("rr", 1, 6, 6), weight("rb", 1, 12),
+         weight("gw", 1, 12, 6), weight("gr", 1, 12, 4),
+         numpy_helper.from_array(np.array([1], np.int64), "axis1")])
+    return _serialized(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]))
+
+
 def _serialized(model: onnx.ModelProto) -> bytes:
     model.ir_version = 8  # what every supported onnxruntime (1.23 included) loads
     return model.SerializeToString()
@@ -127,7 +153,8 @@ def _serialized(model: onnx.ModelProto) -> bytes:
 
 def seed_models() -> dict[str, SeedModel]:
     """Every seed model by name: zoo and tiny ONNX models, the .ms and .mindir fixtures."""
-    seeds = [SeedModel("tiny_cnn.onnx", _tiny_cnn), SeedModel("tiny_ops.onnx", _tiny_ops)]
+    seeds = [SeedModel("tiny_cnn.onnx", _tiny_cnn), SeedModel("tiny_ops.onnx", _tiny_ops),
+             SeedModel("tiny_rnn.onnx", _tiny_rnn)]
     seeds += [SeedModel(f"zoo/{n}.onnx", _zoo(n))
               for n in ("resnet_block", "transformer_encoder", "mobilenet_v2")]
     seeds += [SeedModel(f"mslite/{p.name}", _file(p)) for p in sorted(MODELS.glob("mslite/*.ms"))]

@@ -75,6 +75,21 @@ def test_malformed_model_is_typed_and_prints_no_fallback_banner(capfd):
     assert "Falling back" not in out + err and "EP Error" not in out + err
 
 
+def test_a_refusal_quoting_bytes_that_are_not_utf8_is_typed():
+    """onnxruntime's message quotes the model's attribute, which is not UTF-8: its binding
+    raises UnicodeDecodeError instead of its error; ours is the InvalidModelError, readable."""
+    from onnx import helper
+
+    node = helper.make_node("GRU", ["x", "w", "r"], ["y"], hidden_size=2, direction=b"\xff\xfe")
+    f = helper.make_tensor_value_info
+    graph = helper.make_graph([node], "g", [f("x", 1, [2, 1, 3])], [f("y", 1, None)], [
+        onnx.numpy_helper.from_array(np.ones((1, 6, 3), np.float32), "w"),
+        onnx.numpy_helper.from_array(np.ones((1, 6, 2), np.float32), "r")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    with pytest.raises(InvalidModelError, match="cannot load it: .*Invalid 'direction' argument"):
+        InferenceSession(model.SerializeToString(), providers=NPU)
+
+
 def test_a_failed_creation_is_never_retried_on_cpu(monkeypatch, capfd):
     """onnxruntime retries a session whose creation raised RuntimeError on the CPU alone,
     printing an "EP Error ... Falling back" banner; ours must fail with the NPU's error."""

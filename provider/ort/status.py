@@ -100,6 +100,9 @@ def model_load_errors(what: str) -> Iterator[None]:
             yield
     except LitenpuError:
         raise
+    except UnicodeDecodeError as exc:  # onnxruntime's message quotes the model's bad bytes
+        message = exc.object.decode("utf-8", "replace") if isinstance(exc.object, bytes) else exc
+        raise InvalidModelError(f"{what}: onnxruntime cannot load it: {message}") from exc
     except Exception as exc:
         cls = _LOAD_ERRORS.get(type(exc).__name__)
         if cls is None or not type(exc).__module__.startswith("onnxruntime"):
