@@ -128,6 +128,19 @@ def test_rnn_forms_lite_cannot_state_run_on_the_npu_as_custom(name):
           atol=1e-5, ms=False)
 
 
+@pytest.mark.parametrize("op", ["RNN", "LSTM"])
+def test_a_partition_imported_at_compile_keeps_its_attributes(monkeypatch, op):
+    """When no GetCapability import holds a partition, Compile imports it alone, from its
+    nodes read in full (the bidirectional layers fail otherwise); a carried recurrence the
+    NPU runs (RNN) is no reason to refuse it there either."""
+    from provider.ort.capability import ImportedGraph
+
+    monkeypatch.setattr(ImportedGraph, "partition", lambda *args: None)
+    model = rnn_model(op, direction="bidirectional")
+    npu = check(model, [rnn_feeds(model, 5, 2)], ms=False)
+    assert npu._npu_eps[0].counters.imports == 2  # GetCapability's, then Compile's
+
+
 def test_a_custom_rnn_runs_on_the_npu_from_a_ms_file(tmp_path):
     """The .ms file carries the GRU as Custom (MindSpore Lite's GRU resets after the
     product); litenpu's session runs it whole on the NPU."""

@@ -366,9 +366,11 @@ def _context_claim(ort: abi.Ort, graph: int) -> Claim | None:
 def import_partition(contents: OrtGraphContents, name: str) -> LiteModel:
     """A fused partition imported on its own (when no GetCapability import holds it)."""
     lite, report = import_onnx(contents.view())
-    if report.custom:
-        raise UnsupportedError(f"partition {name}: {report.custom[0].op} has no Lite "
-                               f"primitive ({report.custom[0].reason})")
+    carried = [n for n in lite.nodes if n.op == "Custom"]  # in report.custom's order
+    refused = [c for c, n in zip(report.custom, carried, strict=True) if not has_row(n)]
+    if refused:
+        raise UnsupportedError(f"partition {name}: {refused[0].op} has no Lite primitive "
+                               f"({refused[0].reason})")
     return lite
 
 

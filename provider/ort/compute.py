@@ -188,7 +188,8 @@ class FusedKernel:
                                          nodes[0].view.attrs):
             return cls._from_context(ep, name, inputs, outputs, nodes[0].view,
                                      epcontext.model_path(o, graph))
-        lite = ep.partition(contents, inputs, outputs, name)  # cut from GetCapability's import
+        lite = ep.partition(contents, inputs, outputs, name,  # cut from GetCapability's import
+                            lambda: read_graph(o, graph, copy_initializers=False))
         if not static_inputs(o, contents.inputs):  # Programs per concrete shape, at run time
             return cls(ep, name, inputs, outputs, PartitionSource.held(ep, name, own_weights(lite)),
                        None)

@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -203,9 +204,10 @@ class NpuEp:
                 kernel.cache_entry if by_entry else kernel.context_blob, self.context)
 
     def partition(self, contents: OrtGraphContents, inputs: list[str], outputs: list[str],
-                  name: str) -> LiteModel:
+                  name: str, in_full: Callable[[], OrtGraphContents]) -> LiteModel:
         """A fused partition's Lite IR: cut from what GetCapability imported, or, when no
-        import holds all its nodes, imported now (counted)."""
+        import holds all its nodes, imported now (counted) from `in_full()`, the partition
+        read again with its nodes' attributes (`contents` may name the nodes only)."""
         with self._lock:
             imported = list(self.imported)
         for graph in imported:
@@ -214,7 +216,7 @@ class NpuEp:
                 return lite
         log.info("NPU partition %s: not in GetCapability's import; importing it", name)
         self.counters.imports += 1
-        return import_partition(contents, name)
+        return import_partition(in_full(), name)
 
     def release_kernels(self, addresses: list[int]) -> None:
         with self._lock:
