@@ -387,10 +387,20 @@ def draw_slice(rng: np.random.Generator) -> Draw:
 
 def draw_gather(rng: np.random.Generator) -> Draw:
     """Gather on any axis, constant int64 indices (negative too) of rank 0-2 (maybe empty);
-    GatherElements with a constant index of the data's rank (smaller off the axis)."""
+    GatherElements with a constant index of the data's rank (smaller off the axis);
+    ScatterND with distinct constant index tuples 1..rank deep (negative too)."""
     shape = random_shape(rng, 1, 3, 5)
     axis = int(rng.integers(-len(shape), len(shape)))
     dim = shape[axis]
+    if rng.random() < 0.25:
+        k = int(rng.integers(1, len(shape) + 1))
+        slots = int(np.prod(shape[:k]))
+        flat = rng.permutation(slots)[:int(rng.integers(0, slots + 1))]
+        tuples = np.stack(np.unravel_index(flat, shape[:k]), -1).reshape(len(flat), k)
+        tuples -= np.array(shape[:k]) * rng.integers(0, 2, tuples.shape)
+        return single("ScatterND", ["x", "i", "u"], ["y"],
+                      [tensor("x", shape), tensor("u", [len(flat), *shape[k:]])],
+                      [const("i", tuples, np.int64)], 13)
     if rng.random() < 0.35:
         extent = [int(rng.integers(1, 4)) if a == axis % len(shape) else int(rng.integers(1, d + 1))
                   for a, d in enumerate(shape)]

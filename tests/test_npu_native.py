@@ -1934,6 +1934,38 @@ def test_gather_elements_runs_natively_and_refuses_an_index_off_its_axis(index_d
             ex.run([x, bad])
 
 
+@pytest.mark.parametrize("index_dtype", [np.int64, np.int32])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int8])
+@pytest.mark.parametrize("x_shape, idx_shape", [((4, 5, 6), (3, 1)), ((4, 5, 6), (2, 2, 2)),
+                                                ((4, 5, 6), (5, 3)), ((7,), (9, 1))], ids=str)
+def test_scatter_nd_runs_natively_in_order_and_refuses_an_index_off_its_axis(index_dtype, dtype,
+                                                                            x_shape, idx_shape):
+    """Slices replaced at index tuples in C (layout.c), negatives wrapping, a repeated tuple
+    keeping its last update as onnxruntime's loop does (9 tuples into 7 slots repeat); an
+    index off its axis is the numpy kernel's InputValueError, raised from C before anything
+    is written."""
+    r = rng(39)
+    k = idx_shape[-1]
+    x = (randn(r, *x_shape) * 50).astype(dtype)
+    idx = np.stack([r.integers(-d, d, idx_shape[:-1]) for d in x_shape[:k]], -1).astype(index_dtype)
+    updates = (randn(r, *idx_shape[:-1], *x_shape[k:]) * 50).astype(dtype)
+    model = lite_graph("ScatterNdUpdate", {}, [("x", x, False), ("idx", idx, False),
+                                               ("u", updates, False)], out_dtypes=(np.dtype(dtype),))
+    feeds = {"x": x, "idx": idx, "u": updates}
+    program = check_native(model, feeds, "scatter_nd")
+    want = x.copy()
+    for t, u in zip(idx.reshape(-1, k), updates.reshape(len(idx.reshape(-1, k)), *x_shape[k:]),
+                    strict=True):
+        want[tuple(t)] = u
+    np.testing.assert_array_equal(run(program, feeds)[0][0], want)
+    bad = idx.copy()
+    bad.reshape(-1, k)[-1, 0] = x_shape[0]
+    with Executor(program, pool()) as ex:
+        with pytest.raises(InputValueError,
+                           match=rf"ScatterND: index {x_shape[0]} is outside \[-{x_shape[0]}, {x_shape[0]}\)"):
+            ex.run([x, bad, updates])
+
+
 @pytest.mark.parametrize("op", ["Triu", "Tril"])
 @pytest.mark.parametrize("k", [0, 2, -3, 9, -9, 2**63 - 1, -(2**63 - 1)])
 @pytest.mark.parametrize("shape, dtype", [((2, 3, 5, 7), np.float32), ((6, 4), np.int64),

@@ -8,7 +8,7 @@ Range / Size / shape chains folded per shape, GatherND, run-time Gather indices,
 IsInf, HardSigmoid of any alpha/beta, Gemm of any alpha/beta/C, Round / Sign / Selu /
 ThresholdedRelu / Celu / Mod / Mean / n-ary Sum, ReduceL1 / ReduceLogSum /
 ReduceLogSumExp, PRelu of a run-time or any-axis slope, MatMul by a vector, Pad with
-negative pads and in edge mode, ArgMax/ArgMin of the last tie, GatherElements, LRN,
+negative pads and in edge mode, ArgMax/ArgMin of the last tie, GatherElements, ScatterND, LRN,
 LpNormalization, Trilu (a causal mask per length), Split of an uneven dimension, Reshape
 allowzero, Resize with scales of a run-time size and PyTorch's pytorch_half_pixel, int64
 index arithmetic and Cast of non-finite values.
@@ -292,6 +292,34 @@ def test_gather_elements_reads_run_time_indices_and_checks_them(axis):
     bad = np.zeros((1, 1, 1), np.int64) + dim
     with pytest.raises(InputValueError, match=rf"GatherElements: index {dim} is outside"):
         npu.run(None, {"x": x, "i": bad})
+
+
+@pytest.mark.parametrize("data_shape,index_shape", [((4, 5, 6), (2, 1)), ((4, 5, 6), (3, 2)),
+                                                     ((1, 30, 7), (2, 4, 3)), ((6,), (4, 1))])
+def test_scatter_nd_replaces_slices_at_run_time_indices_and_checks_them(data_shape, index_shape):
+    """ScatterND without a reduction (YOLOv5's in-place head assignments, transformer caches):
+    constant and run-time index tuples, negatives wrapping; an index out of range is the
+    run's error, naming the op."""
+    rng = np.random.default_rng(15)
+    k = index_shape[-1]
+    update_shape = [*index_shape[:-1], *data_shape[k:]]
+    model = model_of([helper.make_node("ScatterND", ["x", "i", "u"], ["y"])],
+                     [helper.make_tensor_value_info("x", F, data_shape),
+                      helper.make_tensor_value_info("i", I64, index_shape),
+                      helper.make_tensor_value_info("u", F, update_shape)],
+                     [helper.make_tensor_value_info("y", F, data_shape)], opset=13)
+    x = randn(rng, *data_shape)
+
+    def index() -> np.ndarray:  # distinct tuples: ONNX leaves repeated ones unspecified
+        flat = rng.permutation(int(np.prod(data_shape[:k])))[:int(np.prod(index_shape[:-1]))]
+        tuples = np.stack(np.unravel_index(flat, data_shape[:k]), -1).reshape(index_shape)
+        return tuples - np.array(data_shape[:k]) * rng.integers(0, 2, index_shape)  # negatives
+
+    npu = check(model, [{"x": x, "i": index(), "u": randn(rng, *update_shape)} for _ in range(3)])
+    bad = index()
+    bad.reshape(-1, k)[-1, -1] = data_shape[k - 1]
+    with pytest.raises(InputValueError, match=rf"ScatterND: index {data_shape[k - 1]} is outside"):
+        npu.run(None, {"x": x, "i": bad, "u": randn(rng, *update_shape)})
 
 
 def test_lrn_and_lp_normalization():

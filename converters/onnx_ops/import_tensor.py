@@ -343,6 +343,14 @@ def gather_nd(ctx, node):
     return [emit(ctx, node, "GatherNd", {}, node.inputs[:2])]
 
 
+@IMPORTERS.register("ScatterND", since=11)
+def scatter_nd(ctx, node):
+    """ScatterND without a reduction is Lite's ScatterNdUpdate (data, indices, updates)."""
+    if node.attrs.get("reduction", "none") != "none":
+        raise Unmappable(f"reduction={node.attrs['reduction']}")
+    return [emit(ctx, node, "ScatterNdUpdate", {}, node.inputs[:3])]
+
+
 @IMPORTERS.register("Gather")
 def gather(ctx, node):
     axis = ctx.const(f"{node.outputs[0]}/axis", np.array([node.attrs.get("axis", 0)], np.int32))

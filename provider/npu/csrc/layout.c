@@ -330,6 +330,38 @@ int gather_nd(const lnpu_step *s, void **slots) {
     return 0;
 }
 
+/* scatter_nd (ScatterND, no reduction): p[0] index depth k (<= 6), p[1] bytes per slice
+ * (the elements after data's first k axes), p[2] tuple count, p[3] index bytes, p[4] data's
+ * bytes, p[5..5+k) data's first k dims; slots data, indices (count x k), updates (count
+ * slices), y. Every index is checked first, column by column as the numpy kernel does
+ * (nothing is written when one is out of range); y is data (unless it is data's memory),
+ * then each tuple's slice in order, so a repeated tuple keeps its last update. */
+int scatter_nd(const lnpu_step *s, void **slots) {
+    int64_t k = s->p[0], inner = s->p[1], count = s->p[2], bytes = s->p[3];
+    const int64_t *dims = s->p + 5;
+    const char *x = slots[s->slot[0]];
+    const void *idx = slots[s->slot[1]];
+    const char *updates = slots[s->slot[2]];
+    char *y = slots[s->slot[3]];
+    for (int64_t a = 0; a < k; a++)
+        for (int64_t j = 0; j < count; j++) {
+            int64_t v = gather_index(idx, j * k + a, bytes);
+            if (v < -dims[a] || v >= dims[a])
+                return kernel_fail("ScatterND: index %lld is outside [-%lld, %lld)", (long long)v,
+                                   (long long)dims[a], (long long)dims[a]);
+        }
+    if (y != x) memcpy(y, x, (size_t)s->p[4]);
+    for (int64_t j = 0; j < count; j++) {
+        int64_t linear = 0;
+        for (int64_t a = 0; a < k; a++) {
+            int64_t v = gather_index(idx, j * k + a, bytes);
+            linear = linear * dims[a] + (v < 0 ? v + dims[a] : v);
+        }
+        memcpy(y + linear * inner, updates + j * inner, (size_t)inner);
+    }
+    return 0;
+}
+
 /* gather_elements: rank r (<= 6), element bytes, index bytes (4 or 8), the axis's length in
  * x and its byte stride, then the index's dims (r) and x's byte strides (r) with the axis's
  * 0; slots x, indices, y. y[i] = x[i with its axis coordinate replaced by index[i]] for

@@ -25,6 +25,7 @@ from provider.npu.ops import (  # noqa: F401  (imported for their registrations)
     resize,
     reverse,
     rnn,
+    scatter,
     shape,
     topk,
     triangle,
