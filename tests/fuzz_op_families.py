@@ -387,8 +387,8 @@ def draw_slice(rng: np.random.Generator) -> Draw:
 
 def draw_gather(rng: np.random.Generator) -> Draw:
     """Gather on any axis, constant int64 indices (negative too) of rank 0-2 (maybe empty);
-    GatherElements with a constant index of the data's rank (smaller off the axis);
-    ScatterND with distinct constant index tuples 1..rank deep (negative too)."""
+    GatherElements / ScatterElements with a constant index of the data's rank (smaller off
+    the axis); ScatterND with distinct constant index tuples 1..rank deep (negative too)."""
     shape = random_shape(rng, 1, 3, 5)
     axis = int(rng.integers(-len(shape), len(shape)))
     dim = shape[axis]
@@ -405,6 +405,10 @@ def draw_gather(rng: np.random.Generator) -> Draw:
         extent = [int(rng.integers(1, 4)) if a == axis % len(shape) else int(rng.integers(1, d + 1))
                   for a, d in enumerate(shape)]
         index = rng.integers(-dim, dim, extent)
+        if rng.random() < 0.4:  # repeated places too: onnxruntime keeps the last update
+            return single("ScatterElements", ["x", "i", "u"], ["y"],
+                          [tensor("x", shape), tensor("u", extent)],
+                          [const("i", index, np.int64)], 13, axis=axis)
         return single("GatherElements", ["x", "i"], ["y"], [tensor("x", shape)],
                       [const("i", index, np.int64)], 13, axis=axis)
     indices = rng.integers(-dim, dim, ints(rng, 0, 4, int(rng.integers(0, 3))))

@@ -1966,6 +1966,40 @@ def test_scatter_nd_runs_natively_in_order_and_refuses_an_index_off_its_axis(ind
             ex.run([x, bad, updates])
 
 
+@pytest.mark.parametrize("index_dtype", [np.int64, np.int32])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int8])
+@pytest.mark.parametrize("x_shape, idx_shape, axis", [((3, 4, 5), (3, 4, 5), 1),
+                                                      ((3, 4, 5), (2, 9, 3), 1),
+                                                      ((6, 5), (14, 2), 0),
+                                                      ((2, 3, 4, 7), (2, 3, 4, 16), 3)], ids=str)
+def test_scatter_elements_runs_natively_in_order(index_dtype, dtype, x_shape, idx_shape, axis):
+    """torch's scatter_ in C (layout.c): each update goes to its own position with the axis's
+    coordinate replaced by its index, through x's strides, in order (indices longer than the
+    axis repeat places: the last update stays); an index off the axis is the numpy kernel's
+    InputValueError, raised from C before anything is written."""
+    r = rng(40)
+    x = (randn(r, *x_shape) * 50).astype(dtype)
+    dim = x_shape[axis]
+    idx = r.integers(-dim, dim, idx_shape).astype(index_dtype)
+    updates = (randn(r, *idx_shape) * 50).astype(dtype)
+    model = lite_graph("ScatterElements", {"axis": axis}, [
+        ("x", x, False), ("idx", idx, False), ("u", updates, False)], out_dtypes=(np.dtype(dtype),))
+    feeds = {"x": x, "idx": idx, "u": updates}
+    program = check_native(model, feeds, "scatter_elements")
+    want = x.copy()
+    for position in np.ndindex(*idx_shape):
+        target = list(position)
+        target[axis] = idx[position]
+        want[tuple(target)] = updates[position]
+    np.testing.assert_array_equal(run(program, feeds)[0][0], want)
+    bad = idx.copy()
+    bad.flat[-1] = dim
+    with Executor(program, pool()) as ex:
+        with pytest.raises(InputValueError,
+                           match=rf"ScatterElements: index {dim} is outside \[-{dim}, {dim}\)"):
+            ex.run([x, bad, updates])
+
+
 @pytest.mark.parametrize("op", ["Triu", "Tril"])
 @pytest.mark.parametrize("k", [0, 2, -3, 9, -9, 2**63 - 1, -(2**63 - 1)])
 @pytest.mark.parametrize("shape, dtype", [((2, 3, 5, 7), np.float32), ((6, 4), np.int64),

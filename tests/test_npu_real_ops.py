@@ -8,7 +8,8 @@ Range / Size / shape chains folded per shape, GatherND, run-time Gather indices,
 IsInf, HardSigmoid of any alpha/beta, Gemm of any alpha/beta/C, Round / Sign / Selu /
 ThresholdedRelu / Celu / Mod / Mean / n-ary Sum, ReduceL1 / ReduceLogSum /
 ReduceLogSumExp, PRelu of a run-time or any-axis slope, MatMul by a vector, Pad with
-negative pads and in edge mode, ArgMax/ArgMin of the last tie, GatherElements, ScatterND, LRN,
+negative pads and in edge mode, ArgMax/ArgMin of the last tie, GatherElements, ScatterND,
+ScatterElements, LRN,
 LpNormalization, Trilu (a causal mask per length), Split of an uneven dimension, Reshape
 allowzero, Resize with scales of a run-time size and PyTorch's pytorch_half_pixel, int64
 index arithmetic and Cast of non-finite values.
@@ -320,6 +321,29 @@ def test_scatter_nd_replaces_slices_at_run_time_indices_and_checks_them(data_sha
     bad.reshape(-1, k)[-1, -1] = data_shape[k - 1]
     with pytest.raises(InputValueError, match=rf"ScatterND: index {data_shape[k - 1]} is outside"):
         npu.run(None, {"x": x, "i": bad, "u": randn(rng, *update_shape)})
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_scatter_elements_writes_run_time_indices_in_order_and_checks_them(axis):
+    """torch's scatter_ (no reduction): the index may be smaller than the data off the axis
+    and longer on it, negatives wrap, a repeated place keeps its last update as onnxruntime
+    writes them; an index out of range is the run's error, naming the op."""
+    rng = np.random.default_rng(16)
+    model = model_of([helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=axis)],
+                     [helper.make_tensor_value_info("x", F, [3, 4, 5]),
+                      helper.make_tensor_value_info("i", I64, ["A", "B", "C"]),
+                      helper.make_tensor_value_info("u", F, ["A", "B", "C"])],
+                     [helper.make_tensor_value_info("y", F, [3, 4, 5])], opset=13)
+    x = randn(rng, 3, 4, 5)
+    dim = x.shape[axis]
+    shapes = [[3, 4, 5], [2, 3, 4], [1, 1, 1]]
+    for shape in shapes:
+        shape[axis] = 2 * dim  # every place on the axis written twice or more
+    npu = check(model, [{"x": x, "i": rng.integers(-dim, dim, size=shape),
+                         "u": randn(rng, *shape)} for shape in shapes])
+    bad = np.zeros((1, 1, 1), np.int64) + dim
+    with pytest.raises(InputValueError, match=rf"ScatterElements: index {dim} is outside"):
+        npu.run(None, {"x": x, "i": bad, "u": randn(rng, 1, 1, 1)})
 
 
 def test_lrn_and_lp_normalization():

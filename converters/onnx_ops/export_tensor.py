@@ -296,6 +296,12 @@ def space_to_depth(ctx, node, ins, outs):
     ctx.add("SpaceToDepth", ins[:1], outs, name=node.name, blocksize=node.attrs["block_size"])
 
 
+@EXPORTERS.register("ScatterElements")
+def scatter_elements(ctx, node, ins, outs):
+    """x with x[... index[i] ...] = updates[i] along the axis (inputs: x, indices, updates)."""
+    ctx.add("ScatterElements", ins[:3], outs, name=node.name, axis=int(node.attrs.get("axis", 0)))
+
+
 @EXPORTERS.register("GatherD")
 def gather_d(ctx, node, ins, outs):
     axis = ctx.const_ints(node.inputs[1], "dim", node)[0]

@@ -467,6 +467,16 @@ def gather_elements(ctx, node):
     return [emit(ctx, node, "GatherD", {}, [node.inputs[0], dim, node.inputs[1]])]
 
 
+@IMPORTERS.register("ScatterElements", since=11)
+def scatter_elements(ctx, node):
+    """ScatterElements without a reduction is Lite's ScatterElements (data, indices,
+    updates; the axis an attribute)."""
+    if node.attrs.get("reduction", "none") != "none":
+        raise Unmappable(f"reduction={node.attrs['reduction']}")
+    return [emit(ctx, node, "ScatterElements", {"axis": int(node.attrs.get("axis", 0))},
+                 node.inputs[:3])]
+
+
 _VALUE_ATTRS = {"value_float": np.float32, "value_floats": np.float32,
                 "value_int": np.int64, "value_ints": np.int64}
 

@@ -58,7 +58,7 @@ OPS.update(unary=11, binary=12, layer_norm=13, bmatmul=14, rnn=15, reduce=16, pa
            split=19, deconv=20, gather=21, compare=22, where=23,
            gather_nd=24, resize_linear=25, arg=26, topk=27, cumsum=28, add_n=29,
            resize_cubic=30, gather_elements=31, triangle=32, lrn=33,
-           lp_norm=34, scatter_nd=35)
+           lp_norm=34, scatter_nd=35, scatter_elements=36)
 # The integer kernels' codes (csrc/qconv.c, qeltwise.c, qsoftmax.c, qmatmul.c; 40-69 are theirs).
 OPS.update({"qconv": 40, "qdense": 41, "quantize": 42, "dequantize": 43, "qlut": 44, "qadd": 45,
             "qconcat": 46, "qdwconv": 47, "qmaxpool": 48, "qmul": 49, "qglobalpool": 50,

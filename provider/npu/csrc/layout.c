@@ -282,18 +282,36 @@ static int64_t gather_index(const void *idx, int64_t j, int64_t bytes) {
     return bytes == 8 ? ((const int64_t *)idx)[j] : ((const int32_t *)idx)[j];
 }
 
+/* Indices first, first + step, ... (count of them) in [-dim, dim), else the run's error
+ * naming `op`, in the numpy kernels' words (check_indices). */
+static int check_indices(const void *idx, int64_t first, int64_t step, int64_t count,
+                         int64_t bytes, int64_t dim, const char *op) {
+    for (int64_t j = 0; j < count; j++) {
+        int64_t k = gather_index(idx, first + j * step, bytes);
+        if (k < -dim || k >= dim)
+            return kernel_fail("%s: index %lld is outside [-%lld, %lld)", op, (long long)k,
+                               (long long)dim, (long long)dim);
+    }
+    return 0;
+}
+
+/* The checked k-deep index tuple j, wrapped, as a row number of dims[0] x ... x dims[k-1]. */
+static int64_t tuple_row(const void *idx, int64_t j, int64_t k, int64_t bytes,
+                         const int64_t *dims) {
+    int64_t linear = 0;
+    for (int64_t a = 0; a < k; a++) {
+        int64_t v = gather_index(idx, j * k + a, bytes);
+        linear = linear * dims[a] + (v < 0 ? v + dims[a] : v);
+    }
+    return linear;
+}
+
 int gather(const lnpu_step *s, void **slots) {
     int64_t outer = s->p[0], dim = s->p[1], inner = s->p[2], count = s->p[3], bytes = s->p[4];
     const char *x = slots[s->slot[0]];
     const void *idx = slots[s->slot[1]];
     char *y = slots[s->slot[2]];
-    if (!s->p[5])
-        for (int64_t j = 0; j < count; j++) {
-            int64_t k = gather_index(idx, j, bytes);
-            if (k < -dim || k >= dim)
-                return kernel_fail("Gather: index %lld is outside [-%lld, %lld)", (long long)k,
-                                   (long long)dim, (long long)dim);
-        }
+    if (!s->p[5] && check_indices(idx, 0, 1, count, bytes, dim, "Gather")) return KERNEL_REFUSED;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t j = 0; j < count; j++, y += inner) {
             int64_t k = gather_index(idx, j, bytes);
@@ -313,20 +331,9 @@ int gather_nd(const lnpu_step *s, void **slots) {
     const void *idx = slots[s->slot[1]];
     char *y = slots[s->slot[2]];
     for (int64_t a = 0; a < k; a++)
-        for (int64_t j = 0; j < count; j++) {
-            int64_t v = gather_index(idx, j * k + a, bytes);
-            if (v < -dims[a] || v >= dims[a])
-                return kernel_fail("GatherND: index %lld is outside [-%lld, %lld)", (long long)v,
-                                   (long long)dims[a], (long long)dims[a]);
-        }
-    for (int64_t j = 0; j < count; j++, y += inner) {
-        int64_t linear = 0;
-        for (int64_t a = 0; a < k; a++) {
-            int64_t v = gather_index(idx, j * k + a, bytes);
-            linear = linear * dims[a] + (v < 0 ? v + dims[a] : v);
-        }
-        memcpy(y, x + linear * inner, inner);
-    }
+        if (check_indices(idx, a, k, count, bytes, dims[a], "GatherND")) return KERNEL_REFUSED;
+    for (int64_t j = 0; j < count; j++, y += inner)
+        memcpy(y, x + tuple_row(idx, j, k, bytes, dims) * inner, inner);
     return 0;
 }
 
@@ -344,21 +351,10 @@ int scatter_nd(const lnpu_step *s, void **slots) {
     const char *updates = slots[s->slot[2]];
     char *y = slots[s->slot[3]];
     for (int64_t a = 0; a < k; a++)
-        for (int64_t j = 0; j < count; j++) {
-            int64_t v = gather_index(idx, j * k + a, bytes);
-            if (v < -dims[a] || v >= dims[a])
-                return kernel_fail("ScatterND: index %lld is outside [-%lld, %lld)", (long long)v,
-                                   (long long)dims[a], (long long)dims[a]);
-        }
+        if (check_indices(idx, a, k, count, bytes, dims[a], "ScatterND")) return KERNEL_REFUSED;
     if (y != x) memcpy(y, x, (size_t)s->p[4]);
-    for (int64_t j = 0; j < count; j++) {
-        int64_t linear = 0;
-        for (int64_t a = 0; a < k; a++) {
-            int64_t v = gather_index(idx, j * k + a, bytes);
-            linear = linear * dims[a] + (v < 0 ? v + dims[a] : v);
-        }
-        memcpy(y + linear * inner, updates + j * inner, (size_t)inner);
-    }
+    for (int64_t j = 0; j < count; j++)
+        memcpy(y + tuple_row(idx, j, k, bytes, dims) * inner, updates + j * inner, (size_t)inner);
     return 0;
 }
 
@@ -368,7 +364,8 @@ int scatter_nd(const lnpu_step *s, void **slots) {
  * every index position i, x read through its strides (ONNX lets the index be shorter than x
  * on the other axes). The indices are checked first, all of them in order (nothing is
  * written when one is out of range), and negatives wrap, as the numpy kernel does. */
-enum { GE_R, GE_ESIZE, GE_IBYTES, GE_DIM, GE_ALONG, GE_SHAPE, GE_STRIDES = GE_SHAPE + 6 };
+enum { GE_R, GE_ESIZE, GE_IBYTES, GE_DIM, GE_ALONG, GE_SHAPE, GE_STRIDES = GE_SHAPE + 6,
+       GE_BYTES = GE_STRIDES + 6 /* scatter_elements: x's bytes */ };
 
 /* One row of the index (its last axis, n positions): y[c] = x at row + c * step + k * along,
  * k the position's index (wrapped), elements of type T. */
@@ -402,12 +399,7 @@ int gather_elements(const lnpu_step *s, void **slots) {
     const char *x = slots[s->slot[0]];
     const char *idx = slots[s->slot[1]];
     char *y = slots[s->slot[2]];
-    for (int64_t j = 0; j < count; j++) {
-        int64_t k = gather_index(idx, j, bytes);
-        if (k < -dim || k >= dim)
-            return kernel_fail("GatherElements: index %lld is outside [-%lld, %lld)",
-                               (long long)k, (long long)dim, (long long)dim);
-    }
+    if (check_indices(idx, 0, 1, count, bytes, dim, "GatherElements")) return KERNEL_REFUSED;
     if (!count) return 0;
     /* row by row along the last axis, each from the odometer of the axes before it */
     int64_t n = shape[r - 1], at[6] = {0};
@@ -416,6 +408,36 @@ int gather_elements(const lnpu_step *s, void **slots) {
         for (int64_t d = 0; d < r - 1; d++) row += at[d] * strides[d];
         gather_elements_row(row, idx + q * n * bytes, y + q * n * esize, n, strides[r - 1],
                             p[GE_ALONG], dim, bytes, esize);
+        for (int64_t d = r - 2; d >= 0 && ++at[d] == shape[d]; d--) at[d] = 0;
+    }
+    return 0;
+}
+
+/* scatter_elements (ScatterElements, no reduction): gather_elements's parameters, then x's
+ * bytes; slots x, indices, updates (the index's shape), y. y is x (unless it is x's memory),
+ * then y[i with its axis coordinate replaced by index[i]] = updates[i] for every index
+ * position i in order (a repeated place keeps its last update, as onnxruntime writes them);
+ * the indices are checked first, all of them, and negatives wrap. */
+int scatter_elements(const lnpu_step *s, void **slots) {
+    const int64_t *p = s->p, *shape = p + GE_SHAPE, *strides = p + GE_STRIDES;
+    int64_t r = p[GE_R], esize = p[GE_ESIZE], bytes = p[GE_IBYTES], dim = p[GE_DIM], count = 1;
+    for (int64_t d = 0; d < r; d++) count *= shape[d];
+    const char *x = slots[s->slot[0]];
+    const char *idx = slots[s->slot[1]];
+    const char *updates = slots[s->slot[2]];
+    char *y = slots[s->slot[3]];
+    if (check_indices(idx, 0, 1, count, bytes, dim, "ScatterElements")) return KERNEL_REFUSED;
+    if (y != x) memcpy(y, x, (size_t)p[GE_BYTES]);
+    if (!count) return 0;
+    int64_t n = shape[r - 1], at[6] = {0};
+    for (int64_t q = 0; q < count / n; q++) {
+        char *row = y;
+        for (int64_t d = 0; d < r - 1; d++) row += at[d] * strides[d];
+        for (int64_t c = 0; c < n; c++) {
+            int64_t k = gather_index(idx + q * n * bytes, c, bytes);
+            memcpy(row + c * strides[r - 1] + (k < 0 ? k + dim : k) * p[GE_ALONG],
+                   updates + (q * n + c) * esize, (size_t)esize);
+        }
         for (int64_t d = r - 2; d >= 0 && ++at[d] == shape[d]; d--) at[d] = 0;
     }
     return 0;

@@ -33,7 +33,7 @@ enum { OP_CONV = 1, OP_DWCONV, OP_MAXPOOL, OP_AVGPOOL, OP_GLOBALPOOL, OP_CONCAT,
 enum { OP_UNARY = 11, OP_BINARY, OP_LAYERNORM, OP_BMATMUL, OP_RNN, OP_REDUCE, OP_PAD, OP_CAST, OP_SPLIT,
        OP_DECONV, OP_GATHER, OP_COMPARE, OP_WHERE, OP_GATHER_ND, OP_RESIZE_LINEAR, OP_ARG, OP_TOPK, OP_CUMSUM, OP_ADD_N,
        OP_RESIZE_CUBIC, OP_GATHER_ELEMENTS, OP_TRIANGLE, OP_LRN, OP_LP_NORM,
-       OP_SCATTER_ND };
+       OP_SCATTER_ND, OP_SCATTER_ELEMENTS };
 /* Integer kernels (qconv.c, qeltwise.c): codes 40-69. */
 enum { OP_QCONV = 40, OP_QDENSE = 41, OP_QUANTIZE = 42, OP_DEQUANTIZE = 43, OP_QLUT = 44,
        OP_QADD = 45, OP_QCONCAT = 46, OP_QDWCONV = 47, OP_QMAXPOOL = 48, OP_QMUL = 49,
@@ -520,6 +520,7 @@ int resize_linear(const lnpu_step *s, void **slots);  /* resize.c */
 int resize_cubic(const lnpu_step *s, void **slots);   /* resize.c */
 int gather_elements(const lnpu_step *s, void **slots); /* layout.c */
 int scatter_nd(const lnpu_step *s, void **slots);      /* layout.c: KERNEL_REFUSED likewise */
+int scatter_elements(const lnpu_step *s, void **slots); /* layout.c: likewise */
 void triangle(const lnpu_step *s, void **slots);       /* layout.c */
 void lrn(const lnpu_step *s, void **slots);            /* elementwise.c */
 void lp_norm(const lnpu_step *s, void **slots);        /* elementwise.c */

@@ -85,6 +85,7 @@ API int64_t lnpu_run(const lnpu_step *steps, int64_t count, void **slots, int64_
         case OP_GATHER_ND: status = gather_nd(s, slots); break;
         case OP_GATHER_ELEMENTS: status = gather_elements(s, slots); break;
         case OP_SCATTER_ND: status = scatter_nd(s, slots); break;
+        case OP_SCATTER_ELEMENTS: status = scatter_elements(s, slots); break;
         case OP_TRIANGLE: triangle(s, slots); break;
         case OP_LRN: lrn(s, slots); break;
         case OP_LP_NORM: lp_norm(s, slots); break;

@@ -59,11 +59,18 @@ def _gather_elements_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: di
     if idx.np_dtype not in INDEX_TYPES or not 1 <= rank <= MAX_RANK or y.shape != idx.shape \
             or y.np_dtype != x.np_dtype:
         return False
-    size = x.np_dtype.itemsize
+    b.params(*elements_params(x, idx, axis))
+    b.slots(b.inputs[0], b.inputs[1], b.outputs[0])
+    return True
+
+
+def elements_params(x: Slot, idx: Slot, axis: int) -> list[int]:
+    """layout.c's parameters of an elements-along-an-axis step (gather_elements,
+    scatter_elements): rank, element and index bytes, the axis's length and byte stride in
+    x, the index's dims and x's byte strides with the axis's 0 (each padded to MAX_RANK)."""
+    rank, size = len(x.shape), x.np_dtype.itemsize
     strides = [size * math.prod(x.shape[d + 1:]) for d in range(rank)]
     along, strides[axis] = strides[axis], 0  # the axis's coordinate is the index's
     pad = [0] * (MAX_RANK - rank)
-    b.params(rank, size, idx.np_dtype.itemsize, x.shape[axis], along, *idx.shape, *pad,
-             *strides, *pad)
-    b.slots(b.inputs[0], b.inputs[1], b.outputs[0])
-    return True
+    return [rank, size, idx.np_dtype.itemsize, x.shape[axis], along, *idx.shape, *pad,
+            *strides, *pad]
