@@ -1,6 +1,7 @@
 """The complete ONNX import table (importing the op modules registers their functions)."""
 
 from converters.onnx_ops import (  # noqa: F401
+    import_einsum,
     import_math,
     import_nn,
     import_pool,
