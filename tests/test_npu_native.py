@@ -1937,13 +1937,14 @@ def test_gather_elements_runs_natively_and_refuses_an_index_off_its_axis(index_d
 @pytest.mark.parametrize("index_dtype", [np.int64, np.int32])
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int8])
 @pytest.mark.parametrize("x_shape, idx_shape", [((4, 5, 6), (3, 1)), ((4, 5, 6), (2, 2, 2)),
-                                                ((4, 5, 6), (5, 3)), ((7,), (9, 1))], ids=str)
+                                                ((4, 5, 6), (5, 3)), ((7,), (9, 1)),
+                                                ((4, 5, 6), (0, 2))], ids=str)
 def test_scatter_nd_runs_natively_in_order_and_refuses_an_index_off_its_axis(index_dtype, dtype,
                                                                             x_shape, idx_shape):
     """Slices replaced at index tuples in C (layout.c), negatives wrapping, a repeated tuple
-    keeping its last update as onnxruntime's loop does (9 tuples into 7 slots repeat); an
-    index off its axis is the numpy kernel's InputValueError, raised from C before anything
-    is written."""
+    keeping its last update as onnxruntime's loop does (9 tuples into 7 slots repeat), no
+    tuple at all leaving data as it is; an index off its axis is the numpy kernel's
+    InputValueError, raised from C before anything is written."""
     r = rng(39)
     k = idx_shape[-1]
     x = (randn(r, *x_shape) * 50).astype(dtype)
@@ -1958,6 +1959,8 @@ def test_scatter_nd_runs_natively_in_order_and_refuses_an_index_off_its_axis(ind
                     strict=True):
         want[tuple(t)] = u
     np.testing.assert_array_equal(run(program, feeds)[0][0], want)
+    if not idx.size:  # no tuple: data as it is
+        return
     bad = idx.copy()
     bad.reshape(-1, k)[-1, 0] = x_shape[0]
     with Executor(program, pool()) as ex:

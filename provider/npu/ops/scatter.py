@@ -35,7 +35,8 @@ def scatter_nd(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attr
     if not np.shares_memory(out, data):
         np.copyto(out, data)
     flat = np.ravel_multi_index(tuple(np.where(tuples < 0, tuples + dims, tuples).T), data.shape[:k])
-    rows, slices = out.reshape(math.prod(data.shape[:k]), -1), updates.reshape(len(flat), -1)
+    inner = math.prod(data.shape[k:])  # (explicit: -1 cannot stand for it with no tuples)
+    rows, slices = out.reshape(math.prod(data.shape[:k]), inner), updates.reshape(len(flat), inner)
     for j, row in enumerate(flat):  # in order: a repeated tuple keeps the last update
         rows[row] = slices[j]
 
