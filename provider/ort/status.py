@@ -32,6 +32,7 @@ _LOAD_ERRORS: dict[str, type[Exception]] = {
     "InvalidProtobuf": InvalidModelError, "InvalidGraph": InvalidModelError,
     "NoModel": InvalidModelError, "InvalidArgument": InvalidModelError,
     "Fail": InvalidModelError, "NotImplemented": UnsupportedError,
+    "RuntimeException": InvalidModelError,  # a kernel refused its node (1.23: message lost)
     "NoSuchFile": FileNotFoundError}
 
 
@@ -107,4 +108,4 @@ def model_load_errors(what: str) -> Iterator[None]:
         cls = _LOAD_ERRORS.get(type(exc).__name__)
         if cls is None or not type(exc).__module__.startswith("onnxruntime"):
             raise
-        raise cls(f"{what}: onnxruntime cannot load it: {exc}") from exc
+        raise cls(f"{what}: onnxruntime cannot load it: {exc or type(exc).__name__}") from exc
