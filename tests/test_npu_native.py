@@ -35,7 +35,7 @@ from worker_cores import run_until_a_worker_helps
 from converters.lite import dtypes as lite_dtypes
 from converters.lite.ir import LiteModel, LiteNode, LiteTensor
 from converters.onnx_import import import_onnx
-from provider.errors import BindingError, InputValueError, UnsupportedError
+from provider.errors import BindingError, InputValueError, InvalidModelError, UnsupportedError
 from provider.npu import native, native_steps
 from provider.npu.capability import check
 from provider.npu.compiler import compile_model
@@ -1725,6 +1725,21 @@ def test_slices_run_as_native_strided_copies(starts, ends, axes, steps, dtype):
                                    ("steps", steps))]
     model = lite_graph("StridedSlice", {}, inputs, [dtype])
     _native_matches_numpy(model, {"x": x})
+
+
+@pytest.mark.parametrize("operands", [
+    {"starts": [1], "ends": [3], "axes": [1], "steps": [1, 2]},  # ONNX's form
+    {"begin": [1, 0], "end": [3, 2], "strides": [1]},  # TF's form
+    {"begin": [0, 0, 0, 0], "end": [1, 1, 1, 1], "strides": [1, 1, 1, 1]},  # past the rank
+], ids=str)
+def test_a_strided_slice_whose_operands_do_not_agree_is_refused(operands):
+    """A .ms file's StridedSlice with per-axis operands of different lengths (or more than
+    the rank) is an invalid model, as onnxruntime says of its export, not a slice of some
+    of them."""
+    x = randn(rng(31), 3, 4, 6)
+    inputs = [("x", x, False)] + [(n, np.array(v, np.int32), True) for n, v in operands.items()]
+    with pytest.raises(InvalidModelError, match="per-axis operands|begin values for rank"):
+        compile_for(lite_graph("StridedSlice", {}, inputs), {"x": x})
 
 
 def _copies_model(x: np.ndarray, case: str) -> LiteModel:

@@ -644,6 +644,26 @@ def test_shape_start_end_slice_with_run_time_ends_and_identity_to_an_output():
     check(model, [{"x": randn(rng, n, 2, w)} for n, w in ((1, 4), (3, 6))])
 
 
+@pytest.mark.parametrize("operand", ["axes", "steps"])
+def test_slice_with_constant_bounds_and_run_time_axes_or_steps_reads_them(operand):
+    """Constant starts/ends beside axes or steps computed at run time: the importer took
+    them for absent (axes 0.., steps 1) and computed another slice; found by fuzzing a .ms
+    file whose steps were rewired to an activation. Such a Slice now stays on the CPU and
+    reads its operands."""
+    values = {"axes": np.array([1], np.int64), "steps": np.array([2], np.int64)}
+    inputs = ["x", "s", "e", "axes", "steps"]
+    model = model_of([helper.make_node("Slice", inputs, ["y"])],
+                     [helper.make_tensor_value_info("x", F, [4, 6]),
+                      helper.make_tensor_value_info(operand, I64, [1])],
+                     [helper.make_tensor_value_info("y", F, None)],
+                     {"s": np.array([1], np.int64), "e": np.array([5], np.int64),
+                      **{k: v for k, v in values.items() if k != operand}}, opset=13)
+    x = randn(np.random.default_rng(19), 4, 6)
+    npu = check(model, [{"x": x, operand: values[operand]}], on_npu=False, ms=False)
+    [node] = npu.partition()
+    assert node.device == "CPU" and f"{operand} ('{operand}') is not a constant" in node.reason
+
+
 @pytest.mark.parametrize("op,attrs,shape", [
     ("SpaceToDepth", dict(blocksize=2), (2, 3, 4, 6)),
     ("DepthToSpace", dict(blocksize=2, mode="DCR"), (1, 8, 3, 2)),

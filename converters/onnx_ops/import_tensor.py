@@ -68,15 +68,15 @@ def slice_v10(ctx, node):
     per concrete shape) are passed as they are, axes and steps then defaulting by the
     operand's static length."""
     values = [ctx.const_value(present(node, i)) if present(node, i) else None for i in range(1, 5)]
+    for i, what in ((3, "axes"), (4, "steps")):  # (given but computed: not the default)
+        if present(node, i) and values[i - 1] is None:
+            raise Unmappable(f"{what} ({node.inputs[i]!r}) is not a constant")
     if all(v is not None for v in values[:2]):
         starts, ends, axes, steps = values
         n = len(starts)
         return _strided_slice(ctx, node, starts, ends,
                               list(range(n)) if axes is None else axes,
                               [1] * n if steps is None else steps)
-    for i, what in ((3, "axes"), (4, "steps")):
-        if present(node, i) and values[i - 1] is None:
-            raise Unmappable(f"{what} ({node.inputs[i]!r}) is not a constant")
     length = ctx.shape(node.inputs[1] if values[0] is None else node.inputs[2])
     if length is None or len(length) != 1 or not isinstance(length[0], int):
         raise Unmappable("starts/ends of unknown length")

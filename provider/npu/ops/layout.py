@@ -230,6 +230,15 @@ def _clamp_end(v: int) -> int:
     return max(min(v, 2**62), -(2**62))
 
 
+def _same_lengths(node: LiteNode, **operands: list[int]) -> None:
+    """A slice's per-axis operands must agree in length (onnxruntime refuses the model
+    otherwise: "Starts and steps shape mismatch")."""
+    if len({len(v) for v in operands.values()}) > 1:
+        lengths = ", ".join(f"{k} {len(v)}" for k, v in operands.items())
+        raise InvalidModelError(f"{describe(node)}: per-axis operands of different lengths "
+                                f"({lengths})")
+
+
 def _strided_masks(node: LiteNode) -> str | None:
     if node.attrs.get("ellipsis_mask", 0) or node.attrs.get("new_axis_mask", 0):
         return "StridedSlice with ellipsis/new-axis masks"
@@ -251,11 +260,15 @@ def strided_slice_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> 
     if len(ins) == 5:
         axes = ints(const(node, ins, 3, "axes"))
         steps = ints(const(node, ins, 4, "steps"))
+        _same_lengths(node, begin=begin, end=end, axes=axes, steps=steps)
         for ax, b, e, s in zip(axes, begin, end, steps, strict=True):
             ax = axis_of(node, ax, ndim)
             specs[ax], out[ax] = _onnx_slice_spec(x.shape[ax], b, e, s)
         return _slice_lowered(x, specs, tuple(out))
     strides = ints(const(node, ins, 3, "strides")) if len(ins) > 3 else [1] * len(begin)
+    _same_lengths(node, begin=begin, end=end, strides=strides)
+    if len(begin) > ndim:
+        raise InvalidModelError(f"{describe(node)}: {len(begin)} begin values for rank {ndim}")
     bm, em, sm = int(a.get("begin_mask", 0)), int(a.get("end_mask", 0)), int(a.get("shrink_axis_mask", 0))
     keep = []
     for ax in range(ndim):
