@@ -1577,6 +1577,17 @@ def test_rnn_runs_natively_like_numpy(op, bidirectional, states, outputs):
     _native_matches_numpy(model, feeds)
 
 
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_a_recurrence_of_no_hidden_units_runs_natively(op):
+    """A .ms file may hold a layer of hidden size 0: its step's kind comes from its kernel,
+    not from its shapes (G / H divided by zero there), and it computes empty outputs."""
+    x = randn(rng(41), 3, 2, 4)
+    model = lite_graph(op, {}, [("x", x, False), ("w", np.ones((1, 0, 4), np.float32), True),
+                                ("r", np.ones((1, 0, 0), np.float32), True),
+                                ("b", np.ones((1, 0), np.float32), True)])
+    _native_matches_numpy(model, {"x": x})
+
+
 @pytest.mark.parametrize("op, hidden", [("LSTM", 256), ("GRU", 304)])
 @pytest.mark.parametrize("batch", [3, 5])
 def test_a_big_recurrence_is_cut_over_the_cores_in_blocks(op, hidden, batch, restore_threads,

@@ -4,11 +4,12 @@
  *
  * rnn: p[0] T, p[1] B, p[2] I, p[3] H, p[4] D, p[5] kind (0 LSTM, 1 GRU, 2 RNN Tanh, 3 RNN
  * Relu), p[6] R^T in blocks (never with p[7]), p[7] the GRU's reset before the product, p[8]
- * the one direction walked from the last step; slots 0 x (T, B, I), 1 W^T (D, I, G*H), 2 R^T (D, H, G*H), or in blocks (D, H/16,
- * H, G, 16: ops/rnn.py's `blocks`), 3 bias (D, G*H), 4 the GRU's recurrent bias of the new
- * gate (D, H) or -1, 5 h0 (D, B, H) or -1, 6 c0 or -1, 7 Y (T, D, B, H) or -1, 8 Y_h
- * (D, B, H) or -1, 9 Y_c or -1, 10 the scratch X @ W (D, T, B, G*H). Sequence lengths
- * (checked per run against T) stay on the numpy kernel.
+ * the one direction walked from the last step; slots 0 x (T, B, I), 1 W^T (D, I, G*H),
+ * 2 R^T (D, H, G*H), or in blocks (D, H/16, H, G, 16: ops/rnn.py's `blocks`), 3 bias
+ * (D, G*H), 4 the GRU's recurrent bias of the new gate (D, H) or -1, 5 h0 (D, B, H) or -1,
+ * 6 c0 or -1, 7 Y (T, D, B, H) or -1, 8 Y_h (D, B, H) or -1, 9 Y_c or -1, 10 the scratch
+ * X @ W (D, T, B, G*H). Sequence lengths (checked per run against T) stay on the numpy
+ * kernel.
  *
  * Each direction's X @ W comes first, for all steps at once. Then the recurrence: one task
  * per direction, or, with R^T in blocks (a big one), the directions one after the other,
@@ -23,10 +24,11 @@
 
 enum { RNN_LSTM, RNN_GRU, RNN_TANH, RNN_RELU };
 
-/* G: the gates' columns of R^T and of X @ W, from the step's parameters. */
-static inline int64_t gate_columns(const int64_t *p) {
-    return (p[5] == RNN_LSTM ? 4 : p[5] == RNN_GRU ? 3 : 1) * p[3];
+/* The gates of the step's kind, and G: their columns of R^T and of X @ W. */
+static inline int gate_count(const int64_t *p) {
+    return p[5] == RNN_LSTM ? 4 : p[5] == RNN_GRU ? 3 : 1;
 }
+static inline int64_t gate_columns(const int64_t *p) { return gate_count(p) * p[3]; }
 
 /* The time index of direction d's step-th step. */
 static inline int64_t time_of(const int64_t *p, int64_t d, int64_t step) {
@@ -209,7 +211,7 @@ static void step_units(const rnn_ctx *cx, int64_t d, int64_t t, const float *h_i
     const int64_t *p = cx->s->p, *slot = cx->s->slot;
     int64_t T = p[0], B = p[1], H = p[3], D = p[4], gru = p[5] == RNN_GRU;
     int64_t G = gate_columns(p);
-    int gates = (int)(G / H);
+    int gates = gate_count(p);
     const float *rt = (const float *)cx->slots[slot[2]] + d * H * G;
     const float *xt = (const float *)cx->slots[slot[10]] + (d * T + t) * B * G;
     const float *rb = slot[4] >= 0 ? (const float *)cx->slots[slot[4]] + d * H : NULL;

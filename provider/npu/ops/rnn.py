@@ -19,6 +19,7 @@ Arithmetic is fp32 whatever the storage dtype.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -314,8 +315,11 @@ def rnn_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
                    [("xw", (dirs, steps, batch, gh), F32)])
 
 
-@native("lstm", "gru", "rnn", op="rnn")
-def _rnn_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepBuilder) -> bool:
+_KINDS = {"lstm": 0, "gru": 1, "rnn": 2}  # rnn.c's p[5] (3: the RNN with Relu)
+
+
+def _rnn_native(kernel: str, ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict,
+                b: StepBuilder) -> bool:
     """float32 and no sequence lengths (those are checked per run by the numpy kernel)."""
     n = attrs["outputs"]
     if not f32(*ins, *outs) or attrs["has_lengths"]:
@@ -325,7 +329,7 @@ def _rnn_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepB
     dirs, gh = wt.shape[0], wt.shape[2]
     by_blocks = attrs.get("r_layout") == "blocks"
     hidden = ins[2].shape[2 if by_blocks else 1]
-    kind = {4: 0, 3: 1, 1: 2 + int(attrs.get("relu", False))}[gh // hidden]  # rnn.c's p[5]
+    kind = _KINDS[kernel] + int(attrs.get("relu", False))
     b.params(steps, batch, size, hidden, dirs, kind, int(by_blocks),
              int(attrs.get("reset_before", False)), int(attrs.get("reverse", False)))
     k = attrs["first_optional"]
@@ -340,3 +344,7 @@ def _rnn_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: StepB
     b.slots(b.inputs[0], b.inputs[1], b.inputs[2], b.inputs[3], b.inputs[4] if kind == 1 else None,
             *states, *results, b.outputs[n])
     return outs[n].nbytes == 4 * dirs * steps * batch * gh
+
+
+for _kernel in _KINDS:  # the step's kind from its kernel key (not from its shapes: H may be 0)
+    native(_kernel, op="rnn")(functools.partial(_rnn_native, _kernel))
