@@ -369,15 +369,22 @@ def test_depthwise_conv_with_residual_add(case):
     check_native(*conv_model(rng(1), **case), "conv2d")
 
 
-@pytest.mark.parametrize("k, stride, op", [((1, 256), (1, 128), "conv"), ((3, 3), (1, 1), "dwconv")],
-                         ids=["stft frames", "3x3"])
-def test_a_single_channel_conv_is_depthwise_unless_its_kernel_is_long(k, stride, op):
-    """One input channel: a plane per output channel (dwconv), but a long window over few
-    positions (an STFT's frames) is one GEMM (conv): 435 -> 49 us measured."""
-    model, feeds = conv_model(rng(3), n=2, c=1, hw=(1 if k[0] == 1 else 9, 640 if k[0] == 1 else 9),
-                              o=20, k=k, stride=stride)
+@pytest.mark.parametrize("k, stride, hw, op, direct", [
+    ((1, 256), (1, 128), (1, 640), "conv", False),
+    ((3, 3), (1, 1), (9, 9), "conv", True),
+    ((7, 7), (2, 2), (40, 40), "conv", True),
+    ((3, 3), (1, 1), (6, 6), "dwconv", False),
+], ids=["stft frames", "3x3", "7x7/2", "3x3 on 4x4"])
+def test_a_single_channel_conv_runs_direct_unless_its_kernel_is_long_or_its_plane_small(
+        k, stride, hw, op, direct):
+    """One input channel: the direct conv (a plane per output channel re-read the input per
+    channel: 1x1x96x96 -> 16 7x7 497 -> 144 us, 1x1x48x320 -> 32 3x3 387 -> 298 us), a plane
+    per output channel (dwconv) where the direct kernel would compute mostly padding, and a
+    long window over few positions (an STFT's frames) is one GEMM (conv): 435 -> 49 us."""
+    model, feeds = conv_model(rng(3), n=2, c=1, hw=hw, o=20, k=k, stride=stride)
     program = check_native(model, feeds, "conv2d")
     assert native_steps.lower(program, 0).op == native.OPS[op]
+    assert (program.steps[0].attrs.get("weights") == "direct") == direct
 
 
 @SETTINGS
@@ -440,6 +447,8 @@ def test_pool_native_matches_numpy(op, kh, kw, sh, sw, pads, ceil, include, n, c
 @pytest.mark.parametrize("op", ["MaxPoolFusion", "AvgPoolFusion"])
 @pytest.mark.parametrize("k, s, pads, ceil, w", [
     ((3, 3), (2, 2), (1, 1, 1, 1), False, 20),  # strided: row by row
+    ((2, 2), (2, 2), (0, 0, 0, 0), False, 20),  # 2x2/2: the pairs in one pass
+    ((2, 2), (2, 2), (1, 1, 1, 1), True, 21),  # padded, and the last pair past the edge
     ((5, 5), (1, 1), (2, 2, 2, 2), False, 20),  # a detector's SPP pool: the flat passes
     ((3, 2), (1, 1), (1, 0, 1, 1), False, 90),  # either side of the cut-off (96 columns)
     ((3, 2), (1, 1), (1, 0, 1, 1), False, 100),

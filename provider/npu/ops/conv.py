@@ -242,7 +242,7 @@ def conv2d_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered
                                 f"{x.shape}: output {oh}x{ow}")
     hp, wp = h + pads[0] + pads[1], wd + pads[2] + pads[3]
     stride = clamp_strides(stride, (oh, ow), (hp, wp))
-    direct = x.dtype == F32 and direct_conv(cg, kh, kw, stride[1], dilation[1], oh, ow)
+    direct = x.dtype == F32 and direct_conv(cg, g, kh, kw, stride[1], dilation[1], oh, ow)
     operands: list[int | np.ndarray | Packed] = [0, Packed(
         (g, o // g, cg * kh * kw), w.dtype, lambda: _conv_weights(w, g, direct))]
     if len(ins) > 2:
@@ -333,10 +333,12 @@ def _conv2d_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
     sh, sw = attrs["stride"]
     if not fits_int32(h, wd, kh, kw, sh, sw, dh, dw, *attrs["pads"]):
         return False
-    # one input channel is depthwise too (a plane per output channel), unless the kernel is
-    # long: a window of hundreds of taps over few positions (an STFT's 1x256/128 frames:
-    # 435 us as planes, 49 us as one GEMM per image, batch 4) is a GEMM's work
-    depthwise = c == g and not (c == 1 and kh * kw > DIRECT_MAX_TAPS)
+    # one input channel is depthwise too (a plane per output channel), unless the direct
+    # kernel takes it (conv_weights.direct_conv) or the kernel is long: a window of hundreds
+    # of taps over few positions (an STFT's 1x256/128 frames: 435 us as planes, 49 us as one
+    # GEMM per image, batch 4) is a GEMM's work
+    direct = attrs.get("weights") == "direct"  # stored for the direct kernel (conv_weights)
+    depthwise = c == g and not (c == 1 and (kh * kw > DIRECT_MAX_TAPS or direct))
     im2col = not depthwise and ([kh, kw] != [1, 1] or [sh, sw] != [1, 1] or any(attrs["pads"]))
     cols = None
     if im2col:  # the planned cols scratch holds one image's (C*KH*KW, OH*OW) matrix (an
@@ -351,7 +353,6 @@ def _conv2d_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
         return False
     if depthwise:
         b.set_op("dwconv")
-    direct = attrs.get("weights") == "direct"  # stored for the direct kernel (conv_weights)
     if direct and (depthwise or kh * kw > DIRECT_MAX_TAPS):
         return False  # a Program the compiler did not write: the kernel holds at most this many taps
     b.params(n, c, h, wd, o, oh, ow, g, kh, kw, sh, sw, dh, dw, top, left, act, im2col, 0, 0,

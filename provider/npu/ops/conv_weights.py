@@ -28,17 +28,19 @@ DIRECT_ROWS, DIRECT_VECTOR, DIRECT_MAX_TAPS, DIRECT_MIN_K = 8, 16, 64, 32
 DIRECT_SMALL_K_POSITIONS = 10_000
 
 
-def direct_conv(cg: int, kh: int, kw: int, sw: int, dw: int, oh: int, ow: int) -> bool:
-    """Whether an fp32 conv with cg > 1 input channels per group (depthwise convs have
-    their own kernel) runs as the direct convolution: windows only (GEMM does 1x1 better),
-    enough multiply-adds per output (DIRECT_MIN_K) to fill a tile's registers unless the
-    plane is big (DIRECT_SMALL_K_POSITIONS), and planes
-    that waste little of the last vector and of the padded rows' extra columns (a 7x7
-    output computes 64 positions for 49; a 4x4 one, 32 for 16, stays on GEMM)."""
+def direct_conv(cg: int, g: int, kh: int, kw: int, sw: int, dw: int, oh: int, ow: int) -> bool:
+    """Whether an fp32 conv of g groups of cg input channels runs as the direct convolution
+    (depthwise convs have their own kernel): windows only (GEMM does 1x1 better), enough
+    multiply-adds per output (DIRECT_MIN_K) to fill a tile's registers unless the plane is
+    big (DIRECT_SMALL_K_POSITIONS) or there is one input channel (a grayscale stem: as a
+    plane per output channel it read the input once per channel, 1x1x96x96 -> 16 7x7 497 ->
+    144 us, 1x1x48x320 -> 32 3x3 387 -> 298 us, one core), and planes that waste little of
+    the last vector and of the padded rows' extra columns (a 7x7 output computes 64
+    positions for 49; a 4x4 one, 32 for 16, stays on GEMM)."""
     taps = kh * kw
-    if cg == 1 or taps == 1 or taps > DIRECT_MAX_TAPS:
+    if cg < 1 or (cg == 1 and g > 1) or taps == 1 or taps > DIRECT_MAX_TAPS:
         return False
-    if cg * taps < DIRECT_MIN_K and oh * ow < DIRECT_SMALL_K_POSITIONS:
+    if cg > 1 and cg * taps < DIRECT_MIN_K and oh * ow < DIRECT_SMALL_K_POSITIONS:
         return False
     wq = ow + (kw - 1) * dw // sw
     computed = -(-oh * wq // DIRECT_VECTOR) * DIRECT_VECTOR
