@@ -226,17 +226,21 @@ def test_conv_cases_native_match_numpy(case, vector_width):
 
 @pytest.mark.parametrize("case, direct", [
     ({"c": 64, "o": 32, "k": (1, 1), "stride": (2, 2), "hw": (14, 14)}, 0),
-    ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (4, 4)}, 0),
+    ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (2, 2)}, 0),
+    ({"c": 32, "o": 16, "k": (3, 3), "stride": (2, 2), "pads": (1, 1, 1, 1), "hw": (8, 8)}, 0),
     ({"c": 3, "o": 16, "k": (3, 3), "stride": (2, 2), "hw": (31, 31)}, 0),
+    ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (4, 4)}, 1),
+    ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (2, 16)}, 1),
     ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (7, 7)}, 1),
     ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (28, 28)}, 1),
     ({"c": 3, "o": 8, "k": (3, 3), "stride": (2, 2), "pads": (1, 1, 1, 1), "hw": (200, 200)}, 1),
 ], ids=str)
 def test_conv_method_follows_the_measured_rule(case, direct):
-    """1x1 convs, 4x4 outputs (32 positions computed for 16) and 27-tap stems on small
-    planes stay on im2col + GEMM; 3x3 convs on 7x7 (64 positions for 49) and 28x28 planes,
-    and a 27-tap stem with 10,000 outputs, are direct, their weights stored for the direct
-    kernel. Both give numpy's values."""
+    """1x1 convs, 2x2 outputs (16 positions computed for 4), strided 4x4 outputs (32 for
+    16) and 27-tap stems on small planes stay on im2col + GEMM; 3x3 convs on 4x4 (32 for 16,
+    stride 1), 2x16, 7x7 (64 for 49) and 28x28 planes, and a 27-tap stem with 10,000
+    outputs, are direct, their weights stored for the direct kernel. Both give numpy's
+    values."""
     model, feeds = conv_model(rng(4), **case)
     program = check_native(model, feeds, "conv2d")
     assert is_direct(program) == direct
@@ -373,8 +377,8 @@ def test_depthwise_conv_with_residual_add(case):
     ((1, 256), (1, 128), (1, 640), "conv", False),
     ((3, 3), (1, 1), (9, 9), "conv", True),
     ((7, 7), (2, 2), (40, 40), "conv", True),
-    ((3, 3), (1, 1), (6, 6), "dwconv", False),
-], ids=["stft frames", "3x3", "7x7/2", "3x3 on 4x4"])
+    ((3, 3), (1, 1), (4, 4), "dwconv", False),
+], ids=["stft frames", "3x3", "7x7/2", "3x3 to 2x2"])
 def test_a_single_channel_conv_runs_direct_unless_its_kernel_is_long_or_its_plane_small(
         k, stride, hw, op, direct):
     """One input channel: the direct conv (a plane per output channel re-read the input per

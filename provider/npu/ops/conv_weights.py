@@ -35,8 +35,13 @@ def direct_conv(cg: int, g: int, kh: int, kw: int, sw: int, dw: int, oh: int, ow
     big (DIRECT_SMALL_K_POSITIONS) or there is one input channel (a grayscale stem: as a
     plane per output channel it read the input once per channel, 1x1x96x96 -> 16 7x7 497 ->
     144 us, 1x1x48x320 -> 32 3x3 387 -> 298 us, one core), and planes that waste little of
-    the last vector and of the padded rows' extra columns (a 7x7 output computes 64
-    positions for 49; a 4x4 one, 32 for 16, stays on GEMM)."""
+    the last vector and of the padded rows' extra columns: at least 70 % of the positions
+    computed are outputs (a 7x7 output computes 64 positions for 49), 50 % at stride 1.
+    OpenBLAS's small GEMMs did worse than half the direct kernel's work there (one core, the
+    step alone: 64 channels on 4x4 41 -> 19 us, on 2x16 46 -> 25, 160 on 3x3 138 -> 66, a
+    5x5 of 64 on 5x5 121 -> 88, batch 3 of 64 on 2x40 247 -> 143), but not below it (256
+    channels on 2x2, 25 %: even; on 1x1 101 -> 160) nor at stride 2 (64 -> 128 3x3/2 to 4x4,
+    50 %: 43 -> 72)."""
     taps = kh * kw
     if cg < 1 or (cg == 1 and g > 1) or taps == 1 or taps > DIRECT_MAX_TAPS:
         return False
@@ -44,7 +49,7 @@ def direct_conv(cg: int, g: int, kh: int, kw: int, sw: int, dw: int, oh: int, ow
         return False
     wq = ow + (kw - 1) * dw // sw
     computed = -(-oh * wq // DIRECT_VECTOR) * DIRECT_VECTOR
-    return oh * ow * 10 >= computed * 7
+    return oh * ow * 10 >= computed * 7 or (sw == 1 and oh * ow * 2 >= computed)
 
 
 def direct_row_blocks(rows: int) -> list[tuple[int, int]]:
