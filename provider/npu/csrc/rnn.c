@@ -132,12 +132,13 @@ MULTIVERSION static void rnn_units(float *restrict h, const float *restrict g,
 
 /* Step t of a GRU whose reset gate scales h before the new gate's product (every unit; rows
  * of R^T): z and r from h's product with their columns, then (r * h) with the new gate's.
- * g: B x G scratch, rh: B x H scratch; h_in and h_out may be the same memory. */
+ * g: B x G scratch, rh: B x H scratch; y (or NULL): the step's B x H rows of Y; h_in and
+ * h_out may be the same memory. */
 MULTIVERSION static void gru_reset_before(const float *h_in, float *h_out,
                                           const float *restrict xt, float *restrict g,
                                           float *restrict rh, const float *restrict rt,
-                                          const float *restrict rb, float *y, int64_t y_stride,
-                                          int64_t B, int64_t H) {
+                                          const float *restrict rb, float *y, int64_t B,
+                                          int64_t H) {
     int64_t G = 3 * H;
     recurrent(g, h_in, rt, B, H, 2 * H, G, 0);
     for (int64_t b = 0; b < B; b++)
@@ -153,7 +154,7 @@ MULTIVERSION static void gru_reset_before(const float *h_in, float *h_out,
             float cand = ftanh(xt[b * G + 2 * H + j] + g[b * G + 2 * H + j] + rb[j]);
             float h = cand + z * (h_in[b * H + j] - cand);
             h_out[b * H + j] = h;
-            if (y) y[b * y_stride + j] = h;
+            if (y) y[b * H + j] = h;
         }
 }
 
@@ -218,7 +219,7 @@ static void step_units(const rnn_ctx *cx, int64_t d, int64_t t, const float *h_i
     float *Y = slot[7] >= 0 ? cx->slots[slot[7]] : NULL;
     if (gru && p[7]) {
         gru_reset_before(h_in, h_out, xt, g, g + B * G, rt, rb,
-                         Y ? Y + (t * D + d) * B * H : NULL, H, B, H);
+                         Y ? Y + (t * D + d) * B * H : NULL, B, H);
         return;
     }
     if (!gru)
