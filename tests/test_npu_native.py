@@ -1035,6 +1035,24 @@ def test_a_sleeping_worker_is_woken_off_its_callers_cpu(restore_threads):
         assert masks() <= others
 
 
+@pytest.mark.parametrize("kind, attrs", [("RELU", {}), ("HARD_TANH", {"min_val": -1.0, "max_val": 2.0}),
+                                         ("LEAKY_RELU", {"alpha": 0.1})], ids=str)
+def test_activation_over_the_cores_gives_one_cores_result(restore_threads, kind, attrs):
+    """A long activation runs in blocks over the cores (30,021 floats: blocks of whole
+    vectors, the last one short); every block sees its own part, so 1 and 3 cores agree with
+    each other and with numpy."""
+    x = randn(rng(12), 3, 10007) * 5
+    program = compile_for(lite_graph("Activation", {"activation_type": kind, **attrs},
+                                     [("x", x, False)]), {"x": x})
+    assert native_steps.lower(program, 0).op == native.OPS["activation"]
+    native.set_threads(1)
+    one, _ = run(program, {"x": x})
+    native.set_threads(3)
+    three, _ = run(program, {"x": x})
+    np.testing.assert_array_equal(one[0], three[0])
+    assert_close(three, run(program, {"x": x}, kernels=KERNELS)[0])
+
+
 def test_pool_thread_count_does_not_change_the_result(restore_threads):
     x = randn(rng(11), 2, 32, 30, 30)
     for op in ("MaxPoolFusion", "AvgPoolFusion"):

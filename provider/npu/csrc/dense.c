@@ -55,12 +55,27 @@ int matmul(const lnpu_step *s, void **slots) {
     return 0;
 }
 
-/* activation: count, act; slots x, y (may be the same memory) */
+/* activation: count, act; slots x, y (may be the same memory). One pass from x into y, in
+ * blocks over the cores: a copy and then a pass over y in place, on one core, took 106 us
+ * for a Relu of 1 MB (2 cores: 106). */
+typedef struct {
+    const float *x;
+    float *y;
+    int64_t n, per;
+    act_t act;
+} activation_ctx;
+
+MULTIVERSION static void activation_task(const void *ctx, int64_t t) {
+    const activation_ctx *cx = ctx;
+    int64_t lo = t * cx->per, hi = lo + cx->per < cx->n ? lo + cx->per : cx->n;
+    if (lo < hi) finish(cx->y + lo, cx->x + lo, hi - lo, 0.0f, NULL, cx->act);
+}
+
 void activation(const lnpu_step *s, void **slots) {
-    const float *x = slots[s->slot[0]];
-    float *y = slots[s->slot[1]];
-    if (x != y) memcpy(y, x, s->p[0] * sizeof(float));
-    epilogue(y, s->p[0], 0.0f, NULL, act_of(s, 1));
+    activation_ctx cx = {slots[s->slot[0]], slots[s->slot[1]], s->p[0], 0, act_of(s, 1)};
+    int64_t tasks = task_count(cx.n * 8.0 / COPY_BYTES_PER_NS, cx.n / 4096 > 1 ? cx.n / 4096 : 1);
+    cx.per = (per_task(cx.n, tasks) + 15) / 16 * 16;
+    parallel(activation_task, &cx, (cx.n + cx.per - 1) / cx.per);
 }
 
 /* softmax over one axis: outer, length, log, inner (elements after the axis; 0 or 1: the
