@@ -39,9 +39,8 @@ def direct_conv(cg: int, g: int, kh: int, kw: int, sw: int, dw: int, oh: int, ow
     computed are outputs (a 7x7 output computes 64 positions for 49), 50 % at stride 1.
     OpenBLAS's small GEMMs did worse than half the direct kernel's work there (one core, the
     step alone: 64 channels on 4x4 41 -> 19 us, on 2x16 46 -> 25, 160 on 3x3 138 -> 66, a
-    5x5 of 64 on 5x5 121 -> 88, batch 3 of 64 on 2x40 247 -> 143), but not below it (256
-    channels on 2x2, 25 %: even; on 1x1 101 -> 160) nor at stride 2 (64 -> 128 3x3/2 to 4x4,
-    50 %: 43 -> 72)."""
+    5x5 of 64 on 5x5 121 -> 88), but not below it (256 channels on 2x2, 25 %: even; on 1x1
+    101 -> 160) nor at stride 2 (64 -> 128 3x3/2 to 4x4, 50 %: 43 -> 72)."""
     taps = kh * kw
     if cg < 1 or (cg == 1 and g > 1) or taps == 1 or taps > DIRECT_MAX_TAPS:
         return False
