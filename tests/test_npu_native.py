@@ -224,6 +224,17 @@ def test_conv_cases_native_match_numpy(case, vector_width):
     check_native(*conv_model(rng(1), **case), "conv2d")
 
 
+def test_the_direct_kernel_takes_a_group_without_input_channels(monkeypatch, restore_threads):
+    """The rule sends no conv of 0 input channels to the direct kernel, but the kernel must
+    not depend on it: on several cores it sized its batch of images by the bytes of a
+    group's phases, 0 here, and died with SIGFPE. Forced direct, its output is the bias."""
+    monkeypatch.setattr("provider.npu.ops.conv.direct_conv", lambda *geometry: True)
+    native.set_threads(3)
+    model, feeds = conv_model(rng(5), n=2, c=0, o=8, hw=(12, 12), pads=(1, 1, 1, 1))
+    program = check_native(model, feeds, "conv2d")
+    assert is_direct(program)
+
+
 @pytest.mark.parametrize("case, direct", [
     ({"c": 64, "o": 32, "k": (1, 1), "stride": (2, 2), "hw": (14, 14)}, 0),
     ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (2, 2)}, 0),

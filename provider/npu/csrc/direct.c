@@ -198,7 +198,7 @@ int direct_conv(const lnpu_step *s, void **slots) {
      * 2.21 ms (8 of 8 rounds faster), svtr_recognizer at 2x3x32x128 1.53 -> 1.47 ms (7 of 8);
      * batch 1 unchanged. One core keeps a call per image, each image's phases still in cache
      * when its tiles read them. */
-    int64_t images = banded || nc == 1 ? 1 : DIRECT_BATCH_BYTES / (group_bytes * G);
+    int64_t images = banded || nc == 1 || !group_bytes ? 1 : DIRECT_BATCH_BYTES / (group_bytes * G);
     images = images < 1 ? 1 : images > p[C_N] ? p[C_N] : images;
     int64_t tasks = images * G * cx.obgroups * cx.chunks;
     if (nc > 1 && tasks % nc && tasks < 4 * nc)
