@@ -235,26 +235,41 @@ def test_the_direct_kernel_takes_a_group_without_input_channels(monkeypatch, res
     assert is_direct(program)
 
 
-@pytest.mark.parametrize("case, direct", [
-    ({"c": 64, "o": 32, "k": (1, 1), "stride": (2, 2), "hw": (14, 14)}, 0),
-    ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (2, 2)}, 0),
-    ({"c": 32, "o": 16, "k": (3, 3), "stride": (2, 2), "pads": (1, 1, 1, 1), "hw": (8, 8)}, 0),
-    ({"c": 3, "o": 16, "k": (3, 3), "stride": (2, 2), "hw": (31, 31)}, 0),
-    ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (4, 4)}, 1),
-    ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (2, 16)}, 1),
-    ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (7, 7)}, 1),
-    ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (28, 28)}, 1),
-    ({"c": 3, "o": 8, "k": (3, 3), "stride": (2, 2), "pads": (1, 1, 1, 1), "hw": (200, 200)}, 1),
+@pytest.mark.parametrize("case, kernel", [
+    ({"c": 64, "o": 32, "k": (1, 1), "stride": (2, 2), "hw": (14, 14)}, None),
+    ({"c": 32, "o": 8, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (2, 2)}, None),
+    ({"c": 32, "o": 8, "k": (3, 3), "stride": (2, 2), "pads": (1, 1, 1, 1), "hw": (8, 8)}, None),
+    ({"c": 3, "o": 16, "k": (3, 3), "stride": (2, 2), "hw": (31, 31)}, None),
+    ({"c": 32, "o": 8, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (4, 4)}, "direct"),
+    ({"c": 32, "o": 8, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (2, 16)}, "direct"),
+    ({"c": 32, "o": 8, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (7, 7)}, "direct"),
+    ({"c": 32, "o": 8, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (28, 28)}, "direct"),
+    ({"c": 3, "o": 8, "k": (3, 3), "stride": (2, 2), "pads": (1, 1, 1, 1), "hw": (200, 200)}, "direct"),
+    # whole blocks of 16 input and output channels, one group: blocked, whatever the plane
+    ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (2, 2)}, "blocked"),
+    ({"c": 32, "o": 16, "k": (3, 3), "stride": (2, 2), "pads": (1, 1, 1, 1), "hw": (8, 8)}, "blocked"),
+    ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (7, 7)}, "blocked"),
+    ({"c": 16, "o": 48, "k": (5, 5), "pads": (2, 2, 2, 2), "hw": (28, 28)}, "blocked"),
+    ({"c": 32, "o": 16, "k": (1, 1), "hw": (7, 7)}, None),
+    ({"c": 3, "o": 16, "k": (7, 7), "stride": (2, 2), "pads": (3, 3, 3, 3), "hw": (112, 112)}, "direct"),
+    ({"c": 32, "o": 32, "group": 2, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (14, 14)}, "direct"),
 ], ids=str)
-def test_conv_method_follows_the_measured_rule(case, direct):
+def test_conv_method_follows_the_measured_rule(case, kernel):
     """1x1 convs, 2x2 outputs (16 positions computed for 4), strided 4x4 outputs (32 for
     16) and 27-tap stems on small planes stay on im2col + GEMM; 3x3 convs on 4x4 (32 for 16,
     stride 1), 2x16, 7x7 (64 for 49) and 28x28 planes, and a 27-tap stem with 10,000
-    outputs, are direct, their weights stored for the direct kernel. Both give numpy's
-    values."""
+    outputs, are direct, their weights stored for the direct kernel; convs of one group in
+    whole blocks of 16 input and output channels are blocked (not 1x1 ones, not an RGB
+    stem, not two groups). All give numpy's values."""
     model, feeds = conv_model(rng(4), **case)
     program = check_native(model, feeds, "conv2d")
-    assert is_direct(program) == direct
+    assert stored_for(program) == kernel
+
+
+@pytest.fixture
+def no_blocked(monkeypatch):
+    """Convs the blocked kernel would take go by the direct kernel's rule instead."""
+    monkeypatch.setattr("provider.npu.ops.conv.blocked_conv", lambda *geometry: False)
 
 
 @pytest.fixture(params=[0, 8], ids=["widest", "8 floats"])
@@ -267,11 +282,17 @@ def vector_width(request):
     native.set_vector_width(0)
 
 
+def stored_for(program: Program) -> str | None:
+    """The kernel ("direct", "blocked"; None: GEMM) the program's one conv is stored for,
+    checked to be the one it is lowered to."""
+    stored = program.steps[0].attrs.get("weights")
+    assert native_steps.lower(program, 0).p[20] == conv_weights.KERNEL_CODES[stored]  # C_DIRECT
+    return stored
+
+
 def is_direct(program: Program) -> bool:
     """Whether the program's one conv is stored for, and lowered to, the direct kernel."""
-    stored = program.steps[0].attrs.get("weights") == "direct"
-    assert native_steps.lower(program, 0).p[20] == stored  # C_DIRECT
-    return stored
+    return stored_for(program) == "direct"
 
 
 @pytest.mark.parametrize("case", [
@@ -312,7 +333,7 @@ def is_direct(program: Program) -> bool:
     {"c": 16, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (9, 9), "residual": True},
     {"c": 24, "o": 32, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (5, 7), "act": "RELU6"},
 ], ids=str)
-def test_direct_conv_cases_match_numpy(case, vector_width):
+def test_direct_conv_cases_match_numpy(case, vector_width, no_blocked):
     """Convs the native library computes directly (no im2col): channel tiles of 8/4/2/1,
     position tiles of 3/2/1 vectors, channel-vector tiles of pairs of blocks (8 floats),
     groups, dilation, strides, uneven pads, residual; with vectors of 16 floats where the
@@ -320,6 +341,51 @@ def test_direct_conv_cases_match_numpy(case, vector_width):
     model, feeds = conv_model(rng(3), **case)
     program = check_native(model, feeds, "conv2d")
     assert is_direct(program)
+
+
+@pytest.mark.parametrize("case", [
+    # tiles of 12 and 10 positions per row (2 blocks); an odd block count (the third alone)
+    {"c": 16, "o": 32, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (5, 12), "act": "RELU"},
+    {"c": 32, "o": 48, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (4, 40), "n": 3},
+    # rows split in even tiles (25 = 9 + 8 + 8; 7 alone), stride 2 and 3 (runtime offsets)
+    {"c": 16, "o": 16, "k": (3, 3), "stride": (2, 2), "pads": (1, 1, 1, 1), "hw": (13, 50)},
+    {"c": 16, "o": 32, "k": (3, 3), "stride": (3, 3), "pads": (1, 0, 2, 1), "hw": (20, 22),
+     "residual": True, "act": "RELU"},
+    # dilation, uneven and wide pads: kernel rows in the padding skipped, rows with no
+    # valid kernel row (the bias alone), columns read past the input's right edge
+    {"c": 16, "o": 16, "k": (3, 3), "dil": (2, 3), "pads": (2, 2, 3, 3), "hw": (9, 11),
+     "act": "RELU6"},
+    {"c": 16, "o": 16, "k": (3, 3), "pads": (4, 4, 1, 5), "hw": (1, 3)},
+    {"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (1, 1), "act": "SWISH"},
+    {"c": 16, "o": 16, "k": (5, 3), "stride": (1, 2), "pads": (0, 2, 2, 0), "hw": (7, 9),
+     "residual": True, "act": "HSWISH"},
+    # no bias; a non-clamp activation (finished per output channel); a batch past one call's
+    # scratch budget is several calls
+    {"c": 16, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (6, 6), "bias": False,
+     "act": "SIGMOID"},
+    {"c": 64, "o": 32, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (48, 48), "n": 3},
+], ids=str)
+def test_blocked_conv_cases_match_numpy(case, vector_width, restore_threads):
+    """Convs of whole 16-channel blocks go by the blocked kernel (output-channel vectors):
+    its tiles of 1-12 positions x 1-2 blocks, strides, dilation, padding rows skipped and
+    padding columns read as zeros, every activation, residual; with AVX-512 tiles where the
+    CPU has it and the 8-float ones; the same bits on 1 and 3 cores, and numpy's values."""
+    model, feeds = conv_model(rng(7), **case)
+    program = check_native(model, feeds, "conv2d")
+    assert stored_for(program) == "blocked"
+    assert_cores_agree(program, feeds)
+
+
+def test_blocked_conv_keeps_nans_and_infinities(restore_threads):
+    """A NaN or an infinity in the input reaches the outputs whose windows hold it, through
+    the epilogue's clamp (RELU6 keeps NaN, as numpy's clip does), as in numpy."""
+    model, feeds = conv_model(rng(8), c=16, o=16, hw=(6, 7), pads=(1, 1, 1, 1), act="RELU6")
+    feeds["x"][0, 3, 2, 2] = np.nan
+    feeds["x"][0, 5, 4, 6] = np.inf
+    program = check_native(model, feeds, "conv2d")
+    assert stored_for(program) == "blocked"
+    got, _ = run(program, feeds)
+    assert np.isnan(got[0][0, :, 1:4, 1:4]).all() and not np.isnan(got[0][0, :, 5:, :]).any()
 
 
 @st.composite

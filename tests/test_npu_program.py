@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from provider.errors import CacheError, InvalidModelError
 from provider.npu import program as fmt
-from provider.npu.program import Program, Slot, Step
+from provider.npu.program import FORMAT_VERSION, Program, Slot, Step
 
 
 def make_program() -> Program:
@@ -114,7 +114,8 @@ def header_field(data: bytes, offset: int) -> int:
     "mutate, message",
     [
         (lambda d: b"NOTAPROG" + d[8:], "bad magic"),
-        (lambda d: d[:8] + struct.pack("<I", 4) + d[12:], "format version 4"),
+        (lambda d: d[:8] + struct.pack("<I", FORMAT_VERSION + 1) + d[12:],
+         f"format version {FORMAT_VERSION + 1}"),
         (lambda d: d[:8] + struct.pack("<I", 0) + d[12:], "format version 0"),
         (lambda d: d[:5], "truncated"),
         (lambda d: d[:40], "truncated"),

@@ -62,11 +62,13 @@ __all__ = [
 ]
 
 MAGIC = b"LNPUPROG"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 # Version 2 adds conv steps whose weights are stored in the direct kernel's order (attrs
 # "weights": "direct", see ops/conv_weights.py); a version 1 file has none and reads the same.
-# Version 3 digests with SHA-256 (see above); its contents are version 2's.
-READABLE_VERSIONS = (1, 2, 3)
+# Version 3 digests with SHA-256 (see above); its contents are version 2's. Version 4 adds
+# conv steps stored in the blocked kernel's order ("weights": "blocked"), which a version 3
+# reader would run as GEMM matrices.
+READABLE_VERSIONS = (1, 2, 3, 4)
 WEIGHTS_ALIGNMENT = 4096
 SLOT_KINDS = ("input", "output", "weight", "internal")
 

@@ -206,6 +206,7 @@ static int conv_batched(conv_ctx *cx) {
 /* Returns -1 when there is no host memory for a strided conv's phases. */
 int conv(const lnpu_step *s, void **slots) {
     const int64_t *p = s->p;
+    if (p[C_DIRECT] == CONV_BLOCKED) return blocked_conv(s, slots);
     if (p[C_DIRECT]) return direct_conv(s, slots);
     conv_ctx cx = {.p = p, .x = slots[s->slot[S_X]], .w = slots[s->slot[S_W]],
                    .bias = s->slot[S_BIAS] >= 0 ? slots[s->slot[S_BIAS]] : NULL,

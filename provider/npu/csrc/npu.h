@@ -427,12 +427,15 @@ void epilogue_rows(float *y, int64_t rows, int64_t ld, int64_t n, const float *b
  * kernel wants channels last, and the GEMM writes it at no cost. */
 enum { C_N, C_C, C_H, C_W, C_O, C_OH, C_OW, C_G, C_KH, C_KW, C_SH, C_SW, C_DH, C_DW, C_PT, C_PL,
        C_ACT, C_IM2COL, C_XCL, C_YCL, C_DIRECT };
+/* C_DIRECT: which kernel and weight order (ops/conv_weights.py): 0 im2col + GEMM */
+enum { CONV_DIRECT = 1, CONV_BLOCKED = 2 };
 /* conv slots */
 enum { S_X, S_W, S_BIAS, S_RES, S_Y, S_COLS };
 
 int64_t vector_width(void);  /* run.c: 16 (AVX-512) or 8 floats, for kernels with both widths */
 int conv(const lnpu_step *s, void **slots);          /* conv.c: im2col + GEMM, or direct */
 int direct_conv(const lnpu_step *s, void **slots);   /* direct.c */
+int blocked_conv(const lnpu_step *s, void **slots);  /* blocked.c */
 int dwconv(const lnpu_step *s, void **slots);        /* dwconv.c */
 void deconv(const lnpu_step *s, void **slots);       /* deconv.c */
 int pool2d(const lnpu_step *s, void **slots, int max);

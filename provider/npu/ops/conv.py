@@ -39,7 +39,15 @@ from provider.npu.ops.common import (
     two_d,
     window_pads,
 )
-from provider.npu.ops.conv_weights import DIRECT_MAX_TAPS, direct_blocks, direct_conv, gemm_weights
+from provider.npu.ops.conv_weights import (
+    DIRECT_MAX_TAPS,
+    KERNEL_CODES,
+    blocked_conv,
+    blocked_weights,
+    direct_blocks,
+    direct_conv,
+    gemm_weights,
+)
 from provider.npu.ops.native_builder import StepBuilder, f32, fits_int32
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
@@ -242,9 +250,13 @@ def conv2d_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered
                                 f"{x.shape}: output {oh}x{ow}")
     hp, wp = h + pads[0] + pads[1], wd + pads[2] + pads[3]
     stride = clamp_strides(stride, (oh, ow), (hp, wp))
-    direct = x.dtype == F32 and direct_conv(cg, g, kh, kw, stride[1], dilation[1], oh, ow)
+    order = None  # the stored weights' order for a kernel of the NPU's own (conv_weights)
+    if x.dtype == F32 and blocked_conv(c, o, g, kh, kw):
+        order = "blocked"
+    elif x.dtype == F32 and direct_conv(cg, g, kh, kw, stride[1], dilation[1], oh, ow):
+        order = "direct"
     operands: list[int | np.ndarray | Packed] = [0, Packed(
-        (g, o // g, cg * kh * kw), w.dtype, lambda: _conv_weights(w, g, direct))]
+        (g, o // g, cg * kh * kw), w.dtype, lambda: _conv_weights(w, g, order))]
     if len(ins) > 2:
         operands.append(const(node, ins, 2, "bias").reshape(o, 1))
     planned = []
@@ -261,17 +273,19 @@ def conv2d_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered
         planned.append(("cols", (n, g, cg * kh * kw, oh * ow), F32))
     attrs = {"kernel": kernel, "stride": stride, "dilation": dilation, "pads": pads, "group": g,
              "activation": activation_of(node), "scratch": [s[0] for s in planned]}
-    if direct:  # stored for the NPU's direct convolution (conv_weights)
-        attrs["weights"] = "direct"
+    if order:
+        attrs["weights"] = order
     return Lowered("conv2d", attrs, operands, [((n, o, oh, ow), x.dtype)], planned)
 
 
-def _conv_weights(w: np.ndarray, g: int, direct: bool) -> np.ndarray:
+def _conv_weights(w: np.ndarray, g: int, order: str | None) -> np.ndarray:
     """OIHW weights as the conv step stores them: GEMM matrices (G, O/G, K), or in the
-    direct kernel's order."""
+    direct or the blocked kernel's order."""
     o, cg, kh, kw = w.shape
     gemm = np.ascontiguousarray(w.reshape(g, o // g, cg * kh * kw))
-    return direct_blocks(gemm) if direct else gemm
+    if order == "blocked":
+        return blocked_weights(gemm, (kh, kw))
+    return direct_blocks(gemm) if order == "direct" else gemm
 
 
 @define("Conv2dTransposeFusion", dtypes=FLOAT,
@@ -337,8 +351,8 @@ def _conv2d_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
     # kernel takes it (conv_weights.direct_conv) or the kernel is long: a window of hundreds
     # of taps over few positions (an STFT's 1x256/128 frames: 435 us as planes, 49 us as one
     # GEMM per image, batch 4) is a GEMM's work
-    direct = attrs.get("weights") == "direct"  # stored for the direct kernel (conv_weights)
-    depthwise = c == g and not (c == 1 and (kh * kw > DIRECT_MAX_TAPS or direct))
+    order = attrs.get("weights")  # stored for the direct or blocked kernel (conv_weights)
+    depthwise = c == g and not (c == 1 and (kh * kw > DIRECT_MAX_TAPS or order))
     im2col = not depthwise and ([kh, kw] != [1, 1] or [sh, sw] != [1, 1] or any(attrs["pads"]))
     cols = None
     if im2col:  # the planned cols scratch holds one image's (C*KH*KW, OH*OW) matrix (an
@@ -353,10 +367,12 @@ def _conv2d_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
         return False
     if depthwise:
         b.set_op("dwconv")
-    if direct and (depthwise or kh * kw > DIRECT_MAX_TAPS):
+    if order == "direct" and (depthwise or kh * kw > DIRECT_MAX_TAPS):
         return False  # a Program the compiler did not write: the kernel holds at most this many taps
+    if order == "blocked" and not blocked_conv(c, o, g, kh, kw):
+        return False  # nor here: the kernel takes whole blocks of channels only
     b.params(n, c, h, wd, o, oh, ow, g, kh, kw, sh, sw, dh, dw, top, left, act, im2col, 0, 0,
-             direct)
+             KERNEL_CODES[order])
     b.slots(b.inputs[0], b.inputs[1], b.inputs[2] if bias is not None else None,
             b.inputs[-1] if residual else None, b.outputs[0], cols)
     return True

@@ -1,13 +1,15 @@
 """The orders a conv step's weights are stored in, and which convs take which.
 
 The compiler packs every conv's weights once (`conv.conv2d_rule`): as the GEMM matrix
-(G, O/G, K), or, for a conv the NPU computes with its direct convolution (csrc/direct.c),
-in that kernel's order (attrs["weights"] == "direct"): per group, the output channels in
+(G, O/G, K); for a conv the NPU computes with its blocked convolution (csrc/blocked.c), in
+blocks of 16 input x 16 output channels per tap (attrs["weights"] == "blocked"); or, for a
+conv it computes with its direct convolution (csrc/direct.c), in that kernel's order
+(attrs["weights"] == "direct"): per group, the output channels in
 blocks of DIRECT_ROWS (then 4, 2, 1), each block stored K-major, its rows' weights for one
 k side by side. The direct kernel then reads them in place, as they come, where it used
 to gather each block from the GEMM matrix on every run (at ResNet-50's 7x7 stage the
-gather, a pass over 9 MB of weights per conv, cost as much as the arithmetic). Both
-orders hold the same floats in the same (G, O/G, K) shape; the numpy kernels read the
+gather, a pass over 9 MB of weights per conv, cost as much as the arithmetic). All
+three orders hold the same floats in the same (G, O/G, K) shape; the numpy kernels read the
 GEMM order (`gemm_weights`).
 """
 
@@ -15,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["DIRECT_ROWS", "direct_conv", "direct_row_blocks", "direct_blocks", "gemm_weights"]
+__all__ = ["KERNEL_CODES", "DIRECT_ROWS", "direct_conv", "direct_row_blocks", "direct_blocks", "blocked_conv",
+           "blocked_weights", "gemm_weights"]
 
 # The direct kernel computes tiles of DIRECT_ROWS output channels by positions in vectors
 # of DIRECT_VECTOR floats, on the output laid out in rows of the padded width. Which convs
@@ -26,6 +29,10 @@ DIRECT_ROWS, DIRECT_VECTOR, DIRECT_MAX_TAPS, DIRECT_MIN_K = 8, 16, 64, 32
 # (3 -> 16, 3x3/2, whole step on 2 cores: 1024x1024 7.0 -> 4.5 ms, 640x640 2.0 -> 1.3 ms,
 # 224x224/1 0.58 -> 0.54 ms; at 32x32 outputs GEMM stayed ahead, 22 vs 26 us).
 DIRECT_SMALL_K_POSITIONS = 10_000
+# The blocked kernel's vectors: 16 output channels each (csrc/blocked.c).
+BLOCK = 16
+# The conv step's kernel parameter (csrc/npu.h C_DIRECT) per stored order.
+KERNEL_CODES = {None: 0, "direct": 1, "blocked": 2}
 
 
 def direct_conv(cg: int, g: int, kh: int, kw: int, sw: int, dw: int, oh: int, ow: int) -> bool:
@@ -75,9 +82,36 @@ def direct_blocks(gemm: np.ndarray) -> np.ndarray:
     return out
 
 
+def blocked_conv(c: int, o: int, g: int, kh: int, kw: int) -> bool:
+    """Whether an fp32 conv runs as the blocked convolution (csrc/blocked.c): one group,
+    input and output channels in whole blocks of BLOCK, a window (GEMM does 1x1 better) of
+    at most DIRECT_MAX_TAPS. Where it applies it was as fast as the direct kernel or im2col
+    + GEMM or faster (one core, the step alone, alternating): 3x3 convs of 64 channels on
+    7x7 1.5x, on 2x40 (batch 3) 1.8x, on 56x56 even, 128 on 28x28 1.2x, 256 on 2x2 2.8x
+    (GEMM's), 32 -> 64 3x3/2 on 14x14 1.7x. Not below BLOCK input channels: a one-channel
+    7x7 stem ran at 0.7x the direct kernel's speed, a 3-channel one even."""
+    taps = kh * kw
+    return (g == 1 and o % BLOCK == 0 and c % BLOCK == 0 and c > 0
+            and 1 < taps <= DIRECT_MAX_TAPS)
+
+
+def blocked_weights(gemm: np.ndarray, kernel: tuple[int, int]) -> np.ndarray:
+    """GEMM-ordered weights (1, O, C*KH*KW) in the blocked kernel's order
+    [O/16][C/16][KH][KW][16 input][16 output channels], same shape."""
+    _, o, k = gemm.shape
+    kh, kw = kernel
+    w = gemm.reshape(o // BLOCK, BLOCK, k // (kh * kw * BLOCK), BLOCK, kh, kw)
+    return np.ascontiguousarray(w.transpose(0, 2, 4, 5, 3, 1)).reshape(gemm.shape)
+
+
 def gemm_weights(w: np.ndarray, attrs: dict) -> np.ndarray:
     """A conv step's weights (G, O/G, K) in GEMM order, whichever order attrs say they are
-    stored in (a copy when in the direct kernel's)."""
+    stored in (a copy when in the direct or the blocked kernel's)."""
+    if attrs.get("weights") == "blocked":
+        _, o, k = w.shape
+        kh, kw = attrs["kernel"]
+        blocks = w.reshape(o // BLOCK, k // (kh * kw * BLOCK), kh, kw, BLOCK, BLOCK)
+        return np.ascontiguousarray(blocks.transpose(0, 5, 1, 4, 2, 3)).reshape(w.shape)
     if attrs.get("weights") != "direct":
         return w
     g, rows, k = w.shape

@@ -1,0 +1,130 @@
+#include "npu.h"
+
+/* ---- blocked convolution: channel vectors ----------------------------------------------
+ *
+ * A KxK conv of one group whose input and output channels come in blocks of 16, computed
+ * with vectors along the output channels: the image is copied once into a channel-blocked
+ * scratch (C/16 blocks, each H rows of WP columns of 16 channel values, zero columns for the
+ * left and right padding), the weights are stored (provider/npu/ops/conv_weights.py) as
+ * [O/16][C/16][KH][KW][16][16], and a tile of T positions along one output row x NB blocks
+ * keeps T x NB vectors of 16 output channels in registers: each (channel block, kernel row,
+ * column, channel) step loads NB weight vectors and broadcasts T input values. Unlike the
+ * position tiles (direct.c), no position is computed that is not an output (a 7x7 plane
+ * computed 64 positions for 49) and kernel rows in the top and bottom padding are skipped
+ * (a 2-row plane's 3x3 conv computed a third of zeros). Sums are taken per output in the
+ * order channel block, kernel row, column, channel. */
+#ifndef BLOCKED_BATCH_BYTES
+#define BLOCKED_BATCH_BYTES (2L << 20)  /* the images' blocked copies one call may build */
+#endif
+
+typedef struct {
+    const int64_t *p;
+    const float *x, *w, *bias, *res;
+    float *y, *xb;                /* xb: the call's images, blocked */
+    act_t act;
+    int64_t n;                    /* the call's first image */
+    int64_t cb, wp;               /* blocks of input channels, scratch row width */
+    int64_t chunks, chunk_rows;   /* tasks per group of blocks: chunks of output rows */
+    int64_t per_image;            /* tasks per image */
+    int64_t tile_w, wide_tiles;   /* a row's tiles: tile_w positions, the first wide_tiles + 1 */
+} blocked_ctx;
+
+typedef float bvec __attribute__((vector_size(16 * sizeof(float)), aligned(4)));
+typedef int32_t bmask __attribute__((vector_size(16 * sizeof(int32_t))));
+#define BSPLAT(v) ((bvec){v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v})
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define BK(name) name##_v4
+#define BK_ATTR __attribute__((target("arch=x86-64-v4")))
+#define BK_T 12
+#define BK_NB 2
+#define BK_WIDE 1
+#include "blocked_tiles.h"
+#define BLOCKED_WIDE 1
+#else
+#define BLOCKED_WIDE 0
+#endif
+
+#define BK(name) name##_v3
+#define BK_ATTR MULTIVERSION
+#define BK_T 6
+#define BK_NB 1
+#define BK_WIDE 0
+#include "blocked_tiles.h"
+
+/* Task t: channel block t % CB of image cx->n + t / CB into the scratch: row by row, each
+ * input position's 16 channel values side by side, zero padding columns (16 x 16 blocks
+ * turned in registers where the CPU has AVX-512). */
+static void blocked_input_task(const void *ctx, int64_t t) {
+    const blocked_ctx *cx = ctx;
+    const int64_t *p = cx->p;
+    int64_t H = p[C_H], W = p[C_W], PL = p[C_PL], WP = cx->wp;
+    int64_t image = t / cx->cb, cb = t % cx->cb;
+    const float *x = cx->x + ((cx->n + image) * p[C_C] + cb * 16) * H * W;
+    float *q = cx->xb + (image * cx->cb + cb) * H * WP * 16;
+    int64_t right = WP - PL - W > 0 ? WP - PL - W : 0, cols = W < WP - PL ? W : WP - PL;
+#if BLOCKED_WIDE
+    int turn = vector_width() == 16;
+#endif
+    for (int64_t h = 0; h < H; h++, q += WP * 16) {
+        memset(q, 0, (size_t)(PL * 16) * sizeof(float));
+        memset(q + (PL + cols) * 16, 0, (size_t)(right * 16) * sizeof(float));
+        const float *row = x + h * W;
+#if BLOCKED_WIDE
+        if (turn) {
+            for (int64_t w = 0; w < cols; w += 16)
+                transpose16(row + w, H * W, q + (PL + w) * 16, 16, 16,
+                            cols - w < 16 ? (int)(cols - w) : 16);
+            continue;
+        }
+#endif
+        for (int64_t c = 0; c < 16; c++)
+            for (int64_t w = 0; w < cols; w++) q[(PL + w) * 16 + c] = row[c * H * W + w];
+    }
+}
+
+/* Returns -1 when there is no host memory for the blocked copy. */
+int blocked_conv(const lnpu_step *s, void **slots) {
+    const int64_t *p = s->p;
+    int64_t C = p[C_C], H = p[C_H], OH = p[C_OH], OW = p[C_OW], OB = p[C_O] / 16;
+    blocked_ctx cx = {.p = p, .x = slots[s->slot[S_X]], .w = slots[s->slot[S_W]],
+                      .bias = s->slot[S_BIAS] >= 0 ? slots[s->slot[S_BIAS]] : NULL,
+                      .res = s->slot[S_RES] >= 0 ? slots[s->slot[S_RES]] : NULL,
+                      .y = slots[s->slot[S_Y]], .act = act_of(s, C_ACT)};
+    if (!p[C_N] || !OH || !OW) return 0;  /* no output to write */
+    cx.cb = C / 16;                       /* (none: the bias alone) */
+    /* every column a window reaches, and the input's */
+    int64_t reach = (OW - 1) * p[C_SW] + (p[C_KW] - 1) * p[C_DW] + 1;
+    cx.wp = reach > p[C_PL] + p[C_W] ? reach : p[C_PL] + p[C_W];
+    int wide = BLOCKED_WIDE && vector_width() == 16;
+    int64_t nb = wide ? 2 : 1, groups = (OB + nb - 1) / nb, max_t = wide ? 12 : 6;
+    int64_t row_tiles = (OW + max_t - 1) / max_t;
+    cx.tile_w = OW / row_tiles;
+    cx.wide_tiles = OW % row_tiles;
+    int64_t image_bytes = C * H * cx.wp * (int64_t)sizeof(float);
+    int64_t images = cores() == 1 || !image_bytes ? 1 : BLOCKED_BATCH_BYTES / image_bytes;
+    images = images < 1 ? 1 : images > p[C_N] ? p[C_N] : images;
+    /* tasks: groups of blocks x chunks of rows, enough for every core (and whole rounds) */
+    double ns = (double)images * p[C_O] * OH * OW * C * p[C_KH] * p[C_KW] / GEMM_MACS_PER_NS;
+    int64_t want = task_count(ns, images * groups * OH);
+    int64_t per = images * groups;
+    cx.chunks = want > per ? (want + per - 1) / per : 1;
+    if (cx.chunks > 1 && cores() > 1) cx.chunks = (cx.chunks + cores() - 1) / cores() * cores();
+    if (cx.chunks > OH) cx.chunks = OH;
+    cx.chunk_rows = (OH + cx.chunks - 1) / cx.chunks;
+    cx.chunks = (OH + cx.chunk_rows - 1) / cx.chunk_rows;
+    cx.per_image = groups * cx.chunks;
+    cx.xb = thread_scratch(images * C * H * cx.wp);
+    if (!cx.xb) return -1;
+    for (int64_t n = 0; n < p[C_N]; n += images) {
+        int64_t count = p[C_N] - n < images ? p[C_N] - n : images;
+        cx.n = n;
+        parallel(blocked_input_task, &cx, count * cx.cb);
+#if BLOCKED_WIDE
+        parallel(wide ? blocked_task_v4 : blocked_task_v3, &cx, count * cx.per_image);
+#else
+        parallel(blocked_task_v3, &cx, count * cx.per_image);
+#endif
+    }
+    return 0;
+}

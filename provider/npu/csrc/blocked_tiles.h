@@ -1,0 +1,133 @@
+/* The blocked convolution's tile kernels for one instruction set, included by blocked.c
+ * once per set it compiles (the accumulators must fit that set's registers). The includer
+ * defines:
+ *   BK(name)  the name of this set's copy of `name`
+ *   BK_ATTR   the attributes of the task function (its instruction set)
+ *   BK_T      positions per full tile (a tile's T x NB vectors of 16 floats fill the
+ *             registers: 24 of the 32 AVX-512 ones; on AVX2 a vector is two registers)
+ *   BK_NB     blocks of 16 output channels per full tile
+ *   BK_WIDE   1 where the set has AVX-512 (results turn through transpose16)
+ * and gets BK(blocked_task), a parallel() task. The parameters are undefined at the end. */
+
+/* One tile: T output positions of one row x NB blocks of 16 output channels. src: the first
+ * position's input at the row's first valid kernel row, first channel block; w: the first
+ * block's weights. Sums over every channel block, valid kernel row i in [i0, i1), column k
+ * and channel, in that order; then bias and activation, stored to y. SW: the stride when it
+ * is 1 or 2 (constant offsets between the positions), else 0. */
+static inline __attribute__((always_inline)) void BK(blocked_tile)(
+        const blocked_ctx *cx, const float *src, const float *w, int64_t i0, int64_t i1,
+        int64_t n, int64_t oc, int64_t oh, int64_t ow, int T, int NB, int SW) {
+    const int64_t *p = cx->p;
+    int64_t KW = p[C_KW], KH = p[C_KH], step = (SW ? SW : p[C_SW]) * 16;
+    int64_t row = p[C_DH] * cx->wp * 16, col = p[C_DW] * 16, plane = p[C_H] * cx->wp * 16;
+    int64_t wblock = cx->cb * KH * KW * 256, wcb = KH * KW * 256;
+    bvec acc[BK_NB][BK_T];
+    for (int j = 0; j < NB; j++)
+        for (int t = 0; t < T; t++) acc[j][t] = (bvec){0};
+    for (int64_t cb = 0; cb < cx->cb; cb++) {
+        for (int64_t i = i0; i < i1; i++) {
+            for (int64_t k = 0; k < KW; k++) {
+                const float *xs = src + cb * plane + (i - i0) * row + k * col;
+                const float *ws = w + cb * wcb + (i * KW + k) * 256;
+                for (int ic = 0; ic < 16; ic++) {
+                    bvec wv[BK_NB];
+                    for (int j = 0; j < NB; j++) wv[j] = *(const bvec *)(ws + j * wblock + ic * 16);
+                    for (int t = 0; t < T; t++) {
+                        float v = xs[t * step + ic];
+                        bvec xv = BSPLAT(v);
+                        for (int j = 0; j < NB; j++) acc[j][t] += xv * wv[j];
+                    }
+                }
+            }
+        }
+    }
+    /* bias and a clamp in registers, then each block's sums turned from position-major to
+     * a row of T per output channel, the other activations and a residual after */
+    const int64_t OHW = p[C_OH] * p[C_OW];
+    int clamp = cx->act.kind == ACT_CLAMP;
+    bvec lo = BSPLAT(cx->act.lo), hi = BSPLAT(cx->act.hi);
+    for (int j = 0; j < NB; j++) {
+        bvec bias = cx->bias ? *(const bvec *)(cx->bias + oc + j * 16) : (bvec){0};
+        float rows[16 * BK_T];
+        for (int t = 0; t < T; t++) {
+            bvec v = acc[j][t] + bias;
+            if (clamp && !cx->res) {  /* as finish: a NaN stays NaN */
+                bmask below = v < lo, above = v > hi;
+                v = (bvec)(((bmask)lo & below) | ((bmask)v & ~below));
+                v = (bvec)(((bmask)hi & above) | ((bmask)v & ~above));
+            }
+            *(bvec *)(rows + t * 16) = v;
+        }
+        float *y = cx->y + (n * p[C_O] + oc + j * 16) * OHW + oh * p[C_OW] + ow;
+#if BK_WIDE
+        transpose16(rows, 16, y, OHW, T, 16);
+#else
+        for (int o = 0; o < 16; o++)
+            for (int t = 0; t < T; t++) y[o * OHW + t] = rows[t * 16 + o];
+#endif
+        if (cx->res || !clamp)
+            for (int o = 0; o < 16; o++)
+                finish(y + o * OHW, y + o * OHW, T, 0.0f,
+                       cx->res ? cx->res + (y - cx->y) + o * OHW : NULL, cx->act);
+    }
+}
+
+#define BK_SW(t, nb, sw) BK(blocked_tile)(cx, src, w, i0, i1, n, oc, oh, ow, t, nb, sw)
+#define BK_NBS(t, nb)                                                                      \
+    if (kind == 1) BK_SW(t, nb, 1);                                                        \
+    else if (kind == 2) BK_SW(t, nb, 2);                                                   \
+    else BK_SW(t, nb, 0);
+#define BK_TILE(t)                                                                         \
+    case t:                                                                                \
+        if (nb == BK_NB) { BK_NBS(t, BK_NB) } else { BK_NBS(t, 1) }                       \
+        break;
+
+/* Task t: of image cx->n + t / per_image, a group of BK_NB blocks of 16 output channels
+ * (the last group's leftover blocks one by one) over a chunk of output rows, each row in
+ * as few tiles of at most BK_T positions as can be, of even widths (a 14-wide row: 7 + 7,
+ * not 12 + 2, whose 2 x NB accumulators kept the arithmetic units idle). */
+BK_ATTR static void BK(blocked_task)(const void *ctx, int64_t t) {
+    const blocked_ctx *cx = ctx;
+    const int64_t *p = cx->p;
+    int64_t image = t / cx->per_image, n = cx->n + image;
+    t %= cx->per_image;
+    int64_t OH = p[C_OH], OW = p[C_OW], H = p[C_H], DH = p[C_DH], OB = p[C_O] / 16;
+    int64_t b0 = t / cx->chunks * BK_NB, b1 = b0 + BK_NB < OB ? b0 + BK_NB : OB;
+    int64_t r0 = t % cx->chunks * cx->chunk_rows;
+    int64_t r1 = r0 + cx->chunk_rows < OH ? r0 + cx->chunk_rows : OH;
+    const float *xi = cx->xb + image * cx->cb * H * cx->wp * 16;
+    int kind = p[C_SW] == 1 || p[C_SW] == 2 ? (int)p[C_SW] : 0;
+    for (int64_t b = b0; b < b1;) {
+        int nb = b1 - b >= BK_NB ? BK_NB : 1;
+        int64_t oc = b * 16;
+        const float *w = cx->w + b * cx->cb * p[C_KH] * p[C_KW] * 256;
+        for (int64_t oh = r0; oh < r1; oh++) {
+            int64_t r = oh * p[C_SH] - p[C_PT];  /* the input row of kernel row 0 */
+            int64_t i0 = r >= 0 ? 0 : (-r + DH - 1) / DH;
+            int64_t i1 = H - r <= 0 ? 0 : (H - r + DH - 1) / DH;
+            if (i1 > p[C_KH]) i1 = p[C_KH];
+            if (i0 > i1) i0 = i1;  /* no valid row: the bias alone */
+            int tn;
+            for (int64_t ow = 0, tile = 0; ow < OW; ow += tn, tile++) {
+                tn = (int)(tile < cx->wide_tiles ? cx->tile_w + 1 : cx->tile_w);
+                const float *src = i0 < i1 ? xi + ((r + i0 * DH) * cx->wp + ow * p[C_SW]) * 16 : xi;
+                switch (tn) {
+#if BK_T > 6
+                    BK_TILE(12) BK_TILE(11) BK_TILE(10) BK_TILE(9) BK_TILE(8) BK_TILE(7)
+#endif
+                    BK_TILE(6) BK_TILE(5) BK_TILE(4) BK_TILE(3) BK_TILE(2) BK_TILE(1)
+                }
+            }
+        }
+        b += nb;
+    }
+}
+
+#undef BK_TILE
+#undef BK_NBS
+#undef BK_SW
+#undef BK
+#undef BK_ATTR
+#undef BK_T
+#undef BK_NB
+#undef BK_WIDE
