@@ -107,6 +107,8 @@ def draw_conv(rng: np.random.Generator) -> Draw:
     """Conv 2-D (groups, dilations, pads/auto_pad, bias) + residual Add + fused activation."""
     g = pick(rng, [1, 1, 1, 2, 4])
     c, o = g * int(rng.integers(1, 40 // g + 2)), g * int(rng.integers(1, 72 // g + 2))
+    if rng.random() < 0.3:  # whole blocks of 16 channels (what the blocked kernel takes)
+        c, o = 16 * g * int(rng.integers(1, 3)), 16 * g * int(rng.integers(1, 5))
     k, s = ints(rng, 1, 8, 2), ints(rng, 1, 4, 2)
     d = [pick(rng, [1, 1, 2]), pick(rng, [1, 1, 2])]
     n, h, w = int(rng.integers(1, 4)), int(rng.integers(1, 40)), int(rng.integers(1, 40))

@@ -266,6 +266,18 @@ def test_conv_method_follows_the_measured_rule(case, kernel):
     assert stored_for(program) == kernel
 
 
+def test_blocked_rule_leaves_big_strided_inputs_to_the_direct_kernel():
+    """A strided conv's input past 4 MB an image stays with the direct kernel's bands of
+    rows (the blocked kernel copies whole images); stride 1 and smaller inputs are blocked;
+    what the kernel cannot compute (channels not in whole blocks, groups, 1x1) never is."""
+    rule = conv_weights.blocked_conv
+    assert rule(16, 32, 1, 3, 3, 256, 256, [2, 2])
+    assert not rule(16, 32, 1, 3, 3, 512, 512, [2, 2])
+    assert rule(16, 32, 1, 3, 3, 512, 512, [1, 1])
+    assert not rule(24, 32, 1, 3, 3, 8, 8, [1, 1]) and not rule(32, 24, 1, 3, 3, 8, 8, [1, 1])
+    assert not rule(32, 32, 2, 3, 3, 8, 8, [1, 1]) and not rule(32, 32, 1, 1, 1, 8, 8, [1, 1])
+
+
 @pytest.fixture
 def no_blocked(monkeypatch):
     """Convs the blocked kernel would take go by the direct kernel's rule instead."""

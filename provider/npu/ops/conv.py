@@ -43,6 +43,7 @@ from provider.npu.ops.conv_weights import (
     DIRECT_MAX_TAPS,
     KERNEL_CODES,
     blocked_conv,
+    blocked_fits,
     blocked_weights,
     direct_blocks,
     direct_conv,
@@ -251,7 +252,7 @@ def conv2d_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered
     hp, wp = h + pads[0] + pads[1], wd + pads[2] + pads[3]
     stride = clamp_strides(stride, (oh, ow), (hp, wp))
     order = None  # the stored weights' order for a kernel of the NPU's own (conv_weights)
-    if x.dtype == F32 and blocked_conv(c, o, g, kh, kw):
+    if x.dtype == F32 and blocked_conv(c, o, g, kh, kw, h, wd, stride):
         order = "blocked"
     elif x.dtype == F32 and direct_conv(cg, g, kh, kw, stride[1], dilation[1], oh, ow):
         order = "direct"
@@ -369,7 +370,7 @@ def _conv2d_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
         b.set_op("dwconv")
     if order == "direct" and (depthwise or kh * kw > DIRECT_MAX_TAPS):
         return False  # a Program the compiler did not write: the kernel holds at most this many taps
-    if order == "blocked" and not blocked_conv(c, o, g, kh, kw):
+    if order == "blocked" and not blocked_fits(c, o, g, kh, kw):
         return False  # nor here: the kernel takes whole blocks of channels only
     b.params(n, c, h, wd, o, oh, ow, g, kh, kw, sh, sw, dh, dw, top, left, act, im2col, 0, 0,
              KERNEL_CODES[order])

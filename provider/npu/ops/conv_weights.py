@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["KERNEL_CODES", "DIRECT_ROWS", "direct_conv", "direct_row_blocks", "direct_blocks", "blocked_conv",
-           "blocked_weights", "gemm_weights"]
+           "blocked_fits", "blocked_weights", "gemm_weights"]
 
 # The direct kernel computes tiles of DIRECT_ROWS output channels by positions in vectors
 # of DIRECT_VECTOR floats, on the output laid out in rows of the padded width. Which convs
@@ -29,8 +29,9 @@ DIRECT_ROWS, DIRECT_VECTOR, DIRECT_MAX_TAPS, DIRECT_MIN_K = 8, 16, 64, 32
 # (3 -> 16, 3x3/2, whole step on 2 cores: 1024x1024 7.0 -> 4.5 ms, 640x640 2.0 -> 1.3 ms,
 # 224x224/1 0.58 -> 0.54 ms; at 32x32 outputs GEMM stayed ahead, 22 vs 26 us).
 DIRECT_SMALL_K_POSITIONS = 10_000
-# The blocked kernel's vectors: 16 output channels each (csrc/blocked.c).
-BLOCK = 16
+# The blocked kernel's vectors: 16 output channels each (csrc/blocked.c); the largest input
+# image it takes a strided conv of (blocked_conv).
+BLOCK, BLOCKED_STRIDED_BYTES = 16, 4 << 20
 # The conv step's kernel parameter (csrc/npu.h C_DIRECT) per stored order.
 KERNEL_CODES = {None: 0, "direct": 1, "blocked": 2}
 
@@ -82,17 +83,25 @@ def direct_blocks(gemm: np.ndarray) -> np.ndarray:
     return out
 
 
-def blocked_conv(c: int, o: int, g: int, kh: int, kw: int) -> bool:
+def blocked_conv(c: int, o: int, g: int, kh: int, kw: int, h: int, w: int, stride: list[int]) -> bool:
     """Whether an fp32 conv runs as the blocked convolution (csrc/blocked.c): one group,
     input and output channels in whole blocks of BLOCK, a window (GEMM does 1x1 better) of
-    at most DIRECT_MAX_TAPS. Where it applies it was as fast as the direct kernel or im2col
-    + GEMM or faster (one core, the step alone, alternating): 3x3 convs of 64 channels on
-    7x7 1.5x, on 2x40 (batch 3) 1.8x, on 56x56 even, 128 on 28x28 1.2x, 256 on 2x2 2.8x
-    (GEMM's), 32 -> 64 3x3/2 on 14x14 1.7x. Not below BLOCK input channels: a one-channel
-    7x7 stem ran at 0.7x the direct kernel's speed, a 3-channel one even."""
-    taps = kh * kw
-    return (g == 1 and o % BLOCK == 0 and c % BLOCK == 0 and c > 0
-            and 1 < taps <= DIRECT_MAX_TAPS)
+    at most DIRECT_MAX_TAPS; strided only on an input of at most BLOCKED_STRIDED_BYTES (the
+    kernel copies a whole image before its tiles read it, where the direct kernel builds
+    bands of rows each read from cache: 16 -> 32 3x3/2 at 512x512, 16 MB, 5.6 -> 6.9 ms on
+    2 cores; at 256x256, 4 MB, even). Where it applies it was as fast as the direct kernel or
+    im2col + GEMM or faster (one core, the step alone, alternating): 3x3 convs of 64 channels
+    on 7x7 1.5x, on 2x40 (batch 3) 1.8x, on 56x56 even, 128 on 28x28 1.2x, 256 on 2x2 2.8x
+    (GEMM's), 32 -> 64 3x3/2 on 14x14 1.7x; 2 cores: 32 on 256x256 1.14x, 32 -> 64 3x3/2 on
+    128x128 1.24x. Not below BLOCK input channels: a one-channel 7x7 stem ran at 0.7x the
+    direct kernel's speed, a 3-channel one even."""
+    return blocked_fits(c, o, g, kh, kw) and (stride == [1, 1] or c * h * w * 4 <= BLOCKED_STRIDED_BYTES)
+
+
+def blocked_fits(c: int, o: int, g: int, kh: int, kw: int) -> bool:
+    """Whether the blocked kernel can compute a conv: one group of whole channel blocks, a
+    window of at most DIRECT_MAX_TAPS (not 1x1)."""
+    return g == 1 and o % BLOCK == 0 and c % BLOCK == 0 and c > 0 and 1 < kh * kw <= DIRECT_MAX_TAPS
 
 
 def blocked_weights(gemm: np.ndarray, kernel: tuple[int, int]) -> np.ndarray:
