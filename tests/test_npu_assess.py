@@ -257,11 +257,13 @@ def test_a_cycle_keeps_the_static_reasons():
 def test_assess_packs_no_weights(monkeypatch):
     """Weights in a kernel's order, pooling divisors, resize maps are made when a Program is
     built, never by assess: counted on ResNet-50 (random weights), whose convs take the
-    direct kernel's order."""
+    blocked kernel's order."""
     made, blocked = [], []
-    value, direct_blocks = Packed.value, conv.direct_blocks
+    value, direct_blocks, blocked_weights = Packed.value, conv.direct_blocks, conv.blocked_weights
     monkeypatch.setattr(Packed, "value", lambda self: made.append(self) or value(self))
     monkeypatch.setattr(conv, "direct_blocks", lambda gemm: blocked.append(1) or direct_blocks(gemm))
+    monkeypatch.setattr(conv, "blocked_weights",
+                        lambda gemm, kernel: blocked.append(1) or blocked_weights(gemm, kernel))
     lite, _ = import_onnx(randomized(light("light_resnet50")))
     assert capability.assess(lite) == [None] * len(lite.nodes)
     assert made == [] and blocked == []

@@ -251,7 +251,9 @@ def test_the_direct_kernel_takes_a_group_without_input_channels(monkeypatch, res
     ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (7, 7)}, "blocked"),
     ({"c": 16, "o": 48, "k": (5, 5), "pads": (2, 2, 2, 2), "hw": (28, 28)}, "blocked"),
     ({"c": 32, "o": 16, "k": (1, 1), "hw": (7, 7)}, None),
-    ({"c": 3, "o": 16, "k": (7, 7), "stride": (2, 2), "pads": (3, 3, 3, 3), "hw": (112, 112)}, "direct"),
+    ({"c": 3, "o": 16, "k": (7, 7), "stride": (2, 2), "pads": (3, 3, 3, 3), "hw": (112, 112)}, "blocked"),
+    ({"c": 3, "o": 16, "k": (7, 7), "stride": (2, 2), "pads": (3, 3, 3, 3), "hw": (712, 712)}, "direct"),
+    ({"c": 3, "o": 16, "k": (3, 3), "stride": (2, 2), "pads": (1, 1, 1, 1), "hw": (200, 200)}, "direct"),
     ({"c": 32, "o": 32, "group": 2, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (14, 14)}, "direct"),
 ], ids=str)
 def test_conv_method_follows_the_measured_rule(case, kernel):
@@ -259,8 +261,9 @@ def test_conv_method_follows_the_measured_rule(case, kernel):
     16) and 27-tap stems on small planes stay on im2col + GEMM; 3x3 convs on 4x4 (32 for 16,
     stride 1), 2x16, 7x7 (64 for 49) and 28x28 planes, and a 27-tap stem with 10,000
     outputs, are direct, their weights stored for the direct kernel; convs of one group in
-    whole blocks of 16 input and output channels are blocked (not 1x1 ones, not an RGB
-    stem, not two groups). All give numpy's values."""
+    whole blocks of 16 input and output channels, and RGB 7x7 stems, are blocked (not 1x1
+    ones, not RGB 3x3 stems, not two groups; no strided one on an input past 4 MB). All
+    give numpy's values."""
     model, feeds = conv_model(rng(4), **case)
     program = check_native(model, feeds, "conv2d")
     assert stored_for(program) == kernel
@@ -276,6 +279,8 @@ def test_blocked_rule_leaves_big_strided_inputs_to_the_direct_kernel():
     assert rule(16, 32, 1, 3, 3, 512, 512, [1, 1])
     assert not rule(24, 32, 1, 3, 3, 8, 8, [1, 1]) and not rule(32, 24, 1, 3, 3, 8, 8, [1, 1])
     assert not rule(32, 32, 2, 3, 3, 8, 8, [1, 1]) and not rule(32, 32, 1, 1, 1, 8, 8, [1, 1])
+    assert rule(3, 64, 1, 7, 7, 224, 224, [2, 2]) and not rule(3, 64, 1, 3, 3, 224, 224, [2, 2])
+    assert not rule(1, 16, 1, 7, 7, 96, 96, [1, 1])
 
 
 @pytest.fixture
@@ -371,6 +376,12 @@ def test_direct_conv_cases_match_numpy(case, vector_width, no_blocked):
     {"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (1, 1), "act": "SWISH"},
     {"c": 16, "o": 16, "k": (5, 3), "stride": (1, 2), "pads": (0, 2, 2, 0), "hw": (7, 9),
      "residual": True, "act": "HSWISH"},
+    # RGB stems (3 channels a block): stride 2 (constant offsets), 1 and 3 (run-time ones)
+    {"c": 3, "o": 32, "k": (7, 7), "stride": (2, 2), "pads": (3, 3, 3, 3), "hw": (29, 30),
+     "act": "RELU"},
+    {"c": 3, "o": 16, "k": (7, 7), "pads": (3, 2, 1, 3), "hw": (9, 15), "n": 2,
+     "residual": True},
+    {"c": 3, "o": 16, "k": (7, 7), "stride": (3, 3), "pads": (3, 3, 3, 3), "hw": (20, 17)},
     # no bias; a non-clamp activation (finished per output channel); a batch past one call's
     # scratch budget is several calls
     {"c": 16, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (6, 6), "bias": False,

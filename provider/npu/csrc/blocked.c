@@ -2,11 +2,11 @@
 
 /* ---- blocked convolution: channel vectors ----------------------------------------------
  *
- * A KxK conv of one group whose input and output channels come in blocks of 16, computed
- * with vectors along the output channels: the image is copied once into a channel-blocked
- * scratch (C/16 blocks, each H rows of WP columns of 16 channel values, zero columns for the
- * left and right padding), the weights are stored (provider/npu/ops/conv_weights.py) as
- * [O/16][C/16][KH][KW][16][16], and a tile of T positions along one output row x NB blocks
+ * A KxK conv of one group whose input (or an RGB image's 3) and output channels come in
+ * blocks of 16, computed with vectors along the output channels: the image is copied once
+ * into a channel-blocked scratch (C/ICW blocks, each H rows of WP columns of ICW channel
+ * values, zero columns for the left and right padding), the weights are stored
+ * (provider/npu/ops/conv_weights.py) as [O/16][C/ICW][KH][KW][ICW][16], and a tile of T positions along one output row x NB blocks
  * keeps T x NB vectors of 16 output channels in registers: each (channel block, kernel row,
  * column, channel) step loads NB weight vectors and broadcasts T input values. Unlike the
  * position tiles (direct.c), no position is computed that is not an output (a 7x7 plane
@@ -23,7 +23,8 @@ typedef struct {
     float *y, *xb;                /* xb: the call's images, blocked */
     act_t act;
     int64_t n;                    /* the call's first image */
-    int64_t cb, wp;               /* blocks of input channels, scratch row width */
+    int64_t icw, cb, wp;          /* channels per block (16, or an RGB image's 3), blocks,
+                                   * scratch row width */
     int64_t chunks, chunk_rows;   /* tasks per group of blocks: chunks of output rows */
     int64_t per_image;            /* tasks per image */
     int64_t tile_w, wide_tiles;   /* a row's tiles: tile_w positions, the first wide_tiles + 1 */
@@ -53,22 +54,22 @@ typedef int32_t bmask __attribute__((vector_size(16 * sizeof(int32_t))));
 #include "blocked_tiles.h"
 
 /* Task t: channel block t % CB of image cx->n + t / CB into the scratch: row by row, each
- * input position's 16 channel values side by side, zero padding columns (16 x 16 blocks
+ * input position's ICW channel values side by side, zero padding columns (16 x 16 blocks
  * turned in registers where the CPU has AVX-512). */
 static void blocked_input_task(const void *ctx, int64_t t) {
     const blocked_ctx *cx = ctx;
     const int64_t *p = cx->p;
-    int64_t H = p[C_H], W = p[C_W], PL = p[C_PL], WP = cx->wp;
+    int64_t H = p[C_H], W = p[C_W], PL = p[C_PL], WP = cx->wp, ICW = cx->icw;
     int64_t image = t / cx->cb, cb = t % cx->cb;
-    const float *x = cx->x + ((cx->n + image) * p[C_C] + cb * 16) * H * W;
-    float *q = cx->xb + (image * cx->cb + cb) * H * WP * 16;
+    const float *x = cx->x + ((cx->n + image) * p[C_C] + cb * ICW) * H * W;
+    float *q = cx->xb + (image * cx->cb + cb) * H * WP * ICW;
     int64_t right = WP - PL - W > 0 ? WP - PL - W : 0, cols = W < WP - PL ? W : WP - PL;
 #if BLOCKED_WIDE
-    int turn = vector_width() == 16;
+    int turn = ICW == 16 && vector_width() == 16;
 #endif
-    for (int64_t h = 0; h < H; h++, q += WP * 16) {
-        memset(q, 0, (size_t)(PL * 16) * sizeof(float));
-        memset(q + (PL + cols) * 16, 0, (size_t)(right * 16) * sizeof(float));
+    for (int64_t h = 0; h < H; h++, q += WP * ICW) {
+        memset(q, 0, (size_t)(PL * ICW) * sizeof(float));
+        memset(q + (PL + cols) * ICW, 0, (size_t)(right * ICW) * sizeof(float));
         const float *row = x + h * W;
 #if BLOCKED_WIDE
         if (turn) {
@@ -78,8 +79,8 @@ static void blocked_input_task(const void *ctx, int64_t t) {
             continue;
         }
 #endif
-        for (int64_t c = 0; c < 16; c++)
-            for (int64_t w = 0; w < cols; w++) q[(PL + w) * 16 + c] = row[c * H * W + w];
+        for (int64_t c = 0; c < ICW; c++)
+            for (int64_t w = 0; w < cols; w++) q[(PL + w) * ICW + c] = row[c * H * W + w];
     }
 }
 
@@ -92,7 +93,8 @@ int blocked_conv(const lnpu_step *s, void **slots) {
                       .res = s->slot[S_RES] >= 0 ? slots[s->slot[S_RES]] : NULL,
                       .y = slots[s->slot[S_Y]], .act = act_of(s, C_ACT)};
     if (!p[C_N] || !OH || !OW) return 0;  /* no output to write */
-    cx.cb = C / 16;                       /* (none: the bias alone) */
+    cx.icw = C == 3 ? 3 : 16;
+    cx.cb = C / cx.icw;                   /* (none: the bias alone) */
     /* every column a window reaches, and the input's */
     int64_t reach = (OW - 1) * p[C_SW] + (p[C_KW] - 1) * p[C_DW] + 1;
     cx.wp = reach > p[C_PL] + p[C_W] ? reach : p[C_PL] + p[C_W];

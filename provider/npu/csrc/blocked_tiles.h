@@ -13,14 +13,15 @@
  * position's input at the row's first valid kernel row, first channel block; w: the first
  * block's weights. Sums over every channel block, valid kernel row i in [i0, i1), column k
  * and channel, in that order; then bias and activation, stored to y. SW: the stride when it
- * is 1 or 2 (constant offsets between the positions), else 0. */
+ * is 1 or 2 (constant offsets between the positions), else 0; ICW: channels per block (16,
+ * or an RGB image's 3). */
 static inline __attribute__((always_inline)) void BK(blocked_tile)(
         const blocked_ctx *cx, const float *src, const float *w, int64_t i0, int64_t i1,
-        int64_t n, int64_t oc, int64_t oh, int64_t ow, int T, int NB, int SW) {
+        int64_t n, int64_t oc, int64_t oh, int64_t ow, int T, int NB, int SW, int ICW) {
     const int64_t *p = cx->p;
-    int64_t KW = p[C_KW], KH = p[C_KH], step = (SW ? SW : p[C_SW]) * 16;
-    int64_t row = p[C_DH] * cx->wp * 16, col = p[C_DW] * 16, plane = p[C_H] * cx->wp * 16;
-    int64_t wblock = cx->cb * KH * KW * 256, wcb = KH * KW * 256;
+    int64_t KW = p[C_KW], KH = p[C_KH], step = (SW ? SW : p[C_SW]) * ICW;
+    int64_t row = p[C_DH] * cx->wp * ICW, col = p[C_DW] * ICW, plane = p[C_H] * cx->wp * ICW;
+    int64_t wcb = KH * KW * ICW * 16, wblock = cx->cb * wcb;
     bvec acc[BK_NB][BK_T];
     for (int j = 0; j < NB; j++)
         for (int t = 0; t < T; t++) acc[j][t] = (bvec){0};
@@ -28,8 +29,8 @@ static inline __attribute__((always_inline)) void BK(blocked_tile)(
         for (int64_t i = i0; i < i1; i++) {
             for (int64_t k = 0; k < KW; k++) {
                 const float *xs = src + cb * plane + (i - i0) * row + k * col;
-                const float *ws = w + cb * wcb + (i * KW + k) * 256;
-                for (int ic = 0; ic < 16; ic++) {
+                const float *ws = w + cb * wcb + (i * KW + k) * ICW * 16;
+                for (int ic = 0; ic < ICW; ic++) {
                     bvec wv[BK_NB];
                     for (int j = 0; j < NB; j++) wv[j] = *(const bvec *)(ws + j * wblock + ic * 16);
                     for (int t = 0; t < T; t++) {
@@ -80,11 +81,13 @@ static inline __attribute__((always_inline)) void BK(blocked_tile)(
     }
 }
 
-#define BK_SW(t, nb, sw) BK(blocked_tile)(cx, src, w, i0, i1, n, oc, oh, ow, t, nb, sw)
+#define BK_SW(t, nb, sw, icw) BK(blocked_tile)(cx, src, w, i0, i1, n, oc, oh, ow, t, nb, sw, icw)
 #define BK_NBS(t, nb)                                                                      \
-    if (kind == 1) BK_SW(t, nb, 1);                                                        \
-    else if (kind == 2) BK_SW(t, nb, 2);                                                   \
-    else BK_SW(t, nb, 0);
+    if (kind == 1) BK_SW(t, nb, 1, 16);                                                    \
+    else if (kind == 2) BK_SW(t, nb, 2, 16);                                               \
+    else if (kind == 0) BK_SW(t, nb, 0, 16);                                               \
+    else if (kind == 3) BK_SW(t, nb, 2, 3);                                                \
+    else BK_SW(t, nb, 0, 3);
 #define BK_TILE(t)                                                                         \
     case t:                                                                                \
         if (nb == BK_NB) { BK_NBS(t, BK_NB) } else { BK_NBS(t, 1) }                       \
@@ -103,12 +106,13 @@ BK_ATTR static void BK(blocked_task)(const void *ctx, int64_t t) {
     int64_t b0 = t / cx->chunks * BK_NB, b1 = b0 + BK_NB < OB ? b0 + BK_NB : OB;
     int64_t r0 = t % cx->chunks * cx->chunk_rows;
     int64_t r1 = r0 + cx->chunk_rows < OH ? r0 + cx->chunk_rows : OH;
-    const float *xi = cx->xb + image * cx->cb * H * cx->wp * 16;
-    int kind = p[C_SW] == 1 || p[C_SW] == 2 ? (int)p[C_SW] : 0;
+    const float *xi = cx->xb + image * cx->cb * H * cx->wp * cx->icw;
+    /* 16 channels a block at stride 1, 2 or another; an RGB image's 3 at stride 2 or another */
+    int kind = cx->icw == 3 ? (p[C_SW] == 2 ? 3 : 4) : p[C_SW] == 1 || p[C_SW] == 2 ? (int)p[C_SW] : 0;
     for (int64_t b = b0; b < b1;) {
         int nb = b1 - b >= BK_NB ? BK_NB : 1;
         int64_t oc = b * 16;
-        const float *w = cx->w + b * cx->cb * p[C_KH] * p[C_KW] * 256;
+        const float *w = cx->w + b * cx->cb * p[C_KH] * p[C_KW] * cx->icw * 16;
         for (int64_t oh = r0; oh < r1; oh++) {
             int64_t r = oh * p[C_SH] - p[C_PT];  /* the input row of kernel row 0 */
             int64_t i0 = r >= 0 ? 0 : (-r + DH - 1) / DH;
@@ -118,7 +122,7 @@ BK_ATTR static void BK(blocked_task)(const void *ctx, int64_t t) {
             int tn;
             for (int64_t ow = 0, tile = 0; ow < OW; ow += tn, tile++) {
                 tn = (int)(tile < cx->wide_tiles ? cx->tile_w + 1 : cx->tile_w);
-                const float *src = i0 < i1 ? xi + ((r + i0 * DH) * cx->wp + ow * p[C_SW]) * 16 : xi;
+                const float *src = i0 < i1 ? xi + ((r + i0 * DH) * cx->wp + ow * p[C_SW]) * cx->icw : xi;
                 switch (tn) {
 #if BK_T > 6
                     BK_TILE(12) BK_TILE(11) BK_TILE(10) BK_TILE(9) BK_TILE(8) BK_TILE(7)

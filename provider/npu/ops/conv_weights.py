@@ -85,31 +85,38 @@ def direct_blocks(gemm: np.ndarray) -> np.ndarray:
 
 def blocked_conv(c: int, o: int, g: int, kh: int, kw: int, h: int, w: int, stride: list[int]) -> bool:
     """Whether an fp32 conv runs as the blocked convolution (csrc/blocked.c): one group,
-    input and output channels in whole blocks of BLOCK, a window (GEMM does 1x1 better) of
-    at most DIRECT_MAX_TAPS; strided only on an input of at most BLOCKED_STRIDED_BYTES (the
-    kernel copies a whole image before its tiles read it, where the direct kernel builds
-    bands of rows each read from cache: 16 -> 32 3x3/2 at 512x512, 16 MB, 5.6 -> 6.9 ms on
-    2 cores; at 256x256, 4 MB, even). Where it applies it was as fast as the direct kernel or
-    im2col + GEMM or faster (one core, the step alone, alternating): 3x3 convs of 64 channels
-    on 7x7 1.5x, on 2x40 (batch 3) 1.8x, on 56x56 even, 128 on 28x28 1.2x, 256 on 2x2 2.8x
-    (GEMM's), 32 -> 64 3x3/2 on 14x14 1.7x; 2 cores: 32 on 256x256 1.14x, 32 -> 64 3x3/2 on
-    128x128 1.24x. Not below BLOCK input channels: a one-channel 7x7 stem ran at 0.7x the
-    direct kernel's speed, a 3-channel one even."""
+    input and output channels in whole blocks of BLOCK (or an RGB image with a 7x7 window or
+    wider), a window (GEMM does 1x1 better) of at most DIRECT_MAX_TAPS; strided only on an
+    input of at most BLOCKED_STRIDED_BYTES (the kernel copies a whole image before its tiles
+    read it, where the direct kernel builds bands of rows each read from cache: 16 -> 32
+    3x3/2 at 512x512, 16 MB, 5.6 -> 6.9 ms on 2 cores; at 256x256, 4 MB, even). Where it
+    applies it was as fast as the direct kernel or im2col + GEMM or faster (one core, the
+    step alone, alternating): 3x3 convs of 64 channels on 7x7 1.5x, on 2x40 (batch 3) 1.8x,
+    on 56x56 even, 128 on 28x28 1.2x, 256 on 2x2 2.8x (GEMM's), 32 -> 64 3x3/2 on 14x14
+    1.7x, RGB 7x7/2 stems to 32 channels at 56x56 and to 64 at 224x224 1.2x; 2 cores: 32 on
+    256x256 1.14x, 32 -> 64 3x3/2 on 128x128 1.24x. RGB 3x3 stems ran at 0.87-0.96x the
+    direct kernel's or GEMM's speed, a one-channel 7x7 at 0.7x: not those."""
+    if c == 3 and kh * kw < 49:
+        return False
     return blocked_fits(c, o, g, kh, kw) and (stride == [1, 1] or c * h * w * 4 <= BLOCKED_STRIDED_BYTES)
 
 
 def blocked_fits(c: int, o: int, g: int, kh: int, kw: int) -> bool:
-    """Whether the blocked kernel can compute a conv: one group of whole channel blocks, a
-    window of at most DIRECT_MAX_TAPS (not 1x1)."""
-    return g == 1 and o % BLOCK == 0 and c % BLOCK == 0 and c > 0 and 1 < kh * kw <= DIRECT_MAX_TAPS
+    """Whether the blocked kernel can compute a conv: one group of whole blocks of 16
+    channels (or of an RGB image's 3) to whole blocks of 16, a window of at most
+    DIRECT_MAX_TAPS (not 1x1)."""
+    return (g == 1 and o % BLOCK == 0 and (c % BLOCK == 0 or c == 3) and c > 0
+            and 1 < kh * kw <= DIRECT_MAX_TAPS)
 
 
 def blocked_weights(gemm: np.ndarray, kernel: tuple[int, int]) -> np.ndarray:
     """GEMM-ordered weights (1, O, C*KH*KW) in the blocked kernel's order
-    [O/16][C/16][KH][KW][16 input][16 output channels], same shape."""
+    [O/16][C/ICW][KH][KW][ICW input][16 output channels] (ICW = 16, or C for an RGB
+    image), same shape."""
     _, o, k = gemm.shape
     kh, kw = kernel
-    w = gemm.reshape(o // BLOCK, BLOCK, k // (kh * kw * BLOCK), BLOCK, kh, kw)
+    icw = min(k // (kh * kw), BLOCK)
+    w = gemm.reshape(o // BLOCK, BLOCK, k // (kh * kw * icw), icw, kh, kw)
     return np.ascontiguousarray(w.transpose(0, 2, 4, 5, 3, 1)).reshape(gemm.shape)
 
 
@@ -119,7 +126,8 @@ def gemm_weights(w: np.ndarray, attrs: dict) -> np.ndarray:
     if attrs.get("weights") == "blocked":
         _, o, k = w.shape
         kh, kw = attrs["kernel"]
-        blocks = w.reshape(o // BLOCK, k // (kh * kw * BLOCK), kh, kw, BLOCK, BLOCK)
+        icw = min(k // (kh * kw), BLOCK)
+        blocks = w.reshape(o // BLOCK, k // (kh * kw * icw), kh, kw, icw, BLOCK)
         return np.ascontiguousarray(blocks.transpose(0, 5, 1, 4, 2, 3)).reshape(w.shape)
     if attrs.get("weights") != "direct":
         return w
