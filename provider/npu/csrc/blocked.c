@@ -6,9 +6,10 @@
  * blocks of 16, computed with vectors along the output channels: the image is copied once
  * into a channel-blocked scratch (C/ICW blocks, each H rows of WP columns of ICW channel
  * values, zero columns for the left and right padding), the weights are stored
- * (provider/npu/ops/conv_weights.py) as [O/16][C/ICW][KH][KW][ICW][16], and a tile of T positions along one output row x NB blocks
- * keeps T x NB vectors of 16 output channels in registers: each (channel block, kernel row,
- * column, channel) step loads NB weight vectors and broadcasts T input values. Unlike the
+ * (provider/npu/ops/conv_weights.py) as [O/16][C/ICW][KH][KW][ICW][16], and a tile of T
+ * positions along one output row x NB blocks keeps T x NB vectors of 16 output channels in
+ * registers: each (channel block, kernel row, column, channel) step loads NB weight vectors
+ * and broadcasts T input values. Unlike the
  * position tiles (direct.c), no position is computed that is not an output (a 7x7 plane
  * computed 64 positions for 49) and kernel rows in the top and bottom padding are skipped
  * (a 2-row plane's 3x3 conv computed a third of zeros). Sums are taken per output in the

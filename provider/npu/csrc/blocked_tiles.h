@@ -107,8 +107,10 @@ BK_ATTR static void BK(blocked_task)(const void *ctx, int64_t t) {
     int64_t r0 = t % cx->chunks * cx->chunk_rows;
     int64_t r1 = r0 + cx->chunk_rows < OH ? r0 + cx->chunk_rows : OH;
     const float *xi = cx->xb + image * cx->cb * H * cx->wp * cx->icw;
-    /* 16 channels a block at stride 1, 2 or another; an RGB image's 3 at stride 2 or another */
-    int kind = cx->icw == 3 ? (p[C_SW] == 2 ? 3 : 4) : p[C_SW] == 1 || p[C_SW] == 2 ? (int)p[C_SW] : 0;
+    /* 16 channels a block at stride 1, 2 or another (1, 2, 0); an RGB image's 3 at stride 2
+     * or another (3, 4) */
+    int64_t sw = p[C_SW];
+    int kind = cx->icw == 3 ? (sw == 2 ? 3 : 4) : sw == 1 || sw == 2 ? (int)sw : 0;
     for (int64_t b = b0; b < b1;) {
         int nb = b1 - b >= BK_NB ? BK_NB : 1;
         int64_t oc = b * 16;
@@ -122,7 +124,8 @@ BK_ATTR static void BK(blocked_task)(const void *ctx, int64_t t) {
             int tn;
             for (int64_t ow = 0, tile = 0; ow < OW; ow += tn, tile++) {
                 tn = (int)(tile < cx->wide_tiles ? cx->tile_w + 1 : cx->tile_w);
-                const float *src = i0 < i1 ? xi + ((r + i0 * DH) * cx->wp + ow * p[C_SW]) * cx->icw : xi;
+                const float *src = i0 < i1 ? xi + ((r + i0 * DH) * cx->wp + ow * sw) * cx->icw
+                                           : xi;
                 switch (tn) {
 #if BK_T > 6
                     BK_TILE(12) BK_TILE(11) BK_TILE(10) BK_TILE(9) BK_TILE(8) BK_TILE(7)
