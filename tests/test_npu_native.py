@@ -232,7 +232,7 @@ def test_the_direct_kernel_takes_a_group_without_input_channels(monkeypatch, res
     native.set_threads(3)
     model, feeds = conv_model(rng(5), n=2, c=0, o=8, hw=(12, 12), pads=(1, 1, 1, 1))
     program = check_native(model, feeds, "conv2d")
-    assert is_direct(program)
+    assert stored_for(program) == "direct"
 
 
 @pytest.mark.parametrize("case, kernel", [
@@ -307,11 +307,6 @@ def stored_for(program: Program) -> str | None:
     return stored
 
 
-def is_direct(program: Program) -> bool:
-    """Whether the program's one conv is stored for, and lowered to, the direct kernel."""
-    return stored_for(program) == "direct"
-
-
 @pytest.mark.parametrize("case", [
     {"c": 8, "o": 13, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (20, 20), "n": 2, "act": "RELU"},
     {"c": 16, "o": 8, "group": 2, "k": (3, 3), "pads": (1, 2, 0, 1), "hw": (17, 23)},
@@ -357,7 +352,7 @@ def test_direct_conv_cases_match_numpy(case, vector_width, no_blocked):
     CPU has AVX-512 and of 8 (forced too)."""
     model, feeds = conv_model(rng(3), **case)
     program = check_native(model, feeds, "conv2d")
-    assert is_direct(program)
+    assert stored_for(program) == "direct"
 
 
 @pytest.mark.parametrize("case", [

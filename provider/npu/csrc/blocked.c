@@ -29,6 +29,7 @@ typedef struct {
     int64_t chunks, chunk_rows;   /* tasks per group of blocks: chunks of output rows */
     int64_t per_image;            /* tasks per image */
     int64_t tile_w, wide_tiles;   /* a row's tiles: tile_w positions, the first wide_tiles + 1 */
+    int wide;                     /* AVX-512 tiles (2 blocks x 12 positions) */
 } blocked_ctx;
 
 typedef float bvec __attribute__((vector_size(16 * sizeof(float)), aligned(4)));
@@ -66,7 +67,7 @@ static void blocked_input_task(const void *ctx, int64_t t) {
     float *q = cx->xb + (image * cx->cb + cb) * H * WP * ICW;
     int64_t right = WP - PL - W > 0 ? WP - PL - W : 0, cols = W < WP - PL ? W : WP - PL;
 #if BLOCKED_WIDE
-    int turn = ICW == 16 && vector_width() == 16;
+    int turn = ICW == 16 && cx->wide;
 #endif
     for (int64_t h = 0; h < H; h++, q += WP * ICW) {
         memset(q, 0, (size_t)(PL * ICW) * sizeof(float));
@@ -99,7 +100,7 @@ int blocked_conv(const lnpu_step *s, void **slots) {
     /* every column a window reaches, and the input's */
     int64_t reach = (OW - 1) * p[C_SW] + (p[C_KW] - 1) * p[C_DW] + 1;
     cx.wp = reach > p[C_PL] + p[C_W] ? reach : p[C_PL] + p[C_W];
-    int wide = BLOCKED_WIDE && vector_width() == 16;
+    int wide = cx.wide = BLOCKED_WIDE && vector_width() == 16;
     int64_t nb = wide ? 2 : 1, groups = (OB + nb - 1) / nb, max_t = wide ? 12 : 6;
     int64_t row_tiles = (OW + max_t - 1) / max_t;
     cx.tile_w = OW / row_tiles;

@@ -109,14 +109,20 @@ def blocked_fits(c: int, o: int, g: int, kh: int, kw: int) -> bool:
             and 1 < kh * kw <= DIRECT_MAX_TAPS)
 
 
-def blocked_weights(gemm: np.ndarray, kernel: tuple[int, int]) -> np.ndarray:
-    """GEMM-ordered weights (1, O, C*KH*KW) in the blocked kernel's order
-    [O/16][C/ICW][KH][KW][ICW input][16 output channels] (ICW = 16, or C for an RGB
-    image), same shape."""
-    _, o, k = gemm.shape
+def blocked_shape(shape: tuple[int, ...], kernel: tuple[int, int]) -> tuple[int, ...]:
+    """The 6-d view [O/16][C/ICW][KH][KW][ICW][16] of weights (1, O, C*KH*KW) stored in
+    the blocked kernel's order (ICW = 16, or C for an RGB image)."""
+    _, o, k = shape
     kh, kw = kernel
     icw = min(k // (kh * kw), BLOCK)
-    w = gemm.reshape(o // BLOCK, BLOCK, k // (kh * kw * icw), icw, kh, kw)
+    return (o // BLOCK, k // (kh * kw * icw), kh, kw, icw, BLOCK)
+
+
+def blocked_weights(gemm: np.ndarray, kernel: tuple[int, int]) -> np.ndarray:
+    """GEMM-ordered weights (1, O, C*KH*KW) in the blocked kernel's order (blocked_shape),
+    same shape."""
+    ob, cb, kh, kw, icw, _ = blocked_shape(gemm.shape, kernel)
+    w = gemm.reshape(ob, BLOCK, cb, icw, kh, kw)
     return np.ascontiguousarray(w.transpose(0, 2, 4, 5, 3, 1)).reshape(gemm.shape)
 
 
@@ -124,10 +130,7 @@ def gemm_weights(w: np.ndarray, attrs: dict) -> np.ndarray:
     """A conv step's weights (G, O/G, K) in GEMM order, whichever order attrs say they are
     stored in (a copy when in the direct or the blocked kernel's)."""
     if attrs.get("weights") == "blocked":
-        _, o, k = w.shape
-        kh, kw = attrs["kernel"]
-        icw = min(k // (kh * kw), BLOCK)
-        blocks = w.reshape(o // BLOCK, k // (kh * kw * icw), kh, kw, icw, BLOCK)
+        blocks = w.reshape(blocked_shape(w.shape, attrs["kernel"]))
         return np.ascontiguousarray(blocks.transpose(0, 5, 1, 4, 2, 3)).reshape(w.shape)
     if attrs.get("weights") != "direct":
         return w
