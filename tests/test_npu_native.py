@@ -382,12 +382,19 @@ def test_direct_conv_cases_match_numpy(case, vector_width, no_blocked):
     {"c": 16, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (6, 6), "bias": False,
      "act": "SIGMOID"},
     {"c": 64, "o": 32, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (48, 48), "n": 3},
+    # the reduction in chunks of channel blocks over bands of rows (partial sums kept between
+    # chunks), with the epilogue after the last chunk; rows too wide for one row of partial
+    # sums in one pass
+    {"c": 48, "o": 32, "k": (3, 3), "pads": (2, 1, 1, 1), "hw": (11, 30), "residual": True,
+     "act": "SWISH"},
+    {"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (2, 520), "act": "RELU"},
 ], ids=str)
 def test_blocked_conv_cases_match_numpy(case, vector_width, restore_threads):
     """Convs of whole 16-channel blocks go by the blocked kernel (output-channel vectors):
     its tiles of 1-12 positions x 1-2 blocks, strides, dilation, padding rows skipped and
-    padding columns read as zeros, every activation, residual; with AVX-512 tiles where the
-    CPU has it and the 8-float ones; the same bits on 1 and 3 cores, and numpy's values."""
+    padding columns read as zeros, every activation, residual, the reduction in chunks; with
+    AVX-512 tiles where the CPU has it and the 8-float ones; the same bits on 1 and 3 cores,
+    and numpy's values."""
     model, feeds = conv_model(rng(7), **case)
     program = check_native(model, feeds, "conv2d")
     assert stored_for(program) == "blocked"

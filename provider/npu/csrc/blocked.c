@@ -32,6 +32,13 @@ typedef struct {
     int wide;                     /* AVX-512 tiles (2 blocks x 12 positions) */
 } blocked_ctx;
 
+/* A task's reduction runs in chunks of channel blocks whose weights (for the tile's blocks of
+ * output channels) take at most BK_CHUNK_BYTES, so they stay in L1 across a band of rows
+ * whose partial sums fit BK_PART_FLOATS (on the task's stack): the whole reduction per tile
+ * streamed all of a group's weights from L2 for every tile (295 KB at 256 channels). */
+#define BK_CHUNK_BYTES 24576
+#define BK_PART_FLOATS 8192
+
 typedef float bvec __attribute__((vector_size(16 * sizeof(float)), aligned(4)));
 typedef int32_t bmask __attribute__((vector_size(16 * sizeof(int32_t))));
 #define BSPLAT(v) ((bvec){v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v})

@@ -11,21 +11,24 @@
 
 /* One tile: T output positions of one row x NB blocks of 16 output channels. src: the first
  * position's input at the row's first valid kernel row, first channel block; w: the first
- * block's weights. Sums over every channel block, valid kernel row i in [i0, i1), column k
- * and channel, in that order; then bias and activation, stored to y. SW: the stride when it
+ * block's weights. Sums over channel blocks [cb0, cb1), valid kernel row i in [i0, i1),
+ * column k and channel, in that order, onto the partial sums in `part` when cb0 > 0; leaves
+ * them there when blocks remain, else adds bias and activation and stores to y. SW: the stride when it
  * is 1 or 2 (constant offsets between the positions), else 0; ICW: channels per block (16,
  * or an RGB image's 3). */
 static inline __attribute__((always_inline)) void BK(blocked_tile)(
         const blocked_ctx *cx, const float *src, const float *w, int64_t i0, int64_t i1,
-        int64_t n, int64_t oc, int64_t oh, int64_t ow, int T, int NB, int SW, int ICW) {
+        int64_t n, int64_t oc, int64_t oh, int64_t ow, int T, int NB, int SW, int ICW,
+        int64_t cb0, int64_t cb1, float *part) {
     const int64_t *p = cx->p;
     int64_t KW = p[C_KW], KH = p[C_KH], step = (SW ? SW : p[C_SW]) * ICW;
     int64_t row = p[C_DH] * cx->wp * ICW, col = p[C_DW] * ICW, plane = p[C_H] * cx->wp * ICW;
     int64_t wcb = KH * KW * ICW * 16, wblock = cx->cb * wcb;
     bvec acc[BK_NB][BK_T];
     for (int j = 0; j < NB; j++)
-        for (int t = 0; t < T; t++) acc[j][t] = (bvec){0};
-    for (int64_t cb = 0; cb < cx->cb; cb++) {
+        for (int t = 0; t < T; t++) acc[j][t] = cb0 ? *(const bvec *)(part + (t * NB + j) * 16)
+                                                    : (bvec){0};
+    for (int64_t cb = cb0; cb < cb1; cb++) {
         for (int64_t i = i0; i < i1; i++) {
             for (int64_t k = 0; k < KW; k++) {
                 const float *xs = src + cb * plane + (i - i0) * row + k * col;
@@ -41,6 +44,11 @@ static inline __attribute__((always_inline)) void BK(blocked_tile)(
                 }
             }
         }
+    }
+    if (cb1 < cx->cb) {
+        for (int j = 0; j < NB; j++)
+            for (int t = 0; t < T; t++) *(bvec *)(part + (t * NB + j) * 16) = acc[j][t];
+        return;
     }
     /* bias, residual (turned position-major through the same buffer) and a clamp in
      * registers; another activation over the tile's sums by epilogue (not inlined: inlined
@@ -81,7 +89,8 @@ static inline __attribute__((always_inline)) void BK(blocked_tile)(
     }
 }
 
-#define BK_SW(t, nb, sw, icw) BK(blocked_tile)(cx, src, w, i0, i1, n, oc, oh, ow, t, nb, sw, icw)
+#define BK_SW(t, nb, sw, icw) BK(blocked_tile)(cx, src, w, i0, i1, n, oc, oh, ow, t, nb, sw, icw, \
+                                                 cb0, cb1, part)
 #define BK_NBS(t, nb)                                                                      \
     if (kind == 1) BK_SW(t, nb, 1, 16);                                                    \
     else if (kind == 2) BK_SW(t, nb, 2, 16);                                               \
@@ -93,47 +102,66 @@ static inline __attribute__((always_inline)) void BK(blocked_tile)(
         if (nb == BK_NB) { BK_NBS(t, BK_NB) } else { BK_NBS(t, 1) }                       \
         break;
 
+/* Rows [oh0, oh1) of blocks [oc/16, oc/16 + nb) of image n, summed over channel blocks
+ * [cb0, cb1): each row in as few tiles of at most BK_T positions as can be, of even widths (a
+ * 14-wide row: 7 + 7, not 12 + 2, whose 2 x NB accumulators kept the arithmetic units idle);
+ * parts: the rows' partial sums, position by position (BK_NB x 16 floats each). */
+BK_ATTR static void BK(blocked_rows)(const blocked_ctx *cx, const float *xi, const float *w,
+                                     int64_t n, int64_t oc, int nb, int kind, int64_t oh0,
+                                     int64_t oh1, int64_t cb0, int64_t cb1, float *parts) {
+    const int64_t *p = cx->p;
+    int64_t OW = p[C_OW], H = p[C_H], DH = p[C_DH], sw = p[C_SW];
+    for (int64_t oh = oh0; oh < oh1; oh++) {
+        int64_t r = oh * p[C_SH] - p[C_PT];  /* the input row of kernel row 0 */
+        int64_t i0 = r >= 0 ? 0 : (-r + DH - 1) / DH;
+        int64_t i1 = H - r <= 0 ? 0 : (H - r + DH - 1) / DH;
+        if (i1 > p[C_KH]) i1 = p[C_KH];
+        if (i0 > i1) i0 = i1;  /* no valid row: the bias alone */
+        int tn;
+        for (int64_t ow = 0, tile = 0; ow < OW; ow += tn, tile++) {
+            tn = (int)(tile < cx->wide_tiles ? cx->tile_w + 1 : cx->tile_w);
+            const float *src = i0 < i1 ? xi + ((r + i0 * DH) * cx->wp + ow * sw) * cx->icw : xi;
+            float *part = parts + ((oh - oh0) * OW + ow) * BK_NB * 16;
+            switch (tn) {
+#if BK_T > 6
+                BK_TILE(12) BK_TILE(11) BK_TILE(10) BK_TILE(9) BK_TILE(8) BK_TILE(7)
+#endif
+                BK_TILE(6) BK_TILE(5) BK_TILE(4) BK_TILE(3) BK_TILE(2) BK_TILE(1)
+            }
+        }
+    }
+}
+
 /* Task t: of image cx->n + t / per_image, a group of BK_NB blocks of 16 output channels
- * (the last group's leftover blocks one by one) over a chunk of output rows, each row in
- * as few tiles of at most BK_T positions as can be, of even widths (a 14-wide row: 7 + 7,
- * not 12 + 2, whose 2 x NB accumulators kept the arithmetic units idle). */
+ * (the last group's leftover blocks one by one) over a chunk of output rows. The reduction
+ * runs in chunks of channel blocks over bands of rows (see BK_CHUNK_BYTES); rows too wide
+ * for one row of partial sums take the whole reduction per tile. */
 BK_ATTR static void BK(blocked_task)(const void *ctx, int64_t t) {
     const blocked_ctx *cx = ctx;
     const int64_t *p = cx->p;
     int64_t image = t / cx->per_image, n = cx->n + image;
     t %= cx->per_image;
-    int64_t OH = p[C_OH], OW = p[C_OW], H = p[C_H], DH = p[C_DH], OB = p[C_O] / 16;
+    int64_t OH = p[C_OH], OB = p[C_O] / 16;
     int64_t b0 = t / cx->chunks * BK_NB, b1 = b0 + BK_NB < OB ? b0 + BK_NB : OB;
     int64_t r0 = t % cx->chunks * cx->chunk_rows;
     int64_t r1 = r0 + cx->chunk_rows < OH ? r0 + cx->chunk_rows : OH;
-    const float *xi = cx->xb + image * cx->cb * H * cx->wp * cx->icw;
+    const float *xi = cx->xb + image * cx->cb * p[C_H] * cx->wp * cx->icw;
     /* 16 channels a block at stride 1, 2 or another (1, 2, 0); an RGB image's 3 at stride 2
      * or another (3, 4) */
     int64_t sw = p[C_SW];
     int kind = cx->icw == 3 ? (sw == 2 ? 3 : 4) : sw == 1 || sw == 2 ? (int)sw : 0;
+    float parts[BK_PART_FLOATS] __attribute__((aligned(64)));
+    int64_t wbytes = p[C_KH] * p[C_KW] * cx->icw * 16 * BK_NB * (int64_t)sizeof(float);
+    int64_t band = BK_PART_FLOATS / (p[C_OW] * BK_NB * 16), chunk = BK_CHUNK_BYTES / wbytes;
+    if (chunk < 1) chunk = 1;
+    if (band < 1) band = r1 - r0, chunk = cx->cb;
     for (int64_t b = b0; b < b1;) {
         int nb = b1 - b >= BK_NB ? BK_NB : 1;
-        int64_t oc = b * 16;
         const float *w = cx->w + b * cx->cb * p[C_KH] * p[C_KW] * cx->icw * 16;
-        for (int64_t oh = r0; oh < r1; oh++) {
-            int64_t r = oh * p[C_SH] - p[C_PT];  /* the input row of kernel row 0 */
-            int64_t i0 = r >= 0 ? 0 : (-r + DH - 1) / DH;
-            int64_t i1 = H - r <= 0 ? 0 : (H - r + DH - 1) / DH;
-            if (i1 > p[C_KH]) i1 = p[C_KH];
-            if (i0 > i1) i0 = i1;  /* no valid row: the bias alone */
-            int tn;
-            for (int64_t ow = 0, tile = 0; ow < OW; ow += tn, tile++) {
-                tn = (int)(tile < cx->wide_tiles ? cx->tile_w + 1 : cx->tile_w);
-                const float *src = i0 < i1 ? xi + ((r + i0 * DH) * cx->wp + ow * sw) * cx->icw
-                                           : xi;
-                switch (tn) {
-#if BK_T > 6
-                    BK_TILE(12) BK_TILE(11) BK_TILE(10) BK_TILE(9) BK_TILE(8) BK_TILE(7)
-#endif
-                    BK_TILE(6) BK_TILE(5) BK_TILE(4) BK_TILE(3) BK_TILE(2) BK_TILE(1)
-                }
-            }
-        }
+        for (int64_t oh = r0; oh < r1; oh += band)
+            for (int64_t cb = 0; cb < cx->cb; cb += chunk)
+                BK(blocked_rows)(cx, xi, w, n, b * 16, nb, kind, oh, oh + band < r1 ? oh + band : r1,
+                                 cb, cb + chunk < cx->cb ? cb + chunk : cx->cb, parts);
         b += nb;
     }
 }
