@@ -250,7 +250,11 @@ def test_the_direct_kernel_takes_a_group_without_input_channels(monkeypatch, res
     ({"c": 32, "o": 16, "k": (3, 3), "stride": (2, 2), "pads": (1, 1, 1, 1), "hw": (8, 8)}, "blocked"),
     ({"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (7, 7)}, "blocked"),
     ({"c": 16, "o": 48, "k": (5, 5), "pads": (2, 2, 2, 2), "hw": (28, 28)}, "blocked"),
-    ({"c": 32, "o": 16, "k": (1, 1), "hw": (7, 7)}, None),
+    ({"c": 32, "o": 16, "k": (1, 1), "hw": (7, 7)}, "blocked"),
+    ({"c": 32, "o": 16, "k": (1, 1), "hw": (6, 9)}, "blocked"),
+    ({"c": 32, "o": 16, "k": (1, 1), "hw": (4, 8)}, None),
+    ({"c": 32, "o": 16, "k": (1, 1), "hw": (8, 8)}, None),
+    ({"c": 32, "o": 16, "k": (1, 1), "stride": (2, 2), "hw": (14, 14)}, None),
     ({"c": 3, "o": 16, "k": (7, 7), "stride": (2, 2), "pads": (3, 3, 3, 3), "hw": (112, 112)}, "blocked"),
     ({"c": 3, "o": 16, "k": (7, 7), "stride": (2, 2), "pads": (3, 3, 3, 3), "hw": (712, 712)}, "direct"),
     ({"c": 3, "o": 16, "k": (3, 3), "stride": (2, 2), "pads": (1, 1, 1, 1), "hw": (200, 200)}, "direct"),
@@ -261,9 +265,9 @@ def test_conv_method_follows_the_measured_rule(case, kernel):
     16) and 27-tap stems on small planes stay on im2col + GEMM; 3x3 convs on 4x4 (32 for 16,
     stride 1), 2x16, 7x7 (64 for 49) and 28x28 planes, and a 27-tap stem with 10,000
     outputs, are direct, their weights stored for the direct kernel; convs of one group in
-    whole blocks of 16 input and output channels, and RGB 7x7 stems, are blocked (not 1x1
-    ones, not RGB 3x3 stems, not two groups; no strided one on an input past 4 MB). All
-    give numpy's values."""
+    whole blocks of 16 input and output channels, and RGB 7x7 stems, are blocked (1x1 ones
+    only at stride 1 on planes of 33-56 positions; not RGB 3x3 stems, not two groups; no
+    strided one on an input past 4 MB). All give numpy's values."""
     model, feeds = conv_model(rng(4), **case)
     program = check_native(model, feeds, "conv2d")
     assert stored_for(program) == kernel
@@ -388,6 +392,9 @@ def test_direct_conv_cases_match_numpy(case, vector_width, no_blocked):
     {"c": 48, "o": 32, "k": (3, 3), "pads": (2, 1, 1, 1), "hw": (11, 30), "residual": True,
      "act": "SWISH"},
     {"c": 32, "o": 16, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (2, 520), "act": "RELU"},
+    # 1x1 windows: 7x7 planes (tiles of 7) over chunks of 12 channel blocks, residual
+    {"c": 208, "o": 48, "k": (1, 1), "hw": (7, 7), "residual": True, "act": "RELU"},
+    {"c": 16, "o": 32, "k": (1, 1), "hw": (6, 9), "act": "SWISH"},
 ], ids=str)
 def test_blocked_conv_cases_match_numpy(case, vector_width, restore_threads):
     """Convs of whole 16-channel blocks go by the blocked kernel (output-channel vectors):

@@ -32,6 +32,7 @@ DIRECT_SMALL_K_POSITIONS = 10_000
 # The blocked kernel's vectors: 16 output channels each (csrc/blocked.c); the largest input
 # image it takes a strided conv of (blocked_conv).
 BLOCK, BLOCKED_STRIDED_BYTES = 16, 4 << 20
+BLOCKED_1X1_POSITIONS = range(33, 57)  # planes of a blocked 1x1 conv (blocked_conv)
 # The conv step's kernel parameter (csrc/npu.h C_DIRECT) per stored order.
 KERNEL_CODES = {None: 0, "direct": 1, "blocked": 2}
 
@@ -86,17 +87,25 @@ def direct_blocks(gemm: np.ndarray) -> np.ndarray:
 def blocked_conv(c: int, o: int, g: int, kh: int, kw: int, h: int, w: int, stride: list[int]) -> bool:
     """Whether an fp32 conv runs as the blocked convolution (csrc/blocked.c): one group,
     input and output channels in whole blocks of BLOCK (or an RGB image with a 7x7 window or
-    wider), a window (GEMM does 1x1 better) of at most DIRECT_MAX_TAPS; strided only on an
-    input of at most BLOCKED_STRIDED_BYTES (the kernel copies a whole image before its tiles
-    read it, where the direct kernel builds bands of rows each read from cache: 16 -> 32
-    3x3/2 at 512x512, 16 MB, 5.6 -> 6.9 ms on 2 cores; at 256x256, 4 MB, even). Where it
-    applies it was as fast as the direct kernel or im2col + GEMM or faster (one core, the
-    step alone, alternating): 3x3 convs of 64 channels on 7x7 1.5x, on 2x40 (batch 3) 1.8x,
-    on 56x56 even, 128 on 28x28 1.2x, 256 on 2x2 2.8x (GEMM's), 32 -> 64 3x3/2 on 14x14
-    1.7x, RGB 7x7/2 stems to 32 channels at 56x56 and to 64 at 224x224 1.2x; 2 cores: 32 on
-    256x256 1.14x, 32 -> 64 3x3/2 on 128x128 1.24x. RGB 3x3 stems ran at 0.87-0.96x the
-    direct kernel's or GEMM's speed, a one-channel 7x7 at 0.7x: not those."""
+    wider), a window of at most DIRECT_MAX_TAPS; strided only on an input of at most
+    BLOCKED_STRIDED_BYTES (the kernel copies a whole image before its tiles read it, where
+    the direct kernel builds bands of rows each read from cache: 16 -> 32 3x3/2 at 512x512,
+    16 MB, 5.6 -> 6.9 ms on 2 cores; at 256x256, 4 MB, even). Where it applies it was as
+    fast as the direct kernel or im2col + GEMM or faster (one core, the step alone,
+    alternating): 3x3 convs of 64 channels on 7x7 1.5x, on 2x40 (batch 3) 1.8x, on 56x56
+    even, 128 on 28x28 1.2x, 256 on 2x2 2.8x (GEMM's), 32 -> 64 3x3/2 on 14x14 1.7x, RGB
+    7x7/2 stems to 32 channels at 56x56 and to 64 at 224x224 1.2x; 2 cores: 32 on 256x256
+    1.14x, 32 -> 64 3x3/2 on 128x128 1.24x. RGB 3x3 stems ran at 0.87-0.96x the direct
+    kernel's or GEMM's speed, a one-channel 7x7 at 0.7x: not those.
+
+    1x1 convs only at stride 1 on planes of BLOCKED_1X1_POSITIONS, where GEMM's 49 columns
+    are few for its panels (one core, alternating run by run): 512 -> 2048 on 7x7 1.24x
+    GEMM's speed, 2048 -> 512 1.19x, 1024 -> 2048 1.23x, 256 -> 1024 1.14x, 160 -> 960 1.24x;
+    ResNet-50 as a whole 1.06x. Elsewhere GEMM was as fast or faster: 4x4 (0.75-0.95x),
+    8x8 (0.8-1.05x), 14x14 (0.92-1.01x), 28x28 (0.95-1.02x)."""
     if c == 3 and kh * kw < 49:
+        return False
+    if kh * kw == 1 and not (stride == [1, 1] and h * w in BLOCKED_1X1_POSITIONS):
         return False
     return blocked_fits(c, o, g, kh, kw) and (stride == [1, 1] or c * h * w * 4 <= BLOCKED_STRIDED_BYTES)
 
@@ -104,9 +113,9 @@ def blocked_conv(c: int, o: int, g: int, kh: int, kw: int, h: int, w: int, strid
 def blocked_fits(c: int, o: int, g: int, kh: int, kw: int) -> bool:
     """Whether the blocked kernel can compute a conv: one group of whole blocks of 16
     channels (or of an RGB image's 3) to whole blocks of 16, a window of at most
-    DIRECT_MAX_TAPS (not 1x1)."""
+    DIRECT_MAX_TAPS."""
     return (g == 1 and o % BLOCK == 0 and (c % BLOCK == 0 or c == 3) and c > 0
-            and 1 < kh * kw <= DIRECT_MAX_TAPS)
+            and kh * kw <= DIRECT_MAX_TAPS)
 
 
 def blocked_shape(shape: tuple[int, ...], kernel: tuple[int, int]) -> tuple[int, ...]:
