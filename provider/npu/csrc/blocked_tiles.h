@@ -13,9 +13,9 @@
  * position's input at the row's first valid kernel row, first channel block; w: the first
  * block's weights. Sums over channel blocks [cb0, cb1), valid kernel row i in [i0, i1),
  * column k and channel, in that order, onto the partial sums in `part` when cb0 > 0; leaves
- * them there when blocks remain, else adds bias and activation and stores to y. SW: the stride when it
- * is 1 or 2 (constant offsets between the positions), else 0; ICW: channels per block (16,
- * or an RGB image's 3). */
+ * them there when blocks remain, else adds bias and activation and stores to y. SW: the
+ * stride when it is 1 or 2 (constant offsets between the positions), else 0; ICW: channels
+ * per block (16, or an RGB image's 3). */
 static inline __attribute__((always_inline)) void BK(blocked_tile)(
         const blocked_ctx *cx, const float *src, const float *w, int64_t i0, int64_t i1,
         int64_t n, int64_t oc, int64_t oh, int64_t ow, int T, int NB, int SW, int ICW,
@@ -105,7 +105,8 @@ static inline __attribute__((always_inline)) void BK(blocked_tile)(
 /* Rows [oh0, oh1) of blocks [oc/16, oc/16 + nb) of image n, summed over channel blocks
  * [cb0, cb1): each row in as few tiles of at most BK_T positions as can be, of even widths (a
  * 14-wide row: 7 + 7, not 12 + 2, whose 2 x NB accumulators kept the arithmetic units idle);
- * parts: the rows' partial sums, position by position (BK_NB x 16 floats each). */
+ * parts: the rows' partial sums, position by position (BK_NB x 16 floats each); NULL when
+ * [cb0, cb1) is every block. */
 BK_ATTR static void BK(blocked_rows)(const blocked_ctx *cx, const float *xi, const float *w,
                                      int64_t n, int64_t oc, int nb, int kind, int64_t oh0,
                                      int64_t oh1, int64_t cb0, int64_t cb1, float *parts) {
@@ -121,7 +122,7 @@ BK_ATTR static void BK(blocked_rows)(const blocked_ctx *cx, const float *xi, con
         for (int64_t ow = 0, tile = 0; ow < OW; ow += tn, tile++) {
             tn = (int)(tile < cx->wide_tiles ? cx->tile_w + 1 : cx->tile_w);
             const float *src = i0 < i1 ? xi + ((r + i0 * DH) * cx->wp + ow * sw) * cx->icw : xi;
-            float *part = parts + ((oh - oh0) * OW + ow) * BK_NB * 16;
+            float *part = parts ? parts + ((oh - oh0) * OW + ow) * BK_NB * 16 : NULL;
             switch (tn) {
 #if BK_T > 6
                 BK_TILE(12) BK_TILE(11) BK_TILE(10) BK_TILE(9) BK_TILE(8) BK_TILE(7)
@@ -155,13 +156,15 @@ BK_ATTR static void BK(blocked_task)(const void *ctx, int64_t t) {
     int64_t band = BK_PART_FLOATS / (p[C_OW] * BK_NB * 16), chunk = BK_CHUNK_BYTES / wbytes;
     if (chunk < 1) chunk = 1;
     if (band < 1) band = r1 - r0, chunk = cx->cb;
+    float *use = chunk < cx->cb ? parts : NULL;
     for (int64_t b = b0; b < b1;) {
         int nb = b1 - b >= BK_NB ? BK_NB : 1;
         const float *w = cx->w + b * cx->cb * p[C_KH] * p[C_KW] * cx->icw * 16;
         for (int64_t oh = r0; oh < r1; oh += band)
             for (int64_t cb = 0; cb < cx->cb; cb += chunk)
-                BK(blocked_rows)(cx, xi, w, n, b * 16, nb, kind, oh, oh + band < r1 ? oh + band : r1,
-                                 cb, cb + chunk < cx->cb ? cb + chunk : cx->cb, parts);
+                BK(blocked_rows)(cx, xi, w, n, b * 16, nb, kind, oh,
+                                 oh + band < r1 ? oh + band : r1, cb,
+                                 cb + chunk < cx->cb ? cb + chunk : cx->cb, use);
         b += nb;
     }
 }
