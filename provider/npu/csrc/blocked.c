@@ -29,6 +29,7 @@ typedef struct {
     int64_t chunks, chunk_rows;   /* tasks per group of blocks: chunks of output rows */
     int64_t per_image;            /* tasks per image */
     int64_t tile_w, wide_tiles;   /* a row's tiles: tile_w positions, the first wide_tiles + 1 */
+    int64_t band, chunk;          /* the reduction: bands of rows x chunks of channel blocks */
     int wide;                     /* AVX-512 tiles (2 blocks x 12 positions) */
 } blocked_ctx;
 
@@ -125,6 +126,10 @@ int blocked_conv(const lnpu_step *s, void **slots) {
     cx.chunk_rows = (OH + cx.chunks - 1) / cx.chunks;
     cx.chunks = (OH + cx.chunk_rows - 1) / cx.chunk_rows;
     cx.per_image = groups * cx.chunks;
+    int64_t wbytes = p[C_KH] * p[C_KW] * cx.icw * 16 * nb * (int64_t)sizeof(float);
+    cx.band = BK_PART_FLOATS / (OW * nb * 16);
+    cx.chunk = BK_CHUNK_BYTES / wbytes > 1 ? BK_CHUNK_BYTES / wbytes : 1;
+    if (cx.band < 1) cx.band = cx.chunk_rows, cx.chunk = cx.cb;  /* whole reduction per tile */
     cx.xb = thread_scratch(images * C * H * cx.wp);
     if (!cx.xb) return -1;
     for (int64_t n = 0; n < p[C_N]; n += images) {

@@ -135,8 +135,8 @@ BK_ATTR static void BK(blocked_rows)(const blocked_ctx *cx, const float *xi, con
 
 /* Task t: of image cx->n + t / per_image, a group of BK_NB blocks of 16 output channels
  * (the last group's leftover blocks one by one) over a chunk of output rows. The reduction
- * runs in chunks of channel blocks over bands of rows (see BK_CHUNK_BYTES); rows too wide
- * for one row of partial sums take the whole reduction per tile. */
+ * runs in chunks of channel blocks over bands of rows, both decided in blocked_conv (see
+ * BK_CHUNK_BYTES). */
 BK_ATTR static void BK(blocked_task)(const void *ctx, int64_t t) {
     const blocked_ctx *cx = ctx;
     const int64_t *p = cx->p;
@@ -152,10 +152,7 @@ BK_ATTR static void BK(blocked_task)(const void *ctx, int64_t t) {
     int64_t sw = p[C_SW];
     int kind = cx->icw == 3 ? (sw == 2 ? 3 : 4) : sw == 1 || sw == 2 ? (int)sw : 0;
     float parts[BK_PART_FLOATS] __attribute__((aligned(64)));
-    int64_t wbytes = p[C_KH] * p[C_KW] * cx->icw * 16 * BK_NB * (int64_t)sizeof(float);
-    int64_t band = BK_PART_FLOATS / (p[C_OW] * BK_NB * 16), chunk = BK_CHUNK_BYTES / wbytes;
-    if (chunk < 1) chunk = 1;
-    if (band < 1) band = r1 - r0, chunk = cx->cb;
+    int64_t band = cx->band, chunk = cx->chunk;
     float *use = chunk < cx->cb ? parts : NULL;
     for (int64_t b = b0; b < b1;) {
         int nb = b1 - b >= BK_NB ? BK_NB : 1;
