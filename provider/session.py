@@ -54,7 +54,7 @@ from provider.errors import BindingError, InvalidModelError, UnsupportedError
 from provider.npu.memory import default_pool
 from provider.npu.session_memory import Family, SessionMemoryInfo, merge_infos
 from provider.options import InvalidOptionError, NpuOptions
-from provider.ort import EP_NAME, abi, profiling, session_link
+from provider.ort import EP_NAME, abi, pinned_pool, profiling, session_link
 from provider.ort.cache_session import CacheSession, SessionCacheStats
 from provider.ort.capability import Placement
 from provider.ort.ep import STRICT_KEY, NpuEp
@@ -231,6 +231,8 @@ class InferenceSession(ort.InferenceSession):
             "the model"
         self._link.eps.clear()  # a failed attempt's EPs (the warm path's) are not ours
         # onnxruntime adds its CPU provider itself; naming providers here would drop the NPU.
+        if pinned_pool.pins_workers(options):
+            pinned_pool.to_first_cpu()  # off the processors onnxruntime's new workers spin on
         exit_gate.enter()
         try:
             with model_load_errors(what):
