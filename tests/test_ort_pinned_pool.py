@@ -13,8 +13,8 @@ from test_ort_one_pass import npu_session
 from provider.ort import pinned_pool
 
 linux_cpus = pytest.mark.skipif(
-    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
-    reason="needs sched_setaffinity and two processors")
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2
+    or 0 not in os.sched_getaffinity(0), reason="needs sched_setaffinity, processor 0 and another")
 
 
 def _processor() -> int:
@@ -51,8 +51,20 @@ def test_to_first_cpu_moves_the_thread_and_keeps_its_mask():
     _move_to(max(mask))
     assert _processor() == max(mask)
     assert pinned_pool.to_first_cpu()
-    assert _processor() == min(mask)
+    assert _processor() == 0
     assert os.sched_getaffinity(0) == mask
+
+
+@linux_cpus
+def test_to_first_cpu_leaves_a_thread_barred_from_processor_0_where_it_is():
+    mask = os.sched_getaffinity(0)
+    others = mask - {0}
+    os.sched_setaffinity(0, others)
+    try:
+        assert not pinned_pool.to_first_cpu()
+        assert os.sched_getaffinity(0) == others and _processor() != 0
+    finally:
+        os.sched_setaffinity(0, mask)
 
 
 def _calls(monkeypatch) -> list:

@@ -8,9 +8,9 @@ GetCapability's compile) on the creating thread; when the scheduler had left tha
 worker's processor, the two took turns in 4 ms time slices while the first processor idled:
 a cold MobileNetV2 session with a cache to fill took 17.7 ms instead of 9.2 ms (medians of 9
 creations in one process, measured both ways in a row). `to_first_cpu` moves the creating
-thread to the first processor it may use just before onnxruntime builds the session; its
-mask is restored at once, so no thread started later inherits a narrowed one, and a running
-thread stays where it is.
+thread to processor 0 just before onnxruntime builds the session; its mask is restored at
+once, so no thread started later inherits a narrowed one, and a running thread stays where
+it is.
 """
 
 from __future__ import annotations
@@ -40,17 +40,18 @@ def pins_workers(options: ort.SessionOptions) -> bool:
 
 
 def to_first_cpu() -> bool:
-    """Move the calling thread to the first processor of its affinity mask, keeping the mask
-    (setting a mask without the thread's processor migrates it at once). True when it moved
-    or was there; False where the platform cannot, or the thread may use one processor."""
+    """Move the calling thread to processor 0, keeping its affinity mask (setting a mask
+    without the thread's processor migrates it at once). True when it moved or was there;
+    False where the platform cannot, or the mask holds one processor or not processor 0
+    (where onnxruntime's numbering of a narrowed mask is not known: left as it is)."""
     if not hasattr(os, "sched_setaffinity"):
         return False
     try:
         mask = os.sched_getaffinity(0)
-        if len(mask) < 2:
+        if len(mask) < 2 or 0 not in mask:
             return False
         try:
-            os.sched_setaffinity(0, {min(mask)})
+            os.sched_setaffinity(0, {0})
         finally:
             os.sched_setaffinity(0, mask)
     except OSError:
