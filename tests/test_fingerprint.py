@@ -61,3 +61,20 @@ def test_a_file_that_is_not_onnx_is_its_own_bytes(tmp_path):
     before = fingerprint.file_fingerprint(path)
     (tmp_path / "weights.bin").write_bytes(b"y")
     assert fingerprint.file_fingerprint(path) == before
+
+
+def test_a_model_without_the_word_location_is_not_walked(tmp_path, monkeypatch):
+    """No external-data entry can exist without its key's bytes: the field walk is skipped."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    w = numpy_helper.from_array(np.arange(4, dtype=np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [w])
+    path = tmp_path / "model.onnx"
+    onnx.save_model(helper.make_model(graph), path)
+    before = fingerprint.file_fingerprint(path)
+
+    def walked():
+        raise AssertionError("walked a model that names no external file")
+
+    monkeypatch.setattr(fingerprint, "_walk_table", walked)
+    assert fingerprint.file_fingerprint(path) == before
