@@ -11,6 +11,11 @@ from pathlib import Path
 from provider.commands.registry import command
 from provider.errors import UsageError
 
+# Timed runs per zoo model: a zoo model runs in ~0.1 ms on the 2-vCPU VM, where 30 runs gave
+# resnet_block 1.10x and 0.69x in two reports 15 minutes apart and 200 runs 0.93-0.96x in
+# three (the blocks' pauses make it ~12 s a model).
+DEFAULT_RUNS = 200
+
 EXAMPLES = """examples:
   litenpu bench                         # everything; writes docs/benchmarks/ of the checkout
   litenpu bench --quick                 # fewer runs, scripts with --quick where they have it
@@ -26,7 +31,7 @@ def _add_args(p: argparse.ArgumentParser) -> None:
                    help="report folder (default: docs/benchmarks of the checkout, else "
                         "./litenpu-benchmarks)")
     p.add_argument("--quick", action="store_true", help="fewer runs; scripts get --quick")
-    p.add_argument("--runs", type=int, default=None, help="timed runs per model (default 30, "
+    p.add_argument("--runs", type=int, default=None, help="timed runs per model (default 200, "
                    "5 with --quick)")
     p.add_argument("--models", default=None,
                    help="comma-separated zoo models (default: all); 'none' skips them")
@@ -57,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from provider.zoo import NAMES
 
     names = _model_names(args.models, NAMES)
-    runs = args.runs or (5 if args.quick else 30)
+    runs = args.runs or (5 if args.quick else DEFAULT_RUNS)
     if runs < 1:
         raise UsageError(f"--runs {runs}: expected at least 1")
 
