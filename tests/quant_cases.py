@@ -233,6 +233,11 @@ CASES = {
     "conv_per_tensor": lambda g: conv(g, per_channel=False),
     "conv_relu": lambda g: conv(g, relu=True),
     "conv_strided_1x1": lambda g: conv(g, k=1, stride=2, pads=0, bias=False),
+    # strided convs whose taps read every phase plane (csrc/qconv.c's shifted form)
+    "conv_strided_3x3": lambda g: conv(g, c=8, o=20, k=3, stride=2, pads=1, hw=13),
+    "conv_strided_3x3_unpadded": lambda g: conv(g, c=5, o=8, k=3, stride=2, pads=0, hw=12),
+    "conv_strided_5x5_3": lambda g: conv(g, c=6, o=10, k=5, stride=3, pads=2, hw=14),
+    "conv_strided_2x2": lambda g: conv(g, c=7, o=9, k=2, stride=2, pads=0, hw=11),
     "conv_pointwise": lambda g: conv(g, c=6, o=10, k=1, pads=0),
     "conv_dilated": lambda g: conv(g, c=5, o=9, k=3, pads=2, dilation=2, hw=11),
     "conv_depthwise": lambda g: conv(g, c=16, o=16, group=16),

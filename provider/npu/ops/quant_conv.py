@@ -199,12 +199,10 @@ def qconv2d_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowere
     planned = []
     if any(a["pads"]):
         planned.append(("pad", (n, c, h + top + bottom, wd + left + right), x.dtype))
-    shifted = a["stride"] == [1, 1]
+    shifted = _shifted(a["kernel"], a["stride"], a["dilation"])
     if blocked:  # the native kernel's bytes (qconv.c): packed columns [, planes, wide output]
-        wp = ow + (a["kernel"][1] - 1) * a["dilation"][1] if shifted else ow
-        hp = oh + (a["kernel"][0] - 1) * a["dilation"][0]
-        extra = c * (hp + 1) * wp + og * oh * wp if shifted else 0
-        planned.append(("cols", (g * kg * 4 * oh * wp + extra,), np.dtype(np.uint8)))
+        planned.append(("cols", (_cols_bytes(c, og, oh, ow, g, kg, a, shifted),),
+                        np.dtype(np.uint8)))
     attrs = {"kernel": a["kernel"], "stride": a["stride"], "dilation": a["dilation"],
              "pads": a["pads"], "group": g, "zx": int(qx.zero_point[0]),
              "zy": int(qy.zero_point[0]), "range": out_range(node, qy, y.dtype),
@@ -327,6 +325,24 @@ def qmatmul_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowere
 CODE_DTYPES = ("int8", "uint8")
 
 
+def _shifted(kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> bool:
+    """Whether the native conv takes the shifted form (csrc/qconv.c): stride 1, or strides
+    whose taps read every phase plane (a 3x3/2 does; a 1x1/2 would copy four planes to read
+    one, so it keeps im2col)."""
+    return all({t * d % s for t in range(k)} == set(range(s))
+               for k, s, d in zip(kernel, stride, dilation, strict=True))
+
+
+def _cols_bytes(c: int, og: int, oh: int, ow: int, g: int, kg: int, attrs: dict,
+                shifted: bool) -> int:
+    """The native conv's scratch bytes: packed columns [, phase planes, wide output]."""
+    if not shifted:
+        return g * kg * 4 * oh * ow
+    (kh, kw), (sh, sw), (dh, dw) = attrs["kernel"], attrs["stride"], attrs["dilation"]
+    hp, wp = oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
+    return g * kg * 4 * oh * wp + c * sh * sw * (hp + 1) * wp + og * oh * wp
+
+
 def _common(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, cols_bytes: int) -> bool:
     """The checks both integer GEMM lowerings share (dtypes, bias, multipliers, scratch)."""
     x, w, bias, mult, y = ins[0], ins[1], ins[2], ins[3], outs[0]
@@ -364,11 +380,12 @@ def _qconv_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: Ste
         b.params(*params)
         b.slots(b.inputs[0], b.inputs[1], b.inputs[2], b.inputs[3], b.outputs[0])
         return True
-    wp = ow + (kw - 1) * attrs["dilation"][1] if shifted else ow
-    hp = oh + (kh - 1) * attrs["dilation"][0]
-    need = g * kg * 4 * oh * wp + (c * (hp + 1) * wp + o // g * oh * wp if shifted else 0)
-    if shifted and (attrs["stride"] != [1, 1] or hp != h + attrs["pads"][0] + attrs["pads"][1]
-                    or wp != wd + attrs["pads"][2] + attrs["pads"][3]):
+    need = _cols_bytes(c, o // g, oh, ow, g, kg, attrs, shifted)
+    if shifted and (not _shifted(attrs["kernel"], attrs["stride"], attrs["dilation"]) or (
+            attrs["stride"] == [1, 1] and (oh + (kh - 1) * attrs["dilation"][0]
+                                           != h + attrs["pads"][0] + attrs["pads"][1]
+                                           or ow + (kw - 1) * attrs["dilation"][1]
+                                           != wd + attrs["pads"][2] + attrs["pads"][3]))):
         return False
     if w.shape != (g, -(-(o // g) // 8), kg, 8, 4) or not _common(ins, outs, attrs, need):
         return False
