@@ -333,13 +333,19 @@ def _shifted(kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[in
                for k, s, d in zip(kernel, stride, dilation, strict=True))
 
 
+def _phase_extent(oh: int, ow: int, attrs: dict) -> tuple[int, int]:
+    """Rows and columns of the shifted form's phase planes (csrc/qconv.c: Hp, Wp)."""
+    (kh, kw), (sh, sw), (dh, dw) = attrs["kernel"], attrs["stride"], attrs["dilation"]
+    return oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
+
+
 def _cols_bytes(c: int, og: int, oh: int, ow: int, g: int, kg: int, attrs: dict,
                 shifted: bool) -> int:
     """The native conv's scratch bytes: packed columns [, phase planes, wide output]."""
     if not shifted:
         return g * kg * 4 * oh * ow
-    (kh, kw), (sh, sw), (dh, dw) = attrs["kernel"], attrs["stride"], attrs["dilation"]
-    hp, wp = oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
+    hp, wp = _phase_extent(oh, ow, attrs)
+    sh, sw = attrs["stride"]
     return g * kg * 4 * oh * wp + c * sh * sw * (hp + 1) * wp + og * oh * wp
 
 
@@ -381,11 +387,10 @@ def _qconv_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: Ste
         b.slots(b.inputs[0], b.inputs[1], b.inputs[2], b.inputs[3], b.outputs[0])
         return True
     need = _cols_bytes(c, o // g, oh, ow, g, kg, attrs, shifted)
+    top, bottom, left, right = attrs["pads"]
+    padded = (h + top + bottom, wd + left + right)  # a stride-1 plane is the padded input
     if shifted and (not _shifted(attrs["kernel"], attrs["stride"], attrs["dilation"]) or (
-            attrs["stride"] == [1, 1] and (oh + (kh - 1) * attrs["dilation"][0]
-                                           != h + attrs["pads"][0] + attrs["pads"][1]
-                                           or ow + (kw - 1) * attrs["dilation"][1]
-                                           != wd + attrs["pads"][2] + attrs["pads"][3]))):
+            attrs["stride"] == [1, 1] and _phase_extent(oh, ow, attrs) != padded)):
         return False
     if w.shape != (g, -(-(o // g) // 8), kg, 8, 4) or not _common(ins, outs, attrs, need):
         return False
