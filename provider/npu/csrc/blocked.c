@@ -26,7 +26,8 @@ typedef struct {
     int64_t n;                    /* the call's first image */
     int64_t icw, cb, wp;          /* channels per block (16, or an RGB image's 3), blocks,
                                    * scratch row width */
-    int64_t chunks, chunk_rows;   /* tasks per group of blocks: chunks of output rows */
+    int64_t chunks, chunk_rows;   /* tasks per group of blocks: chunks of output rows (their
+                                   * sizes differ by at most one row), the longest's rows */
     int64_t per_image;            /* tasks per image */
     int64_t tile_w, wide_tiles;   /* a row's tiles: tile_w positions, the first wide_tiles + 1 */
     int64_t band, chunk;          /* the reduction: bands of rows x chunks of channel blocks */
@@ -123,8 +124,7 @@ int blocked_conv(const lnpu_step *s, void **slots) {
     cx.chunks = want > per ? (want + per - 1) / per : 1;
     if (cx.chunks > 1 && cores() > 1) cx.chunks = (cx.chunks + cores() - 1) / cores() * cores();
     if (cx.chunks > OH) cx.chunks = OH;
-    cx.chunk_rows = (OH + cx.chunks - 1) / cx.chunks;
-    cx.chunks = (OH + cx.chunk_rows - 1) / cx.chunk_rows;
+    cx.chunk_rows = (OH + cx.chunks - 1) / cx.chunks;  /* the longest chunk's */
     cx.per_image = groups * cx.chunks;
     int64_t wbytes = p[C_KH] * p[C_KW] * cx.icw * 16 * nb * (int64_t)sizeof(float);
     cx.band = BK_PART_FLOATS / (OW * nb * 16);

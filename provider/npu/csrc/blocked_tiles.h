@@ -144,8 +144,7 @@ BK_ATTR static void BK(blocked_task)(const void *ctx, int64_t t) {
     t %= cx->per_image;
     int64_t OH = p[C_OH], OB = p[C_O] / 16;
     int64_t b0 = t / cx->chunks * BK_NB, b1 = b0 + BK_NB < OB ? b0 + BK_NB : OB;
-    int64_t r0 = t % cx->chunks * cx->chunk_rows;
-    int64_t r1 = r0 + cx->chunk_rows < OH ? r0 + cx->chunk_rows : OH;
+    int64_t r0 = t % cx->chunks * OH / cx->chunks, r1 = (t % cx->chunks + 1) * OH / cx->chunks;
     const float *xi = cx->xb + image * cx->cb * p[C_H] * cx->wp * cx->icw;
     /* 16 channels a block at stride 1, 2 or another (1, 2, 0); an RGB image's 3 at stride 2
      * or another (3, 4) */
