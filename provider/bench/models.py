@@ -2,7 +2,8 @@
 
 Per model (batch fixed to 1, the same seeded input for both): median run time with numpy I/O
 on each provider and with I/O bound to NPU memory, and on the peer (`provider.bench.peers`)
-when there is one, all timed in alternating blocks (`timing.interleaved_blocks`); session
+when there is one, all timed in alternating blocks (`timing.interleaved_blocks`); the speed
+ratio paired per turn (`timing.paired_ratio`); session
 creation + first run for onnxruntime, the NPU cold and the NPU warm (a second session, built
 from the stored EPContext model by the compile cache); CPU<->NPU bytes copied per run; the max
 abs difference.
@@ -24,7 +25,7 @@ import onnxruntime as ort
 import provider
 from provider.bench.peers import Peer, PeerError
 from provider.bench.sessions import CPU, cache_options, open_and_run
-from provider.bench.timing import interleaved_blocks, timed_block
+from provider.bench.timing import interleaved_blocks, paired_ratio, timed_block
 from provider.zoo import NAMES, build
 
 
@@ -42,14 +43,10 @@ class ModelResult:
     copied_plain: int
     copied_bound: int
     max_abs_diff: float
+    speed_ratio: float  # onnxruntime CPU time / NPU time, numpy I/O (> 1: the NPU is faster)
     peer_run_ms: float | None = None  # the peer column; None when it did not run
     peer_max_abs_diff: float | None = None
     peer_note: str = ""  # why the peer did not run this model
-
-    @property
-    def speed_ratio(self) -> float:
-        """onnxruntime CPU time / NPU time with numpy I/O (> 1: the NPU sim is faster)."""
-        return self.ort_run_ms / self.npu_run_ms
 
 
 def measure(name: str, runs: int, workdir: Path, peer: Peer | None = None) -> ModelResult:
@@ -94,13 +91,14 @@ def measure(name: str, runs: int, workdir: Path, peer: Peer | None = None) -> Mo
             peer_diff = float(np.max(np.abs(opened.outputs[0] - expected)))
         except PeerError as e:
             peer_note = str(e)
-    medians = [statistics.median(t for block in blocks for t in block)
-               for blocks in interleaved_blocks(timers, runs)]
+    turns = interleaved_blocks(timers, runs)
+    medians = [statistics.median(t for block in blocks for t in block) for blocks in turns]
 
     return ModelResult(
         model=name, ort_run_ms=medians[0], npu_run_ms=medians[1], npu_bound_ms=medians[2],
         ort_session_ms=ort_session_ms, npu_cold_ms=npu_cold_s * 1e3, npu_warm_ms=npu_warm_s * 1e3,
         copied_plain=copied_plain, copied_bound=copied_bound, max_abs_diff=diff,
+        speed_ratio=paired_ratio(turns[0], turns[1]),
         peer_run_ms=medians[3] if len(medians) > 3 else None, peer_max_abs_diff=peer_diff,
         peer_note=peer_note)
 

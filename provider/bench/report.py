@@ -30,7 +30,9 @@ def markdown(machine: dict[str, str], models: list[ModelResult], scripts: list[S
     lines += [f"| {k} | {v} |" for k, v in machine.items()]
     lines += ["", "## Zoo models: NPU EP vs onnxruntime CPU", "",
               "Batch 1 (fixed), median of the timed runs. *ratio* = onnxruntime time / NPU "
-              "time (> 1: the NPU simulator is faster). Session times are creation + first "
+              "time (> 1: the NPU simulator is faster), the median over turns of each turn's "
+              "ratio of block medians, as in the real-model table (the host's speed drifts "
+              "between turns, not within one). Session times are creation + first "
               "run; *cold* compiles, *warm* is a second session built by the compile cache "
               "from the stored EPContext model. Bytes are CPU<->NPU copies per run.", "",
               f"*{PEER}* is the peer: onnxruntime's OpenVINO execution provider on its CPU "
