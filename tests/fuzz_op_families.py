@@ -136,9 +136,14 @@ def draw_conv(rng: np.random.Generator) -> Draw:
         graph_inputs.append(tensor("r", [n, o, *out]))
         nodes.append(helper.make_node("Add", ["c", "r"], ["a"]))
         last = "a"
-    act = pick(rng, ["none", "relu", "clip", "silu", "sigmoid"])  # what the NPU fuses into Conv
+    # what the NPU fuses into Conv (the tiles store a clamp or hard swish themselves)
+    act = pick(rng, ["none", "relu", "clip", "silu", "sigmoid", "hardswish", "leaky"])
     if act == "relu":
         nodes.append(helper.make_node("Relu", [last], ["y"]))
+    elif act == "hardswish":
+        nodes.append(helper.make_node("HardSwish", [last], ["y"]))
+    elif act == "leaky":
+        nodes.append(helper.make_node("LeakyRelu", [last], ["y"], alpha=0.1))
     elif act == "clip":
         inits += [const("lo", 0.0), const("hi", 6.0)]
         nodes.append(helper.make_node("Clip", [last, "lo", "hi"], ["y"]))
