@@ -206,6 +206,11 @@ def test_conv_native_matches_numpy(geometry, seed):
     {"c": 6, "o": 6, "group": 6, "k": (1, 1), "hw": (5, 7), "n": 2, "residual": True, "act": "RELU"},
     # a strided conv (column phases) large enough to be split into column blocks
     {"c": 3, "o": 16, "k": (7, 7), "stride": (2, 2), "pads": (3, 3, 3, 3), "hw": (64, 64)},
+    # a strided one-column window gathers its columns without phases (ResNet's 1x1/2
+    # shortcuts): columns past the padding, strides that differ by axis, a residual
+    {"c": 8, "o": 12, "k": (1, 1), "stride": (2, 3), "pads": (1, 0, 0, 2), "hw": (25, 40)},
+    {"c": 16, "o": 32, "k": (1, 1), "stride": (2, 2), "hw": (28, 28), "residual": True,
+     "act": "RELU"},
     # small planes, one GEMM over the batch's columns: conv1d-like clips, strided, with a
     # residual; groups of 17 channels; one image on a 9x9 plane in two blocks of channels
     {"c": 12, "o": 20, "k": (1, 3), "stride": (1, 2), "pads": (0, 1, 0, 1), "hw": (1, 8),

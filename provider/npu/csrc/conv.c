@@ -51,11 +51,12 @@ MULTIVERSION static void im2col(const conv_ctx *cx, int64_t r0, int64_t r1, int6
                 memcpy(out + a, src + a, (b - a) * sizeof(float));
                 continue;
             }
-            const float *in = xc + ih * W + off;
+            const float *in = xc + ih * W + off;  /* column q reads in[q * SW] */
             int64_t va = a > lo ? a : lo, vb = b < hi ? b : hi;  /* valid part */
             if (va >= vb) { memset(out + a, 0, (b - a) * sizeof(float)); continue; }
             if (va > a) memset(out + a, 0, (va - a) * sizeof(float));
-            memcpy(out + va, in + va, (vb - va) * sizeof(float));
+            if (SW == 1) memcpy(out + va, in + va, (vb - va) * sizeof(float));
+            else for (int64_t q = va; q < vb; q++) out[q] = in[q * SW];
             if (b > vb) memset(out + vb, 0, (b - vb) * sizeof(float));
         }
     }
@@ -239,7 +240,10 @@ int conv(const lnpu_step *s, void **slots) {
         cx.mblocks = OG / 16 > 1 ? (OG / 16 < left ? OG / 16 : left) : 1;
     }
     cx.rows_per_task = per_task(rows, task_count((double)rows * HW / COPY_FLOATS_PER_NS, rows));
-    if (p[C_IM2COL] && p[C_SW] > 1) {  /* the calling thread's scratch, read by every task */
+    /* column phases for a strided window (the calling thread's scratch, read by every task);
+     * a one-column window reads each input value once: its columns are gathered directly
+     * (ResNet-50's 1x1/2 shortcuts copied their whole input into phases to use a quarter) */
+    if (p[C_IM2COL] && p[C_SW] > 1 && p[C_KW] > 1) {
         cx.wq = p[C_OW] + (p[C_KW] - 1) * p[C_DW] / p[C_SW];
         cx.phase = thread_scratch(p[C_C] * p[C_SW] * p[C_H] * cx.wq);
         if (!cx.phase) return -1;
