@@ -241,7 +241,8 @@ def test_the_direct_kernel_takes_a_group_without_input_channels(monkeypatch, res
 
 
 @pytest.mark.parametrize("case, kernel", [
-    ({"c": 64, "o": 32, "k": (1, 1), "stride": (2, 2), "hw": (14, 14)}, None),
+    ({"c": 64, "o": 32, "k": (1, 1), "stride": (2, 2), "hw": (14, 14)}, "blocked"),
+    ({"c": 64, "o": 32, "k": (1, 1), "stride": (2, 2), "hw": (28, 28)}, None),
     ({"c": 32, "o": 8, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (2, 2)}, None),
     ({"c": 32, "o": 8, "k": (3, 3), "stride": (2, 2), "pads": (1, 1, 1, 1), "hw": (8, 8)}, None),
     ({"c": 3, "o": 16, "k": (3, 3), "stride": (2, 2), "hw": (31, 31)}, None),
@@ -259,7 +260,8 @@ def test_the_direct_kernel_takes_a_group_without_input_channels(monkeypatch, res
     ({"c": 32, "o": 16, "k": (1, 1), "hw": (6, 9)}, "blocked"),
     ({"c": 32, "o": 16, "k": (1, 1), "hw": (4, 8)}, None),
     ({"c": 32, "o": 16, "k": (1, 1), "hw": (8, 8)}, None),
-    ({"c": 32, "o": 16, "k": (1, 1), "stride": (2, 2), "hw": (14, 14)}, None),
+    ({"c": 32, "o": 16, "k": (1, 1), "stride": (2, 2), "hw": (14, 14)}, "blocked"),
+    ({"c": 32, "o": 16, "k": (1, 1), "stride": (2, 2), "hw": (8, 8)}, None),
     ({"c": 3, "o": 16, "k": (7, 7), "stride": (2, 2), "pads": (3, 3, 3, 3), "hw": (112, 112)}, "blocked"),
     ({"c": 3, "o": 16, "k": (7, 7), "stride": (2, 2), "pads": (3, 3, 3, 3), "hw": (712, 712)}, "direct"),
     ({"c": 3, "o": 16, "k": (3, 3), "stride": (2, 2), "pads": (1, 1, 1, 1), "hw": (200, 200)}, "direct"),
@@ -400,6 +402,10 @@ def test_direct_conv_cases_match_numpy(case, vector_width, no_blocked):
     # 1x1 windows: 7x7 planes (tiles of 7) over chunks of 12 channel blocks, residual
     {"c": 208, "o": 48, "k": (1, 1), "hw": (7, 7), "residual": True, "act": "RELU"},
     {"c": 16, "o": 32, "k": (1, 1), "hw": (6, 9), "act": "SWISH"},
+    # strided 1x1 windows on 7x7 and 6x7 output planes (a shortcut; uneven strides, padding)
+    {"c": 32, "o": 48, "k": (1, 1), "stride": (2, 2), "hw": (13, 14), "residual": True,
+     "act": "RELU"},
+    {"c": 16, "o": 16, "k": (1, 1), "stride": (2, 3), "pads": (1, 0, 0, 1), "hw": (12, 20)},
 ], ids=str)
 def test_blocked_conv_cases_match_numpy(case, vector_width, restore_threads):
     """Convs of whole 16-channel blocks go by the blocked kernel (output-channel vectors):

@@ -98,14 +98,17 @@ def blocked_conv(c: int, o: int, g: int, kh: int, kw: int, h: int, w: int, strid
     1.14x, 32 -> 64 3x3/2 on 128x128 1.24x. RGB 3x3 stems ran at 0.87-0.96x the direct
     kernel's or GEMM's speed, a one-channel 7x7 at 0.7x: not those.
 
-    1x1 convs only at stride 1 on planes of BLOCKED_1X1_POSITIONS, where GEMM's 49 columns
-    are few for its panels (one core, alternating run by run): 512 -> 2048 on 7x7 1.24x
-    GEMM's speed, 2048 -> 512 1.19x, 1024 -> 2048 1.23x, 256 -> 1024 1.14x, 160 -> 960 1.24x;
-    ResNet-50 as a whole 1.06x. Elsewhere GEMM was as fast or faster: 4x4 (0.75-0.95x),
-    8x8 (0.8-1.05x), 14x14 (0.92-1.01x), 28x28 (0.95-1.02x)."""
+    1x1 convs only with output planes of BLOCKED_1X1_POSITIONS (the plane of ceil(h / stride)
+    rows and columns), where GEMM's 49 columns are few for its panels (one core, alternating
+    run by run): 512 -> 2048 on 7x7 1.24x GEMM's speed, 2048 -> 512 1.19x, 1024 -> 2048
+    1.23x, 256 -> 1024 1.14x, 160 -> 960 1.24x; ResNet-50 as a whole 1.06x. Strided too:
+    ResNet-50's 1024 -> 2048 1x1/2 shortcut from 14x14 (im2col's gathered columns and a
+    GEMM before) 1.6 -> 1.2 ms on one core, 0.82 -> 0.63 ms on two (the step in the model's
+    profile, 40 runs, twice each way). Elsewhere GEMM was as fast or faster: 4x4
+    (0.75-0.95x), 8x8 (0.8-1.05x), 14x14 (0.92-1.01x), 28x28 (0.95-1.02x)."""
     if c == 3 and kh * kw < 49:
         return False
-    if kh * kw == 1 and not (stride == [1, 1] and h * w in BLOCKED_1X1_POSITIONS):
+    if kh * kw == 1 and -(-h // stride[0]) * -(-w // stride[1]) not in BLOCKED_1X1_POSITIONS:
         return False
     return blocked_fits(c, o, g, kh, kw) and (stride == [1, 1] or c * h * w * 4 <= BLOCKED_STRIDED_BYTES)
 
