@@ -211,6 +211,9 @@ def test_conv_native_matches_numpy(geometry, seed):
     {"c": 8, "o": 12, "k": (1, 1), "stride": (2, 3), "pads": (1, 0, 0, 2), "hw": (25, 40)},
     {"c": 16, "o": 32, "k": (1, 1), "stride": (2, 2), "hw": (28, 28), "residual": True,
      "act": "RELU"},
+    # a GEMM whose block of weights (40 x 48) is past GEMM_CHUNK_MAX_A: its 600 columns in
+    # one call per task, not chunks of 256
+    {"c": 48, "o": 40, "k": (1, 1), "hw": (20, 30), "residual": True, "act": "RELU"},
     # small planes, one GEMM over the batch's columns: conv1d-like clips, strided, with a
     # residual; groups of 17 channels; one image on a 9x9 plane in two blocks of channels
     {"c": 12, "o": 20, "k": (1, 3), "stride": (1, 2), "pads": (0, 1, 0, 1), "hw": (1, 8),

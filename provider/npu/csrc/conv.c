@@ -6,7 +6,11 @@
 #endif
 #ifndef GEMM_CHUNK_COLS
 #define GEMM_CHUNK_COLS 256     /* a task's GEMM and epilogue go by this many columns, so the
-                                 * epilogue finds them in cache (squeezenet 5% faster) */
+                                 * epilogue finds them in cache (squeezenet 5% faster) ... */
+#endif
+#ifndef GEMM_CHUNK_MAX_A
+#define GEMM_CHUNK_MAX_A 4096   /* ... when its block of weights has at most this many floats:
+                                 * each GEMM call packs them again */
 #endif
 #ifndef GEMM_MIN_COLS
 #define GEMM_MIN_COLS 96        /* narrower GEMMs run well below OpenBLAS's peak */
@@ -91,8 +95,9 @@ static void gemm_block(const conv_ctx *cx, int64_t g, int64_t o0, int64_t m, int
     int64_t K = C / G * p[C_KH] * p[C_KW];
     const float *w = cx->w + o0 * K;
     const float *x = p[C_IM2COL] ? cx->cols + g * K * HW : cx->x + (cx->n * C + g * (C / G)) * HW;
-    for (int64_t c0 = n0; c0 < n1; c0 += GEMM_CHUNK_COLS) {
-        int64_t cols = (c0 + GEMM_CHUNK_COLS < n1 ? c0 + GEMM_CHUNK_COLS : n1) - c0;
+    int64_t chunk = m * K <= GEMM_CHUNK_MAX_A ? GEMM_CHUNK_COLS : n1 - n0;
+    for (int64_t c0 = n0; c0 < n1; c0 += chunk) {
+        int64_t cols = (c0 + chunk < n1 ? c0 + chunk : n1) - c0;
         if (p[C_YCL]) {  /* Ycl[c0:c1][o0:o0+m] = X[:, c0:c1]^T W^T */
             float *y = cx->y + (cx->n * HW + c0) * O + o0;
             sgemm(ROW_MAJOR, TRANS, TRANS, (int)cols, (int)m, (int)K, 1.0f, x + c0, (int)HW, w,
