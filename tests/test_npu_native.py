@@ -911,6 +911,24 @@ def test_conv_with_a_sigmoid_or_swish_runs_natively(case, act):
     check_native(*conv_model(rng(7), act=act, **case), "conv2d")
 
 
+@pytest.mark.parametrize("act", ["SIGMOID", "SWISH", "HSWISH"])
+@pytest.mark.parametrize("a_shape, b_shape, const_b", [
+    ((40, 24), (24, 130), True),       # OpenBLAS by blocks of columns
+    ((2, 3, 24), (24, 30), True),      # few rows (rowgemm.c on AVX-512), bias below
+    ((3, 5, 24), (3, 24, 7), False),   # a batched product of two activations (bmatmul)
+], ids=str)
+def test_matmul_with_a_sigmoid_swish_or_hard_swish_runs_natively(a_shape, b_shape, const_b, act):
+    """The fused activation goes to the shared epilogue on every GEMM path (it sent the
+    whole matmul to the numpy kernels: a transformer's MatMul + Sigmoid/Swish)."""
+    r = rng(33)
+    a, b = randn(r, *a_shape) * 2, randn(r, *b_shape)
+    inputs = [("a", a, False), ("b", b, const_b)]
+    if const_b:
+        inputs.append(("c", randn(r, b_shape[-1]), True))
+    feeds = {"a": a} if const_b else {"a": a, "b": b}
+    check_native(lite_graph("MatMulFusion", {"activation_type": act}, inputs), feeds, "matmul")
+
+
 @pytest.mark.parametrize("act", ["SIGMOID", "SWISH", "RELU"])
 @pytest.mark.parametrize("a_shape,b_shape", [((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (1,)),
                                              ((1,), (2, 5)), ((3, 1), (1, 6))], ids=str)

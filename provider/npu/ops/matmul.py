@@ -186,7 +186,8 @@ def _matmul_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
         return False
     b.params(m, n, k, attrs["transpose_b"])
     b.slots(b.inputs[0], b.inputs[1], b.inputs[2] if len(ins) > 2 else None, b.outputs[0])
-    if not b.activation(attrs.get("activation", "NO_ACTIVATION")):
+    # every path (OpenBLAS, rowgemm.c, packed panels) ends in npu.h's epilogue
+    if not b.activation(attrs.get("activation", "NO_ACTIVATION"), finish=True):
         return False
     b.params(int(panels))
     return True
@@ -208,7 +209,7 @@ def _bmatmul_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: S
         return False
     dims, (sa, sw) = merged(batch, broadcast_strides(a.shape[:-2], batch),
                             broadcast_strides(w.shape[:-2], batch))
-    code = b.activation_code(attrs.get("activation", "NO_ACTIVATION"))
+    code = b.activation_code(attrs.get("activation", "NO_ACTIVATION"), finish=True)
     if len(dims) > MAX_BATCH_RANK or code is None:
         return False
     b.set_op("bmatmul")

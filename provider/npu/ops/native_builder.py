@@ -78,9 +78,10 @@ class StepBuilder:
         self.f[0], self.f[1] = CLAMPS[kind]
         return ACT_CLAMP
 
-    def activation(self, kind: str) -> bool:
-        """Append the fused activation `kind` as the next parameter; False when unknown."""
-        code = self.activation_code(kind)
+    def activation(self, kind: str, finish: bool = False) -> bool:
+        """Append the fused activation `kind` as the next parameter; False when unknown
+        (`finish`: as activation_code's)."""
+        code = self.activation_code(kind, finish)
         if code is not None:
             self.params(code)
         return code is not None
