@@ -18,7 +18,6 @@ import pytest
 from npu_oracle import pool
 
 from converters.onnx_import import import_onnx
-from provider import zoo
 from provider.cache import CacheKey, CompileCache
 from provider.cache import entry as entry_mod
 from provider.npu import native, native_steps
@@ -79,15 +78,26 @@ def test_a_hit_runs_the_stored_lowering_without_lowering(stored):
         fresh_segments(cache.get(key())))
 
 
-def bert():
-    """bert_encoder's Lite graph and its input shapes at 16 tokens."""
-    proto = zoo.build("bert_encoder", batch=1)
-    return import_onnx(proto)[0], {i.name: (1, 16) for i in proto.graph.input}
+def mixed():
+    """A Lite graph whose Program has a numpy step between native ones: conv + Relu, a
+    Softplus (no native kernel), conv; and its input shapes."""
+    rng = np.random.default_rng(12)
+    weights = [onnx.numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), name)
+               for name in ("w1", "w2")]
+    nodes = [onnx.helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1] * 4),
+             onnx.helper.make_node("Relu", ["c"], ["r"]),
+             onnx.helper.make_node("Softplus", ["r"], ["s"]),
+             onnx.helper.make_node("Conv", ["s", "w2"], ["y"], pads=[1] * 4)]
+    value = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(nodes, "mixed", [value("x", onnx.TensorProto.FLOAT, [1, 4, 6, 6])],
+                                   [value("y", onnx.TensorProto.FLOAT, [1, 4, 6, 6])], weights)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    return import_onnx(model)[0], {"x": (1, 4, 6, 6)}
 
 
 def test_numpy_steps_keep_their_places_in_a_stored_lowering():
-    """A Program with numpy steps between native runs (bert_encoder's embedding gather)."""
-    lite, shapes = bert()
+    """A Program with numpy steps between native runs."""
+    lite, shapes = mixed()
     program = compile_model(lite, shapes)
     fresh = native_steps.segments(program)
     assert any(not isinstance(s, NativeRun) for s in fresh)
@@ -123,7 +133,7 @@ def _other_abi(blob: bytes) -> bytes:
 
 
 def _other_program(blob: bytes) -> bytes:
-    return native_steps.encode(compile_model(*bert()))
+    return native_steps.encode(compile_model(*mixed()))
 
 
 BAD = {

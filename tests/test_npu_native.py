@@ -878,17 +878,17 @@ def test_fp16_program_stays_on_numpy():
     assert_close(got, want)
 
 
-def test_conv_with_tanh_stays_on_numpy_and_the_pool_after_it_does_not():
+def test_conv_with_softplus_stays_on_numpy_and_the_pool_after_it_does_not():
     r = rng(5)
     x = randn(r, 1, 4, 8, 8)
     model = graph([
-        ("Conv2DFusion", conv_attrs(4, 6, (3, 3), pads=(1, 1, 1, 1), act="TANH"), ["x", "w", "b"], "c"),
+        ("Conv2DFusion", conv_attrs(4, 6, (3, 3), pads=(1, 1, 1, 1), act="SOFTPLUS"), ["x", "w", "b"], "c"),
         ("MaxPoolFusion", pool_attrs((2, 2), (2, 2), (0, 0, 0, 0), False), ["c"], "y"),
     ], {"x": (x, False), "w": (randn(r, 6, 4, 3, 3), True), "b": (randn(r, 6), True)}, ["y"])
     program = compile_for(model, {"x": x})
     kinds = [s.kernel for s in program.steps]
     assert kinds == ["conv2d", "max_pool"], kinds
-    assert program.steps[0].attrs["activation"] == "TANH"
+    assert program.steps[0].attrs["activation"] == "SOFTPLUS"
     assert native_steps.lower(program, 0) is None and native_steps.lower(program, 1) is not None
     got, count = run(program, {"x": x})
     want, _ = run(program, {"x": x}, kernels=KERNELS)
@@ -896,7 +896,7 @@ def test_conv_with_tanh_stays_on_numpy_and_the_pool_after_it_does_not():
     assert_close(got, want)
 
 
-@pytest.mark.parametrize("act", ["SIGMOID", "SWISH"])
+@pytest.mark.parametrize("act", ["SIGMOID", "SWISH", "TANH"])
 @pytest.mark.parametrize("case", [
     {"c": 8, "o": 13, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (9, 9)},  # direct
     {"c": 8, "o": 13, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (9, 9), "residual": True},
@@ -906,18 +906,18 @@ def test_conv_with_tanh_stays_on_numpy_and_the_pool_after_it_does_not():
      "residual": True},  # depthwise, channels-last blocks
     {"c": 4, "o": 4, "group": 4, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (20, 20)},  # planes
 ], ids=str)
-def test_conv_with_a_sigmoid_or_swish_runs_natively(case, act):
-    """Both activations are in the conv kernels' shared epilogue, on every conv path."""
+def test_conv_with_a_sigmoid_swish_or_tanh_runs_natively(case, act):
+    """These activations are in the conv kernels' shared epilogue, on every conv path."""
     check_native(*conv_model(rng(7), act=act, **case), "conv2d")
 
 
-@pytest.mark.parametrize("act", ["SIGMOID", "SWISH", "HSWISH"])
+@pytest.mark.parametrize("act", ["SIGMOID", "SWISH", "HSWISH", "TANH"])
 @pytest.mark.parametrize("a_shape, b_shape, const_b", [
     ((40, 24), (24, 130), True),       # OpenBLAS by blocks of columns
     ((2, 3, 24), (24, 30), True),      # few rows (rowgemm.c on AVX-512), bias below
     ((3, 5, 24), (3, 24, 7), False),   # a batched product of two activations (bmatmul)
 ], ids=str)
-def test_matmul_with_a_sigmoid_swish_or_hard_swish_runs_natively(a_shape, b_shape, const_b, act):
+def test_matmul_with_an_epilogue_activation_runs_natively(a_shape, b_shape, const_b, act):
     """The fused activation goes to the shared epilogue on every GEMM path (it sent the
     whole matmul to the numpy kernels: a transformer's MatMul + Sigmoid/Swish)."""
     r = rng(33)

@@ -55,7 +55,7 @@ typedef struct {
  * 0..6, HARD_TANH: min..max), leaky (x < 0: alpha * x), swish (x * sigmoid(x): SiLU,
  * the detectors' activation), sigmoid (a detector's objectness and class heads) or hard
  * swish (x * relu6(x + 3) / 6, as the numpy kernel rounds it: the OCR models' MobileNets). */
-enum { ACT_CLAMP = 0, ACT_LEAKY = 1, ACT_SWISH = 2, ACT_SIGMOID = 3, ACT_HSWISH = 4 };
+enum { ACT_CLAMP = 0, ACT_LEAKY = 1, ACT_SWISH = 2, ACT_SIGMOID = 3, ACT_HSWISH = 4, ACT_TANH = 5 };
 
 /* ---- GEMM ---------------------------------------------------------------------------- */
 
@@ -340,6 +340,7 @@ static inline float act_apply(float v, act_t act) {
     if (act.kind == ACT_SWISH) return v * fsigmoid(v);
     if (act.kind == ACT_SIGMOID) return fsigmoid(v);
     if (act.kind == ACT_HSWISH) return v * hswish_gate(v);
+    if (act.kind == ACT_TANH) return ftanh(v);
     v = v < act.lo ? act.lo : v;
     return v > act.hi ? act.hi : v;
 }
@@ -394,6 +395,12 @@ static inline __attribute__((always_inline)) void finish(
             float v = x[i] + bias;
             y[i] = v * hswish_gate(v);
         }
+    } else if (act.kind == ACT_TANH && res) {
+#pragma GCC ivdep
+        for (int64_t i = 0; i < n; i++) y[i] = ftanh(x[i] + bias + res[i]);
+    } else if (act.kind == ACT_TANH) {
+#pragma GCC ivdep
+        for (int64_t i = 0; i < n; i++) y[i] = ftanh(x[i] + bias);
     } else if (res) {
 #pragma GCC ivdep
         for (int64_t i = 0; i < n; i++) {
