@@ -80,13 +80,13 @@ def test_a_hit_runs_the_stored_lowering_without_lowering(stored):
 
 def mixed():
     """A Lite graph whose Program has a numpy step between native ones: conv + Relu, a
-    Softplus (no native kernel), conv; and its input shapes."""
+    Sign (no native kernel), conv; and its input shapes."""
     rng = np.random.default_rng(12)
     weights = [onnx.numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), name)
                for name in ("w1", "w2")]
     nodes = [onnx.helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1] * 4),
              onnx.helper.make_node("Relu", ["c"], ["r"]),
-             onnx.helper.make_node("Softplus", ["r"], ["s"]),
+             onnx.helper.make_node("Sign", ["r"], ["s"]),
              onnx.helper.make_node("Conv", ["s", "w2"], ["y"], pads=[1] * 4)]
     value = onnx.helper.make_tensor_value_info
     graph = onnx.helper.make_graph(nodes, "mixed", [value("x", onnx.TensorProto.FLOAT, [1, 4, 6, 6])],

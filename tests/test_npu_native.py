@@ -878,17 +878,17 @@ def test_fp16_program_stays_on_numpy():
     assert_close(got, want)
 
 
-def test_conv_with_softplus_stays_on_numpy_and_the_pool_after_it_does_not():
+def test_conv_with_sign_stays_on_numpy_and_the_pool_after_it_does_not():
     r = rng(5)
     x = randn(r, 1, 4, 8, 8)
     model = graph([
-        ("Conv2DFusion", conv_attrs(4, 6, (3, 3), pads=(1, 1, 1, 1), act="SOFTPLUS"), ["x", "w", "b"], "c"),
+        ("Conv2DFusion", conv_attrs(4, 6, (3, 3), pads=(1, 1, 1, 1), act="SIGN"), ["x", "w", "b"], "c"),
         ("MaxPoolFusion", pool_attrs((2, 2), (2, 2), (0, 0, 0, 0), False), ["c"], "y"),
     ], {"x": (x, False), "w": (randn(r, 6, 4, 3, 3), True), "b": (randn(r, 6), True)}, ["y"])
     program = compile_for(model, {"x": x})
     kinds = [s.kernel for s in program.steps]
     assert kinds == ["conv2d", "max_pool"], kinds
-    assert program.steps[0].attrs["activation"] == "SOFTPLUS"
+    assert program.steps[0].attrs["activation"] == "SIGN"
     assert native_steps.lower(program, 0) is None and native_steps.lower(program, 1) is not None
     got, count = run(program, {"x": x})
     want, _ = run(program, {"x": x}, kernels=KERNELS)
@@ -896,7 +896,7 @@ def test_conv_with_softplus_stays_on_numpy_and_the_pool_after_it_does_not():
     assert_close(got, want)
 
 
-@pytest.mark.parametrize("act", ["SIGMOID", "SWISH", "TANH"])
+@pytest.mark.parametrize("act", ["SIGMOID", "SWISH", "TANH", "SOFTPLUS", "SOFTSIGN", "ABS"])
 @pytest.mark.parametrize("case", [
     {"c": 8, "o": 13, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (9, 9)},  # direct
     {"c": 8, "o": 13, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (9, 9), "residual": True},
@@ -906,7 +906,7 @@ def test_conv_with_softplus_stays_on_numpy_and_the_pool_after_it_does_not():
      "residual": True},  # depthwise, channels-last blocks
     {"c": 4, "o": 4, "group": 4, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (20, 20)},  # planes
 ], ids=str)
-def test_conv_with_a_sigmoid_swish_or_tanh_runs_natively(case, act):
+def test_conv_with_an_epilogue_activation_runs_natively(case, act):
     """These activations are in the conv kernels' shared epilogue, on every conv path."""
     check_native(*conv_model(rng(7), act=act, **case), "conv2d")
 
@@ -1385,11 +1385,36 @@ def test_unary_math_runs_natively_like_numpy(op):
 @pytest.mark.parametrize("kind,attrs", [("SIGMOID", {}), ("TANH", {}), ("SWISH", {}),
                                         ("HSWISH", {}), ("GELU", {}),
                                         ("GELU", {"approximate": True}),
-                                        ("HSIGMOID", {}), ("HSIGMOID", {"alpha": 0.3})])
+                                        ("HSIGMOID", {}), ("HSIGMOID", {"alpha": 0.3}),
+                                        ("SOFTPLUS", {}), ("SOFTSIGN", {}), ("ABS", {}),
+                                        ("ELU", {"alpha": 1.0}), ("ELU", {"alpha": 0.3}),
+                                        ("ELU", {"alpha": np.nan}),
+                                        ("THRESHOLDRELU", {"alpha": 0.7}),
+                                        ("THRESHOLDRELU", {"alpha": -2.5})], ids=str)
 def test_activations_without_a_clamp_form_run_natively(kind, attrs):
-    x = np.concatenate([SPECIAL, randn(rng(21), 300) * 4]).reshape(4, 79)
+    """Special values (signed zeros, tiny, huge, infinities, NaN) and a spread; ELU near 0
+    (where e^x - 1 cancels) and with a NaN alpha (the negative elements alone NaN)."""
+    near_zero = np.array([-1e-7, -3e-5, -0.01, -0.49, -0.51, 1e-6], np.float32)
+    x = np.concatenate([SPECIAL, near_zero, randn(rng(21), 294) * 4]).reshape(4, 79)
     _native_matches_numpy(lite_graph("Activation", {"activation_type": kind, **attrs},
                                      [("x", x, False)]), {"x": x})
+
+
+@pytest.mark.parametrize("kind, x, want", [
+    # ELU's e^x - 1 where it cancels (|x| < 0.5) and past it
+    ("ELU", -np.logspace(-7, 0.5, 60), lambda x: np.expm1(x)),
+    # softplus' log1p of tiny e^x, down to float32's normal range
+    ("SOFTPLUS", -np.linspace(0.0, 80.0, 60), lambda x: np.log1p(np.exp(x))),
+], ids=["ELU", "SOFTPLUS"])
+def test_activations_keep_their_relative_precision_near_zero(kind, x, want):
+    """Relative error under 1e-5 where the result is tiny (the absolute tolerance of the
+    other cases would pass e^x - 1 computed by subtraction)."""
+    x = x.astype(np.float32)
+    program = compile_for(lite_graph("Activation", {"activation_type": kind, "alpha": 1.0},
+                                     [("x", x, False)]), {"x": x})
+    (got,), count = run(program, {"x": x})
+    assert count == 1
+    np.testing.assert_allclose(got, want(x.astype(np.float64)), rtol=1e-5, atol=0)
 
 
 @pytest.mark.parametrize("op", ["AddFusion", "SubFusion", "MulFusion", "DivFusion", "Maximum",

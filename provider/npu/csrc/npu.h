@@ -55,7 +55,8 @@ typedef struct {
  * 0..6, HARD_TANH: min..max), leaky (x < 0: alpha * x), swish (x * sigmoid(x): SiLU,
  * the detectors' activation), sigmoid (a detector's objectness and class heads) or hard
  * swish (x * relu6(x + 3) / 6, as the numpy kernel rounds it: the OCR models' MobileNets). */
-enum { ACT_CLAMP = 0, ACT_LEAKY = 1, ACT_SWISH = 2, ACT_SIGMOID = 3, ACT_HSWISH = 4, ACT_TANH = 5 };
+enum { ACT_CLAMP = 0, ACT_LEAKY = 1, ACT_SWISH = 2, ACT_SIGMOID = 3, ACT_HSWISH = 4, ACT_TANH = 5,
+       ACT_SOFTPLUS = 6, ACT_SOFTSIGN = 7, ACT_ABS = 8, ACT_ELU = 9, ACT_THRESHOLD = 10 };
 
 /* ---- GEMM ---------------------------------------------------------------------------- */
 
@@ -148,6 +149,40 @@ static inline float ftanh(float x) {
     }
     float t = 1.0f - 2.0f / (fexp(2.0f * a) + 1.0f);
     return x < 0 ? -t : t;
+}
+
+/* log(1 + y) for y in [0, 1]: 2 atanh(s), s = y / (2 + y) in [0, 1/3], by its odd series to
+ * s^15 (truncation under 1e-9; exact in relative terms for tiny y, which 1 + y would lose). */
+static inline float flog1p_unit(float y) {
+    float s = y / (2.0f + y), s2 = s * s;
+    float p = 1.0f / 15;
+    p = p * s2 + 1.0f / 13;
+    p = p * s2 + 1.0f / 11;
+    p = p * s2 + 1.0f / 9;
+    p = p * s2 + 1.0f / 7;
+    p = p * s2 + 1.0f / 5;
+    p = p * s2 + 1.0f / 3;
+    return 2.0f * s * (p * s2 + 1.0f);
+}
+
+/* softplus log(1 + e^x) as max(x, 0) + log1p(e^-|x|) (numpy's logaddexp(x, 0)): no
+ * overflow, +-inf to inf and 0, NaN to NaN. */
+static inline float fsoftplus(float x) {
+    return (x > 0.0f ? x : 0.0f) + flog1p_unit(fexp(-fabsf(x)));
+}
+
+/* e^x - 1 for x <= 0 (ELU's negative side): the Taylor series to x^8 where |x| < 0.5 (e^x - 1
+ * would cancel there), else through fexp. */
+static inline float fexpm1_neg(float x) {
+    float p = 1.0f / 40320;
+    p = p * x + 1.0f / 5040;
+    p = p * x + 1.0f / 720;
+    p = p * x + 1.0f / 120;
+    p = p * x + 1.0f / 24;
+    p = p * x + 1.0f / 6;
+    p = p * x + 0.5f;
+    float small = (p * x + 1.0f) * x;
+    return fabsf(x) < 0.5f ? small : fexp(x) - 1.0f;
 }
 
 /* Element types of the kernels that take more than float32 (binary, AddN, ArgMax/ArgMin,
@@ -341,9 +376,31 @@ static inline float act_apply(float v, act_t act) {
     if (act.kind == ACT_SIGMOID) return fsigmoid(v);
     if (act.kind == ACT_HSWISH) return v * hswish_gate(v);
     if (act.kind == ACT_TANH) return ftanh(v);
+    if (act.kind == ACT_SOFTPLUS) return fsoftplus(v);
+    if (act.kind == ACT_SOFTSIGN) return v / (1.0f + fabsf(v));
+    if (act.kind == ACT_ABS) return fabsf(v);
+    if (act.kind == ACT_ELU) return v < 0.0f ? act.alpha * fexpm1_neg(v) : v;
+    if (act.kind == ACT_THRESHOLD) return v > act.alpha ? v : 0.0f;
     v = v < act.lo ? act.lo : v;
     return v > act.hi ? act.hi : v;
 }
+
+/* finish's two loops for one activation EXPR of v (the sum): with the residual and without
+ * (the test outside the loop, see finish). */
+#define FINISH_LOOPS(EXPR)                                                                   \
+    do {                                                                                     \
+        if (res) {                                                                           \
+            _Pragma("GCC ivdep") for (int64_t i = 0; i < n; i++) {                           \
+                float v = x[i] + bias + res[i];                                              \
+                y[i] = (EXPR);                                                               \
+            }                                                                                \
+        } else {                                                                             \
+            _Pragma("GCC ivdep") for (int64_t i = 0; i < n; i++) {                           \
+                float v = x[i] + bias;                                                       \
+                y[i] = (EXPR);                                                               \
+            }                                                                                \
+        }                                                                                    \
+    } while (0)
 
 /* y[i] = act(x[i] + bias [+ res[i]]) for i < n, in one pass; y may be x (ivdep: element i
  * reads only index i, so GCC need not test x and y for overlap, a test that failed for
@@ -395,12 +452,18 @@ static inline __attribute__((always_inline)) void finish(
             float v = x[i] + bias;
             y[i] = v * hswish_gate(v);
         }
-    } else if (act.kind == ACT_TANH && res) {
-#pragma GCC ivdep
-        for (int64_t i = 0; i < n; i++) y[i] = ftanh(x[i] + bias + res[i]);
     } else if (act.kind == ACT_TANH) {
-#pragma GCC ivdep
-        for (int64_t i = 0; i < n; i++) y[i] = ftanh(x[i] + bias);
+        FINISH_LOOPS(ftanh(v));
+    } else if (act.kind == ACT_SOFTPLUS) {
+        FINISH_LOOPS(fsoftplus(v));
+    } else if (act.kind == ACT_SOFTSIGN) {
+        FINISH_LOOPS(v / (1.0f + fabsf(v)));
+    } else if (act.kind == ACT_ABS) {
+        FINISH_LOOPS(fabsf(v));
+    } else if (act.kind == ACT_ELU) {
+        FINISH_LOOPS(v < 0.0f ? alpha * fexpm1_neg(v) : v);
+    } else if (act.kind == ACT_THRESHOLD) {
+        FINISH_LOOPS(v > alpha ? v : 0.0f);
     } else if (res) {
 #pragma GCC ivdep
         for (int64_t i = 0; i < n; i++) {

@@ -28,8 +28,7 @@ from provider.npu.ops.common import (
 )
 from provider.npu.ops.native_builder import (
     ACT_CLAMP,
-    ACT_LEAKY,
-    CLAMPS,
+    FINISH_ALPHA,
     INF,
     StepBuilder,
     around,
@@ -333,19 +332,19 @@ def _activation_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b
     if not f32(ins[0], outs[0]):
         return False
     kind = attrs["activation_type"]
-    if kind not in CLAMPS and kind not in ("HARD_TANH", "LEAKY_RELU"):
-        return _unary_activation(ins[0], kind, attrs, b)
+    if _unary_activation(ins[0], kind, attrs, b):
+        return True
     b.params(math.prod(ins[0].shape))
     b.slots(b.inputs[0], b.outputs[0])
     if kind == "HARD_TANH":
         b.f[0], b.f[1] = attrs.get("min_val", 0.0), attrs.get("max_val", 0.0)
         b.params(ACT_CLAMP)
         return True
-    if kind == "LEAKY_RELU":
+    if kind in FINISH_ALPHA:
         b.f[2] = attrs.get("alpha", 0.0)
-        b.params(ACT_LEAKY)
+        b.params(FINISH_ALPHA[kind])
         return True
-    return b.activation(kind)
+    return b.activation(kind, finish=True)
 
 
 @native("clip", op="activation")

@@ -19,9 +19,12 @@ INF = float(np.finfo(np.float32).max) * 2  # becomes +inf as float32
 
 # Fused activations with a clamp form: (lo, hi); ACT_CLAMP in csrc/npu.h.
 CLAMPS = {"NO_ACTIVATION": (-INF, INF), "RELU": (0.0, INF), "RELU6": (0.0, 6.0)}
-ACT_CLAMP, ACT_LEAKY, ACT_SWISH, ACT_SIGMOID, ACT_HSWISH, ACT_TANH = 0, 1, 2, 3, 4, 5
+ACT_CLAMP, ACT_LEAKY, ACT_SWISH, ACT_SIGMOID, ACT_HSWISH = 0, 1, 2, 3, 4
 # Fused activations npu.h's finish computes beside the clamps: their codes.
-FINISH = {"SWISH": ACT_SWISH, "SIGMOID": ACT_SIGMOID, "HSWISH": ACT_HSWISH, "TANH": ACT_TANH}
+FINISH = {"SWISH": ACT_SWISH, "SIGMOID": ACT_SIGMOID, "HSWISH": ACT_HSWISH, "TANH": 5,
+          "SOFTPLUS": 6, "SOFTSIGN": 7, "ABS": 8}
+# Those with a parameter (alpha, in f[2]): the activation op's alone (fusion takes none).
+FINISH_ALPHA = {"LEAKY_RELU": ACT_LEAKY, "ELU": 9, "THRESHOLDRELU": 10}
 MAX_SLOTS = native.MAX_SLOTS  # slot positions of one step
 
 
