@@ -154,15 +154,9 @@ static inline float ftanh(float x) {
 /* log(1 + y) for y in [0, 1]: 2 atanh(s), s = y / (2 + y) in [0, 1/3], by its odd series to
  * s^15 (truncation under 1e-9; exact in relative terms for tiny y, which 1 + y would lose). */
 static inline float flog1p_unit(float y) {
-    float s = y / (2.0f + y), s2 = s * s;
-    float p = 1.0f / 15;
-    p = p * s2 + 1.0f / 13;
-    p = p * s2 + 1.0f / 11;
-    p = p * s2 + 1.0f / 9;
-    p = p * s2 + 1.0f / 7;
-    p = p * s2 + 1.0f / 5;
-    p = p * s2 + 1.0f / 3;
-    return 2.0f * s * (p * s2 + 1.0f);
+    float s = y / (2.0f + y), s2 = s * s, p = 1.0f / 15;
+    for (int k = 13; k >= 1; k -= 2) p = p * s2 + 1.0f / (float)k;  /* unrolled: constants */
+    return 2.0f * s * p;
 }
 
 /* softplus log(1 + e^x) as max(x, 0) + log1p(e^-|x|) (numpy's logaddexp(x, 0)): no
@@ -172,17 +166,11 @@ static inline float fsoftplus(float x) {
 }
 
 /* e^x - 1 for x <= 0 (ELU's negative side): the Taylor series to x^8 where |x| < 0.5 (e^x - 1
- * would cancel there), else through fexp. */
+ * would cancel there), x (1 + x/2 (1 + x/3 (... (1 + x/8)))), else through fexp. */
 static inline float fexpm1_neg(float x) {
-    float p = 1.0f / 40320;
-    p = p * x + 1.0f / 5040;
-    p = p * x + 1.0f / 720;
-    p = p * x + 1.0f / 120;
-    p = p * x + 1.0f / 24;
-    p = p * x + 1.0f / 6;
-    p = p * x + 0.5f;
-    float small = (p * x + 1.0f) * x;
-    return fabsf(x) < 0.5f ? small : fexp(x) - 1.0f;
+    float p = 1.0f;
+    for (int k = 8; k >= 2; k--) p = 1.0f + x * p * (1.0f / (float)k);  /* unrolled */
+    return fabsf(x) < 0.5f ? x * p : fexp(x) - 1.0f;
 }
 
 /* Element types of the kernels that take more than float32 (binary, AddN, ArgMax/ArgMin,
