@@ -53,8 +53,10 @@ typedef struct {
 
 /* Fused activation of an output: clamp to [lo, hi] (none: -inf..inf, RELU: 0..inf, RELU6:
  * 0..6, HARD_TANH: min..max), leaky (x < 0: alpha * x), swish (x * sigmoid(x): SiLU,
- * the detectors' activation), sigmoid (a detector's objectness and class heads) or hard
- * swish (x * relu6(x + 3) / 6, as the numpy kernel rounds it: the OCR models' MobileNets). */
+ * the detectors' activation), sigmoid (a detector's objectness and class heads), hard
+ * swish (x * relu6(x + 3) / 6, as the numpy kernel rounds it: the OCR models' MobileNets),
+ * tanh (BERT's pooler), softplus, softsign, abs, ELU (x < 0: alpha (e^x - 1)) or
+ * ThresholdedRelu (x > alpha: x, else 0); ops/native_builder.py FINISH and FINISH_ALPHA. */
 enum { ACT_CLAMP = 0, ACT_LEAKY = 1, ACT_SWISH = 2, ACT_SIGMOID = 3, ACT_HSWISH = 4, ACT_TANH = 5,
        ACT_SOFTPLUS = 6, ACT_SOFTSIGN = 7, ACT_ABS = 8, ACT_ELU = 9, ACT_THRESHOLD = 10 };
 
