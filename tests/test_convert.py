@@ -22,7 +22,7 @@ def _small_model():
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "w"], ["h"]),
          helper.make_node("Sigmoid", ["h"], ["s"]),
-         helper.make_node("Mish", ["s"], ["y"])], "small",
+         helper.make_node("Shrink", ["s"], ["y"], lambd=0.6)], "small",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])], [w])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
@@ -34,7 +34,7 @@ def test_onnx_to_ms_to_onnx_files(tmp_path):
     src = tmp_path / "m.onnx"
     onnx.save(_small_model(), src)
     report = convert(src, tmp_path / "m.ms")
-    assert report.mapped_count == 2 and [c.op for c in report.custom] == ["Mish"]
+    assert report.mapped_count == 2 and [c.op for c in report.custom] == ["Shrink"]
     assert report.weight_bytes == 4 * 3 * 4
     back = convert(tmp_path / "m.ms", tmp_path / "back.onnx")
     assert back.mapped_count == 2 and len(back.custom) == 1
@@ -98,7 +98,7 @@ def test_cli_convert_both_ways_prints_a_summary(tmp_path, capsys):
     assert main(["convert", str(src), "-o", str(tmp_path / "m.ms")]) == 0
     out = capsys.readouterr().out
     assert "ops mapped: 2" in out and "ops carried as Custom: 1" in out
-    assert "weight bytes: 48" in out and "Mish" in out
+    assert "weight bytes: 48" in out and "Shrink" in out
     assert main(["convert", str(tmp_path / "m.ms"), "-o", str(tmp_path / "m2.onnx")]) == 0
     assert (tmp_path / "m2.onnx").is_file()
 

@@ -353,6 +353,17 @@ def test_round_sign_selu_thresholded_relu_mean_and_sum():
     check(model, [{"x": x, "b": b, "c": c}])
 
 
+def test_mish_runs_on_the_npu_as_softplus_tanh_and_a_product():
+    """ONNX's Mish (opset 18) has no Lite activation: it imports as three Lite nodes, each
+    native, and matches onnxruntime on special values and a spread."""
+    x = np.array([[0.5, -1.5, 25.0, -30.0, -90.0, 100.0, np.inf, -np.inf, np.nan, 0.0, -0.0,
+                   1e-7]], np.float32)
+    model = model_of([helper.make_node("Mish", ["x"], ["y"])],
+                     [helper.make_tensor_value_info("x", F, ["n", 12])],
+                     [helper.make_tensor_value_info("y", F, None)], opset=18)
+    check(model, [{"x": x}, {"x": randn(np.random.default_rng(6), 3, 12, scale=4.0)}])
+
+
 def test_prelu_of_any_slope_and_celu():
     """A run-time slope and one that varies along the last axis (not a channel's) decompose;
     non-finite values and signed zeros go through as ONNX defines them (onnx's reference;

@@ -265,15 +265,15 @@ def test_pools_global_and_ceil():
 def test_unknown_domain_and_unknown_op_are_custom_and_restored():
     nodes = [helper.make_node("Relu", ["x"], ["r"]),
              helper.make_node("Gelu", ["r"], ["g"], domain="com.microsoft"),
-             helper.make_node("Mish", ["g"], ["y"])]
+             helper.make_node("Shrink", ["g"], ["y"], bias=0.1, lambd=0.2)]
     m = model_of(nodes, [vi("x", [2, 3])], [vi("y", [2, 3])], opset=18,
                  extra_opsets=[helper.make_opsetid("com.microsoft", 1)])
     lite, report = import_onnx(m)
     kinds = [n.attrs.get("type") for n in lite.nodes]
-    assert kinds == [None, "onnx:com.microsoft:Gelu", "onnx:ai.onnx:Mish"]
-    assert {c.op for c in report.custom} == {"Gelu", "Mish"}
+    assert kinds == [None, "onnx:com.microsoft:Gelu", "onnx:ai.onnx:Shrink"]
+    assert {c.op for c in report.custom} == {"Gelu", "Shrink"}
     exported, _, _ = roundtrip(m)
-    assert [n.op_type for n in exported.graph.node] == ["Relu", "Gelu", "Mish"]
+    assert [n.op_type for n in exported.graph.node] == ["Relu", "Gelu", "Shrink"]
     assert exported.graph.node[1].domain == "com.microsoft"
     feeds = random_feeds(m)
     assert_close(run(exported, feeds), run(m, feeds))

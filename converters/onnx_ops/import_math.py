@@ -148,6 +148,17 @@ def celu(ctx, node):
             emit(ctx, node, "MulFusion", {"activation_type": NO_ACT}, [elu_out, alpha])]
 
 
+@IMPORTERS.register("Mish", since=18)
+def mish(ctx, node):
+    """x * tanh(softplus(x)) (Lite has no MISH activation)."""
+    dtype = float_input(ctx, node, "Mish")
+    out = node.outputs[0]
+    soft, tanh = (intermediate(ctx, f"{out}/{part}", dtype) for part in ("softplus", "tanh"))
+    return [emit(ctx, node, "Activation", {"activation_type": "SOFTPLUS"}, node.inputs, [soft]),
+            emit(ctx, node, "Activation", {"activation_type": "TANH"}, [soft], [tanh]),
+            emit(ctx, node, "MulFusion", {"activation_type": NO_ACT}, [node.inputs[0], tanh])]
+
+
 @IMPORTERS.register("ThresholdedRelu", since=10)
 def thresholded_relu(ctx, node):
     attrs = {"activation_type": "THRESHOLDRELU", "alpha": float(node.attrs.get("alpha", 1.0))}
