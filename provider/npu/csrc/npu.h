@@ -359,6 +359,12 @@ static inline float hswish_gate(float v) {
     return r * (1.0f / 6.0f);
 }
 
+/* v clamped to [lo, hi]: lo where v < lo, hi where v > hi (a NaN stays NaN). */
+static inline float fclamp(float v, float lo, float hi) {
+    v = v < lo ? lo : v;
+    return v > hi ? hi : v;
+}
+
 /* act(v) for one value (loops that must vectorize use finish). */
 static inline float act_apply(float v, act_t act) {
     if (act.kind == ACT_LEAKY) return v < 0.0f ? v * act.alpha : v;
@@ -371,8 +377,7 @@ static inline float act_apply(float v, act_t act) {
     if (act.kind == ACT_ABS) return fabsf(v);
     if (act.kind == ACT_ELU) return v < 0.0f ? act.alpha * fexpm1_neg(v) : v;
     if (act.kind == ACT_THRESHOLD) return v > act.alpha ? v : 0.0f;
-    v = v < act.lo ? act.lo : v;
-    return v > act.hi ? act.hi : v;
+    return fclamp(v, act.lo, act.hi);
 }
 
 /* finish's two loops for one activation EXPR of v (the sum): with the residual and without
@@ -398,50 +403,16 @@ static inline float act_apply(float v, act_t act) {
 static inline __attribute__((always_inline)) void finish(
         float *y, const float *x, int64_t n, float bias, const float *res, act_t act) {
     float lo = act.lo, hi = act.hi, alpha = act.alpha;
-    /* one loop per case, the residual's test outside it: a conditional load inside kept
-     * the swish loop scalar (8x slower) */
-    if (act.kind == ACT_LEAKY && res) {
-#pragma GCC ivdep
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i] + bias + res[i];
-            y[i] = v < 0.0f ? v * alpha : v;
-        }
-    } else if (act.kind == ACT_LEAKY) {
-#pragma GCC ivdep
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i] + bias;
-            y[i] = v < 0.0f ? v * alpha : v;
-        }
-    } else if (act.kind == ACT_SWISH && res) {
-#pragma GCC ivdep
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i] + bias + res[i];
-            y[i] = v * fsigmoid(v);
-        }
+    /* one loop per case, the residual's test outside it (FINISH_LOOPS): a conditional load
+     * inside kept the swish loop scalar (8x slower) */
+    if (act.kind == ACT_LEAKY) {
+        FINISH_LOOPS(v < 0.0f ? v * alpha : v);
     } else if (act.kind == ACT_SWISH) {
-#pragma GCC ivdep
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i] + bias;
-            y[i] = v * fsigmoid(v);
-        }
-    } else if (act.kind == ACT_SIGMOID && res) {
-#pragma GCC ivdep
-        for (int64_t i = 0; i < n; i++) y[i] = fsigmoid(x[i] + bias + res[i]);
+        FINISH_LOOPS(v * fsigmoid(v));
     } else if (act.kind == ACT_SIGMOID) {
-#pragma GCC ivdep
-        for (int64_t i = 0; i < n; i++) y[i] = fsigmoid(x[i] + bias);
-    } else if (act.kind == ACT_HSWISH && res) {
-#pragma GCC ivdep
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i] + bias + res[i];
-            y[i] = v * hswish_gate(v);
-        }
+        FINISH_LOOPS(fsigmoid(v));
     } else if (act.kind == ACT_HSWISH) {
-#pragma GCC ivdep
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i] + bias;
-            y[i] = v * hswish_gate(v);
-        }
+        FINISH_LOOPS(v * hswish_gate(v));
     } else if (act.kind == ACT_TANH) {
         FINISH_LOOPS(ftanh(v));
     } else if (act.kind == ACT_SOFTPLUS) {
@@ -454,20 +425,8 @@ static inline __attribute__((always_inline)) void finish(
         FINISH_LOOPS(v < 0.0f ? alpha * fexpm1_neg(v) : v);
     } else if (act.kind == ACT_THRESHOLD) {
         FINISH_LOOPS(v > alpha ? v : 0.0f);
-    } else if (res) {
-#pragma GCC ivdep
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i] + bias + res[i];
-            v = v < lo ? lo : v;
-            y[i] = v > hi ? hi : v;
-        }
     } else {
-#pragma GCC ivdep
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i] + bias;
-            v = v < lo ? lo : v;
-            y[i] = v > hi ? hi : v;
-        }
+        FINISH_LOOPS(fclamp(v, lo, hi));
     }
 }
 
