@@ -747,6 +747,27 @@ def test_softmax_native_matches_numpy(shape, log, negative_axis, scale, seed):
     check_native(lite_graph(op, attrs, [("x", x, False)]), {"x": x}, "softmax")
 
 
+@pytest.mark.parametrize("length", [16, 37, 128, 2100])
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_long_lines_and_special_values(op, length):
+    """Lines of 16 and more take the vector path: whole vectors, a tail, more than one
+    chunk of float partial sums (2100), rows in groups with a remainder (19 rows). Masked
+    entries (-inf, -1e4) give exactly 0, a NaN makes its row NaN, as numpy's kernel does."""
+    x = randn(rng(length), 19, length) * 8
+    x[1, ::3] = -np.inf
+    x[2, 5:] = -1e4
+    x[3, length // 2] = np.nan
+    x[4] = -np.inf
+    x[4, length - 1] = 2.0
+    attrs = {"axis": -1} if op == "LogSoftmax" else {"axis": [-1]}
+    model = lite_graph(op, attrs, [("x", x, False)])
+    check_native(model, {"x": x}, "softmax")
+    if op == "Softmax":
+        y = run(compile_for(model, {"x": x}), {"x": x})[0][0]
+        assert (y[1, ::3] == 0).all() and (y[2, 5:] == 0).all() and (y[4, :-1] == 0).all()
+        assert np.isnan(y[3]).all() and y[4, -1] == 1.0
+
+
 def test_chain_of_native_steps_runs_as_one_segment():
     """conv -> pool -> transpose -> softmax: one native call, same values as numpy."""
     r = rng(3)
