@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import multiprocessing
 import os
 import subprocess
@@ -1427,7 +1428,10 @@ def test_activations_without_a_clamp_form_run_natively(kind, attrs):
     ("ELU", -np.logspace(-7, 0.5, 60), lambda x: np.expm1(x)),
     # softplus' log1p of tiny e^x, down to float32's normal range
     ("SOFTPLUS", -np.linspace(0.0, 80.0, 60), lambda x: np.log1p(np.exp(x))),
-], ids=["ELU", "SOFTPLUS"])
+    # GELU's x (1 + erf(x / sqrt 2)) / 2 for negative x, where 1 + erf cancels
+    ("GELU", -np.linspace(0.0, 12.0, 60),
+     lambda x: 0.5 * x * np.vectorize(math.erfc)(-x / math.sqrt(2))),
+], ids=["ELU", "SOFTPLUS", "GELU"])
 def test_activations_keep_their_relative_precision_near_zero(kind, x, want):
     """Relative error under 1e-5 where the result is tiny (the absolute tolerance of the
     other cases would pass e^x - 1 computed by subtraction)."""

@@ -1,5 +1,6 @@
 /* Fully connected / 2-D matmul, batched matmul, standalone activations, softmax. */
 #include "npu.h"
+#include "vec16.h"
 
 /* matmul: M, N, K, transpose_b, act, packed (B in rowgemm.c's panels); slots a, b, bias (N)
  * or -1, y. Split by blocks of columns: with one row (a fully connected layer at batch 1)
@@ -79,7 +80,7 @@ void activation(const lnpu_step *s, void **slots) {
 }
 
 /* softmax over one axis: outer, length, log, inner (elements after the axis; 0 or 1: the
- * last axis); slots x, y. Sums in double, exps as npu.h's exp_clamped; split by outer rows. */
+ * last axis); slots x, y. Sums in double, exps by vec16.h's v16_exp_neg; split by outer rows. */
 typedef struct {
     const lnpu_step *s;
     const float *x;
@@ -87,81 +88,30 @@ typedef struct {
     int64_t per;
 } softmax_ctx;
 
-typedef float sm_vec __attribute__((vector_size(16 * sizeof(float)), aligned(4)));
-typedef int32_t sm_ivec __attribute__((vector_size(16 * sizeof(int32_t))));
-#define SM_W 16
 #define SM_CHUNK 1024  /* values whose exps are summed in float lanes before the double sum */
-
-/* The helpers are inlined into each clone of their caller, so their vector arguments never
- * cross a call (GCC warns of the ABI of 64-byte vectors on targets without AVX-512, at the
- * end of the file: off for the rest of it). */
-#pragma GCC diagnostic ignored "-Wpsabi"
-#define SM_INLINE static inline __attribute__((always_inline))
-
-SM_INLINE sm_vec sm_select(sm_ivec mask, sm_vec a, sm_vec b) {
-    return (sm_vec)((mask & (sm_ivec)a) | (~mask & (sm_ivec)b));
-}
-
-/* e^d for d <= 0, 16 at a time, 0 below -87.3 (-inf included), NaN for NaN: exp_clamped's
- * reduction and polynomial, with n = round(d / ln2) read from the low bits of
- * d / ln2 + 1.5 * 2^23 + 127 (where adding rounds to an integer), whose shift is 2^n's bit
- * pattern: no clamp (values below -87.3 are masked to 0 at the end) and no conversion. */
-SM_INLINE sm_vec sm_exp_neg(sm_vec d) {
-    sm_ivec under = d < -87.3f;
-    sm_vec t = d * 1.44269504088896341f + 12583039.0f;
-    sm_vec n = t - 12583039.0f;
-    sm_vec r = d - n * 0.693359375f;
-    r -= n * -2.12194440e-4f;
-    sm_vec p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = (p * r + 1.0f) * r + 1.0f;
-    sm_vec scale = (sm_vec)((sm_ivec)t << 23);
-    return (sm_vec)((sm_ivec)(p * scale) & ~under);
-}
-
-/* Lane 0 of the vector folded in halves with `op`: four dependent steps, not sixteen (a
- * line of 128 values has two such reductions to its eight vectors of exps). */
-#if defined(__clang__)
-#define SM_SHUFFLE(v, ...) __builtin_shufflevector(v, v, __VA_ARGS__)
-#else
-#define SM_SHUFFLE(v, ...) __builtin_shuffle(v, (sm_ivec){__VA_ARGS__})
-#endif
-#define SM_FOLD(v, op) do { \
-    sm_vec f_ = (v); \
-    f_ = op(f_, SM_SHUFFLE(f_, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7)); \
-    f_ = op(f_, SM_SHUFFLE(f_, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3)); \
-    f_ = op(f_, SM_SHUFFLE(f_, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1)); \
-    f_ = op(f_, SM_SHUFFLE(f_, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0)); \
-    (v) = f_; \
-} while (0)
-#define SM_ADD(a, b) ((a) + (b))
-#define SM_MAX(a, b) sm_select((b) > (a), (b), (a))
 
 /* One contiguous line's max and sum of exps, the exps stored unless `log_out`: a max, then
  * the exps and their sum in one pass, in 16-value vectors (the tail value by value). */
-SM_INLINE double softmax_stats(const float *x, float *y, int64_t len, int log_out, float *max) {
-    int64_t whole = len / SM_W * SM_W;
-    sm_vec vm = (sm_vec){0} - INFINITY;
-    for (int64_t i = 0; i < whole; i += SM_W) {
-        sm_vec v = *(const sm_vec *)(x + i);
-        vm = SM_MAX(vm, v);  /* a NaN is never the max (the sum makes all NaN) */
+V16_INLINE double softmax_stats(const float *x, float *y, int64_t len, int log_out, float *max) {
+    int64_t whole = len / V16 * V16;
+    v16f vm = (v16f){0} - INFINITY;
+    for (int64_t i = 0; i < whole; i += V16) {
+        v16f v = *(const v16f *)(x + i);
+        vm = V16_MAX(vm, v);  /* a NaN is never the max (the sum makes all NaN) */
     }
-    SM_FOLD(vm, SM_MAX);
+    V16_FOLD(vm, V16_MAX);
     float m = vm[0];
     for (int64_t i = whole; i < len; i++) m = x[i] > m ? x[i] : m;
     double sum = 0.0;
     for (int64_t c = 0; c < whole; c += SM_CHUNK) {
         int64_t end = c + SM_CHUNK < whole ? c + SM_CHUNK : whole;
-        sm_vec acc = {0};
-        for (int64_t i = c; i < end; i += SM_W) {
-            sm_vec e = sm_exp_neg(*(const sm_vec *)(x + i) - m);
-            if (!log_out) *(sm_vec *)(y + i) = e;
+        v16f acc = {0};
+        for (int64_t i = c; i < end; i += V16) {
+            v16f e = v16_exp_neg(*(const v16f *)(x + i) - m);
+            if (!log_out) *(v16f *)(y + i) = e;
             acc += e;
         }
-        SM_FOLD(acc, SM_ADD);
+        V16_FOLD(acc, V16_ADD);
         sum += acc[0];
     }
     for (int64_t i = whole; i < len; i++) {

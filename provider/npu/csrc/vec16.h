@@ -1,0 +1,61 @@
+/* 16-float vectors (GCC/clang vector extensions) and the math the kernels that use them
+ * share: a select, e^x for x <= 0 and a fold of a vector's lanes. Each target clone of a
+ * caller (MULTIVERSION) compiles them for its own width: one zmm, two ymm or four xmm. */
+#ifndef LITENPU_VEC16_H
+#define LITENPU_VEC16_H
+
+#include "npu.h"
+
+typedef float v16f __attribute__((vector_size(16 * sizeof(float)), aligned(4)));
+typedef int32_t v16i __attribute__((vector_size(16 * sizeof(int32_t))));
+#define V16 16
+
+/* The helpers are inlined into each clone of their caller, so their vector arguments never
+ * cross a call (GCC warns of the ABI of 64-byte vectors on targets without AVX-512, at the
+ * end of the file that includes them: off from here on). */
+#pragma GCC diagnostic ignored "-Wpsabi"
+#define V16_INLINE static inline __attribute__((always_inline))
+
+/* a where mask, else b (mask lanes all ones or all zeros: a vector comparison's result) */
+V16_INLINE v16f v16_select(v16i mask, v16f a, v16f b) {
+    return (v16f)((mask & (v16i)a) | (~mask & (v16i)b));
+}
+
+/* e^d for d <= 0, 0 below -87.3 (-inf included), NaN for NaN: exp_clamped's reduction and
+ * polynomial, with n = round(d / ln2) read from the low bits of d / ln2 + 1.5 * 2^23 + 127
+ * (where adding rounds to an integer), whose shift is 2^n's bit pattern: no clamp (values
+ * below -87.3 are masked to 0 at the end) and no conversion. */
+V16_INLINE v16f v16_exp_neg(v16f d) {
+    v16i under = d < -87.3f;
+    v16f t = d * 1.44269504088896341f + 12583039.0f;
+    v16f n = t - 12583039.0f;
+    v16f r = d - n * 0.693359375f;
+    r -= n * -2.12194440e-4f;
+    v16f p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = (p * r + 1.0f) * r + 1.0f;
+    v16f scale = (v16f)((v16i)t << 23);
+    return (v16f)((v16i)(p * scale) & ~under);
+}
+
+/* Lane 0 of v folded in halves with `op` (four dependent steps, not sixteen). */
+#if defined(__clang__)
+#define V16_SHUFFLE(v, ...) __builtin_shufflevector(v, v, __VA_ARGS__)
+#else
+#define V16_SHUFFLE(v, ...) __builtin_shuffle(v, (v16i){__VA_ARGS__})
+#endif
+#define V16_FOLD(v, op) do { \
+    v16f f_ = (v); \
+    f_ = op(f_, V16_SHUFFLE(f_, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7)); \
+    f_ = op(f_, V16_SHUFFLE(f_, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3)); \
+    f_ = op(f_, V16_SHUFFLE(f_, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1)); \
+    f_ = op(f_, V16_SHUFFLE(f_, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0)); \
+    (v) = f_; \
+} while (0)
+#define V16_ADD(a, b) ((a) + (b))
+#define V16_MAX(a, b) v16_select((b) > (a), (b), (a))  /* a NaN b is never taken */
+
+#endif
