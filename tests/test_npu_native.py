@@ -919,7 +919,7 @@ def test_conv_with_sign_stays_on_numpy_and_the_pool_after_it_does_not():
     assert_close(got, want)
 
 
-@pytest.mark.parametrize("act", ["SIGMOID", "SWISH", "TANH", "SOFTPLUS", "SOFTSIGN", "ABS"])
+@pytest.mark.parametrize("act", ["SIGMOID", "SWISH", "TANH", "SOFTPLUS", "SOFTSIGN", "ABS", "GELU"])
 @pytest.mark.parametrize("case", [
     {"c": 8, "o": 13, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (9, 9)},  # direct
     {"c": 8, "o": 13, "k": (3, 3), "pads": (1, 1, 1, 1), "hw": (9, 9), "residual": True},
@@ -934,7 +934,7 @@ def test_conv_with_an_epilogue_activation_runs_natively(case, act):
     check_native(*conv_model(rng(7), act=act, **case), "conv2d")
 
 
-@pytest.mark.parametrize("act", ["SIGMOID", "SWISH", "HSWISH", "TANH"])
+@pytest.mark.parametrize("act", ["SIGMOID", "SWISH", "HSWISH", "TANH", "GELU"])
 @pytest.mark.parametrize("a_shape, b_shape, const_b", [
     ((40, 24), (24, 130), True),       # OpenBLAS by blocks of columns
     ((2, 3, 24), (24, 30), True),      # few rows (rowgemm.c on AVX-512), bias below
@@ -950,6 +950,35 @@ def test_matmul_with_an_epilogue_activation_runs_natively(a_shape, b_shape, cons
         inputs.append(("c", randn(r, b_shape[-1]), True))
     feeds = {"a": a} if const_b else {"a": a, "b": b}
     check_native(lite_graph("MatMulFusion", {"activation_type": act}, inputs), feeds, "matmul")
+
+
+@pytest.mark.parametrize("approximate", [False, True])
+def test_exact_gelu_fuses_into_the_gemm_before_it(approximate):
+    """A feed-forward layer's MatMul (bias fused) and exact GELU run as one native step, the
+    GELU in the GEMM's epilogue; the tanh form has no fused form and stays a step of its own."""
+    r = rng(34)
+    a = randn(r, 2, 40, 24) * 2
+    model = graph([
+        ("MatMulFusion", {"activation_type": "NO_ACTIVATION"}, ["a", "w", "c"], "m"),
+        ("Activation", {"activation_type": "GELU", "approximate": approximate}, ["m"], "y"),
+    ], {"a": (a, False), "w": (randn(r, 24, 130), True), "c": (randn(r, 130), True)}, ["y"])
+    program = check_native(model, {"a": a})
+    assert [s.kernel for s in program.steps] == ["matmul", "activation"][:1 + approximate]
+    if not approximate:
+        assert program.steps[0].attrs["activation"] == "GELU"
+
+
+@pytest.mark.parametrize("op", ["MaxPoolFusion", "AvgPoolFusion"])
+def test_pool_with_a_fused_sigmoid_runs_natively(op):
+    """An activation without a clamp form fused into a pool is the window kernels' epilogue
+    (the pool's lowering asked for clamp forms only and sent the step to numpy)."""
+    r = rng(35)
+    x = randn(r, 1, 4, 10, 10) * 3
+    model = graph([(op, pool_attrs((3, 3), (2, 2), (1, 1, 1, 1), False, False, op), ["x"], "p"),
+                   ("Activation", {"activation_type": "SIGMOID"}, ["p"], "y")],
+                  {"x": (x, False)}, ["y"])
+    program = check_native(model, {"x": x})
+    assert len(program.steps) == 1 and program.steps[0].attrs["activation"] == "SIGMOID"
 
 
 @pytest.mark.parametrize("act", ["SIGMOID", "SWISH", "RELU"])
@@ -1360,7 +1389,7 @@ def test_profile_times_every_native_step():
         ("Conv2DFusion", conv_attrs(8, 8, (3, 3), pads=(1, 1, 1, 1), act="RELU6"), ["x", "w", "b"], "c"),
         ("AvgPoolFusion", pool_attrs((2, 2), (2, 2), (0, 0, 0, 0), False, False, "AvgPoolFusion"),
          ["c"], "p"),
-        ("Activation", {"activation_type": "SIGMOID"}, ["p"], "s"),
+        ("Activation", {"activation_type": "SIGN"}, ["p"], "s"),  # numpy's: one Python step
         ("Softmax", {"axis": [-1]}, ["s"], "y"),
     ], {"x": (x, False), "w": (randn(r, 8, 8, 3, 3), True), "b": (randn(r, 8), True)}, ["y"])
     program = compile_for(model, {"x": x})

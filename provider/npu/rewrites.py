@@ -277,7 +277,8 @@ def fuse_hardswish(model: LiteModel) -> LiteModel:
 _FUSES_ACTIVATION = {"Conv2DFusion", "Conv2dTransposeFusion", "FullConnection", "MatMulFusion",
                      "AddFusion", "SubFusion", "MulFusion", "DivFusion", "MaxPoolFusion",
                      "AvgPoolFusion"}
-_FUSABLE = {"RELU", "RELU6", "SIGMOID", "TANH", "HSWISH", "SWISH", "SOFTPLUS", "SOFTSIGN", "ABS"}
+_FUSABLE = {"RELU", "RELU6", "SIGMOID", "TANH", "HSWISH", "SWISH", "SOFTPLUS", "SOFTSIGN", "ABS",
+            "GELU"}  # GELU's exact form only: a producer's activation_type has no `approximate`
 
 
 def fuse_activations(model: LiteModel) -> LiteModel:
@@ -292,7 +293,8 @@ def fuse_activations(model: LiteModel) -> LiteModel:
     nodes: list[LiteNode | None] = list(model.nodes)
     for ai, act in enumerate(model.nodes):
         kind = act.attrs.get("activation_type")
-        if act.op != "Activation" or kind not in _FUSABLE or len(act.inputs) != 1:
+        if (act.op != "Activation" or kind not in _FUSABLE or len(act.inputs) != 1
+                or act.attrs.get("approximate")):
             continue
         x = act.inputs[0]
         pi = producers.get(x)

@@ -1,9 +1,8 @@
 /* Elementwise: unary math and activations, binary arithmetic with numpy broadcasting.
  *
  * exp, sigmoid and tanh are npu.h's (vectorizable); erf is the numpy kernel's Chebyshev fit
- * of erfc (|error| <= 1.2e-7); GELU goes 16 values at a time (vec16.h). */
+ * of erfc (|error| <= 1.2e-7), which GELU (npu.h's fgelu) uses too. */
 #include "npu.h"
-#include "vec16.h"
 
 static inline float ferf(float x) {
     float z = fabsf(x);
@@ -22,42 +21,6 @@ static inline float ferf(float x) {
     return x < 0 ? -r : r;
 }
 
-/* GELU, x Phi(x) = x (1 + erf(x / sqrt 2)) / 2, 16 values at a time, through e = erfc(|x| /
- * sqrt 2) by ferf's fit: Phi is 1 - e / 2 for x >= 0 and e / 2 below (no 1 + erf to cancel
- * for negative x). |x| / sqrt 2 past 9 (e < 1e-36) is taken as 9 and e as 0, which keeps
- * the exp's argument where it needs no clamp. A [2, 128, 1536] GELU (MiniLM-L3's), the step
- * alone, builds alternating, three rounds: one core 273-280 -> 203-205 us, two 157-167 ->
- * 118-122 us (value by value before; onnxruntime's BiasGelu, bias included: ~120 us). */
-V16_INLINE v16f v16_gelu(v16f x) {
-    v16f z = (v16f)((v16i)x & 0x7fffffff) * 0.70710678118654752f;
-    v16i far = z > 9.0f;
-    z = v16_select(far, z * 0.0f + 9.0f, z);
-    v16f t = 1.0f / (z * 0.5f + 1.0f);
-    v16f p = t * 0.17087277f - 0.82215223f;
-    p = p * t + 1.48851587f;
-    p = p * t - 1.13520398f;
-    p = p * t + 0.27886807f;
-    p = p * t - 0.18628806f;
-    p = p * t + 0.09678418f;
-    p = p * t + 0.37409196f;
-    p = p * t + 1.00002368f;
-    p = p * t - 1.26551223f;
-    v16f e = (v16f)((v16i)(t * v16_exp_neg(p - z * z)) & ~far);
-    return x * v16_select(x >= 0.0f, 1.0f - e * 0.5f, e * 0.5f);
-}
-
-/* gelu over n values: whole vectors, then the tail through a zero-padded one */
-V16_INLINE void gelu_range(const float *x, float *y, int64_t n) {
-    int64_t whole = n / V16 * V16;
-    for (int64_t i = 0; i < whole; i += V16) *(v16f *)(y + i) = v16_gelu(*(const v16f *)(x + i));
-    if (whole < n) {
-        v16f tail = {0};
-        memcpy(&tail, x + whole, (size_t)(n - whole) * sizeof(float));
-        tail = v16_gelu(tail);
-        memcpy(y + whole, &tail, (size_t)(n - whole) * sizeof(float));
-    }
-}
-
 /* unary function codes (provider/npu/ops/elementwise.py UNARY_CODES) */
 enum { U_SIGMOID, U_TANH, U_ERF, U_GELU, U_GELU_TANH, U_SWISH, U_HSWISH, U_HSIGMOID, U_EXP,
        U_SQRT, U_NEG, U_ABS, U_RECIPROCAL, U_SQUARE, U_FLOOR, U_CEIL, U_ROUND };
@@ -68,7 +31,7 @@ MULTIVERSION static void unary_range(const float *restrict x, float *restrict y,
     case U_SIGMOID: for (int64_t i = 0; i < n; i++) y[i] = fsigmoid(x[i]); break;
     case U_TANH: for (int64_t i = 0; i < n; i++) y[i] = ftanh(x[i]); break;
     case U_ERF: for (int64_t i = 0; i < n; i++) y[i] = ferf(x[i]); break;
-    case U_GELU: gelu_range(x, y, n); break;
+    case U_GELU: for (int64_t i = 0; i < n; i++) y[i] = fgelu(x[i]); break;
     case U_GELU_TANH:
         for (int64_t i = 0; i < n; i++) {
             float v = x[i];

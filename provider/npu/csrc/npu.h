@@ -55,10 +55,12 @@ typedef struct {
  * 0..6, HARD_TANH: min..max), leaky (x < 0: alpha * x), swish (x * sigmoid(x): SiLU,
  * the detectors' activation), sigmoid (a detector's objectness and class heads), hard
  * swish (x * relu6(x + 3) / 6, as the numpy kernel rounds it: the OCR models' MobileNets),
- * tanh (BERT's pooler), softplus, softsign, abs, ELU (x < 0: alpha (e^x - 1)) or
- * ThresholdedRelu (x > alpha: x, else 0); ops/native_builder.py FINISH and FINISH_ALPHA. */
+ * tanh (BERT's pooler), softplus, softsign, abs, ELU (x < 0: alpha (e^x - 1)),
+ * ThresholdedRelu (x > alpha: x, else 0) or exact GELU (a transformer's feed-forward layer);
+ * ops/native_builder.py FINISH and FINISH_ALPHA. */
 enum { ACT_CLAMP = 0, ACT_LEAKY = 1, ACT_SWISH = 2, ACT_SIGMOID = 3, ACT_HSWISH = 4, ACT_TANH = 5,
-       ACT_SOFTPLUS = 6, ACT_SOFTSIGN = 7, ACT_ABS = 8, ACT_ELU = 9, ACT_THRESHOLD = 10 };
+       ACT_SOFTPLUS = 6, ACT_SOFTSIGN = 7, ACT_ABS = 8, ACT_ELU = 9, ACT_THRESHOLD = 10,
+       ACT_GELU = 11 };
 
 /* ---- GEMM ---------------------------------------------------------------------------- */
 
@@ -173,6 +175,30 @@ static inline float fexpm1_neg(float x) {
     float p = 1.0f;
     for (int k = 8; k >= 2; k--) p = 1.0f + x * p * (1.0f / (float)k);  /* unrolled */
     return fabsf(x) < 0.5f ? x * p : fexp(x) - 1.0f;
+}
+
+/* GELU, x Phi(x) = x (1 + erf(x / sqrt 2)) / 2, through e = erfc(|x| / sqrt 2) (the numpy
+ * kernel's Chebyshev fit, |error| <= 1.2e-7): Phi is 1 - e / 2 for x >= 0 and e / 2 below,
+ * where 1 + erf would cancel. |x| / sqrt 2 past 9 (e < 1e-36) is taken as 9 and e as 0,
+ * which keeps the exp's argument where exp_clamped needs no clamp. Written value by value
+ * for loops that vectorize (finish, the unary op). */
+static inline float fgelu(float x) {
+    float z = fabsf(x) * 0.70710678118654752f;
+    int far = z > 9.0f;
+    z = far ? 9.0f : z;
+    float t = 1.0f / (1.0f + 0.5f * z);
+    float p = 0.17087277f;
+    p = p * t - 0.82215223f;
+    p = p * t + 1.48851587f;
+    p = p * t - 1.13520398f;
+    p = p * t + 0.27886807f;
+    p = p * t - 0.18628806f;
+    p = p * t + 0.09678418f;
+    p = p * t + 0.37409196f;
+    p = p * t + 1.00002368f;
+    p = p * t - 1.26551223f;
+    float e = far ? 0.0f : t * exp_clamped(p - z * z);
+    return x * (x >= 0.0f ? 1.0f - 0.5f * e : 0.5f * e);
 }
 
 /* Element types of the kernels that take more than float32 (binary, AddN, ArgMax/ArgMin,
@@ -377,6 +403,7 @@ static inline float act_apply(float v, act_t act) {
     if (act.kind == ACT_ABS) return fabsf(v);
     if (act.kind == ACT_ELU) return v < 0.0f ? act.alpha * fexpm1_neg(v) : v;
     if (act.kind == ACT_THRESHOLD) return v > act.alpha ? v : 0.0f;
+    if (act.kind == ACT_GELU) return fgelu(v);
     return fclamp(v, act.lo, act.hi);
 }
 
@@ -425,6 +452,8 @@ static inline __attribute__((always_inline)) void finish(
         FINISH_LOOPS(v < 0.0f ? alpha * fexpm1_neg(v) : v);
     } else if (act.kind == ACT_THRESHOLD) {
         FINISH_LOOPS(v > alpha ? v : 0.0f);
+    } else if (act.kind == ACT_GELU) {
+        FINISH_LOOPS(fgelu(v));
     } else {
         FINISH_LOOPS(fclamp(v, lo, hi));
     }

@@ -1,6 +1,6 @@
-/* 16-float vectors (GCC/clang vector extensions) and the math the kernels that use them
- * share: a select, e^x for x <= 0 and a fold of a vector's lanes. Each target clone of a
- * caller (MULTIVERSION) compiles them for its own width: one zmm, two ymm or four xmm. */
+/* 16-float vectors (GCC/clang vector extensions) and their math: a select, e^x for x <= 0
+ * and a fold of a vector's lanes (the softmax's, dense.c). Each target clone of a caller
+ * (MULTIVERSION) compiles them for its own width: one zmm, two ymm or four xmm. */
 #ifndef LITENPU_VEC16_H
 #define LITENPU_VEC16_H
 

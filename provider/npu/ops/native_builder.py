@@ -21,10 +21,10 @@ INF = float(np.finfo(np.float32).max) * 2  # becomes +inf as float32
 CLAMPS = {"NO_ACTIVATION": (-INF, INF), "RELU": (0.0, INF), "RELU6": (0.0, 6.0)}
 # csrc/npu.h's ACT_* codes, in its order
 (ACT_CLAMP, ACT_LEAKY, ACT_SWISH, ACT_SIGMOID, ACT_HSWISH, ACT_TANH, ACT_SOFTPLUS, ACT_SOFTSIGN,
- ACT_ABS, ACT_ELU, ACT_THRESHOLD) = range(11)
+ ACT_ABS, ACT_ELU, ACT_THRESHOLD, ACT_GELU) = range(12)
 # Fused activations npu.h's finish computes beside the clamps: their codes.
 FINISH = {"SWISH": ACT_SWISH, "SIGMOID": ACT_SIGMOID, "HSWISH": ACT_HSWISH, "TANH": ACT_TANH,
-          "SOFTPLUS": ACT_SOFTPLUS, "SOFTSIGN": ACT_SOFTSIGN, "ABS": ACT_ABS}
+          "SOFTPLUS": ACT_SOFTPLUS, "SOFTSIGN": ACT_SOFTSIGN, "ABS": ACT_ABS, "GELU": ACT_GELU}
 # Those with a parameter (alpha, in f[2]): the activation op's alone (fusion takes none).
 FINISH_ALPHA = {"LEAKY_RELU": ACT_LEAKY, "ELU": ACT_ELU, "THRESHOLDRELU": ACT_THRESHOLD}
 MAX_SLOTS = native.MAX_SLOTS  # slot positions of one step
