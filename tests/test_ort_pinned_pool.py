@@ -47,12 +47,20 @@ def test_onnxruntime_pins_workers_only_with_its_default_pool():
 
 @linux_cpus
 def test_to_first_cpu_moves_the_thread_and_keeps_its_mask():
+    """Once its mask is whole again the scheduler may move the thread at any time (it did once
+    in a full run of the suite on a busy host): three tries to see it on processor 0 right
+    after the call, each starting from the last processor."""
     mask = os.sched_getaffinity(0)
-    _move_to(max(mask))
-    assert _processor() == max(mask)
-    assert pinned_pool.to_first_cpu()
-    assert _processor() == 0
-    assert os.sched_getaffinity(0) == mask
+    seen = []
+    for _ in range(3):
+        _move_to(max(mask))
+        before = _processor()
+        assert pinned_pool.to_first_cpu()
+        seen.append((before, _processor()))
+        assert os.sched_getaffinity(0) == mask
+        if seen[-1] == (max(mask), 0):
+            break
+    assert seen[-1] == (max(mask), 0), seen
 
 
 @linux_cpus
