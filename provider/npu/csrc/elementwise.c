@@ -1,23 +1,11 @@
 /* Elementwise: unary math and activations, binary arithmetic with numpy broadcasting.
  *
- * exp, sigmoid and tanh are npu.h's (vectorizable); erf is the numpy kernel's Chebyshev fit
- * of erfc (|error| <= 1.2e-7), which GELU (npu.h's fgelu) uses too. */
+ * exp, sigmoid, tanh, erfc (the numpy kernel's Chebyshev fit, |error| <= 1.2e-7, behind erf)
+ * and GELU are npu.h's (vectorizable). */
 #include "npu.h"
 
 static inline float ferf(float x) {
-    float z = fabsf(x);
-    float t = 1.0f / (1.0f + 0.5f * z);
-    float p = 0.17087277f;
-    p = p * t - 0.82215223f;
-    p = p * t + 1.48851587f;
-    p = p * t - 1.13520398f;
-    p = p * t + 0.27886807f;
-    p = p * t - 0.18628806f;
-    p = p * t + 0.09678418f;
-    p = p * t + 0.37409196f;
-    p = p * t + 1.00002368f;
-    p = p * t - 1.26551223f;
-    float r = 1.0f - t * fexp(p - z * z);
+    float r = 1.0f - ferfc_nonneg(fabsf(x));
     return x < 0 ? -r : r;
 }
 

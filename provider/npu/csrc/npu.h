@@ -177,13 +177,9 @@ static inline float fexpm1_neg(float x) {
     return fabsf(x) < 0.5f ? x * p : fexp(x) - 1.0f;
 }
 
-/* GELU, x Phi(x) = x (1 + erf(x / sqrt 2)) / 2, through e = erfc(|x| / sqrt 2) (the numpy
- * kernel's Chebyshev fit, |error| <= 1.2e-7): Phi is 1 - e / 2 for x >= 0 and e / 2 below,
- * where 1 + erf would cancel. |x| / sqrt 2 past 9 (e < 1e-36) is taken as 9 and e as 0,
- * which keeps the exp's argument where exp_clamped needs no clamp. Written value by value
- * for loops that vectorize (finish, the unary op). */
-static inline float fgelu(float x) {
-    float z = fabsf(x) * 0.70710678118654752f;
+/* erfc(z) for z >= 0 (NaN for NaN) by the numpy kernel's Chebyshev fit (|error| <= 1.2e-7),
+ * 0 past 9 (erfc(9) < 1e-36): z taken as 9 there keeps exp_clamped's argument in range. */
+static inline float ferfc_nonneg(float z) {
     int far = z > 9.0f;
     z = far ? 9.0f : z;
     float t = 1.0f / (1.0f + 0.5f * z);
@@ -197,7 +193,14 @@ static inline float fgelu(float x) {
     p = p * t + 0.37409196f;
     p = p * t + 1.00002368f;
     p = p * t - 1.26551223f;
-    float e = far ? 0.0f : t * exp_clamped(p - z * z);
+    return far ? 0.0f : t * exp_clamped(p - z * z);
+}
+
+/* GELU, x Phi(x) = x (1 + erf(x / sqrt 2)) / 2, through e = erfc(|x| / sqrt 2): Phi is
+ * 1 - e / 2 for x >= 0 and e / 2 below, where 1 + erf would cancel. Written value by value
+ * for loops that vectorize (finish, the unary op). */
+static inline float fgelu(float x) {
+    float e = ferfc_nonneg(fabsf(x) * 0.70710678118654752f);
     return x * (x >= 0.0f ? 1.0f - 0.5f * e : 0.5f * e);
 }
 
