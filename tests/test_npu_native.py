@@ -969,12 +969,15 @@ def test_exact_gelu_fuses_into_the_gemm_before_it(approximate):
 
 
 @pytest.mark.parametrize("op", ["MaxPoolFusion", "AvgPoolFusion"])
-def test_pool_with_a_fused_sigmoid_runs_natively(op):
+@pytest.mark.parametrize("window", [(3, 3), (10, 10)], ids=["windows", "whole plane"])
+def test_pool_with_a_fused_sigmoid_runs_natively(op, window):
     """An activation without a clamp form fused into a pool is the window kernels' epilogue
-    (the pool's lowering asked for clamp forms only and sent the step to numpy)."""
+    (the pool's lowering asked for clamp forms only and sent the step to numpy); a window
+    over the whole plane runs as the global pool."""
     r = rng(35)
     x = randn(r, 1, 4, 10, 10) * 3
-    model = graph([(op, pool_attrs((3, 3), (2, 2), (1, 1, 1, 1), False, False, op), ["x"], "p"),
+    pads = (1, 1, 1, 1) if window == (3, 3) else (0, 0, 0, 0)
+    model = graph([(op, pool_attrs(window, (2, 2), pads, False, False, op), ["x"], "p"),
                    ("Activation", {"activation_type": "SIGMOID"}, ["p"], "y")],
                   {"x": (x, False)}, ["y"])
     program = check_native(model, {"x": x})
