@@ -278,9 +278,16 @@ def draw_reduce(rng: np.random.Generator) -> Draw:
 
 
 def draw_norm(rng: np.random.Generator) -> Draw:
-    """Layer / Instance / Batch (inference) / Lp / MeanVariance normalization, LRN."""
+    """Layer / Instance / Batch (inference) / Lp / MeanVariance normalization, LRN, Softmax and
+    LogSoftmax (over any axis; last dims of 1 to 130: lines shorter than a vector, whole
+    vectors and a tail)."""
     op = pick(rng, ["LayerNormalization", "InstanceNormalization", "BatchNormalization",
-                    "LpNormalization", "MeanVarianceNormalization", "LRN"])
+                    "LpNormalization", "MeanVarianceNormalization", "LRN", "Softmax",
+                    "LogSoftmax"])
+    if op in ("Softmax", "LogSoftmax"):
+        shape = [*random_shape(rng, 0, 2, 4), pick(rng, [1, 5, 16, 37, 130])]
+        return single(op, ["x"], ["y"], [tensor("x", shape)], opset=13,
+                      axis=int(rng.integers(-len(shape), len(shape))))
     shape = random_shape(rng, {"LayerNormalization": 1, "LRN": 3}.get(op, 2), 4, 5)
     rank = len(shape)
     channels = shape[1] if rank > 1 else shape[0]
@@ -510,12 +517,15 @@ def draw_binary(rng: np.random.Generator) -> Draw:
 
 
 def draw_unary(rng: np.random.Generator) -> Draw:
-    """28 float activations and math functions (with their attributes) and IsNaN."""
+    """28 float activations and math functions (with their attributes) and IsNaN, on small
+    shapes and some with a last dim of 16 to 130."""
     op = pick(rng, ["Elu", "Selu", "HardSigmoid", "Gelu", "Mish", "Softplus", "Softsign", "Celu",
                     "ThresholdedRelu", "LeakyRelu", "Erf", "Abs", "Neg", "Exp", "Log", "Sqrt",
                     "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Tanh",
                     "Sigmoid", "HardSwish", "Relu", "Clip", "IsNaN"])
     shape = [pick(rng, [1, 2, 3]) for _ in range(int(rng.integers(0, 4)))]
+    if rng.random() < 0.3:  # a long last dim: the kernels' vector loops and their tails
+        shape.append(pick(rng, [16, 37, 130]))
     attrs: dict = {}
     if op in ("Elu", "Celu", "LeakyRelu", "ThresholdedRelu", "HardSigmoid", "Selu") and \
             rng.random() < 0.6:
