@@ -344,7 +344,7 @@ def _activation_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b
         b.f[2] = attrs.get("alpha", 0.0)
         b.params(FINISH_ALPHA[kind])
         return True
-    return b.activation(kind, finish=True)
+    return b.activation(kind)
 
 
 @native("clip", op="activation")

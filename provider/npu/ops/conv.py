@@ -363,7 +363,7 @@ def _conv2d_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
         if "cols" not in names or outs[1 + names.index("cols")].nbytes < need:
             return False
         cols = b.outputs[1 + names.index("cols")]
-    act = b.activation_code(attrs.get("activation", "NO_ACTIVATION"), finish=True)
+    act = b.activation_code(attrs.get("activation", "NO_ACTIVATION"))
     if act is None:
         return False
     if depthwise:
@@ -395,7 +395,7 @@ def _deconv2d_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: 
     if (w.shape != (g, o // g * kh * kw, c // g) or (bias is not None and bias.shape != (o, 1))
             or not n * h * wd or cols.nbytes < o * kh * kw * h * wd * 4 or full.nbytes < o * fh * fw * 4):
         return False
-    act = b.activation_code(attrs.get("activation", "NO_ACTIVATION"), finish=True)
+    act = b.activation_code(attrs.get("activation", "NO_ACTIVATION"))
     if act is None:
         return False
     (sh, sw), (dh, dw) = attrs["stride"], attrs["dilation"]

@@ -299,7 +299,7 @@ def _lower_binary(ins: Sequence[Slot], y: Slot, kind: int, op: int, activation: 
         return False
     dims, (sa, sb) = merged(y.shape, broadcast_strides(ins[0].shape, y.shape),
                             broadcast_strides(ins[1].shape, y.shape))
-    code = b.activation_code(activation, finish=True)
+    code = b.activation_code(activation)
     if len(dims) > MAX_RANK or code is None or (kind and activation != "NO_ACTIVATION"):
         return False
     r = len(dims)

@@ -187,7 +187,7 @@ def _matmul_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: St
     b.params(m, n, k, attrs["transpose_b"])
     b.slots(b.inputs[0], b.inputs[1], b.inputs[2] if len(ins) > 2 else None, b.outputs[0])
     # every path (OpenBLAS, rowgemm.c, packed panels) ends in npu.h's epilogue
-    if not b.activation(attrs.get("activation", "NO_ACTIVATION"), finish=True):
+    if not b.activation(attrs.get("activation", "NO_ACTIVATION")):
         return False
     b.params(int(panels))
     return True
@@ -209,7 +209,7 @@ def _bmatmul_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: S
         return False
     dims, (sa, sw) = merged(batch, broadcast_strides(a.shape[:-2], batch),
                             broadcast_strides(w.shape[:-2], batch))
-    code = b.activation_code(attrs.get("activation", "NO_ACTIVATION"), finish=True)
+    code = b.activation_code(attrs.get("activation", "NO_ACTIVATION"))
     if len(dims) > MAX_BATCH_RANK or code is None:
         return False
     b.set_op("bmatmul")

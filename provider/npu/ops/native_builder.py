@@ -71,11 +71,10 @@ class StepBuilder:
         self.p[self._n:end] = map(int, values)
         self._n = end
 
-    def activation_code(self, kind: str, finish: bool = False) -> int | None:
-        """Set f[0:2] for the fused activation `kind`; its code, or None when it has no
-        clamp form (or, for kernels whose epilogue is npu.h's finish, `finish`: those of
-        FINISH too)."""
-        if finish and kind in FINISH:
+    def activation_code(self, kind: str) -> int | None:
+        """Set f[0:2] for the fused activation `kind`; its code (a clamp form, or one of
+        FINISH: every kernel's epilogue is npu.h's finish), or None when it has neither."""
+        if kind in FINISH:
             self.f[0], self.f[1] = CLAMPS["NO_ACTIVATION"]
             return FINISH[kind]
         if kind not in CLAMPS:
@@ -83,10 +82,9 @@ class StepBuilder:
         self.f[0], self.f[1] = CLAMPS[kind]
         return ACT_CLAMP
 
-    def activation(self, kind: str, finish: bool = False) -> bool:
-        """Append the fused activation `kind` as the next parameter; False when unknown
-        (`finish`: as activation_code's)."""
-        code = self.activation_code(kind, finish)
+    def activation(self, kind: str) -> bool:
+        """Append the fused activation `kind` as the next parameter; False when unknown."""
+        code = self.activation_code(kind)
         if code is not None:
             self.params(code)
         return code is not None

@@ -254,7 +254,7 @@ def _scale_shift_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, 
     if not f32(*ins, y) or len(x.shape) < 2 or any(t.nbytes != 4 * x.shape[1] for t in ins[1:]):
         return False
     n, c, size = x.shape[0], x.shape[1], math.prod(x.shape[2:])
-    act = b.activation_code(attrs.get("activation", "NO_ACTIVATION"), finish=True)
+    act = b.activation_code(attrs.get("activation", "NO_ACTIVATION"))
     if act is None:
         return False
     b.params(n, c, 1, size, c, 1, size, c, 1, 1, 1, 1, 1, 1, 0, 0, act, 0, 0, 0, 0)

@@ -213,12 +213,12 @@ def _pool_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: Step
         b.set_op("global_pool")
         b.params(n * c, h * wd, is_max)
         b.slots(b.inputs[0], b.outputs[0])
-        return b.activation(attrs.get("activation", "NO_ACTIVATION"), finish=True)
+        return b.activation(attrs.get("activation", "NO_ACTIVATION"))
     if not fits_int32(h, wd, *attrs["kernel"], *attrs["stride"], *attrs["pads"]):
         return False
     b.params(n * c, h, wd, oh, ow, *attrs["kernel"], *attrs["stride"], top, left)
     b.slots(b.inputs[0], b.inputs[1] if len(ins) > 1 else None, b.outputs[0])
-    return b.activation(attrs.get("activation", "NO_ACTIVATION"), finish=True)
+    return b.activation(attrs.get("activation", "NO_ACTIVATION"))
 
 
 @native("global_pool")
@@ -228,4 +228,4 @@ def _global_pool_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, 
         return False
     b.params(x.shape[0] * x.shape[1], x.shape[2] * x.shape[3], attrs["mode"] == "max")
     b.slots(b.inputs[0], b.outputs[0])
-    return b.activation(attrs.get("activation", "NO_ACTIVATION"), finish=True)
+    return b.activation(attrs.get("activation", "NO_ACTIVATION"))
