@@ -105,26 +105,31 @@ static inline __attribute__((always_inline)) double lane_sum(const float *x, int
     return sum;
 }
 
-/* e^x for x in [-87.3, 88.7] (callers clamp): range reduction to [-ln2/2, ln2/2] and a
- * degree-6 polynomial, within 2 ulp; a normal float. Inlined (no libm call) so that loops
- * over it vectorize. n = round(x / ln2) is read from x / ln2 + 1.5 * 2^23 + 127, where the
- * addition rounds to an integer, and that sum's low bits shifted are 2^n's bit pattern (no
- * rint and no conversion: a standalone SiLU of 692k values on one core, builds
- * alternating, 146-151 -> 126-133 us). */
+/* e^x's pieces, shared by exp_clamped and vec16.h's vector form (plain operators and float
+ * constants: each expression serves a float and a vector of them alike). n = round(x / ln2)
+ * is read from t = x / ln2 + EXP_ROUND_BIAS (1.5 * 2^23 + 127), where the addition rounds to
+ * an integer, and t's low bits shifted by 23 are 2^n's bit pattern (no rint and no
+ * conversion: a standalone SiLU of 692k values on one core, builds alternating, 146-151 ->
+ * 126-133 us); x - n ln2 takes ln2 in two parts, and EXP_POLY(r) is e^r on [-ln2/2, ln2/2]
+ * (a degree-6 polynomial in the form r^2 P(r) + r + 1). */
+#define EXP_LOG2E 1.44269504088896341f
+#define EXP_ROUND_BIAS 12583039.0f
+#define EXP_LN2_HI 0.693359375f
+#define EXP_LN2_LO -2.12194440e-4f
+#define EXP_POLY(r)                                                                          \
+    ((((((1.9875691500e-4f * (r) + 1.3981999507e-3f) * (r) + 8.3334519073e-3f) * (r)          \
+        + 4.1665795894e-2f) * (r) + 1.6666665459e-1f) * (r) + 5.0000001201e-1f) * (r) * (r)   \
+     + (r) + 1.0f)
+
+/* e^x for x in [-87.3, 88.7] (callers clamp), within 2 ulp; a normal float. Inlined (no
+ * libm call) so that loops over it vectorize. */
 static inline float exp_clamped(float x) {
-    union { float f; int32_t i; } t = {x * 1.44269504088896341f + 12583039.0f}, scale;
-    float n = t.f - 12583039.0f;
-    float r = x - n * 0.693359375f;
-    r -= n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
+    union { float f; int32_t i; } t = {x * EXP_LOG2E + EXP_ROUND_BIAS}, scale;
+    float n = t.f - EXP_ROUND_BIAS;
+    float r = x - n * EXP_LN2_HI;
+    r -= n * EXP_LN2_LO;
     scale.i = t.i << 23;
-    return p * scale.f;
+    return EXP_POLY(r) * scale.f;
 }
 
 /* e^v in float (exp_clamped): inf past 88.72, 0 below float's normal range (< 1.2e-38),

@@ -21,24 +21,17 @@ V16_INLINE v16f v16_select(v16i mask, v16f a, v16f b) {
     return (v16f)((mask & (v16i)a) | (~mask & (v16i)b));
 }
 
-/* e^d for d <= 0, 0 below -87.3 (-inf included), NaN for NaN: exp_clamped's reduction and
- * polynomial, with n = round(d / ln2) read from the low bits of d / ln2 + 1.5 * 2^23 + 127
- * (where adding rounds to an integer), whose shift is 2^n's bit pattern: no clamp (values
- * below -87.3 are masked to 0 at the end) and no conversion. */
+/* e^d for d <= 0, 0 below -87.3 (-inf included), NaN for NaN: exp_clamped's steps (npu.h's
+ * EXP_*) on 16 values, without its caller's clamp: values below -87.3 are masked to 0 at the
+ * end. */
 V16_INLINE v16f v16_exp_neg(v16f d) {
     v16i under = d < -87.3f;
-    v16f t = d * 1.44269504088896341f + 12583039.0f;
-    v16f n = t - 12583039.0f;
-    v16f r = d - n * 0.693359375f;
-    r -= n * -2.12194440e-4f;
-    v16f p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = (p * r + 1.0f) * r + 1.0f;
+    v16f t = d * EXP_LOG2E + EXP_ROUND_BIAS;
+    v16f n = t - EXP_ROUND_BIAS;
+    v16f r = d - n * EXP_LN2_HI;
+    r -= n * EXP_LN2_LO;
     v16f scale = (v16f)((v16i)t << 23);
-    return (v16f)((v16i)(p * scale) & ~under);
+    return (v16f)((v16i)(EXP_POLY(r) * scale) & ~under);
 }
 
 /* Lane 0 of v folded in halves with `op` (four dependent steps, not sixteen). */
