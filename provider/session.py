@@ -220,8 +220,9 @@ class InferenceSession(ort.InferenceSession):
         self._inputs = self.get_inputs()
         self._caller_memory = npu.memory.mem_alloc_outside  # runs check it is there
         self.disable_fallback()
-        for line in self.partition_summary().splitlines():
-            log.info("%s", line)
+        if log.isEnabledFor(logging.INFO):  # the summary is built only to be logged
+            for line in self.partition_summary().splitlines():
+                log.info("%s", line)
 
     @exit_gate.gated
     def _create(self, model: Any, options: ort.SessionOptions, kwargs: dict) -> None:

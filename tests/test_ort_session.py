@@ -355,3 +355,18 @@ def test_a_session_is_built_with_the_cyclic_gc_off_and_the_gc_restored(monkeypat
     finally:
         gc.enable()
     assert seen == [False, False] and not enabled_after
+
+
+def test_placement_is_logged_at_info_and_not_built_when_info_is_off(monkeypatch, caplog):
+    built = []
+    real = InferenceSession.partition_summary
+    monkeypatch.setattr(InferenceSession, "partition_summary",
+                        lambda self: built.append(1) or real(self))
+    with caplog.at_level("INFO", logger="litenpu.ort"):
+        InferenceSession(STATIC, providers=NPU)
+    assert built and any("nodes on the NPU" in r.getMessage() for r in caplog.records)
+    built.clear()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="litenpu.ort"):
+        InferenceSession(STATIC, providers=NPU)
+    assert not built and not any("nodes on the NPU" in r.getMessage() for r in caplog.records)

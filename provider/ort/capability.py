@@ -144,7 +144,7 @@ class Claim:
     placement: Placement
     groups: list[list[int]]  # node addresses per partition
     imported: ImportedGraph | None = None
-    seconds: dict[str, float] = field(default_factory=dict)  # "import", "assess"
+    seconds: dict[str, float] = field(default_factory=dict)  # "read", "import", "assess"
 
 
 def _static_reason(contents: OrtGraphContents, node: OrtNode, options: NpuOptions) -> str | None:
@@ -281,7 +281,9 @@ def claim(ort: abi.Ort, graph: int, options: NpuOptions,
     compiled = _context_claim(ort, graph)
     if compiled is not None:
         return compiled
+    start = time.perf_counter()
     contents = read_graph(ort, graph, copy_initializers=False)
+    seconds = {"read": time.perf_counter() - start}
     placement = Placement(graph=contents.name, nested=contents.nested)
     nodes = contents.nodes
     labels = [n.view.name or f"{n.view.op_type}_{i}" for i, n in enumerate(nodes)]
@@ -296,7 +298,7 @@ def claim(ort: abi.Ort, graph: int, options: NpuOptions,
         if why is not None:
             reasons[i] = why
     candidates = [i for i in range(len(nodes)) if i not in reasons and i not in saved]
-    imported, seconds = None, {}
+    imported = None
     if candidates:
         try:
             device, imported = _device_reasons(
