@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx_roundtrip import assert_close
@@ -685,3 +686,43 @@ def test_space_depth_rearrangements(op, attrs, shape):
                      [helper.make_tensor_value_info("x", F, shape)],
                      [helper.make_tensor_value_info("y", F, None)])
     check(model, [{"x": randn(np.random.default_rng(13), *shape)}])
+
+
+def _slice_with_steps(steps: np.ndarray) -> onnx.ModelProto:
+    """x[:, 1:3] with these steps, as given (onnx's shape inference refuses some)."""
+    operands = {"s": np.array([1], np.int64), "e": np.array([3], np.int64),
+                "a": np.array([1], np.int64), "st": steps}
+    return helper.make_model(helper.make_graph(
+        [helper.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"], name="cut")], "g",
+        [helper.make_tensor_value_info("x", F, [4, 6])],
+        [helper.make_tensor_value_info("y", F, [4, 2])],
+        [numpy_helper.from_array(v, k) for k, v in operands.items()]),
+        opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.mark.parametrize("steps", [np.array(1, np.int64), np.array([[1]], np.int64)])
+def test_slice_with_malformed_operands_stays_with_onnxruntime(steps):
+    """A Slice whose constant operands are not 1-D (a fuzzed .ms file's StridedSlice
+    exported with a 0-d steps) ran on the NPU where onnxruntime refuses it: it now stays on
+    the CPU, and the run raises onnxruntime's own error."""
+    model = _slice_with_steps(steps)
+    sess = provider.InferenceSession(model.SerializeToString(), providers=[
+        "NPUExecutionProvider", "CPUExecutionProvider"])
+    [node] = sess.partition()
+    assert node.device == "CPU" and "(ONNX takes 1-D operands)" in node.reason, node.reason
+    with pytest.raises(Exception, match="Slice") as npu_error:
+        sess.run(None, {"x": randn(np.random.default_rng(3), 4, 6)})
+    with pytest.raises(type(npu_error.value)):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, {"x": randn(np.random.default_rng(3), 4, 6)})
+
+
+def test_slice_with_operands_of_different_lengths_is_carried_as_custom():
+    """onnxruntime refuses to load such a Slice; the converter carries it as Custom with
+    the reason instead of a StridedSlice that would slice something else."""
+    from converters.onnx_import import import_onnx  # noqa: PLC0415
+
+    lite, report = import_onnx(_slice_with_steps(np.array([1, 1], np.int64)))
+    assert [n.op for n in lite.nodes] == ["Custom"]
+    [custom] = report.custom
+    assert "operands of different lengths: starts 1, ends 1, axes 1, steps 2" in custom.reason

@@ -71,6 +71,7 @@ def slice_v10(ctx, node):
     for i, what in ((3, "axes"), (4, "steps")):  # (given but computed: not the default)
         if present(node, i) and values[i - 1] is None:
             raise Unmappable(f"{what} ({node.inputs[i]!r}) is not a constant")
+    _check_slice_operands(values)
     if all(v is not None for v in values[:2]):
         starts, ends, axes, steps = values
         n = len(starts)
@@ -81,6 +82,8 @@ def slice_v10(ctx, node):
     if length is None or len(length) != 1 or not isinstance(length[0], int):
         raise Unmappable("starts/ends of unknown length")
     n = length[0]
+    if any(v is not None and len(v) != n for v in values):
+        raise Unmappable(f"constant operands of another length than the run-time ones' {n}")
     out = node.outputs[0]
     operands = [node.inputs[0]]
     for k, (what, default) in enumerate((("starts", None), ("ends", None),
@@ -88,6 +91,21 @@ def slice_v10(ctx, node):
         value = values[k] if values[k] is not None else default
         operands.append(node.inputs[k + 1] if value is None else ctx.const(f"{out}/{what}", _int32(value)))
     return [emit(ctx, node, "StridedSlice", _NO_MASKS, operands)]
+
+
+def _check_slice_operands(values: list[np.ndarray | None]) -> None:
+    """Constant starts, ends, axes and steps as ONNX (and onnxruntime) take them: 1-D, of one
+    length; other forms (e.g. a 0-d steps beside 1-D starts) stay with onnxruntime, which
+    refuses them at run time (a mutated .ms file's StridedSlice ran on the NPU where
+    onnxruntime raised)."""
+    given = [(what, v) for what, v in zip(("starts", "ends", "axes", "steps"), values,
+                                          strict=True) if v is not None]
+    for what, v in given:
+        if v.ndim != 1:
+            raise Unmappable(f"{what} of shape {list(v.shape)} (ONNX takes 1-D operands)")
+    if len({len(v) for _, v in given}) > 1:
+        raise Unmappable("operands of different lengths: " + ", ".join(
+            f"{what} {len(v)}" for what, v in given))
 
 
 def _strided_slice(ctx, node, starts, ends, axes, steps, source=None, target=None):
