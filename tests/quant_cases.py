@@ -412,6 +412,47 @@ def output_scales(model: onnx.ModelProto) -> dict[str, float]:
     return scales
 
 
+# ops through which a value's error is at most the sum of its inputs' (adds, selects, moves)
+_ADDITIVE = {"Add", "Sub", "Relu", "Max", "Min", "Clip", "MaxPool", "AveragePool",
+             "GlobalAveragePool", "GlobalMaxPool", "Transpose", "Reshape", "Flatten",
+             "Identity", "Concat", "Squeeze", "Unsqueeze"}
+
+
+def code_slack(model: onnx.ModelProto) -> dict[str, int]:
+    """Per graph output made by a QuantizeLinear from float ops that only add, select or
+    move values (`_ADDITIVE`): how many codes it may differ from another faithful
+    implementation. Each quantized tensor feeding that float segment may be one code off
+    (float32 and exact integer sums round a tie either way), so the segment's value may
+    differ by the sum of their steps: 1 + floor(sum / the output's step) codes. Outputs not
+    listed keep one code."""
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    slack = {}
+    for out in model.graph.output:
+        quantize = producer.get(out.name)
+        if quantize is None or quantize.op_type != "QuantizeLinear" or \
+                quantize.input[1] not in inits:
+            continue
+        total, stack, seen = 0.0, [quantize.input[0]], set()
+        while stack:
+            name = stack.pop()
+            node = producer.get(name)
+            if name in seen or name in inits or node is None:  # constants, graph inputs
+                continue
+            seen.add(name)
+            if node.op_type == "DequantizeLinear":
+                if node.input[0] not in inits and node.input[1] in inits:
+                    total += float(np.max(inits[node.input[1]]))
+            elif node.op_type in _ADDITIVE and len(seen) <= 64:
+                stack += [i for i in node.input if i]
+            else:
+                total = 0.0
+                break
+        if total:
+            slack[out.name] = 1 + int(total / float(np.min(inits[quantize.input[1]])))
+    return slack
+
+
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
     a, b = a.reshape(-1).astype(np.float64), b.reshape(-1).astype(np.float64)
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))

@@ -89,3 +89,31 @@ def test_a_quantized_int8_output_may_be_one_code_off_and_no_more():
     assert fm.compare([np.array([37, -128, 5], np.int8)], want) is not None  # no steps: exact
     indices = [np.array([3, 1], np.int64)]
     assert fm.compare([np.array([2, 1], np.int64)], indices, steps=[0.06]) is not None
+
+
+def test_an_int8_output_after_float_adds_may_be_off_by_the_steps_it_sums():
+    """Q(Relu(DQ(a) + DQ(b))): a and b may each be one code off (a tie rounded either way),
+    so the sum by 0.07 + 0.07, 2.33 output steps of 0.06: up to 3 codes. A Mul in the float
+    segment scales that error: one code, as before."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    from quant_cases import code_slack
+
+    def model(op: str):
+        inits = [numpy_helper.from_array(np.array(v, dtype), n) for n, v, dtype in (
+            ("s_in", 0.07, np.float32), ("s_out", 0.06, np.float32), ("z", 0, np.int8))]
+        nodes = [helper.make_node("DequantizeLinear", [x, "s_in", "z"], [f"{x}_f"])
+                 for x in ("a", "b")]
+        nodes += [helper.make_node(op, ["a_f", "b_f"], ["sum"]),
+                  helper.make_node("Relu", ["sum"], ["r"]),
+                  helper.make_node("QuantizeLinear", ["r", "s_out", "z"], ["y"])]
+        graph = helper.make_graph(
+            nodes, "g", [helper.make_tensor_value_info(x, TensorProto.INT8, [4]) for x in "ab"],
+            [helper.make_tensor_value_info("y", TensorProto.INT8, [4])], inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+    assert code_slack(model("Add")) == {"y": 3}
+    assert code_slack(model("Mul")) == {}
+    want = [np.array([36, -128, 5], np.int8)]
+    assert fm.compare([np.array([39, -128, 5], np.int8)], want, steps=[0.06], codes=[3]) is None
+    assert fm.compare([np.array([40, -128, 5], np.int8)], want, steps=[0.06], codes=[3]) is not None
