@@ -65,6 +65,7 @@ DEFAULT_SEED = 15
 CASE_TIMEOUT = 60.0  # seconds for one case (all its paths); a slower case counts as a hang
 MEMORY_LIMIT = 8 << 30  # address space of a child: a huge allocation fails, never OOM-kills
 MAX_FEED_BYTES = 64 << 20
+TIE_CODES = 2  # quantized values a rounding tie may leave one code off (upstream_ties)
 LARGE_OUTPUT = 1 << 18  # elements: beyond, float32 accumulation order shows (see session_path)
 FALLBACK = "Falling back to"  # onnxruntime's print when it retries a session without the EP
 SELFTEST = "selftest"  # ids `selftest:signal|hang|ok` exercise the harness itself
@@ -382,6 +383,13 @@ def session_path(src: Path, work: Path) -> dict:
             # image, where the NPU and the reference agree
             return {"outcome": "ok", "checked": True,
                     "note": f"onnx's reference evaluator agrees with the NPU: {mismatch}"}
+    # A tie rounded one way by float32 and the other by an exact sum, upstream of a
+    # normalization: mslite/op_cnn_fq.ms:struct:96:1472's InstanceNorm input was one code
+    # off at one value (its float input equal to 5e-7), which the norm's 1/sigma made 1.4
+    # steps at the output. Neither side is then known to be right.
+    ties = upstream_ties(src, feeds, options)
+    if ties is not None:
+        return {"outcome": "ok-unverified", "note": f"{ties}: {mismatch}"}
     return _bug(f"wrong output: {mismatch}")
 
 
@@ -464,13 +472,10 @@ def quantization_steps(src: Path, names: list[str]) -> tuple[list[float], list[i
     """Each output's last quantization step (0.0 for a float output) and, for a quantized
     output, the codes it may differ by (`quant_cases.code_slack`), from the model as
     onnxruntime gets it; None when it cannot be read."""
-    import onnx
     from quant_cases import code_slack, output_scales
 
-    from converters.onnx_export import export_onnx
-
     try:
-        model = onnx.load(str(src)) if src.suffix == ".onnx" else export_onnx(_lite_model(src))
+        model = _as_onnx(src)
         scales, slack = output_scales(model), code_slack(model)
     except Exception:  # noqa: BLE001 - no steps: the mismatch stands
         return None
@@ -480,19 +485,62 @@ def quantization_steps(src: Path, names: list[str]) -> tuple[list[float], list[i
 def reference_outputs(src: Path, feeds: dict) -> list | None:
     """What onnx's reference evaluator computes for the model as onnxruntime gets it (None
     when it cannot): the tie-breaker when the NPU and onnxruntime CPU disagree."""
-    import onnx
     from onnx.reference import ReferenceEvaluator
+
+    try:
+        return ReferenceEvaluator(_as_onnx(src)).run(None, feeds)
+    except Exception:  # noqa: BLE001 - no tie-breaker: the mismatch stands
+        return None
+
+
+def _as_onnx(src: Path):
+    """The model as onnxruntime gets it: an ONNX file as it is, a .ms / .mindir file converted
+    to ONNX through Lite IR (as the session does)."""
+    import onnx
 
     from converters.onnx_export import export_onnx
 
+    return onnx.load(str(src)) if src.suffix == ".onnx" else export_onnx(_lite_model(src))
+
+
+def upstream_ties(src: Path, feeds: dict, options: Callable[..., object]) -> str | None:
+    """Why the outputs differ when a rounding tie is the cause: with every QuantizeLinear's
+    output exposed, the NPU's quantized tensors are all within one code of onnxruntime CPU's
+    and at most TIE_CODES codes differ (a value at x.5 in float32 that the other side's sum
+    puts across it; a normalization after it divides the step by the values' sigma). None
+    otherwise, or when it cannot tell. `options(oracle=...)` gives the session options."""
+    import onnxruntime as ort
+    from onnx import helper, numpy_helper
+
+    from provider.ort import EP_NAME
+    from provider.session import CPU_EP, InferenceSession
+
     try:
-        if src.suffix == ".onnx":
-            model = onnx.load(str(src))
-        else:
-            model = export_onnx(_lite_model(src))
-        return ReferenceEvaluator(model).run(None, feeds)
-    except Exception:  # noqa: BLE001 - no tie-breaker: the mismatch stands
+        model = _as_onnx(src)
+        inits = {i.name: i for i in model.graph.initializer}
+        outputs = {o.name for o in model.graph.output}
+        quantized = {n.output[0]: numpy_helper.to_array(inits[n.input[2]]).dtype
+                     for n in model.graph.node if n.op_type == "QuantizeLinear"
+                     and len(n.input) > 2 and n.input[2] in inits and n.output[0] not in outputs}
+        if not quantized:
+            return None
+        model.graph.output.extend(
+            helper.make_value_info(name, helper.make_tensor_type_proto(
+                helper.np_dtype_to_tensor_dtype(dtype), None))
+            for name, dtype in quantized.items())
+        data = model.SerializeToString()
+        oracle = ort.InferenceSession(data, options(oracle=True), providers=[CPU_EP])
+        npu = InferenceSession(data, options(), providers=[EP_NAME, CPU_EP])
+        names = [o.name for o in npu.get_outputs()]
+        got = dict(zip(names, npu.run(None, feeds), strict=True))
+        want = dict(zip(names, oracle.run(None, feeds), strict=True))
+        off = [np.abs(got[n].astype(np.int16) - want[n].astype(np.int16)) for n in quantized]
+    except Exception:  # noqa: BLE001 - cannot tell: the mismatch stands
         return None
+    count = sum(int((d > 0).sum()) for d in off)
+    if any(d.max(initial=0) > 1 for d in off) or not 0 < count <= TIE_CODES:
+        return None
+    return f"{count} quantized value(s) one code off onnxruntime's (a rounding tie) upstream"
 
 
 def _lite_model(src: Path):

@@ -117,3 +117,52 @@ def test_an_int8_output_after_float_adds_may_be_off_by_the_steps_it_sums():
     want = [np.array([36, -128, 5], np.int8)]
     assert fm.compare([np.array([39, -128, 5], np.int8)], want, steps=[0.06], codes=[3]) is None
     assert fm.compare([np.array([40, -128, 5], np.int8)], want, steps=[0.06], codes=[3]) is not None
+
+
+def test_upstream_ties_names_a_tie_and_nothing_else(tmp_path, monkeypatch):
+    """upstream_ties accepts a mismatch only when the NPU's quantized tensors are all within
+    one code of onnxruntime's and one or two codes differ; the NPU's codes are shifted here
+    to stand for a tie rounded the other way."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    import provider.session
+
+    inits = [numpy_helper.from_array(np.array(0.1, np.float32), "s"),
+             numpy_helper.from_array(np.array(0, np.int8), "z")]
+    graph = helper.make_graph(
+        [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+         helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+         helper.make_node("InstanceNormalization", ["d", "g", "b"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 8])],
+        inits + [numpy_helper.from_array(np.ones(2, np.float32), "g"),
+                 numpy_helper.from_array(np.zeros(2, np.float32), "b")])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(src))
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 2, 8)).astype(np.float32)}
+    real = provider.session.InferenceSession
+
+    def shifted(codes: dict):
+        class Session(real):
+            def run(self, names, feeds):
+                out = super().run(names, feeds)
+                q = [o.name for o in self.get_outputs()].index("q")
+                for index, step in codes.items():
+                    out[q][index] += step
+                return out
+        return Session
+
+    def options(oracle: bool = False):
+        return ort.SessionOptions()
+
+    assert fm.upstream_ties(src, feeds, options) is None  # no code differs: not a tie
+    monkeypatch.setattr(provider.session, "InferenceSession", shifted({(0, 1, 3): 1}))
+    assert "1 quantized value(s) one code off" in fm.upstream_ties(src, feeds, options)
+    monkeypatch.setattr(provider.session, "InferenceSession", shifted({(0, 1, 3): 2}))
+    assert fm.upstream_ties(src, feeds, options) is None  # two codes: not a tie
+    monkeypatch.setattr(provider.session, "InferenceSession",
+                        shifted({(0, 0, i): 1 for i in range(3)}))
+    assert fm.upstream_ties(src, feeds, options) is None  # three values: more than ties
