@@ -1127,13 +1127,17 @@ def mid_conv(seed: int = 10, **kw):
 
 @pytest.mark.parametrize("kw", [{}, {"group": 32, "o": 64}, {"k": (1, 1), "pads": (0, 0, 0, 0)},
                                 {"stride": (2, 2), "n": 2}, {"o": 24},
-                                {"c": 24, "o": 24, "hw": (104, 104)}], ids=str)
+                                {"c": 24, "o": 24, "hw": (104, 104)},
+                                {"c": 128, "o": 200, "hw": (12, 12), "k": (1, 1),
+                                 "pads": (0, 0, 0, 0)}], ids=str)
 def test_thread_count_does_not_change_the_result(kw, restore_threads):
     """Same values on 1, 2 and 3 cores. The GEMM convs split their output into other blocks
     per core count and OpenBLAS sums a block's edge in another order (1-ulp differences), so
     they agree to rounding; depthwise planes are computed whole by one core: bit-identical.
     Direct convs whose channel blocks do not divide among the cores are cut in bands of
-    positions too (24 channels: 3 blocks), banded ones (104x104) in whole rounds of bands.
+    positions too (24 channels: 3 blocks), banded ones (104x104) in whole rounds of bands;
+    a 1x1 conv with more output channels than positions in blocks of output channels (200
+    rows: 100 or 67 a core).
     Each count runs in a new device pool: an output no task wrote reads 0 there instead of
     an earlier run's value."""
     program, feeds = mid_conv(**kw)
