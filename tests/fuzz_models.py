@@ -505,10 +505,11 @@ def _as_onnx(src: Path):
 
 def upstream_ties(src: Path, feeds: dict, options: Callable[..., object]) -> str | None:
     """Why the outputs differ when a rounding tie is the cause: with every QuantizeLinear's
-    output exposed, the NPU's quantized tensors are all within one code of onnxruntime CPU's
-    and at most TIE_CODES codes differ (a value at x.5 in float32 that the other side's sum
-    puts across it; a normalization after it divides the step by the values' sigma). None
-    otherwise, or when it cannot tell. `options(oracle=...)` gives the session options."""
+    output exposed, the NPU's quantized tensors (graph outputs among them) are all within one
+    code of onnxruntime CPU's and at most TIE_CODES codes differ (a value at x.5 in float32
+    that the other side's sum puts across it; a normalization after it divides the step by
+    the values' sigma). None otherwise, or when it cannot tell. `options(oracle=...)` gives
+    the session options."""
     import onnxruntime as ort
     from onnx import helper, numpy_helper
 
@@ -521,13 +522,13 @@ def upstream_ties(src: Path, feeds: dict, options: Callable[..., object]) -> str
         outputs = {o.name for o in model.graph.output}
         quantized = {n.output[0]: numpy_helper.to_array(inits[n.input[2]]).dtype
                      for n in model.graph.node if n.op_type == "QuantizeLinear"
-                     and len(n.input) > 2 and n.input[2] in inits and n.output[0] not in outputs}
+                     and len(n.input) > 2 and n.input[2] in inits}
         if not quantized:
             return None
         model.graph.output.extend(
             helper.make_value_info(name, helper.make_tensor_type_proto(
                 helper.np_dtype_to_tensor_dtype(dtype), None))
-            for name, dtype in quantized.items())
+            for name, dtype in quantized.items() if name not in outputs)
         data = model.SerializeToString()
         oracle = ort.InferenceSession(data, options(oracle=True), providers=[CPU_EP])
         npu = InferenceSession(data, options(), providers=[EP_NAME, CPU_EP])

@@ -167,3 +167,12 @@ def test_upstream_ties_names_a_tie_and_nothing_else(tmp_path, monkeypatch):
     monkeypatch.setattr(provider.session, "InferenceSession",
                         shifted({(0, 0, i): 1 for i in range(3)}))
     assert fm.upstream_ties(src, feeds, options) is None  # three values: more than ties
+    # a quantized graph output is one of the tensors checked (one code off: a tie; two: not)
+    model = onnx.load(str(src))
+    model.graph.output.insert(0, helper.make_tensor_value_info("q", TensorProto.INT8, [1, 2, 8]))
+    onnx.save(model, str(src))
+    monkeypatch.setattr(provider.session, "InferenceSession",
+                        shifted({(0, 1, 3): 1}))
+    assert "1 quantized value(s)" in fm.upstream_ties(src, feeds, options)
+    monkeypatch.setattr(provider.session, "InferenceSession", shifted({(0, 1, 3): 2}))
+    assert fm.upstream_ties(src, feeds, options) is None
