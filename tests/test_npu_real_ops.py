@@ -726,3 +726,25 @@ def test_slice_with_operands_of_different_lengths_is_carried_as_custom():
     assert [n.op for n in lite.nodes] == ["Custom"]
     [custom] = report.custom
     assert "operands of different lengths: starts 1, ends 1, axes 1, steps 2" in custom.reason
+
+
+def test_trilu_with_a_k_of_several_values_stays_with_onnxruntime():
+    """A Trilu whose k holds 8 values (a fuzzed .ms file's PReLU turned Triu, its slope as
+    k) ran on the NPU with k's first value where onnxruntime refuses it: it now stays on the
+    CPU, and the run raises onnxruntime's own error."""
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Trilu", ["x", "k"], ["y"], name="tri")], "g",
+        [helper.make_tensor_value_info("x", F, [4, 6])],
+        [helper.make_tensor_value_info("y", F, [4, 6])],
+        [numpy_helper.from_array(np.arange(8, dtype=np.int64).reshape(8, 1), "k")]),
+        opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+    sess = provider.InferenceSession(model.SerializeToString(), providers=[
+        "NPUExecutionProvider", "CPUExecutionProvider"])
+    [node] = sess.partition()
+    assert node.device == "CPU" and "k of shape [8, 1]; one value expected" in node.reason
+    x = randn(np.random.default_rng(4), 4, 6)
+    with pytest.raises(Exception, match="k should be a 1-D or 0-D tensor") as npu_error:
+        sess.run(None, {"x": x})
+    with pytest.raises(type(npu_error.value)):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, {"x": x})
