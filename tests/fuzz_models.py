@@ -67,6 +67,7 @@ MEMORY_LIMIT = 8 << 30  # address space of a child: a huge allocation fails, nev
 MAX_FEED_BYTES = 64 << 20
 TIE_CODES = 2  # quantized values a rounding tie may leave one code off (upstream_ties)
 LARGE_OUTPUT = 1 << 18  # elements: beyond, float32 accumulation order shows (see session_path)
+ORT_NO_MEMORY = "Failed to allocate memory"  # onnxruntime's arena, out of memory
 FALLBACK = "Falling back to"  # onnxruntime's print when it retries a session without the EP
 SELFTEST = "selftest"  # ids `selftest:signal|hang|ok` exercise the harness itself
 
@@ -202,8 +203,14 @@ def run_cli(argv: list[str]) -> dict:
             rc = e.code if isinstance(e.code, int) else 2
         except BaseException as e:  # noqa: BLE001 - anything escaping main is the finding
             rc, escaped = None, describe_exception(e)
-    return {"rc": rc, "stderr": text["err"][-3000:], "stdout": text["out"][-3000:],
+    return {"rc": rc, "stderr": tail_lines(text["err"]), "stdout": text["out"][-3000:],
             "escaped": escaped}
+
+
+def tail_lines(text: str, limit: int = 3000) -> str:
+    """The end of `text`, at most `limit` characters of whole lines (a line cut in two would
+    read as stray output: a mindir file with 40 unknown primitives logs 40 warnings)."""
+    return text if len(text) <= limit else text[-limit:].split("\n", 1)[-1]
 
 
 LOG_LINE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: ")
@@ -335,6 +342,12 @@ def session_path(src: Path, work: Path) -> dict:
             # exceeds the image and refuses them; onnx's reference computes what the NPU does
             return {"outcome": "ok", "checked": True,
                     "note": f"onnxruntime CPU raises, onnx's reference agrees with the NPU: {e}"}
+        if ORT_NO_MEMORY in str(e):
+            # not a refusal of the model: onnxruntime's kernel asked for more memory than
+            # there is (mslite/op_cnn2.ms:struct:110:722, an LRN of size 2**32 + 1 whose
+            # window covers every channel: 841 GB), which the NPU's does not
+            return {"outcome": "ok-unverified",
+                    "note": f"onnxruntime CPU runs out of memory, the NPU runs it: {e}"}
         return _bug("the NPU session ran where onnxruntime CPU raises",
                     oracle=describe_exception(e))
     mismatch = compare(got, want)

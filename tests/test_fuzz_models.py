@@ -176,3 +176,34 @@ def test_upstream_ties_names_a_tie_and_nothing_else(tmp_path, monkeypatch):
     assert "1 quantized value(s)" in fm.upstream_ties(src, feeds, options)
     monkeypatch.setattr(provider.session, "InferenceSession", shifted({(0, 1, 3): 2}))
     assert fm.upstream_ties(src, feeds, options) is None
+
+
+# Cases the fuzzer found, and what they end as now: model refusals onnxruntime makes at run
+# time stay with onnxruntime (ort-rejects); the oracle's own rounding ties and memory
+# limits are not counted against the NPU; a long run of warnings does not cut the CLI's
+# stderr mid-line.
+FOUND = {
+    "mslite/op_cnn_wq.ms:bytes:94:149": ("session", {"ort-rejects"}),  # Slice, 0-d steps
+    "mslite/op_cnn_wq.ms:struct:105:1135": ("session", {"ort-rejects"}),  # Triu, 8-value k
+    "mslite/resnet_block_fq.ms:struct:94:1483": ("session", {"ok"}),  # int8 output, a tie
+    "mslite/op_cnn_fq.ms:struct:96:1472": ("session", {"ok", "ok-unverified"}),  # norm tie
+    "mslite/op_cnn2.ms:struct:110:722": ("session", {"ok", "ok-unverified"}),  # LRN, 841 GB
+    "mindir/mobilenetv2_block_ms20.mindir:struct:109:879": ("inspect", {"error"}),
+}
+
+
+def test_cases_found_by_fuzzing_end_as_classified():
+    results = fm.run_batch(list(FOUND))
+    for result in results:
+        path, allowed = FOUND[result["case"]]
+        outcome = result["paths"][path]
+        assert outcome["outcome"] in allowed, (result["case"], outcome)
+        assert not fm.failures([result]), result
+
+
+def test_a_cut_stderr_keeps_whole_lines_only():
+    lines = [f"WARNING litenpu.mindir: node {i} kept as Custom" for i in range(200)]
+    err = fm.tail_lines("\n".join([*lines, "litenpu inspect: error: no ONNX export"]))
+    assert len(err) <= 3000 and err.splitlines()[0] in lines
+    outcome = fm.cli_outcome("inspect", {"rc": 1, "stderr": err, "stdout": "", "escaped": None})
+    assert outcome["outcome"] == "error"
