@@ -193,9 +193,16 @@ FOUND = {
 
 
 def test_cases_found_by_fuzzing_end_as_classified():
-    results = fm.run_batch(list(FOUND))
+    import onnxruntime as ort
+
+    cases = dict(FOUND)
+    if tuple(int(p) for p in ort.__version__.split(".")[:2]) < (1, 32):
+        # onnxruntime 1.23 reads LRN's size as a 32-bit int (2**32 + 1 becomes 1) and so
+        # computes another LRN; the NPU's agrees with the spec's in float64
+        cases.pop("mslite/op_cnn2.ms:struct:110:722")
+    results = fm.run_batch(list(cases))
     for result in results:
-        path, allowed = FOUND[result["case"]]
+        path, allowed = cases[result["case"]]
         outcome = result["paths"][path]
         assert outcome["outcome"] in allowed, (result["case"], outcome)
         assert not fm.failures([result]), result
