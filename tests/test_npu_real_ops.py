@@ -19,6 +19,8 @@ next grows."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -748,3 +750,45 @@ def test_trilu_with_a_k_of_several_values_stays_with_onnxruntime():
     with pytest.raises(type(npu_error.value)):
         ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
             None, {"x": x})
+
+
+def _one_value_cases():
+    """(op, its inputs' facts, the position of the one-value parameter, its name) for every
+    rule that reads a single value from a constant operand."""
+    from provider.npu.ops.common import TensorInfo  # noqa: PLC0415
+
+    f32, i64 = np.dtype(np.float32), np.dtype(np.int64)
+    x = TensorInfo((4, 6), f32)
+
+    def k(v):
+        return TensorInfo(np.shape(v), np.asarray(v).dtype, np.asarray(v))
+
+    return [
+        ("Triu", [x, k(np.array([1, 2]))], 1, "k"),
+        ("Clip", [x, k(np.array([0.0, 1.0], np.float32))], 1, "min"),
+        ("Clip", [x, k(np.array(0.0, np.float32)), k(np.zeros((1, 2), np.float32))], 2, "max"),
+        ("Gather", [x, TensorInfo((2,), i64), k(np.array([0, 1]))], 2, "axis"),
+        ("GatherD", [x, k(np.array([[1]] * 2)), TensorInfo((4, 6), i64)], 1, "dim"),
+        ("Cast", [x, k(np.array([43, 43]))], 1, "target TypeId"),
+        ("Range", [k(np.array(0)), k(np.array([5, 6])), k(np.array(1))], 1, "limit"),
+    ]
+
+
+@pytest.mark.parametrize("op,ins,position,name", _one_value_cases(),
+                         ids=[f"{c[0]}-{c[3]}" for c in _one_value_cases()])
+def test_a_parameter_of_several_values_is_refused(op, ins, position, name):
+    """A constant parameter that must be one value (an axis, a bound, a diagonal, a target
+    type) but holds several is refused with its shape, as onnxruntime refuses it, instead of
+    running with its first element; one value of any rank is accepted."""
+    from converters.lite.ir import LiteNode  # noqa: PLC0415
+    from provider.errors import InvalidModelError  # noqa: PLC0415
+    from provider.npu.ops import lower  # noqa: PLC0415
+    from provider.npu.ops.common import TensorInfo  # noqa: PLC0415
+
+    node = LiteNode("n", op, {}, list(range(len(ins))), [len(ins)])
+    shape = list(ins[position].value.shape)
+    with pytest.raises(InvalidModelError, match=re.escape(f"{name} of shape {shape}; one value")):
+        lower(node, ins, [None])
+    one = ins[position].value.reshape(-1)[:1].reshape((1,) * ins[position].value.ndim)
+    ins[position] = TensorInfo(one.shape, one.dtype, one)
+    lower(node, ins, [None])

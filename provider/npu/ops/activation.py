@@ -21,7 +21,7 @@ from provider.npu.ops.common import (
     Lowered,
     TensorInfo,
     axis_of,
-    const,
+    const_scalar,
     describe,
     enum_check,
     ints,
@@ -295,7 +295,7 @@ def _optional_bound(node: LiteNode, ins: Sequence[TensorInfo], i: int, name: str
     """A Clip bound: None when absent or NaN (onnxruntime ignores a NaN bound); an infinite
     one clips like any other (max=-inf makes everything -inf)."""
     if len(ins) > i:
-        v = const(node, ins, i, name).reshape(-1)[0]
+        v = const_scalar(node, ins, i, name)
     else:
         v = node.attrs.get(name)
     return None if v is None or np.isnan(v) else float(v)

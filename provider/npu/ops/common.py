@@ -110,6 +110,17 @@ def const(node: LiteNode, ins: Sequence[TensorInfo], i: int, what: str) -> np.nd
     return ins[i].value
 
 
+def const_scalar(node: LiteNode, ins: Sequence[TensorInfo], i: int, what: str) -> np.generic:
+    """The one value of constant input i (0-D or one element): a parameter such as an axis or
+    a bound. InvalidModelError naming its shape otherwise, so the node stays with onnxruntime,
+    which refuses it, instead of running with an arbitrary element."""
+    value = const(node, ins, i, what)
+    if value.size != 1:
+        raise InvalidModelError(f"{describe(node)}: {what} of shape {list(value.shape)}; "
+                                "one value expected (a 0-D or 1-element tensor)")
+    return value.reshape(-1)[0]
+
+
 def axis_of(node: LiteNode, axis: int, ndim: int) -> int:
     """Normalise a possibly negative axis; InvalidModelError when out of range."""
     if not -ndim <= axis < max(ndim, 1):

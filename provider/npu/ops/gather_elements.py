@@ -17,7 +17,7 @@ from provider.npu.ops.common import (
     TensorInfo,
     axis_of,
     check_indices,
-    const,
+    const_scalar,
     describe,
 )
 from provider.npu.ops.native_builder import INDEX_TYPES, MAX_RANK, StepBuilder
@@ -41,7 +41,7 @@ def gather_elements(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
         note="int32/int64 index of the data's rank, checked per run")
 def gather_d_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     x, idx = ins[0], ins[2]
-    axis = axis_of(node, int(const(node, ins, 1, "dim").reshape(-1)[0]), len(x.shape))
+    axis = axis_of(node, int(const_scalar(node, ins, 1, "dim")), len(x.shape))
     if idx.dtype.kind not in "iu" or len(idx.shape) != len(x.shape) or any(
             n > d for a, (n, d) in enumerate(zip(idx.shape, x.shape, strict=True)) if a != axis):
         raise UnsupportedError(f"{describe(node)}: index {idx.dtype}{list(idx.shape)} for data "

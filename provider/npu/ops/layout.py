@@ -27,6 +27,7 @@ from provider.npu.ops.common import (
     broadcast,
     check_indices,
     const,
+    const_scalar,
     data_dtype,
     describe,
     enum_check,
@@ -364,7 +365,7 @@ def pad_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
         note="run-time indices int32/int64, checked per run")
 def gather_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     x = ins[0]
-    axis = int(const(node, ins, 2, "axis").reshape(-1)[0]) if len(ins) > 2 else int(node.attrs.get("axis", 0))
+    axis = int(const_scalar(node, ins, 2, "axis")) if len(ins) > 2 else int(node.attrs.get("axis", 0))
     axis = axis_of(node, axis, len(x.shape))
     dim = x.shape[axis]
     if ins[1].value is None:

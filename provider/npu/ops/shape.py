@@ -20,6 +20,7 @@ from provider.npu.ops.common import (
     TensorInfo,
     axis_of,
     const,
+    const_scalar,
     describe,
     ints,
 )
@@ -167,15 +168,13 @@ def size_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
 @define("Range", dtypes=ANY, const_inputs=(0, 1, 2), note="evaluated at compile time")
 def range_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     """ONNX's count max(ceil((limit - start) / delta), 0), from scalar (or 1-element) inputs."""
-    start, limit, delta = (const(node, ins, i, what).reshape(-1)
+    start, limit, delta = (const_scalar(node, ins, i, what)
                            for i, what in enumerate(("start", "limit", "delta")))
-    if not start.size == limit.size == delta.size == 1:
-        raise InvalidModelError(f"{describe(node)}: start/limit/delta must be scalars")
     dt = out_types[0] or start.dtype
-    if delta[0] == 0:
+    if delta == 0:
         raise InvalidModelError(f"{describe(node)}: delta is 0")
-    count = max(int(math.ceil((float(limit[0]) - float(start[0])) / float(delta[0]))), 0)
-    value = (start[0] + np.arange(count, dtype=dt) * delta[0]).astype(dt)
+    count = max(int(math.ceil((float(limit) - float(start)) / float(delta))), 0)
+    value = (start + np.arange(count, dtype=dt) * delta).astype(dt)
     return Lowered("", {}, [], [(value.shape, value.dtype)], values=[value])
 
 
@@ -184,7 +183,7 @@ def cast_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     """Target from input 1 (a MindSpore TypeId, as MindSpore Lite passes it), else the
     declared output dtype."""
     if len(ins) > 1:
-        target = lite_dtypes.to_numpy(int(const(node, ins, 1, "target TypeId").reshape(-1)[0]))
+        target = lite_dtypes.to_numpy(int(const_scalar(node, ins, 1, "target TypeId")))
     elif out_types[0] is not None:
         target = out_types[0]
     else:

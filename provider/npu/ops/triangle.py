@@ -10,8 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from converters.lite.ir import LiteNode
-from provider.errors import InvalidModelError
-from provider.npu.ops.common import DATA, Lowered, TensorInfo, const, describe
+from provider.npu.ops.common import DATA, Lowered, TensorInfo, const_scalar
 from provider.npu.ops.native_builder import StepBuilder
 from provider.npu.ops.registry import define, native, register
 from provider.npu.program import Slot
@@ -28,11 +27,7 @@ def triangle(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], attrs:
 def triangle_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     k = 0
     if len(ins) > 1:
-        value = const(node, ins, 1, "k")
-        if value.size != 1:  # onnxruntime refuses it at run time; it stays with onnxruntime
-            raise InvalidModelError(f"{describe(node)}: k of shape {list(value.shape)}; "
-                                    "one value expected (a 0-D or 1-element tensor)")
-        k = int(value.reshape(-1)[0])
+        k = int(const_scalar(node, ins, 1, "k"))
     rows, cols = ins[0].shape[-2:]
     # a diagonal past a corner keeps all or nothing, as the corner's does (and a k near
     # int64's ends would overflow the C step's column arithmetic)
