@@ -3,7 +3,8 @@
 - no module of `provider` or `converters` is part of an import cycle;
 - `converters` never imports `provider`;
 - `provider.npu` never imports onnxruntime (the device knows nothing of its host runtime);
-- ctypes only in `provider/ort/` and `provider/npu/native.py`.
+- ctypes only in `provider/ort/` and `provider/npu/native.py`;
+- a module over ~400 lines says why in its docstring.
 
 Imports are read with `ast`, including those inside functions (a lazy import still ties two
 modules together); `from a import b` counts as importing `a.b` when that is a module.
@@ -137,3 +138,20 @@ def test_ctypes_only_at_the_abi_edges():
     users = [n for n in _importing("provider", "ctypes") + _importing("converters", "ctypes")
              if not n.startswith("provider.ort") and n != "provider.npu.native"]
     assert users == []
+
+
+LONG_LINES = 420  # "~400": a few lines over are not a second job
+SAYS_WHY = ("long by design", "over 400 lines on purpose")
+
+
+def test_long_modules_say_why_in_their_docstring():
+    """A module over ~400 lines usually holds two jobs; the few that should not be split
+    (one table, one family whose parts share helpers) say so where a reader starts."""
+    silent = []
+    for name, path in MODULES.items():
+        source = path.read_text()
+        if source.count("\n") > LONG_LINES:
+            doc = (ast.get_docstring(ast.parse(source)) or "").lower()
+            if not any(" ".join(phrase.split()) in " ".join(doc.split()) for phrase in SAYS_WHY):
+                silent.append(f"{name} ({source.count(chr(10))} lines)")
+    assert not silent, f"long modules that do not say why: {silent}"

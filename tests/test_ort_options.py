@@ -3,10 +3,11 @@
 import numpy as np
 import pytest
 
+from provider.bindings import check_feeds
 from provider.errors import BindingError, UnsupportedError
 from provider.options import CompileOptions, InvalidOptionError, NpuOptions, PlacementOptions
 from provider.ort.capability import group
-from provider.session import check_feeds, normalize_providers
+from provider.session import normalize_providers
 
 
 def test_options_parse_strings_like_onnxruntime_carries_them():

@@ -15,6 +15,9 @@ the CPU's int8 dot products (VNNI) where it has them. The numpy kernels accumula
 sum of any realistic depth is an exact float64 integer) and requantize like onnxruntime:
 round half to even, saturate. A fused RELU / RELU6 clamps the output codes at the codes of
 0 and 6.
+
+Long by design: the three forms share the weight codes' blocks, the folded bias, the
+requantization and the native lowerings' checks; apart, each would import the others'.
 """
 
 from __future__ import annotations
