@@ -189,6 +189,7 @@ FOUND = {
     "mslite/op_cnn_fq.ms:struct:96:1472": ("session", {"ok", "ok-unverified"}),  # norm tie
     "mslite/op_cnn2.ms:struct:110:722": ("session", {"ok", "ok-unverified"}),  # LRN, 841 GB
     "mindir/mobilenetv2_block_ms20.mindir:struct:109:879": ("inspect", {"error"}),
+    "mslite/op_cnn2.ms:bytes:112:76": ("session", {"ok"}),  # dilated SAME conv, explicit pads
 }
 
 

@@ -528,3 +528,39 @@ def test_same_pool_whose_stride_passes_its_kernel_keeps_lite_rows(op, known):
         (node,) = [n for n in export_onnx(b.m).graph.node if n.op_type.endswith("Pool")]
         assert {a.name: a.s for a in node.attribute if a.name == "auto_pad"} == {
             "auto_pad": b"SAME_UPPER"}
+
+
+def _dilated_conv_nchw(x, w, stride, dilation, pads):
+    """A float64 reference: pads = [top, bottom, left, right]."""
+    t, b, left, r = pads
+    x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (t, b), (left, r)))
+    k, _, kh, kw = w.shape
+    oh = (x.shape[2] - (kh - 1) * dilation[0] - 1) // stride[0] + 1
+    ow = (x.shape[3] - (kw - 1) * dilation[1] - 1) // stride[1] + 1
+    y = np.zeros((x.shape[0], k, oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            rows = x[:, :, i * dilation[0]:, j * dilation[1]:][:, :, ::stride[0], ::stride[1]]
+            y += np.einsum("nchw,kc->nkhw", rows[:, :, :oh, :ow], w[:, :, i, j])
+    return y
+
+
+@pytest.mark.parametrize("stride", [[1, 1], [2, 2]])
+def test_same_conv_with_dilation_runs_under_onnxruntime(stride):
+    # onnxruntime refuses SAME_UPPER with dilations (a fuzzed .ms file's dilated conv ran on
+    # the NPU only); with the size known the export writes Lite's SAME pads explicitly:
+    # ceil(size / stride) outputs, the dilated window's need split with the extra at the end
+    b = Lite()
+    x = b.act("x", (1, 2, 9, 8), fmt="NCHW")
+    w = b.const("w", rng.standard_normal((3, 2, 3, 3)).astype(np.float32), fmt="NCHW")
+    conv = dict(format="NCHW", kernel_size=[3, 3], stride=stride, dilation=[2, 2],
+                pad_mode="SAME", pad_list=[0, 0, 0, 0], group=1, in_channel=2, out_channel=3,
+                activation_type="NO_ACTIVATION")
+    out = (1, 3, -(-9 // stride[0]), -(-8 // stride[1]))
+    y = b.node("Conv2DFusion", conv, [x, w], out, fmt="NCHW")
+    feeds = {"x": rng.standard_normal((1, 2, 9, 8)).astype(np.float32)}
+    (got,) = b.run([x], [y], feeds)
+    pads = {1: [2, 2, 2, 2], 2: [2, 2, 1, 2]}[stride[0]]  # rows: 9 -> 4 or 5; cols: 8 -> 3 or 4
+    want = _dilated_conv_nchw(feeds["x"], b.m.tensors[w].data, stride, [2, 2], pads)
+    assert got.shape == out
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

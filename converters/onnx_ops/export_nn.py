@@ -52,7 +52,16 @@ def conv(ctx, node, ins, outs):
     if len(node.attrs.get("kernel_size", [])) != 2:
         raise unsupported(node, "a convolution that is not 2-D")
     w = _weight(ctx, node, ins[1])
-    ctx.add("Conv", [ins[0], w, *ins[2:]], outs, name=node.name, **conv_attrs(node.attrs))
+    attrs = conv_attrs(node.attrs)
+    dilation = list(node.attrs.get("dilation", [])) or [1, 1]
+    if attrs.get("auto_pad") == "SAME_UPPER" and dilation != [1, 1]:
+        # onnxruntime refuses SAME with dilation; explicit pads are the same windows
+        pads = _explicit_same_pads(ctx, node, node.attrs["kernel_size"],
+                                   node.attrs.get("stride", []), dilation)
+        if pads is not None:
+            del attrs["auto_pad"]
+            attrs.update(pad_attrs("PAD", pads))
+    ctx.add("Conv", [ins[0], w, *ins[2:]], outs, name=node.name, **attrs)
 
 
 @EXPORTERS.register("Conv2dTransposeFusion")
@@ -112,21 +121,21 @@ def _swap_last(ctx, node, name: str, rank: int | None) -> str:
     return ctx.add("Transpose", [name], perm=perm, name=f"{node.name}/transpose")
 
 
-def _same_pads_clamped(ctx, node) -> list[int] | None:
-    """[top, bottom, left, right] of a SAME pool as MindSpore Lite pads it, where onnxruntime's
-    SAME_UPPER would read other rows: a stride past the kernel can need less than the input,
-    and Lite then pads 0 and starts at row 0 while onnxruntime crops the input. None when
-    SAME_UPPER is exact, or the input's spatial size is not known."""
-    a = node.attrs
+def _explicit_same_pads(ctx, node, kernel, strides, dilation=(1, 1), *,
+                        only_where_cropped: bool = False) -> list[int] | None:
+    """[top, bottom, left, right] of SAME padding as MindSpore Lite pads it, for the places
+    where onnxruntime's SAME_UPPER would not do the same: a pool whose stride is past its
+    kernel (`only_where_cropped`: it can need less than the input, and Lite pads 0 and starts
+    at row 0 while onnxruntime crops the input), a dilated conv (which onnxruntime refuses).
+    None when the input's spatial size is not known (or nothing is cropped)."""
     shape = ctx.model.tensors[node.inputs[0]].shape
     if len(shape) != 4:
         return None
     hw = shape[1:3] if is_nhwc(ctx, node) else shape[2:4]
-    kernel, strides = list(a["kernel_size"]), list(a.get("strides", [])) or [1, 1]
     if any(not isinstance(d, int) or d < 1 for d in hw):
         return None
-    axes = list(zip(hw, kernel, strides, strict=True))
-    if all(same_total(*axis) >= 0 for axis in axes):
+    axes = list(zip(hw, list(kernel), list(strides) or [1, 1], list(dilation), strict=True))
+    if only_where_cropped and all(same_total(*axis) >= 0 for axis in axes):
         return None
     return [pad for axis in axes for pad in same_pads(*axis)]
 
@@ -138,7 +147,8 @@ def _pool(ctx, node, ins, outs, onnx_op: str, global_op: str, extra: dict):
         return
     attrs = {"kernel_shape": list(a["kernel_size"]), "strides": list(a.get("strides", [])) or None}
     pad_mode, pads, ceil = a.get("pad_mode", "PAD"), a.get("pad", []), a.get("round_mode") == "CEIL"
-    clamped = _same_pads_clamped(ctx, node) if pad_mode == "SAME" else None
+    clamped = _explicit_same_pads(ctx, node, a["kernel_size"], a.get("strides", []),
+                                  only_where_cropped=True) if pad_mode == "SAME" else None
     if clamped is not None:  # explicit pads give SAME's ceil(size / stride) with floor rounding
         pad_mode, pads, ceil = "PAD", clamped, False
     attrs.update(pad_attrs(pad_mode, pads))
