@@ -145,6 +145,31 @@ def test_dynamic_shapes_compile_once_per_shape():
     assert (ep.counters.imports, ep.counters.compiles) == (1, 3)
 
 
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_dynamic_graph_the_npu_takes_whole_is_not_read_again_by_compile(monkeypatch, whole):
+    """GetCapability hands Compile the whole graph's cut, its weights copied (onnxruntime's
+    are views it frees), so Compile does not read the graph again to find its partition; a
+    graph split between NPU and CPU is still found by reading it."""
+    read = _spy(monkeypatch, compute, "read_graph")
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 4]) for n in ("a", "x")]
+    w = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4) / 8, "w")
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["m"]),
+                        helper.make_node("Relu", ["m"], ["r"]), helper.make_node("Neg", ["r"], ["y"])],
+                       info, [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])], [w])
+    sess = npu_session(model, **({} if whole else {"disable_ops": "Neg"}))
+    (ep,) = sess._npu_eps
+    assert (len(read), ep.counters.imports) == (0 if whole else 1, 1)
+    (kernel,) = ep.kernels.values()
+    constants = [t.data for t in kernel.source._lite.tensors if t.data is not None]
+    assert constants and all(c.flags.owndata for c in constants)
+    for n in (1, 3, 1):
+        feeds = {k: np.random.default_rng(n).standard_normal((n, 4)).astype(np.float32)
+                 for k in ("a", "x")}
+        np.testing.assert_allclose(sess.run(None, feeds)[0], reference(model, feeds)[0],
+                                   rtol=1e-6, atol=1e-6)
+    assert ep.counters.compiles == 2
+
+
 def _shape_chain(split: bool) -> bytes:
     """y = expand(x, concat(shape(x)[0], 4)): the target shape is computed from Shape, which
     the NPU folds per concrete shape, unless a CPU node (`split`) cuts the chain."""
@@ -185,15 +210,19 @@ def test_group_counts_values_a_control_flow_body_reads():
     assert group(ins, outs, [True, False, True]) == [[0], [2]]
 
 
+SLOWER = 0.06
+
+
 def test_counters_split_a_creation_into_disjoint_stages(monkeypatch):
     """Each stage's seconds are its own: Compile's `kernel` leaves out the compiles it ran
-    (five partitions compiled in Compile, each made 20 ms slower here)."""
+    (five partitions compiled in Compile, each made 60 ms slower here: far more than the
+    rest of Compile takes, even on a loaded machine)."""
     from provider.ort import partition_source  # noqa: PLC0415
 
     real = partition_source.compile_model
 
     def slow(*args, **kwargs):
-        time.sleep(0.02)
+        time.sleep(SLOWER)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(partition_source, "compile_model", slow)
@@ -202,6 +231,6 @@ def test_counters_split_a_creation_into_disjoint_stages(monkeypatch):
     wall = time.perf_counter() - start
     seconds = sess._npu_eps[0].counters.seconds
     assert {"read", "import", "assess", "compile", "kernel"} <= set(seconds)
-    assert seconds["compile"] >= 5 * 0.02
-    assert 0 <= seconds["kernel"] < 0.02
+    assert seconds["compile"] >= 5 * SLOWER
+    assert 0 <= seconds["kernel"] < SLOWER
     assert sum(seconds.values()) <= wall

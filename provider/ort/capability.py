@@ -76,16 +76,18 @@ def _node_key(node: OrtNode) -> tuple[str, ...]:
 
 
 class Whole(NamedTuple):
-    """A graph the NPU takes whole, compiled while the device was asked (its lowering
-    answered for every node): the partition Compile will be given, cut as Compile cuts it
-    (inputs as the fused node orders them), its Program at the static input shapes, the
-    compile's seconds, and the content digest when a cache key needed it."""
+    """A graph the NPU takes whole, handed from GetCapability to Compile so that Compile
+    need not read the graph again: the partition Compile will be given, cut as Compile cuts
+    it (inputs as the fused node orders them). Static input shapes: compiled while the
+    device was asked (its lowering answered for every node), with its Program, the compile's
+    seconds and the content digest when a cache key needed it. Dynamic ones: the cut alone,
+    its weights copied (`own_weights`), compiled per shape at run time."""
 
     lite: LiteModel
-    shapes: dict[str, tuple[int, ...]]
-    program: Program
-    seconds: float
-    fingerprint: str | None
+    shapes: dict[str, tuple[int, ...]] | None
+    program: Program | None
+    seconds: float = 0.0
+    fingerprint: str | None = None
 
 
 @dataclass
@@ -180,13 +182,21 @@ def _whole(graph: ImportedGraph, contents: OrtGraphContents, candidates: list[in
             or len(contents.nodes) < options.placement.min_partition_nodes
             or not all(report.origins)):  # the compile checks the static rows first
         return None
-    read = {name for n in contents.nodes for name in (*n.view.inputs, *n.view.implicit_inputs)}
-    inputs = [vi for vi in contents.inputs if vi.name in read]  # as the fused node has them
-    cut = graph.partition(contents, [vi.name for vi in inputs],
-                          [vi.name for vi in contents.outputs], graph.lite.name)
+    cut = _whole_cut(graph, contents)
     if cut is None:
         return None
-    return compile_whole(cut, {vi.name: tuple(vi.shape) for vi in inputs})
+    names = {cut.tensors[i].name for i in cut.inputs}
+    return compile_whole(cut, {vi.name: tuple(vi.shape) for vi in contents.inputs
+                               if vi.name in names})
+
+
+def _whole_cut(graph: ImportedGraph, contents: OrtGraphContents) -> LiteModel | None:
+    """The whole graph as the one partition Compile would be given: its inputs those the
+    nodes read, in the graph's order (as the fused node has them)."""
+    read = {name for n in contents.nodes for name in (*n.view.inputs, *n.view.implicit_inputs)}
+    inputs = [vi.name for vi in contents.inputs if vi.name in read]
+    return graph.partition(contents, inputs, [vi.name for vi in contents.outputs],
+                           graph.lite.name)
 
 
 def _device_reasons(contents: OrtGraphContents, candidates: list[int], options: NpuOptions,
@@ -299,11 +309,11 @@ def claim(ort: abi.Ort, graph: int, options: NpuOptions,
             reasons[i] = why
     candidates = [i for i in range(len(nodes)) if i not in reasons and i not in saved]
     imported = None
+    static = static_inputs(ort, contents.inputs)
     if candidates:
         try:
             device, imported = _device_reasons(
-                contents, candidates, options, seconds,
-                compile_whole if static_inputs(ort, contents.inputs) else None)
+                contents, candidates, options, seconds, compile_whole if static else None)
         except LitenpuError as e:  # a graph the importer refuses stays on CPU
             device = dict.fromkeys(candidates, f"the graph cannot be imported: {e}")
         except Exception:  # noqa: BLE001 - a bug of the importer: logged, the graph stays on CPU
@@ -331,6 +341,12 @@ def claim(ort: abi.Ort, graph: int, options: NpuOptions,
             continue
         placement.partitions.append([labels[i] for i in indices])
         chosen.append([nodes[i].address for i in indices])
+    if (imported is not None and imported.whole is None and not static
+            and len(chosen) == 1 and len(chosen[0]) == len(nodes)):
+        # the NPU takes a graph of dynamic shapes whole: Compile gets the cut, not reading
+        # the graph again to find it (the weights copied: onnxruntime's are views)
+        cut = _whole_cut(imported, contents)
+        imported.whole = Whole(own_weights(cut), None, None) if cut is not None else None
     for i, reason in sorted(reasons.items()):
         placement.cpu[labels[i]] = reason
         log.debug("node %s (%s) stays on CPU: %s", labels[i], nodes[i].view.op_type, reason)

@@ -30,6 +30,7 @@ runs as the number of cores in the same `RunControl`.
 from __future__ import annotations
 
 import ctypes as C
+import dataclasses
 import functools
 import logging
 import threading
@@ -175,9 +176,12 @@ class FusedKernel:
         inputs = _names(o, fused_node, "Node_GetNumInputs", "Node_GetInputs")
         outputs = _names(o, fused_node, "Node_GetNumOutputs", "Node_GetOutputs")
         whole = ep.adopt_whole(inputs, outputs)
-        if whole is not None:  # compiled by GetCapability: the graph is not read again
+        if whole is not None and whole.program is not None:  # compiled by GetCapability
             return cls(ep, name, inputs, outputs, PartitionSource.adopted(ep, name, whole),
                        whole.shapes)
+        if whole is not None:  # the whole graph, dynamic shapes: Programs per shape later
+            lite = dataclasses.replace(whole.lite, name=name)
+            return cls(ep, name, inputs, outputs, PartitionSource.held(ep, name, lite), None)
         # views: valid in Compile; the nodes by name only (GetCapability read them in full),
         # but an EPContext node with its attributes
         only = o.array("Graph_GetNumNodes", "Graph_GetNodes", graph)
