@@ -397,11 +397,16 @@ def build_qoperator(case: str, dtype, seed: int,
 # ---- whole models ---------------------------------------------------------------------------
 
 
+def _constants_and_producers(model: onnx.ModelProto) -> tuple[dict[str, np.ndarray], dict]:
+    """The graph's initializers as arrays, and the node that writes each value."""
+    return ({i.name: numpy_helper.to_array(i) for i in model.graph.initializer},
+            {o: n for n in model.graph.node for o in n.output})
+
+
 def output_scales(model: onnx.ModelProto) -> dict[str, float]:
     """Each graph output's last quantization step: the scale of the DequantizeLinear that
     produces it (or feeds, through float ops, the one that does); for 1-LSB comparisons."""
-    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    producer = {o: n for n in model.graph.node for o in n.output}
+    inits, producer = _constants_and_producers(model)
     scales = {}
     for out in model.graph.output:
         node, seen = producer.get(out.name), 0
@@ -425,8 +430,7 @@ def code_slack(model: onnx.ModelProto) -> dict[str, int]:
     (float32 and exact integer sums round a tie either way), so the segment's value may
     differ by the sum of their steps: 1 + floor(sum / the output's step) codes. Outputs not
     listed keep one code."""
-    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    producer = {o: n for n in model.graph.node for o in n.output}
+    inits, producer = _constants_and_producers(model)
     slack = {}
     for out in model.graph.output:
         quantize = producer.get(out.name)
