@@ -564,3 +564,25 @@ def test_same_conv_with_dilation_runs_under_onnxruntime(stride):
     want = _dilated_conv_nchw(feeds["x"], b.m.tensors[w].data, stride, [2, 2], pads)
     assert got.shape == out
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("crop, ok", [(-2, True), (-5, False), (-2**31, False)])
+def test_a_pad_that_crops_an_axis_below_zero_is_an_invalid_model(crop, ok):
+    # a fuzzed .ms file's PadFusion cropped 2**31 rows of a 4-row axis: onnxruntime aborted
+    # the process building the session (a Slice after it clamps with its bounds swapped);
+    # the export refuses it, naming the node and the axis
+    from converters.errors import InvalidModelError  # noqa: PLC0415
+
+    b = Lite()
+    x = b.act("x", (1, 4, 3), fmt="NCHW")
+    pads = b.const("pads", np.array([[0, 0], [crop, 0], [1, 1]], np.int32), fmt="NCHW")
+    y = b.node("PadFusion", {"padding_mode": "CONSTANT", "constant_value": 0.0}, [x, pads],
+               (1, max(4 + crop, 0), 5), fmt="NCHW")
+    feeds = {"x": rng.standard_normal((1, 4, 3)).astype(np.float32)}
+    if ok:
+        (got,) = b.run([x], [y], feeds)
+        np.testing.assert_array_equal(got, np.pad(feeds["x"][:, 2:], ((0, 0), (0, 0), (1, 1))))
+        return
+    with pytest.raises(InvalidModelError, match=rf"'n0' \(PadFusion\): paddings {crop}, 0 of "
+                                                r"axis 1 \(size 4\) leave -?\d+ elements"):
+        b.run([x], [y], feeds)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
+from converters.errors import InvalidModelError
 from converters.lite import dtypes
 from converters.onnx_ops.export_base import EXPORTERS, unsupported
 
@@ -111,6 +112,19 @@ def transpose(ctx, node, ins, outs):
 _PAD_MODES = {"CONSTANT": "constant", "REFLECT": "reflect"}
 
 
+def _check_padded_sizes(ctx, node, pairs: np.ndarray) -> None:
+    """InvalidModelError when negative paddings (a crop) leave an axis of known size with
+    fewer than 0 elements: onnxruntime aborts the process on such a Pad's consumers."""
+    shape = ctx.model.tensors[node.inputs[0]].shape
+    if len(shape) != len(pairs):
+        return
+    for axis, (size, (begin, end)) in enumerate(zip(shape, pairs.tolist(), strict=True)):
+        if isinstance(size, int) and size >= 0 and size + begin + end < 0:
+            raise InvalidModelError(
+                f"node {node.name!r} ({node.op}): paddings {begin}, {end} of axis {axis} "
+                f"(size {size}) leave {size + begin + end} elements")
+
+
 @EXPORTERS.register("PadFusion")
 def pad(ctx, node, ins, outs):
     a = node.attrs
@@ -120,6 +134,7 @@ def pad(ctx, node, ins, outs):
     paddings = (ctx.const_ints(node.inputs[1], "paddings", node) if len(ins) > 1
                 else [v for row in a.get("paddings", []) for v in row])
     pairs = np.array(paddings, np.int64).reshape(-1, 2)
+    _check_padded_sizes(ctx, node, pairs)
     pads = np.concatenate([pairs[:, 0], pairs[:, 1]])
     value = float(a.get("constant_value", 0.0))
     if ctx.opset < 11:
