@@ -608,7 +608,11 @@ def run_case(case_id: str, work: Path, log: Callable[[dict], None]) -> dict:
     folder = work / f"case{zlib.crc32(case_id.encode()):08x}"
     start = time.perf_counter()
     try:
-        src, mutations = mutated_file(case_id, folder)
+        try:
+            src, mutations = mutated_file(case_id, folder)
+        except Exception as e:  # noqa: BLE001 - a mutation that fails is the harness's bug
+            return {"case": case_id, "mutations": [], "paths": {
+                "mutate": _bug(f"harness error: the mutation failed: {type(e).__name__}: {e}")}}
         paths = {}
         for name, fn in PATHS.items():
             log({"start": case_id, "path": name})

@@ -190,6 +190,7 @@ FOUND = {
     "mslite/op_cnn2.ms:struct:110:722": ("session", {"ok", "ok-unverified"}),  # LRN, 841 GB
     "mindir/mobilenetv2_block_ms20.mindir:struct:109:879": ("inspect", {"error"}),
     "mslite/op_cnn2.ms:bytes:112:76": ("session", {"ok"}),  # dilated SAME conv, explicit pads
+    "mslite/op_cnn_wq.ms:bytes:119:1033": ("inspect", {"error"}),  # Pad crops below 0: abort
 }
 
 
@@ -215,3 +216,29 @@ def test_a_cut_stderr_keeps_whole_lines_only():
     assert len(err) <= 3000 and err.splitlines()[0] in lines
     outcome = fm.cli_outcome("inspect", {"rc": 1, "stderr": err, "stdout": "", "escaped": None})
     assert outcome["outcome"] == "error"
+
+
+def test_a_mutation_that_fails_is_a_harness_bug_not_a_dead_run(monkeypatch, tmp_path):
+    """Seed 115's run died: a mutation raised in the child and again in the parent that
+    re-derived it to report the 'crash'. Such a case is now a harness bug of its own, and
+    an int64 initializer whose dims an earlier mutation broke is left as it is."""
+    import random
+
+    import fuzz_mutations
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    def fail(case_id, folder):
+        raise ValueError("cannot reshape array of size 1 into shape (1099511627776,)")
+
+    monkeypatch.setattr(fm, "mutated_file", fail)
+    result = fm.run_case(fm.case_ids(1, 5)[0], tmp_path, lambda record: None)
+    assert result["paths"] == {"mutate": {"outcome": "bug", "why": "harness error: the mutation "
+                                          "failed: ValueError: cannot reshape array of size 1 "
+                                          "into shape (1099511627776,)"}}
+    broken = numpy_helper.from_array(np.array([3], np.int64), "k")
+    broken.dims[0] = 1 << 40
+    model = onnx.helper.make_model(onnx.helper.make_graph([], "g", [], [], [broken]))
+    assert fuzz_mutations._onnx_constant(model, random.Random(0)) == \
+        "int64 initializer 'k' no longer decodes"
