@@ -21,6 +21,7 @@ EXIT_INTERNAL_ERROR = 2
 # onnxruntime's Python exceptions (Fail, InvalidGraph, InvalidArgument, EPFail, ...) live here.
 ORT_ERRORS_MODULE = "onnxruntime.capi.onnxruntime_pybind11_state"
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
+LINE_CHARS = 1000  # an error line's length before its middle is cut (--debug shows it all)
 _FILE_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
@@ -45,11 +46,17 @@ def exit_code(error: BaseException) -> int:
 
 def error_line(error: BaseException) -> str:
     """`error` as one line, without onnxruntime's status prefixes ("[ONNXRuntimeError] : 1 :
-    FAIL : "); an onnxruntime exception is named instead."""
+    FAIL : "); an onnxruntime exception is named instead. A message past LINE_CHARS keeps
+    its start (what failed) and its end (often the shapes involved), the middle cut out:
+    onnxruntime echoes a malformed attribute whole (a Transpose perm of 36,000 values)."""
     text = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", "", str(error))
     if type(error).__module__ == ORT_ERRORS_MODULE:
         text = f"onnxruntime {type(error).__name__}: {text}"
-    return " ".join(text.split())
+    line = " ".join(text.split())
+    if len(line) <= LINE_CHARS:
+        return line
+    head, tail = line[:LINE_CHARS * 3 // 4], line[-(LINE_CHARS // 5):]
+    return f"{head} ... [{len(line) - len(head) - len(tail)} characters cut] ... {tail}"
 
 
 def build_parser() -> argparse.ArgumentParser:

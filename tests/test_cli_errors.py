@@ -63,6 +63,22 @@ def test_a_model_onnxruntime_refuses_is_exit_1_without_its_error_log(tmp_path, c
     assert "Pad should be smaller than kernel" in line and "[ONNXRuntimeError]" not in line
 
 
+def test_an_error_onnxruntime_echoes_a_huge_attribute_into_is_one_readable_line(tmp_path, capfd):
+    """A fuzzed .ms file's Transpose got a perm of 36,000 values, which onnxruntime's refusal
+    repeats whole: the line keeps its start and end, the middle cut out and counted."""
+    perm = list(range(5000, 0, -1))
+    node = helper.make_node("Transpose", ["x"], ["y"], name="tr", perm=perm)
+    g = helper.make_graph([node], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 1, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "perm.onnx"
+    onnx.save(_ir8(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])), path)
+    assert main(["inspect", str(path)]) == 1
+    line = _one_error_line(capfd, "inspect")
+    assert len(line) < 1100 and "(Transpose)" in line and "characters cut] ..." in line
+    assert line.rstrip().endswith(", 2, 1}") or "1, 1, 1, 64" in line[-200:]
+
+
 def test_non_utf8_names_are_one_line_and_nothing_is_written(tmp_path, capfd):
     path = tmp_path / "m.onnx"
     nodes = [helper.make_node("Relu", ["x"], ["mid"], name="relu"),
