@@ -792,3 +792,38 @@ def test_a_parameter_of_several_values_is_refused(op, ins, position, name):
     one = ins[position].value.reshape(-1)[:1].reshape((1,) * ins[position].value.ndim)
     ins[position] = TensorInfo(one.shape, one.dtype, one)
     lower(node, ins, [None])
+
+
+@pytest.mark.parametrize("bias_shape, on_npu", [((3, 8), False), ((1,), True), ((4, 1), True)])
+def test_layer_norm_parameters_must_broadcast_to_the_normalised_dims(bias_shape, on_npu):
+    """A fuzzed .ms file's LayerNorm took a (128, 64) weight as its bias over 64 normalised
+    values: onnxruntime refuses it at run time, the NPU ran the graph. It now stays with
+    onnxruntime; a bias that broadcasts ((1,), or (4, 1) over (4, 8)) runs on the NPU, as
+    the ONNX spec's Mul/Add compute it (onnxruntime 1.32 agrees; 1.23 refuses those too)."""
+    rng = np.random.default_rng(9)
+    scale = rng.standard_normal(8).astype(np.float32)
+    bias = rng.standard_normal(bias_shape).astype(np.float32)
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=1, name="ln")], "g",
+        [helper.make_tensor_value_info("x", F, [2, 4, 8])],
+        [helper.make_tensor_value_info("y", F, [2, 4, 8])],
+        [numpy_helper.from_array(scale, "s"), numpy_helper.from_array(bias, "b")]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    sess = provider.InferenceSession(model.SerializeToString(), providers=[
+        "NPUExecutionProvider", "CPUExecutionProvider"])
+    [node] = sess.partition()
+    x = randn(rng, 2, 4, 8)
+    if on_npu:
+        assert node.device == "NPU", node.reason
+        x64 = x.astype(np.float64)
+        mean = x64.mean(axis=(1, 2), keepdims=True)
+        var = ((x64 - mean) ** 2).mean(axis=(1, 2), keepdims=True)
+        want = (x64 - mean) / np.sqrt(var + 1e-5) * scale + bias
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
+        return
+    cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert node.device == "CPU" and "does not broadcast to the normalised dims [4, 8]" in node.reason
+    with pytest.raises(Exception, match="LayerNormalization") as npu_error:
+        sess.run(None, {"x": x})
+    with pytest.raises(type(npu_error.value)):
+        cpu.run(None, {"x": x})

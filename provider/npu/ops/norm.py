@@ -177,6 +177,16 @@ def _lp_norm_native(ins: Sequence[Slot], outs: Sequence[Slot], attrs: dict, b: S
 def layer_norm_rule(node: LiteNode, ins: Sequence[TensorInfo], out_types) -> Lowered:
     ndim = len(ins[0].shape)
     axis = axis_of(node, int(node.attrs.get("begin_norm_axis", -1)), ndim)
+    normalized = tuple(ins[0].shape[axis:])
+    for what, t in zip(("gamma", "beta"), ins[1:3], strict=False):
+        # as onnxruntime requires: the normalised dims, or a shape that broadcasts to them
+        try:
+            fits = np.broadcast_shapes(tuple(t.shape), normalized) == normalized
+        except ValueError:
+            fits = False
+        if not fits:
+            raise InvalidModelError(f"{describe(node)}: {what} of shape {list(t.shape)} does "
+                                    f"not broadcast to the normalised dims {list(normalized)}")
     attrs = {"begin_norm_axis": axis, "epsilon": float(node.attrs.get("epsilon", 1e-5))}
     return Lowered("layer_norm", attrs, list(range(min(len(ins), 3))), [(ins[0].shape, ins[0].dtype)])
 
