@@ -702,21 +702,29 @@ def _slice_with_steps(steps: np.ndarray) -> onnx.ModelProto:
         opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 
+def _stays_with_onnxruntime(model: onnx.ModelProto, feeds: dict, reason: str,
+                            error: str) -> None:
+    """The model's one node stays on the CPU with `reason` in its placement, and a run
+    raises onnxruntime's own error (matching `error`), of the class plain onnxruntime
+    raises on the same feeds."""
+    sess = provider.InferenceSession(model.SerializeToString(), providers=[
+        "NPUExecutionProvider", "CPUExecutionProvider"])
+    [node] = sess.partition()
+    assert node.device == "CPU" and reason in node.reason, node.reason
+    with pytest.raises(Exception, match=error) as npu_error:
+        sess.run(None, feeds)
+    with pytest.raises(type(npu_error.value)):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, feeds)
+
+
 @pytest.mark.parametrize("steps", [np.array(1, np.int64), np.array([[1]], np.int64)])
 def test_slice_with_malformed_operands_stays_with_onnxruntime(steps):
     """A Slice whose constant operands are not 1-D (a fuzzed .ms file's StridedSlice
     exported with a 0-d steps) ran on the NPU where onnxruntime refuses it: it now stays on
     the CPU, and the run raises onnxruntime's own error."""
-    model = _slice_with_steps(steps)
-    sess = provider.InferenceSession(model.SerializeToString(), providers=[
-        "NPUExecutionProvider", "CPUExecutionProvider"])
-    [node] = sess.partition()
-    assert node.device == "CPU" and "(ONNX takes 1-D operands)" in node.reason, node.reason
-    with pytest.raises(Exception, match="Slice") as npu_error:
-        sess.run(None, {"x": randn(np.random.default_rng(3), 4, 6)})
-    with pytest.raises(type(npu_error.value)):
-        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
-            None, {"x": randn(np.random.default_rng(3), 4, 6)})
+    _stays_with_onnxruntime(_slice_with_steps(steps), {"x": randn(np.random.default_rng(3), 4, 6)},
+                            "(ONNX takes 1-D operands)", "Slice")
 
 
 def test_slice_with_operands_of_different_lengths_is_carried_as_custom():
@@ -740,16 +748,9 @@ def test_trilu_with_a_k_of_several_values_stays_with_onnxruntime():
         [helper.make_tensor_value_info("y", F, [4, 6])],
         [numpy_helper.from_array(np.arange(8, dtype=np.int64).reshape(8, 1), "k")]),
         opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
-    sess = provider.InferenceSession(model.SerializeToString(), providers=[
-        "NPUExecutionProvider", "CPUExecutionProvider"])
-    [node] = sess.partition()
-    assert node.device == "CPU" and "k of shape [8, 1]; one value expected" in node.reason
-    x = randn(np.random.default_rng(4), 4, 6)
-    with pytest.raises(Exception, match="k should be a 1-D or 0-D tensor") as npu_error:
-        sess.run(None, {"x": x})
-    with pytest.raises(type(npu_error.value)):
-        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
-            None, {"x": x})
+    _stays_with_onnxruntime(model, {"x": randn(np.random.default_rng(4), 4, 6)},
+                            "k of shape [8, 1]; one value expected",
+                            "k should be a 1-D or 0-D tensor")
 
 
 def _one_value_cases():
@@ -809,21 +810,17 @@ def test_layer_norm_parameters_must_broadcast_to_the_normalised_dims(bias_shape,
         [helper.make_tensor_value_info("y", F, [2, 4, 8])],
         [numpy_helper.from_array(scale, "s"), numpy_helper.from_array(bias, "b")]),
         opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = randn(rng, 2, 4, 8)
+    if not on_npu:
+        _stays_with_onnxruntime(model, {"x": x}, "does not broadcast to the normalised dims [4, 8]",
+                                "LayerNormalization")
+        return
     sess = provider.InferenceSession(model.SerializeToString(), providers=[
         "NPUExecutionProvider", "CPUExecutionProvider"])
     [node] = sess.partition()
-    x = randn(rng, 2, 4, 8)
-    if on_npu:
-        assert node.device == "NPU", node.reason
-        x64 = x.astype(np.float64)
-        mean = x64.mean(axis=(1, 2), keepdims=True)
-        var = ((x64 - mean) ** 2).mean(axis=(1, 2), keepdims=True)
-        want = (x64 - mean) / np.sqrt(var + 1e-5) * scale + bias
-        np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
-        return
-    cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    assert node.device == "CPU" and "does not broadcast to the normalised dims [4, 8]" in node.reason
-    with pytest.raises(Exception, match="LayerNormalization") as npu_error:
-        sess.run(None, {"x": x})
-    with pytest.raises(type(npu_error.value)):
-        cpu.run(None, {"x": x})
+    assert node.device == "NPU", node.reason
+    x64 = x.astype(np.float64)
+    mean = x64.mean(axis=(1, 2), keepdims=True)
+    var = ((x64 - mean) ** 2).mean(axis=(1, 2), keepdims=True)
+    want = (x64 - mean) / np.sqrt(var + 1e-5) * scale + bias
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)

@@ -13,9 +13,10 @@ node has a primitive, its input shapes are static, no cache entry holds its Prog
 compiled at once instead of assessed: the compile lowers every node, so it answers for all
 of them, and Compile adopts its Program (`ImportedGraph.whole`); only if the compile fails
 is every node assessed. A graph of dynamic shapes that goes to the NPU whole is handed over
-as its cut (weights copied), so Compile reads nothing again. A compiled model (one holding our EPContext nodes) is not imported:
-its EPContext nodes are claimed, each alone, and its other nodes stay on CPU. Nothing here
-raises for a node: a node that cannot go to the NPU gets a reason instead.
+as its cut (weights copied), so Compile reads nothing again. A compiled model (one holding
+our EPContext nodes) is not imported: its EPContext nodes are claimed, each alone, and its
+other nodes stay on CPU. Nothing here raises for a node: a node that cannot go to the NPU
+gets a reason instead.
 """
 
 from __future__ import annotations
