@@ -129,7 +129,8 @@ def _with_fingerprint(path_or_bytes: Any, npu: NpuOptions) -> NpuOptions:
     cache = npu.cache
     if cache.model_fingerprint or cache.cache_dir is None:
         return npu
-    fingerprint = source_fingerprint(path_or_bytes, cache.cache_dir / MEMO_DIR)
+    fingerprint = source_fingerprint(path_or_bytes, cache.cache_dir / MEMO_DIR,
+                                     record_later=True)  # by the writer, once the session is made
     return replace(npu, cache=replace(cache, model_fingerprint=fingerprint))
 
 
@@ -181,6 +182,7 @@ class InferenceSession(ort.InferenceSession):
         _free(self)  # onnxruntime's session is freed inside the exit gate
 
     @_cyclic_gc_paused()
+    @writer.held()  # the cache's writes (memo, entries) start once the session is made
     def _build(self, path_or_bytes: Any, sess_options: ort.SessionOptions | None,
                npu: NpuOptions, kwargs: dict, family: Family | None) -> None:
         """An NPU session: the EP gets `npu` as parsed (and, for a clone, the source's family)."""
@@ -211,8 +213,7 @@ class InferenceSession(ort.InferenceSession):
         elif cache_session is not None:
             cache_session.cold(options)
         if model is None:
-            with writer.held():  # the cache's writes start once the session is made
-                self._create(_model_source(path_or_bytes), options, kwargs)
+            self._create(_model_source(path_or_bytes), options, kwargs)
             if cache_session is not None:
                 cache_session.store([k for ep in self._npu_eps for k in ep.kernels.values()])
         if cache_session is not None:

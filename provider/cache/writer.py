@@ -91,14 +91,19 @@ def _start(queue: _Queue, call: Callable, *args) -> Future:
         return queue.pool.submit(call, *args)
 
 
-def _start_held() -> None:
-    """Queue the writes this thread holds, in the order they were submitted."""
+def _start_held(under: Path | None = None) -> None:
+    """Queue the writes this thread holds, in the order they were submitted (with `under`:
+    only when one of them is `under` or in it)."""
     writes = getattr(_state, "held", None)
-    if not writes:
+    if not writes or (under is not None and not any(_within(e, under) for e, *_ in writes)):
         return
     _state.held = []
-    for queue, write, future in writes:
+    for _, queue, write, future in writes:
         _start(queue, _run_into, write, future)
+
+
+def _within(entry: Path, under: Path) -> bool:
+    return entry == under or entry.parent == under
 
 
 @contextmanager
@@ -124,7 +129,7 @@ def submit(entry: Path, write: Callable[[], None]) -> Pending:
         if holding is not None:
             future: Future = Future()
             future.set_running_or_notify_cancel()
-            holding.append((queue, write, future))
+            holding.append((entry, queue, write, future))
         else:
             future = _start(queue, _run, write)
         queue.pending[entry] = future
@@ -144,10 +149,10 @@ def wait(under: Path) -> None:
     thread itself."""
     if getattr(_state, "writing", False):
         return
-    _start_held()
     under = _key(under)
+    _start_held(under)
     with _queue.lock:
-        futures = [f for p, f in _queue.pending.items() if p == under or p.parent == under]
+        futures = [f for p, f in _queue.pending.items() if _within(p, under)]
     for future in futures:
         future.exception()
 
