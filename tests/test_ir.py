@@ -34,6 +34,17 @@ def test_model_building_and_main_subgraph():
     assert not m.tensors[x].is_static
 
 
+def test_with_data_is_replace_of_the_data_alone():
+    import dataclasses
+
+    tensor = LiteTensor.of("w", np.int8, (2,), np.zeros(2, np.int8), format="NHWC",
+                           quant_clusters=[1.0])
+    data = np.ones(2, np.int8)
+    copy = tensor.with_data(data)
+    assert copy == dataclasses.replace(tensor, data=data) and copy is not tensor
+    assert copy.data is data and not tensor.data.any()  # the original keeps its own
+
+
 def test_cut_keeps_only_the_tensors_its_nodes_use_reindexed():
     m = LiteModel(name="g")
     t = [m.add_tensor(LiteTensor.of(n, np.float32, (2,))) for n in "abcde"]

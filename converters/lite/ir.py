@@ -72,6 +72,13 @@ class LiteTensor:
         """Build a tensor from a numpy dtype (anything np.dtype() accepts)."""
         return cls(name, dtypes.from_numpy(dtype), tuple(shape), data, **kw)
 
+    def with_data(self, data: np.ndarray | None) -> LiteTensor:
+        """A copy holding `data`: dataclasses.replace without its __init__ round trip (0.4
+        vs 2.3 us; a session's partition and weight copies make hundreds)."""
+        copy = object.__new__(type(self))
+        copy.__dict__.update(self.__dict__, data=data)
+        return copy
+
     @property
     def dtype(self) -> np.dtype:
         """numpy dtype; UnsupportedError for TypeIds numpy cannot hold."""

@@ -137,7 +137,7 @@ class ImportedGraph:
         for initializer, array in contents.initializers.items():
             i = by_name.get(initializer)
             if i is not None and initializer in report.initializers:
-                tensors[i] = dataclasses.replace(tensors[i], data=array)
+                tensors[i] = tensors[i].with_data(array)
         return dataclasses.replace(part, tensors=tensors)
 
 
@@ -398,5 +398,5 @@ def own_weights(lite: LiteModel) -> LiteModel:
     """A copy of `lite` whose constants are its own (onnxruntime frees its initializers after
     Compile; a partition compiled per shape later must not point into them)."""
     return dataclasses.replace(lite, tensors=[
-        dataclasses.replace(t, data=np.array(t.data, copy=True)) if t.data is not None else t
+        t.with_data(np.array(t.data, copy=True)) if t.data is not None else t
         for t in lite.tensors])
