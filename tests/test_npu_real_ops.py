@@ -824,3 +824,33 @@ def test_layer_norm_parameters_must_broadcast_to_the_normalised_dims(bias_shape,
     var = ((x64 - mean) ** 2).mean(axis=(1, 2), keepdims=True)
     want = (x64 - mean) / np.sqrt(var + 1e-5) * scale + bias
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("c_shape, on_npu", [((3,), False), ((5, 3), False), ((1, 3, 5), False),
+                                             ((2, 5), False), ((1,), True), ((5,), True),
+                                             ((3, 1), True), ((1, 5), True), ((3, 5), True)])
+def test_gemm_c_must_broadcast_to_the_product(c_shape, on_npu):
+    """A fuzzed .ms file's FC multiplied x by itself transposed, keeping its bias of 5
+    values: onnxruntime's Gemm refuses a C that does not broadcast to (M, N), the NPU summed
+    it numpy's way into a wider output. Such a Gemm now stays with onnxruntime; a C that
+    broadcasts runs on the NPU, as onnxruntime computes it. Here (M, N) = (3, 5)."""
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((5, 4)).astype(np.float32)
+    c = rng.standard_normal(c_shape).astype(np.float32)
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "c"], ["y"], transB=1, beta=0.5, name="gemm")],
+        "g", [helper.make_tensor_value_info("x", F, [3, 4])],
+        [helper.make_tensor_value_info("y", F, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(c, "c")]),
+        opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    x = randn(rng, 3, 4)
+    if not on_npu:
+        _stays_with_onnxruntime(model, {"x": x}, "does not broadcast to the product's (M, N)",
+                                "Gemm")
+        return
+    sess = provider.InferenceSession(model.SerializeToString(), providers=[
+        "NPUExecutionProvider", "CPUExecutionProvider"])
+    assert {n.device for n in sess.partition()} == {"NPU"}
+    want = ort.InferenceSession(model.SerializeToString(), providers=[
+        "CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-5)

@@ -230,6 +230,9 @@ def gemm(ctx, node):
     bias = present(node, 2) if beta != 0 else ""  # beta 0: C is never read
     b_shape, c_shape = ctx.shape(node.inputs[1]), ctx.shape(bias) if bias else None
     n = None if b_shape is None else b_shape[0 if trans_b else 1]
+    if c_shape is not None:
+        a_shape = ctx.shape(node.inputs[0])
+        _check_gemm_bias(c_shape, None if a_shape is None else a_shape[1 if trans_a else 0], n)
     fused_bias = not bias or (beta == 1.0 and c_shape is not None and len(c_shape) == 1
                               and isinstance(n, int) and c_shape[0] == n)
     if alpha == 1.0 and fused_bias:
@@ -266,6 +269,17 @@ def gemm(ctx, node):
         nodes.append(emit(ctx, node, op, attrs, ([value] if k else []) + operands, [target]))
         value = target
     return nodes
+
+
+def _check_gemm_bias(c_shape: tuple, m, n) -> None:
+    """Gemm's C broadcasts one way, to (M, N): a C the product would have to grow to (a
+    numpy sum would) stays with onnxruntime, which refuses it."""
+    known = [d if isinstance(d, int) and d >= 0 else None for d in (m, n)]
+    if len(c_shape) > 2 or any(isinstance(c, int) and c not in (1, d) and d is not None
+                               for c, d in zip(c_shape, known[2 - len(c_shape):],
+                                               strict=True)):
+        raise Unmappable(f"C of shape {tuple(c_shape)} does not broadcast to the product's "
+                         f"(M, N) = ({m}, {n})")
 
 
 @IMPORTERS.register("MatMul")
