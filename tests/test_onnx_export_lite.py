@@ -586,3 +586,26 @@ def test_a_pad_that_crops_an_axis_below_zero_is_an_invalid_model(crop, ok):
     with pytest.raises(InvalidModelError, match=rf"'n0' \(PadFusion\): paddings {crop}, 0 of "
                                                 r"axis 1 \(size 4\) leave -?\d+ elements"):
         b.run([x], [y], feeds)
+
+
+@pytest.mark.parametrize("perm, ok", [(np.array([1.0, 0.0], np.float32), True),
+                                      (np.array([np.inf, 0.0], np.float32), False),
+                                      (np.array([np.nan, 0.0], np.float32), False),
+                                      (np.array([0.5, 0.0], np.float32), False),
+                                      (np.array([2.0 ** 70, 0.0], np.float64), False)])
+def test_integer_operands_given_as_floats_must_hold_integers(perm, ok):
+    # a fuzzed .ms file's Transpose took a float weight as its perm: inf became an untyped
+    # OverflowError (convert, inspect and sessions), NaN or 0.5 a perm nobody wrote; only
+    # floats that are integers are read as such
+    from converters.errors import InvalidModelError  # noqa: PLC0415
+
+    b = Lite()
+    x = b.act("x", (2, 3), fmt="NCHW")
+    y = b.node("Transpose", {}, [x, b.const("perm", perm, fmt="NCHW")], (3, 2), fmt="NCHW")
+    feeds = {"x": rng.standard_normal((2, 3)).astype(np.float32)}
+    if ok:
+        np.testing.assert_array_equal(b.run([x], [y], feeds)[0], feeds["x"].T)
+        return
+    with pytest.raises(InvalidModelError, match=r"'n0' \(Transpose\): perm: float\d+ value "
+                                                r".* is not an integer"):
+        b.run([x], [y], feeds)

@@ -15,6 +15,7 @@ from onnx import helper
 from converters.errors import UnsupportedError
 from converters.lite import dtypes
 from converters.lite.ir import LiteModel, LiteNode
+from converters.lite.values import as_integers
 from converters.naming import unique_name
 from converters.onnx_ops.export_quant import weight_quantized
 from converters.onnx_ops.registry import OpTable
@@ -126,7 +127,7 @@ class ExportContext:
         if data is not None:
             if data.dtype == np.int64:
                 return self.name(index)
-            return self.const(data.astype(np.int64), hint)
+            return self.const(as_integers(data, hint), hint)
         return self.add("Cast", [self.name(index)], to=onnx.TensorProto.INT64)
 
     def const_ints(self, index: int, what: str, node: LiteNode) -> list[int]:
@@ -134,7 +135,7 @@ class ExportContext:
         if data is None:
             raise UnsupportedError(f"node {node.name!r} ({node.op}): {what} must be constant "
                                    "to export to ONNX")
-        return [int(v) for v in np.asarray(data).reshape(-1)]
+        return as_integers(np.asarray(data), f"node {node.name!r} ({node.op}): {what}").tolist()
 
 
 def _fp16_weights_read_as_fp32(model: LiteModel) -> set[int]:

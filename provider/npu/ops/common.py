@@ -24,6 +24,7 @@ import numpy as np
 
 from converters.lite.ir import LiteNode
 from converters.lite.padding import same_pads
+from converters.lite.values import as_integers
 from provider.errors import (
     InputValueError,
     InvalidModelError,
@@ -129,8 +130,12 @@ def axis_of(node: LiteNode, axis: int, ndim: int) -> int:
 
 
 def ints(value: Any) -> list[int]:
-    """A list of Python ints from an attr list or a constant array."""
-    return [int(v) for v in np.asarray(value).reshape(-1)]
+    """A list of Python ints from an attr list or a constant array (InvalidModelError for a
+    float constant's inf, NaN or fractions: a cast would run with numbers nobody wrote)."""
+    array = np.asarray(value)
+    if array.dtype.kind in "fc":
+        array = as_integers(array, "a constant of integers (axes, sizes, a perm)")
+    return [int(v) for v in array.reshape(-1)]
 
 
 def broadcast(node: LiteNode, *shapes: Shape) -> Shape:
