@@ -231,6 +231,12 @@ def _differences(got: np.ndarray, want: np.ndarray, wrong: np.ndarray) -> str:
 def run_case(case: Case) -> Outcome:
     """onnxruntime CPU (a refusal skips the case), then our session, then the comparison."""
     model = case.model.SerializeToString()
+    if case.main.op_type in ("ArgMax", "ArgMin") and any(
+            np.isnan(f).any() for f in case.feeds.values() if f.dtype.kind == "f"):
+        # ONNX leaves a NaN's index open, and onnxruntime's answer depends on its version
+        # (1.23 scans: a NaN wins only as the first value; 1.32's vector path may pick a
+        # number that is not the largest): no oracle
+        return Outcome("skipped", why="a NaN in an ArgMax/ArgMin input (no defined index)")
     try:
         references = [cpu_run(model, case.feeds)]
         if case.draw.step:  # within a step of the fused int8 or of the float path
