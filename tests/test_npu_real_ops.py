@@ -718,6 +718,14 @@ def _stays_with_onnxruntime(model: onnx.ModelProto, feeds: dict, reason: str,
             None, feeds)
 
 
+def _all_on_npu(model: onnx.ModelProto) -> provider.InferenceSession:
+    """A session of `model` whose every node the NPU took."""
+    sess = provider.InferenceSession(model.SerializeToString(), providers=[
+        "NPUExecutionProvider", "CPUExecutionProvider"])
+    assert {n.device for n in sess.partition()} == {"NPU"}, sess.partition_summary()
+    return sess
+
+
 @pytest.mark.parametrize("steps", [np.array(1, np.int64), np.array([[1]], np.int64)])
 def test_slice_with_malformed_operands_stays_with_onnxruntime(steps):
     """A Slice whose constant operands are not 1-D (a fuzzed .ms file's StridedSlice
@@ -815,10 +823,7 @@ def test_layer_norm_parameters_must_broadcast_to_the_normalised_dims(bias_shape,
         _stays_with_onnxruntime(model, {"x": x}, "does not broadcast to the normalised dims [4, 8]",
                                 "LayerNormalization")
         return
-    sess = provider.InferenceSession(model.SerializeToString(), providers=[
-        "NPUExecutionProvider", "CPUExecutionProvider"])
-    [node] = sess.partition()
-    assert node.device == "NPU", node.reason
+    sess = _all_on_npu(model)
     x64 = x.astype(np.float64)
     mean = x64.mean(axis=(1, 2), keepdims=True)
     var = ((x64 - mean) ** 2).mean(axis=(1, 2), keepdims=True)
@@ -848,9 +853,7 @@ def test_gemm_c_must_broadcast_to_the_product(c_shape, on_npu):
         _stays_with_onnxruntime(model, {"x": x}, "does not broadcast to the product's (M, N)",
                                 "Gemm")
         return
-    sess = provider.InferenceSession(model.SerializeToString(), providers=[
-        "NPUExecutionProvider", "CPUExecutionProvider"])
-    assert {n.device for n in sess.partition()} == {"NPU"}
+    sess = _all_on_npu(model)
     want = ort.InferenceSession(model.SerializeToString(), providers=[
         "CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
