@@ -232,7 +232,8 @@ def gemm(ctx, node):
     n = None if b_shape is None else b_shape[0 if trans_b else 1]
     if c_shape is not None:
         a_shape = ctx.shape(node.inputs[0])
-        _check_gemm_bias(c_shape, None if a_shape is None else a_shape[1 if trans_a else 0], n)
+        m = a_shape[1 if trans_a else 0] if a_shape is not None and len(a_shape) == 2 else None
+        _check_gemm_bias(c_shape, m, n)
     fused_bias = not bias or (beta == 1.0 and c_shape is not None and len(c_shape) == 1
                               and isinstance(n, int) and c_shape[0] == n)
     if alpha == 1.0 and fused_bias:
