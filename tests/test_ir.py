@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -35,8 +37,6 @@ def test_model_building_and_main_subgraph():
 
 
 def test_with_data_is_replace_of_the_data_alone():
-    import dataclasses
-
     tensor = LiteTensor.of("w", np.int8, (2,), np.zeros(2, np.int8), format="NHWC",
                            quant_clusters=[1.0])
     data = np.ones(2, np.int8)

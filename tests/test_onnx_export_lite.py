@@ -595,8 +595,8 @@ def test_a_pad_that_crops_an_axis_below_zero_is_an_invalid_model(crop, ok):
                                       (np.array([2.0 ** 70, 0.0], np.float64), False)])
 def test_integer_operands_given_as_floats_must_hold_integers(perm, ok):
     # a fuzzed .ms file's Transpose took a float weight as its perm: inf became an untyped
-    # OverflowError (convert, inspect and sessions), NaN or 0.5 a perm nobody wrote; only
-    # floats that are integers are read as such
+    # OverflowError (convert, inspect and sessions), NaN an untyped ValueError, 0.5 a perm
+    # nobody wrote; only floats that are integers are read as such
     from converters.errors import InvalidModelError  # noqa: PLC0415
 
     b = Lite()
